@@ -1,0 +1,34 @@
+# The two commands of the README: `make run` and `make test`. Everything a test needs is
+# installed here, into .venv, so a fresh clone with Python 3.11 and Java 17 is enough.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 22133
+DATA_DIR ?= ./data
+
+.PHONY: run test bench install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+
+$(STAMP): $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,spark,load,plot]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	mkdir -p $(DATA_DIR)
+	$(BIN)/kestrel-actors serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -rfE
+
+bench: $(STAMP)
+	$(BIN)/python -m loadtests.bench --write docs/benchmarks.md
+
+clean:
+	rm -rf $(VENV) build *.egg-info

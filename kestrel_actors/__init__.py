@@ -1,0 +1,10 @@
+"""kestrel-actors: a durable message-queue server that speaks Kestrel's protocols.
+
+Subpackages: ``protocol`` (sans-I/O codecs), ``actors`` (the gevent pykka runtime and the
+queue, connection and collection actors), ``journal`` (Kestrel's on-disk format),
+``spark_bridge`` (queues into Spark jobs) and ``cli``.
+"""
+
+__version__ = "0.1.0"
+KESTREL_VERSION = "2.4.7"
+"""The Kestrel release whose behaviour this server reproduces (``version`` replies with ours)."""

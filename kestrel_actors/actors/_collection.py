@@ -1,0 +1,295 @@
+"""The queue collection: the server-level actor that knows every queue by name.
+
+It validates names, creates a queue actor on a name's first reference (and a fanout child's
+registration with its master), deletes queues, and runs the operations that span queues
+(stats, flush_all, expiry sweeps, shutdown) by gathering the answers of every queue actor
+without blocking.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import structlog
+from pykka import ActorDeadError
+
+from ..config import ServerConfig
+from ..journal import MemoryJournal
+from ._messages import OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, Sweep
+from ._queue import QueueActor
+from ._queue_core import QueueCore
+from ._runtime import GeventActor
+from ._stats import ServerStats
+
+__all__ = ["AliasAdd", "Delete", "ForAll", "Gather", "QueueCollection", "Resolve", "Resolved", "validate_queue_name"]
+
+log = structlog.get_logger("kestrel_actors.collection")
+
+MAX_NAME_BYTES = 200
+"""Leaves room in a 255-byte file name for ``.<epoch-ms>.pack`` and ``~~<epoch-ms>``."""
+
+_ILLEGAL = frozenset("/.~") | {chr(c) for c in range(32)} | {"\x7f"}
+
+
+def validate_queue_name(name: str) -> bool:
+    """True if ``name`` can name a queue: Kestrel's rule (no ``/ . ~``) plus safety limits.
+
+    Control bytes and over-long names are refused too, and a fanout child needs a master, so
+    a name can never reach outside the data directory or fail to become a file.
+    """
+    if not name or name.startswith("+") or len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        return False
+    return not any(char in _ILLEGAL for char in name)
+
+
+QueueOpener = Callable[[str, Any], QueueCore]
+"""``opener(name, queue_config)`` builds a queue's core, replaying its journal if it has one."""
+
+
+def memory_opener(name: str, config: Any) -> QueueCore:
+    return QueueCore(name, config, MemoryJournal())
+
+
+class Gather:
+    """A ``reply_to`` that collects ``expected`` answers, then calls ``done(answers)``."""
+
+    def __init__(self, expected: int, done: Callable[[list[Any]], None]) -> None:
+        self.answers: list[Any] = []
+        self.expected = expected
+        self.done = done
+        if expected == 0:
+            done([])
+
+    def tell(self, answer: Any) -> None:
+        self.answers.append(answer)
+        if len(self.answers) == self.expected:
+            self.done(self.answers)
+
+    def send(self, refs: list[Any], make_message: Callable[[Any], Any]) -> None:
+        """Send ``make_message(self)`` to every ref; a dead one answers ``None``."""
+        for ref in refs:
+            try:
+                ref.tell(make_message(self))
+            except ActorDeadError:
+                self.tell(None)
+
+
+class Resolved:
+    """The answer to a name lookup: a queue ref, an alias's destinations, or neither."""
+
+    __slots__ = ("name", "ref", "alias", "valid")
+
+    def __init__(self, name: str, ref: Any = None, alias: tuple[str, ...] | None = None, valid: bool = True):
+        self.name = name
+        self.ref = ref
+        self.alias = alias
+        self.valid = valid
+
+
+class Resolve:
+    __slots__ = ("name", "create", "reply_to", "tag")
+
+    def __init__(self, name: str, create: bool, reply_to: Any, tag: Any = None) -> None:
+        self.name = name
+        self.create = create
+        self.reply_to = reply_to
+        self.tag = tag
+
+
+class Delete:
+    __slots__ = ("name", "reply_to")
+
+    def __init__(self, name: str, reply_to: Any) -> None:
+        self.name = name
+        self.reply_to = reply_to
+
+
+class Load:
+    """Create the queues found on disk (asked, before the listeners start)."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+
+class AliasAdd:
+    """A SET to an alias: add to every destination; answer the list of their results."""
+
+    __slots__ = ("name", "data", "expiry", "reply_to")
+
+    def __init__(self, name: str, data: bytes, expiry: int, reply_to: Any) -> None:
+        self.name = name
+        self.data = data
+        self.expiry = expiry
+        self.reply_to = reply_to
+
+
+class ForAll:
+    """Run ``kind`` on every queue: 'flush', 'sweep', 'stats' or 'close'; answer the list."""
+
+    __slots__ = ("kind", "reply_to", "names")
+
+    def __init__(self, kind: str, reply_to: Any, names: tuple[str, ...] | None = None) -> None:
+        self.kind = kind
+        self.reply_to = reply_to
+        self.names = names
+
+
+class QueueCollection(GeventActor):
+    """Owns the name → queue actor map. One per server."""
+
+    def __init__(self, config: ServerConfig, stats: ServerStats, opener: QueueOpener = memory_opener):
+        super().__init__()
+        self.config = config
+        self.stats = stats
+        self.opener = opener
+        self.queues: dict[str, Any] = {}
+        self.children: dict[str, dict[str, Any]] = {}
+        self.alias_counts: dict[str, list[int]] = {}
+        self.shutting_down = False
+
+    def on_receive(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is Resolve:
+            message.reply_to.tell((message.tag, self._resolve(message.name, message.create)))
+        elif kind is Delete:
+            self._delete(message.name, message.reply_to)
+        elif kind is ForAll:
+            self._for_all(message)
+        elif kind is AliasAdd:
+            self._alias_add(message)
+        elif kind is Load:
+            self.load(message.names)
+        else:
+            return super().on_receive(message)
+        return None
+
+    # -- names ----------------------------------------------------------------------------
+
+    def load(self, names: list[str]) -> None:
+        """Create the queues found on disk (called before the listeners start)."""
+        for name in names:
+            if validate_queue_name(name):
+                self._queue(name)
+            else:
+                log.warning("skipping journal with an illegal queue name", queue=name)
+
+    def _resolve(self, name: str, create: bool) -> Resolved:
+        alias = self.config.aliases.get(name)
+        if alias is not None:
+            return Resolved(name, alias=alias)
+        ref = self.queues.get(name)
+        if ref is not None or not create:
+            return Resolved(name, ref)
+        if self.shutting_down:
+            return Resolved(name)
+        if not validate_queue_name(name):
+            return Resolved(name, valid=False)
+        return Resolved(name, self._queue(name))
+
+    def _queue(self, name: str) -> Any:
+        ref = self.queues.get(name)
+        if ref is not None:
+            return ref
+        queue_config = self.config.queue_config(name)
+        expire_target = None
+        if queue_config.expire_to_queue and validate_queue_name(queue_config.expire_to_queue):
+            expire_target = self._queue(queue_config.expire_to_queue)
+        core = self.opener(name, queue_config)
+        ref = QueueActor.start(name, queue_config, core.journal, self.stats, core, expire_target)
+        self.queues[name] = ref
+        self.stats.queue_creates += 1
+        master, plus, _ = name.partition("+")
+        if plus:
+            self.children.setdefault(master, {})[name] = ref
+            self._tell_children(master)
+        elif name in self.children:
+            self._tell_children(name)
+        log.debug("queue created", queue=name)
+        return ref
+
+    def _tell_children(self, master: str) -> None:
+        ref = self.queues.get(master)
+        if ref is not None:
+            ref.tell(SetChildren(self.children.get(master, {})))
+
+    # -- operations -----------------------------------------------------------------------
+
+    def _delete(self, name: str, reply_to: Any) -> None:
+        ref = self.queues.pop(name, None)
+        master, plus, _ = name.partition("+")
+        if plus:
+            self.children.setdefault(master, {}).pop(name, None)
+            self._tell_children(master)
+        if ref is None:
+            reply_to.tell(True)
+            return
+        self.stats.queue_deletes += 1
+        try:
+            ref.tell(DeleteQueue(reply_to))
+        except ActorDeadError:
+            reply_to.tell(True)
+
+    def _alias_add(self, message: AliasAdd) -> None:
+        counts = self.alias_counts.setdefault(message.name, [0, 0])
+        counts[0] += 1
+        counts[1] += len(message.data)
+        refs = [self._queue(name) for name in self._destinations(message.name, set())]
+        reply_to = message.reply_to
+        gather = Gather(len(refs), lambda done: reply_to.tell([d.results[0] for d in done]))
+        op = (OP_ADD, message.data, message.expiry)
+        gather.send(refs, lambda g: QueueBatch([op], None, g))
+
+    def _destinations(self, alias: str, seen: set[str]) -> list[str]:
+        """The queues an alias writes to; an alias may name another alias (cycles cut)."""
+        seen.add(alias)
+        names: list[str] = []
+        for name in self.config.aliases.get(alias, ()):
+            if name in self.config.aliases:
+                if name not in seen:
+                    names.extend(self._destinations(name, seen))
+            elif validate_queue_name(name):
+                names.append(name)
+        return names
+
+    def alias_stats(self, names: tuple[str, ...] | None) -> list[tuple[str, list[tuple[str, object]]]]:
+        chosen = self.config.aliases if names is None else [n for n in names if n in self.config.aliases]
+        result = []
+        for name in chosen:
+            put_items, put_bytes = self.alias_counts.get(name, (0, 0))
+            lines = [
+                ("put_items", put_items),
+                ("put_bytes", put_bytes),
+                ("children", ",".join(self.config.aliases[name])),
+            ]
+            result.append((name, lines))
+        return result
+
+    def _for_all(self, message: ForAll) -> None:
+        kind = message.kind
+        reply_to = message.reply_to
+        if kind == "stats" and message.names is not None:
+            refs = [self.queues.get(name) for name in message.names]
+        else:
+            refs = list(self.queues.values())
+        if kind == "close":
+            self.shutting_down = True
+            self.queues.clear()
+        live = [ref for ref in refs if ref is not None]
+        if kind == "stats":
+            aliases = self.alias_stats(message.names)
+            done = lambda answers: reply_to.tell([a for a in answers if a is not None] + aliases)  # noqa: E731
+        else:
+            done = reply_to.tell
+        gather = Gather(len(live), done)
+        if kind == "stats":
+            gather.send(live, GetStats)
+        elif kind == "sweep":
+            gather.send(live, Sweep)
+        elif kind == "close":
+            gather.send(live, CloseQueue)
+        elif kind == "flush":
+            gather.send(live, lambda g: QueueBatch([(OP_FLUSH,)], None, g))
+        else:
+            raise ValueError(f"unknown collection operation {kind!r}")

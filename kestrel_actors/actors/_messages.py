@@ -1,0 +1,154 @@
+"""Messages between the connection, queue and collection actors.
+
+A connection sends a queue a :class:`QueueBatch` of operations, consecutive requests for one
+queue, and gets one :class:`BatchDone` back, so an actor hop is paid per batch, not per
+request. ``reply_to`` is anything with ``tell()``: an ``ActorRef``, or a ``ReplyFuture``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "OP_ADD",
+    "OP_CONFIRM",
+    "OP_FLUSH",
+    "OP_FLUSH_EXPIRED",
+    "OP_OPEN",
+    "OP_OPEN_MANY",
+    "OP_PEEK",
+    "OP_REMOVE",
+    "OP_UNREMOVE",
+    "BatchDone",
+    "CancelWaits",
+    "QueueBatch",
+    "Session",
+]
+
+# Operations in a batch are tuples whose first element is one of these codes:
+OP_ADD = 1  # (OP_ADD, data, expiry_ms) -> bool
+OP_REMOVE = 2  # (OP_REMOVE, deadline) -> Item | None
+OP_OPEN = 3  # (OP_OPEN, deadline) -> Item (with xid) | None
+OP_PEEK = 4  # (OP_PEEK, deadline) -> Item | None
+OP_CONFIRM = 5  # (OP_CONFIRM, xids) -> number confirmed
+OP_UNREMOVE = 6  # (OP_UNREMOVE, xids) -> None
+OP_FLUSH = 7  # (OP_FLUSH,) -> None
+OP_FLUSH_EXPIRED = 8  # (OP_FLUSH_EXPIRED,) -> number expired
+OP_OPEN_MANY = 9  # (OP_OPEN_MANY, max_items, deadline) -> list[Item] (empty on timeout)
+
+FETCH_OPS = frozenset((OP_REMOVE, OP_OPEN, OP_PEEK, OP_OPEN_MANY))
+"""Operations that may wait; ``deadline`` is ``time.monotonic()`` seconds or ``None``."""
+
+
+class Session:
+    """What a queue may know of a client connection: whether it has gone, and who it is.
+
+    A queue skips the waiters of a closed session, so a client that hung up never swallows an
+    item. Actors share it read-only but for ``closed``, which only the connection sets.
+    """
+
+    __slots__ = ("closed", "id", "peer", "reader_gate")
+
+    def __init__(self, session_id: int, peer: str, reader_gate: Any = None) -> None:
+        self.id = session_id
+        self.peer = peer
+        self.closed = False
+        self.reader_gate = reader_gate
+        """Set when the reader may read more (the connection has caught up)."""
+
+
+class QueueBatch:
+    """Run ``ops`` in order; answer ``reply_to.tell(BatchDone(tag, results))``.
+
+    A fetch that finds nothing and has a future deadline waits in the queue's wait-list; the
+    batch is answered when it gets an item, times out, or its session is cancelled.
+    """
+
+    __slots__ = ("ops", "session", "reply_to", "tag")
+
+    def __init__(self, ops: list[tuple], session: Session | None, reply_to: Any, tag: Any = None):
+        self.ops = ops
+        self.session = session
+        self.reply_to = reply_to
+        self.tag = tag
+
+
+class BatchDone:
+    __slots__ = ("tag", "results", "queue")
+
+    def __init__(self, tag: Any, results: list[Any], queue: str) -> None:
+        self.tag = tag
+        self.results = results
+        self.queue = queue
+
+
+class CancelWaits:
+    """The session has gone: drop its waiters (their batches are answered with a miss)."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+
+class WaiterExpired:
+    __slots__ = ("waiter",)
+
+    def __init__(self, waiter: Any) -> None:
+        self.waiter = waiter
+
+
+class GetStats:
+    """Answer ``reply_to.tell((name, stats_lines, extra))`` with the per-queue stats."""
+
+    __slots__ = ("reply_to",)
+
+    def __init__(self, reply_to: Any) -> None:
+        self.reply_to = reply_to
+
+
+class DeleteQueue:
+    """Close the queue, wake its waiters with a miss, erase its journal, stop the actor."""
+
+    __slots__ = ("reply_to",)
+
+    def __init__(self, reply_to: Any) -> None:
+        self.reply_to = reply_to
+
+
+class CloseQueue:
+    """Shut down: close the queue (journal flushed, not erased), answer, stop."""
+
+    __slots__ = ("reply_to",)
+
+    def __init__(self, reply_to: Any) -> None:
+        self.reply_to = reply_to
+
+
+class Sweep:
+    """Background expiry sweep; answers ``reply_to.tell(count)`` if ``reply_to`` is set."""
+
+    __slots__ = ("reply_to",)
+
+    def __init__(self, reply_to: Any = None) -> None:
+        self.reply_to = reply_to
+
+
+class SetChildren:
+    """The fanout children of this queue changed: copies of every add go to ``children``."""
+
+    __slots__ = ("children",)
+
+    def __init__(self, children: dict[str, Any]) -> None:
+        self.children = children
+
+
+class AddCopy:
+    """An item added to this queue's fanout master or an ``expire_to_queue`` source."""
+
+    __slots__ = ("data", "expiry", "count_total")
+
+    def __init__(self, data: bytes, expiry: int, count_total: bool = True) -> None:
+        self.data = data
+        self.expiry = expiry
+        self.count_total = count_total

@@ -1,0 +1,300 @@
+"""The queue actor: one per queue, owning its items, open reads and wait-list of fetchers.
+
+It wraps a :class:`QueueCore` (the queue logic) and adds what needs time and other actors:
+fetchers that wait for an item (each a stored promise, answered later), timers for their
+deadlines, fanout copies to child queues, and expired items forwarded to ``expire_to_queue``.
+A handler never blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gevent
+import structlog
+
+from ..config import QueueConfig
+from ..journal import Journal
+from ._messages import (
+    FETCH_OPS,
+    OP_ADD,
+    OP_CONFIRM,
+    OP_FLUSH,
+    OP_FLUSH_EXPIRED,
+    OP_OPEN,
+    OP_OPEN_MANY,
+    OP_PEEK,
+    OP_REMOVE,
+    OP_UNREMOVE,
+    AddCopy,
+    BatchDone,
+    CancelWaits,
+    CloseQueue,
+    DeleteQueue,
+    GetStats,
+    QueueBatch,
+    SetChildren,
+    Sweep,
+    WaiterExpired,
+)
+from ._queue_core import QueueCore
+from ._runtime import GeventActor
+from ._stats import ServerStats
+
+__all__ = ["QueueActor"]
+
+log = structlog.get_logger("kestrel_actors.queue")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Waiter:
+    """A batch parked at its fetch operation ``index`` until an item or its deadline comes."""
+
+    __slots__ = ("batch", "index", "results", "timer")
+
+    def __init__(self, batch: QueueBatch, index: int, results: list[Any]) -> None:
+        self.batch = batch
+        self.index = index
+        self.results = results
+        self.timer: Any = None
+
+
+class QueueActor(GeventActor):
+    """Serves :class:`QueueBatch` requests for one queue, in arrival order."""
+
+    def __init__(
+        self,
+        name: str,
+        config: QueueConfig,
+        journal: Journal,
+        stats: ServerStats,
+        core: QueueCore | None = None,
+        expire_target: Any = None,
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self.core = core or QueueCore(name, config, journal)
+        self.stats = stats
+        self.waiters: dict[_Waiter, None] = {}
+        self.children: dict[str, Any] = {}
+        self.has_children = False
+        self.expire_target = expire_target
+        self._loop = gevent.get_hub().loop
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is QueueBatch:
+            self._run(message, 0, [])
+        elif kind is WaiterExpired:
+            self._expire_waiter(message.waiter)
+        elif kind is AddCopy:
+            self._add_copy(message)
+        elif kind is CancelWaits:
+            self._cancel_waits(message.session)
+        elif kind is GetStats:
+            self._reply_stats(message.reply_to)
+        elif kind is Sweep:
+            count = self.core.discard_expired(_now_ms())
+            self._forward_expired()
+            if message.reply_to is not None:
+                message.reply_to.tell(count)
+        elif kind is SetChildren:
+            self.children = dict(message.children)
+            self.has_children = True
+        elif kind is DeleteQueue:
+            # Stop now, not after the inbox drains: a connection holding this ref must see
+            # it dead and look the name up again, so a SET after DELETED makes a new queue.
+            self._close(erase=True)
+            self._stop()
+            message.reply_to.tell(True)
+        elif kind is CloseQueue:
+            self._close(erase=False)
+            message.reply_to.tell(True)
+            self.stop()
+        else:
+            return super().on_receive(message)
+        return None
+
+    def on_dead_letter(self, message: Any) -> None:
+        """A request that reached a deleted queue is answered as a closed queue would."""
+        kind = type(message)
+        if kind is QueueBatch:
+            self._run(message, 0, [])
+        elif kind is GetStats:
+            message.reply_to.tell(None)
+        elif kind in (Sweep, DeleteQueue, CloseQueue) and message.reply_to is not None:
+            message.reply_to.tell(0 if kind is Sweep else True)
+
+    # -- batches --------------------------------------------------------------------------
+
+    def _run(self, batch: QueueBatch, start: int, results: list[Any]) -> None:
+        core = self.core
+        stats = self.stats
+        ops = batch.ops
+        now_ms = _now_ms()
+        for index in range(start, len(ops)):
+            op = ops[index]
+            code = op[0]
+            if code == OP_ADD:
+                results.append(self._add(op[1], op[2], now_ms))
+            elif code in FETCH_OPS:
+                result = self._fetch(op, now_ms)
+                if not result:
+                    deadline = op[-1]
+                    if (
+                        deadline is not None
+                        and not core.closed
+                        and (batch.session is None or not batch.session.closed)
+                        and deadline > time.monotonic()
+                    ):
+                        self._park(batch, index, results, deadline)
+                        return
+                    stats.get_misses += 1
+                results.append(result)
+            elif code == OP_CONFIRM:
+                results.append(sum(core.confirm(xid) for xid in op[1]))
+            elif code == OP_UNREMOVE:
+                for xid in op[1]:
+                    if core.unremove(xid):
+                        self._wake_one()
+                results.append(None)
+            elif code == OP_FLUSH:
+                core.flush(now_ms)
+                results.append(None)
+            elif code == OP_FLUSH_EXPIRED:
+                results.append(core.discard_expired(now_ms))
+            else:
+                raise ValueError(f"unknown queue operation {op!r}")
+        self._forward_expired()
+        reply = BatchDone(batch.tag, results, self.name)
+        reply_to = batch.reply_to
+        core.journal.after_durable(lambda: reply_to.tell(reply))
+
+    def _add(self, data: bytes, expiry: int, now_ms: int) -> bool:
+        if self.has_children:
+            for child in self.children.values():
+                try:
+                    child.tell(AddCopy(data, expiry))
+                except Exception:  # noqa: BLE001 - a deleted child just stops receiving
+                    pass
+        core = self.core
+        if core.config.fanout_only and not core.closed:
+            return True
+        if not core.add(data, expiry, now_ms):
+            return False
+        self.stats.total_items += 1
+        if self.waiters:
+            self._wake_one()
+        return True
+
+    def _add_copy(self, message: AddCopy) -> None:
+        now_ms = _now_ms()
+        if message.count_total:
+            self._add(message.data, message.expiry, now_ms)
+        elif self.core.add(message.data, message.expiry, now_ms) and self.waiters:
+            self._wake_one()
+        self._forward_expired()
+
+    def _fetch(self, op: tuple, now_ms: int) -> Any:
+        code = op[0]
+        core = self.core
+        if code == OP_REMOVE or code == OP_OPEN:
+            item = core.remove(now_ms, transactional=code == OP_OPEN)
+            if item is not None:
+                self.stats.get_hits += 1
+            return item
+        if code == OP_PEEK:
+            item = core.peek(now_ms)
+            if item is not None:
+                self.stats.get_hits += 1
+            return item
+        items = []
+        for _ in range(op[1]):
+            item = core.remove(now_ms, transactional=True)
+            if item is None:
+                break
+            items.append(item)
+        self.stats.get_hits += len(items)
+        return items
+
+    # -- the wait-list --------------------------------------------------------------------
+
+    def _park(self, batch: QueueBatch, index: int, results: list[Any], deadline: float) -> None:
+        waiter = _Waiter(batch, index, results)
+        waiter.timer = self._loop.timer(max(0.0, deadline - time.monotonic()))
+        waiter.timer.start(self.actor_ref.tell, WaiterExpired(waiter))
+        self.waiters[waiter] = None
+
+    def _unpark(self, waiter: _Waiter) -> None:
+        del self.waiters[waiter]
+        waiter.timer.close()
+
+    def _wake_one(self) -> None:
+        """Hand an add (or unremove) to the oldest live waiter, which retries its fetch."""
+        while self.waiters:
+            waiter = next(iter(self.waiters))
+            self._unpark(waiter)
+            session = waiter.batch.session
+            if session is not None and session.closed:
+                self._finish_missed(waiter)
+                continue
+            self._run(waiter.batch, waiter.index, waiter.results)
+            return
+
+    def _expire_waiter(self, waiter: _Waiter) -> None:
+        if waiter not in self.waiters:
+            return
+        self._unpark(waiter)
+        self.stats.get_misses += 1
+        waiter.results.append([] if waiter.batch.ops[waiter.index][0] == OP_OPEN_MANY else None)
+        self._run(waiter.batch, waiter.index + 1, waiter.results)
+
+    def _finish_missed(self, waiter: _Waiter) -> None:
+        """Answer a parked batch with a miss and nothing after it (its client has gone)."""
+        op = waiter.batch.ops[waiter.index]
+        waiter.results.append([] if op[0] == OP_OPEN_MANY else None)
+        waiter.batch.reply_to.tell(BatchDone(waiter.batch.tag, waiter.results, self.name))
+
+    def _cancel_waits(self, session: Any) -> None:
+        for waiter in [w for w in self.waiters if w.batch.session is session]:
+            self._unpark(waiter)
+            self._finish_missed(waiter)
+
+    # -- the rest -------------------------------------------------------------------------
+
+    def _forward_expired(self) -> None:
+        expired = self.core.expired_out
+        if not expired:
+            return
+        self.core.expired_out = []
+        if self.expire_target is None:
+            return
+        for item in expired:
+            try:
+                self.expire_target.tell(AddCopy(item.data, 0, count_total=False))
+            except Exception:  # noqa: BLE001 - the target was deleted
+                return
+
+    def _reply_stats(self, reply_to: Any) -> None:
+        lines = self.core.stats(_now_ms(), len(self.waiters))
+        if self.has_children:
+            lines.append(("children", ",".join(self.children)))
+        reply_to.tell((self.name, lines))
+
+    def _close(self, erase: bool) -> None:
+        core = self.core
+        core.close()
+        for waiter in list(self.waiters):
+            self._unpark(waiter)
+            self._finish_missed(waiter)
+        if erase:
+            core.journal.erase()
+        else:
+            core.journal.close()
+        log.debug("queue closed", queue=self.name, erased=erase)

@@ -1,0 +1,227 @@
+"""The logic of one queue, as Kestrel's ``PersistentQueue`` has it, with no actors and no I/O.
+
+:class:`QueueCore` is a plain object: the queue actor owns one and calls it from its handlers,
+and tests can drive it directly. Time comes in as an argument (epoch milliseconds), so expiry
+is deterministic. Every change is reported to the queue's journal in the order it happens.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from ..config import QueueConfig
+from ..journal import Item, Journal
+
+__all__ = ["QueueCore", "expiry_from_exptime"]
+
+STAT_NAMES = (
+    "items",
+    "bytes",
+    "total_items",
+    "logsize",
+    "expired_items",
+    "mem_items",
+    "mem_bytes",
+    "age",
+    "discarded",
+    "waiters",
+    "open_transactions",
+    "transactions",
+    "canceled_transactions",
+    "total_flushes",
+    "journal_rewrites",
+    "journal_rotations",
+)
+
+
+def expiry_from_exptime(exptime: int, now_ms: int) -> int:
+    """Memcache expiry to absolute epoch ms: 0 never, < 1e6 relative seconds, else absolute."""
+    if exptime == 0:
+        return 0
+    if exptime < 1_000_000:
+        return now_ms + exptime * 1000
+    return exptime * 1000
+
+
+class QueueCore:
+    """Items, open reads and counters of one queue (reference §5)."""
+
+    def __init__(self, name: str, config: QueueConfig, journal: Journal) -> None:
+        self.name = name
+        self.config = config
+        self.journal = journal
+        self.items: deque[Item] = deque()
+        self.bytes = 0
+        self.open_reads: dict[int, Item] = {}
+        self._open_since: dict[int, int] = {}
+        self._xid = 0
+        self.total_items = 0
+        self.expired_items = 0
+        self.discarded = 0
+        self.transactions = 0
+        self.canceled_transactions = 0
+        self.total_flushes = 0
+        self.last_removed_add_time = 0
+        self.closed = False
+        self.expired_out: list[Item] = []
+        """Expired items bound for ``expire_to_queue``; the owner drains and forwards them."""
+
+    # -- adding ---------------------------------------------------------------------------
+
+    def add(self, data: bytes, expiry: int, now_ms: int) -> bool:
+        """Append an item; ``False`` when refused (too big, full, closed) as §2.4 lists."""
+        config = self.config
+        if self.closed or len(data) > config.max_item_size:
+            return False
+        self.discard_expired(now_ms)
+        while len(self.items) >= config.max_items or self.bytes >= config.max_size:
+            if not config.discard_old_when_full or not self.items:
+                return False
+            self._pop_head()
+            self.journal.remove()
+            self.discarded += 1
+        if config.max_age is not None:
+            age_cap = now_ms + int(config.max_age * 1000)
+            expiry = age_cap if expiry == 0 else min(expiry, age_cap)
+        item = Item(data, now_ms, expiry)
+        self.journal.add(item)
+        self.items.append(item)
+        self.bytes += len(data)
+        self.total_items += 1
+        return True
+
+    # -- removing -------------------------------------------------------------------------
+
+    def remove(self, now_ms: int, transactional: bool = False) -> Item | None:
+        """Take the head item for good, or open it under a new xid when ``transactional``."""
+        if self.closed:
+            return None
+        if self.config.open_transaction_timeout is not None:
+            self._time_out_oldest_open(now_ms)
+        if transactional and self.items:
+            self.transactions += 1
+        self.discard_expired(now_ms)
+        if not self.items:
+            return None
+        item = self._pop_head()
+        self.last_removed_add_time = item.add_time
+        if transactional:
+            xid = self._next_xid()
+            item.xid = xid
+            self.open_reads[xid] = item
+            self._open_since[xid] = now_ms
+            self.journal.remove_tentative(xid)
+        else:
+            self.journal.remove()
+        return item
+
+    def peek(self, now_ms: int) -> Item | None:
+        if self.closed:
+            return None
+        self.discard_expired(now_ms)
+        return self.items[0] if self.items else None
+
+    def confirm(self, xid: int) -> bool:
+        """Drop open item ``xid`` for good; ``False`` (nothing journaled) if it is unknown."""
+        item = self.open_reads.pop(xid, None)
+        if item is None:
+            return False
+        del self._open_since[xid]
+        self.journal.confirm_remove(xid)
+        return True
+
+    def unremove(self, xid: int) -> bool:
+        """Put open item ``xid`` back at the head; ``False`` if it is unknown."""
+        item = self.open_reads.pop(xid, None)
+        if item is None:
+            return False
+        del self._open_since[xid]
+        item.xid = 0
+        self.journal.unremove(xid)
+        self.items.appendleft(item)
+        self.bytes += len(item.data)
+        self.canceled_transactions += 1
+        return True
+
+    def flush(self, now_ms: int) -> None:
+        """Remove every ready item (open reads stay open), one REMOVE each (§5.11)."""
+        while self.items:
+            self._pop_head()
+            self.journal.remove()
+        self.total_flushes += 1
+
+    def discard_expired(self, now_ms: int, limit: int | None = None) -> int:
+        """Remove expired items at the head, at most ``max_expire_sweep`` (§5.6)."""
+        if limit is None:
+            limit = self.config.max_expire_sweep
+        max_age_ms = None if self.config.max_age is None else int(self.config.max_age * 1000)
+        count = 0
+        items = self.items
+        while items and count < limit:
+            head = items[0]
+            expiry = head.expiry
+            if max_age_ms is not None:
+                age_cap = head.add_time + max_age_ms
+                expiry = age_cap if expiry == 0 else min(expiry, age_cap)
+            if expiry == 0 or expiry >= now_ms:
+                break
+            self._pop_head()
+            self.journal.remove()
+            self.expired_items += 1
+            count += 1
+            if self.config.expire_to_queue:
+                self.expired_out.append(head)
+        return count
+
+    # -- state ----------------------------------------------------------------------------
+
+    def stats(self, now_ms: int, waiters: int) -> list[tuple[str, object]]:
+        """The per-queue stats of §7.3, in Kestrel's order (without ``children``)."""
+        age = 0 if self.bytes == 0 else now_ms - self.last_removed_add_time
+        values = (
+            len(self.items),
+            self.bytes,
+            self.total_items,
+            self.journal.size(),
+            self.expired_items,
+            len(self.items),
+            self.bytes,
+            age,
+            self.discarded,
+            waiters,
+            len(self.open_reads),
+            self.transactions,
+            self.canceled_transactions,
+            self.total_flushes,
+            getattr(self.journal, "rewrites", 0),
+            getattr(self.journal, "rotations", 0),
+        )
+        return list(zip(STAT_NAMES, values))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _pop_head(self) -> Item:
+        item = self.items.popleft()
+        self.bytes -= len(item.data)
+        return item
+
+    def _next_xid(self) -> int:
+        xid = self._xid
+        while True:
+            xid = xid + 1 if xid < 2**31 - 1 else 1
+            if xid not in self.open_reads:
+                self._xid = xid
+                return xid
+
+    def _time_out_oldest_open(self, now_ms: int) -> None:
+        if not self._open_since:
+            return
+        xid, since = next(iter(self._open_since.items()))
+        timeout_ms = int(self.config.open_transaction_timeout * 1000)  # type: ignore[operator]
+        if now_ms - since > timeout_ms:
+            self.unremove(xid)
+
+
+OnWake = Callable[[], None]

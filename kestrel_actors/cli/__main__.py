@@ -1,0 +1,3 @@
+from . import main
+
+main(prog_name="kestrel-actors")

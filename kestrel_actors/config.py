@@ -1,0 +1,73 @@
+"""Per-queue and server-wide settings, with Kestrel's defaults and snake_case names.
+
+Durations are floats in seconds (``None`` where Kestrel's default is ``None``); sizes are bytes.
+``sync_journal`` follows Kestrel's ``syncJournal``: ``None`` never fsyncs (Duration.Top),
+``0.0`` fsyncs before every reply, and a positive period fsyncs on a timer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+__all__ = ["QueueConfig", "ServerConfig", "INT_MAX", "LONG_MAX"]
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """Everything Kestrel's ``QueueBuilder`` configures for one queue (reference §5.13)."""
+
+    max_items: int = INT_MAX
+    max_size: int = LONG_MAX
+    max_item_size: int = LONG_MAX
+    max_age: float | None = None
+    default_journal_size: int = 16 * MIB
+    max_memory_size: int = 128 * MIB
+    max_journal_size: int = 1024 * MIB
+    min_journal_compact_delay: float | None = 60.0
+    discard_old_when_full: bool = False
+    keep_journal: bool = True
+    sync_journal: float | None = None
+    expire_to_queue: str | None = None
+    max_expire_sweep: int = INT_MAX
+    fanout_only: bool = False
+    max_queue_age: float | None = None
+    enable_trace: bool = False
+    disable_aggressive_rewrites: bool = False
+    open_transaction_timeout: float | None = None
+
+    def replace(self, **changes: object) -> QueueConfig:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Server-wide settings. Defaults are Kestrel's, except where a server needs a limit."""
+
+    host: str = "127.0.0.1"
+    port: int = 22133
+    text_port: int = 0
+    data_dir: str = "./data"
+    max_open_transactions: int = 1
+    max_item_bytes: int = 64 * MIB
+    max_line_bytes: int = 64 * 1024
+    monitor_max_items: int = 10_000
+    expiration_timer_frequency: float | None = 1.0
+    client_timeout: float | None = None
+    max_connections: int = 20_000
+    queue_defaults: QueueConfig = field(default_factory=QueueConfig)
+    queues: dict[str, QueueConfig] = field(default_factory=dict)
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def queue_config(self, name: str) -> QueueConfig:
+        """The effective config of queue ``name``: its own table, else its fanout master's."""
+        if name in self.queues:
+            return self.queues[name]
+        master, plus, _child = name.partition("+")
+        if plus and master in self.queues:
+            return self.queues[master]
+        return self.queue_defaults

@@ -1,0 +1,105 @@
+"""What a queue needs from its journal, and the in-memory journal for queues without one.
+
+The queue calls one method per change, in the order the changes happen (these mirror
+Kestrel's journal records, §6.3). A journal may write lazily, but must keep that order, and
+:meth:`Journal.after_durable` is how a queue holds a reply until the write that it covers is as
+durable as the queue's ``sync_journal`` policy promises.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+__all__ = ["Item", "Journal", "MemoryJournal"]
+
+
+class Item:
+    """One queued item: its bytes, when it was added, when it expires (epoch ms, 0 = never).
+
+    ``xid`` is set while the item is open (a tentative read); 0 otherwise.
+    """
+
+    __slots__ = ("data", "add_time", "expiry", "xid")
+
+    def __init__(self, data: bytes, add_time: int, expiry: int = 0, xid: int = 0) -> None:
+        self.data = data
+        self.add_time = add_time
+        self.expiry = expiry
+        self.xid = xid
+
+    def __repr__(self) -> str:
+        return f"Item({self.data[:32]!r}, add_time={self.add_time}, expiry={self.expiry}, xid={self.xid})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Item)
+            and self.data == other.data
+            and self.add_time == other.add_time
+            and self.expiry == other.expiry
+            and self.xid == other.xid
+        )
+
+
+class Journal(Protocol):
+    """The journal interface of one queue (the calls match Kestrel's records, §6.3)."""
+
+    def add(self, item: Item) -> None:
+        """An item was appended at the tail (ADDX)."""
+
+    def remove(self) -> None:
+        """The head item was removed for good (REMOVE)."""
+
+    def remove_tentative(self, xid: int) -> None:
+        """The head item was opened under ``xid`` (REMOVE_TENTATIVE_XID)."""
+
+    def unremove(self, xid: int) -> None:
+        """Open item ``xid`` went back to the head (UNREMOVE)."""
+
+    def confirm_remove(self, xid: int) -> None:
+        """Open item ``xid`` was confirmed (CONFIRM_REMOVE)."""
+
+    def after_durable(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once every change so far is as durable as the policy promises.
+
+        It may be called at once (no fsync policy, or nothing pending) or later, on the hub.
+        """
+
+    def size(self) -> int:
+        """Bytes in the current journal file (the ``logsize`` stat)."""
+
+    def close(self) -> None:
+        """Flush and close; the journal is not used again."""
+
+    def erase(self) -> None:
+        """Close and delete every file of this journal (the queue was deleted)."""
+
+
+class MemoryJournal:
+    """The journal of a queue that keeps nothing on disk (``keep_journal = false``)."""
+
+    def add(self, item: Item) -> None:
+        pass
+
+    def remove(self) -> None:
+        pass
+
+    def remove_tentative(self, xid: int) -> None:
+        pass
+
+    def unremove(self, xid: int) -> None:
+        pass
+
+    def confirm_remove(self, xid: int) -> None:
+        pass
+
+    def after_durable(self, callback: Callable[[], None]) -> None:
+        callback()
+
+    def size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+    def erase(self) -> None:
+        pass

@@ -1,0 +1,273 @@
+"""Kestrel's memcache text protocol, sans I/O: bytes in, commands out; replies to bytes.
+
+Framing follows naggati's ``MemcacheCodec`` (reference §2.1): a request line ends at ``\\n``
+(a ``\\r`` before it is dropped), is decoded ISO-8859-1 and split on single spaces; a storage
+command is followed by a data block of the declared length plus two bytes that are skipped
+unchecked. Two limits Kestrel lacks guard the server: a line longer than ``max_line_bytes`` or
+a declared length over ``max_item_bytes`` gets ``CLIENT_ERROR`` and a close, before anything of
+that size is buffered.
+
+Errors are commands too (:class:`Bad`), emitted in stream order, so replies to the requests
+before a bad one still go out before the connection closes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._commands import (
+    Bad,
+    Confirm,
+    Delete,
+    DumpConfig,
+    DumpStats,
+    Flush,
+    FlushAll,
+    FlushAllExpired,
+    FlushExpired,
+    Get,
+    Monitor,
+    Quit,
+    Reload,
+    Set,
+    Shutdown,
+    Stats,
+    Status,
+    Version,
+)
+
+__all__ = [
+    "CLIENT_ERROR",
+    "DELETED",
+    "DROP",
+    "END",
+    "ERROR",
+    "MemcacheDecoder",
+    "NOT_STORED",
+    "SERVER_ERROR",
+    "STORED",
+    "parse_get_key",
+    "parse_request_line",
+    "stats_reply",
+    "value_reply",
+]
+
+END = b"END\r\n"
+STORED = b"STORED\r\n"
+NOT_STORED = b"NOT_STORED\r\n"
+DELETED = b"DELETED\r\n"
+ERROR = b"ERROR\r\n"
+CLIENT_ERROR = b"CLIENT_ERROR\r\n"
+SERVER_ERROR = b"SERVER_ERROR\r\n"
+
+CLIENT_ERROR_OPEN = Bad(CLIENT_ERROR, close=False)
+CLIENT_ERROR_CLOSE = Bad(CLIENT_ERROR, close=True)
+DROP = Bad(None, close=True)
+"""Kestrel closes the connection without a reply (an uncaught exception in the handler)."""
+
+_INT = re.compile(rb"[+-]?[0-9]+\Z")
+_INT_STR = re.compile(r"[+-]?[0-9]+\Z")
+_STORAGE = frozenset((b"set", b"add", b"replace", b"append", b"prepend", b"cas"))
+STATUS_NAMES = frozenset(("up", "readonly", "writeavoid", "quiescent"))
+
+
+def _int32(token: bytes) -> int | None:
+    """Java's ``Integer.parseInt``: an optional sign and digits, within 32 bits, else None."""
+    if not _INT.match(token):
+        return None
+    value = int(token)
+    return value if -(2**31) <= value < 2**31 else None
+
+
+def _int32_str(token: str) -> int | None:
+    if not _INT_STR.match(token):
+        return None
+    value = int(token)
+    return value if -(2**31) <= value < 2**31 else None
+
+
+def parse_get_key(key: str) -> Get | Bad:
+    """Split ``q/opt/opt`` into a :class:`Get` (reference §2.5), or the error it earns."""
+    timeout_ms = None
+    is_open = is_close = is_abort = is_peek = False
+    if "/" in key:
+        segments = key.split("/")
+        name = segments[0]
+        for option in segments[1:]:
+            if option.startswith("t="):
+                timeout_ms = _int32_str(option[2:])
+                if timeout_ms is None:
+                    return DROP
+            elif option == "open":
+                is_open = True
+            elif option == "close":
+                is_close = True
+            elif option == "abort":
+                is_abort = True
+            elif option == "peek":
+                is_peek = True
+    else:
+        name = key
+    if (
+        not name
+        or ((is_peek or is_abort) and (is_open or is_close))
+        or (is_peek and is_abort)
+    ):
+        return CLIENT_ERROR_CLOSE
+    if timeout_ms is not None and timeout_ms <= 0:
+        timeout_ms = None
+    return Get(name, timeout_ms, is_open, is_close, is_abort, is_peek)
+
+
+def parse_request_line(tokens: list[bytes]) -> object:
+    """Turn the tokens of a non-storage request line into a command (reference §2.3)."""
+    command = tokens[0].lower()
+    argc = len(tokens)
+    if command == b"get" or command == b"gets":
+        if argc < 2:
+            return CLIENT_ERROR_OPEN
+        return parse_get_key(tokens[1].decode("latin-1"))
+    if command == b"delete" or command == b"flush":
+        if argc < 2:
+            return CLIENT_ERROR_OPEN
+        name = tokens[1].decode("latin-1")
+        return Delete(name) if command == b"delete" else Flush(name)
+    if command == b"monitor":
+        if argc < 2:
+            return CLIENT_ERROR_OPEN
+        seconds = _int32(tokens[2]) if argc > 2 else None
+        max_items = _int32(tokens[3]) if argc > 3 else None
+        if seconds is None or (argc > 3 and max_items is None):
+            return DROP
+        return Monitor(tokens[1].decode("latin-1"), seconds, max_items)
+    if command == b"confirm":
+        if argc < 3:
+            return CLIENT_ERROR_OPEN
+        count = _int32(tokens[2])
+        if count is None:
+            return DROP
+        return Confirm(tokens[1].decode("latin-1"), count)
+    if command == b"stats":
+        return Stats()
+    if command == b"dump_stats":
+        return DumpStats(tuple(token.decode("latin-1") for token in tokens[1:]))
+    if command == b"version":
+        return Version()
+    if command == b"flush_all":
+        return FlushAll()
+    if command == b"flush_expired":
+        if argc < 2:
+            return DROP
+        return FlushExpired(tokens[1].decode("latin-1"))
+    if command == b"flush_all_expired":
+        return FlushAllExpired()
+    if command == b"status":
+        if argc < 2:
+            return Status(None)
+        name = tokens[1].decode("latin-1").lower()
+        return Status(name) if name in STATUS_NAMES else CLIENT_ERROR_CLOSE
+    if command == b"shutdown":
+        return Shutdown()
+    if command == b"reload":
+        return Reload()
+    if command == b"dump_config":
+        return DumpConfig()
+    if command == b"quit":
+        return Quit()
+    return CLIENT_ERROR_CLOSE
+
+
+def _finish_storage(tokens: list[bytes], data: bytes) -> object:
+    """The command for a storage line whose data block has arrived (reference §2.4)."""
+    if tokens[0].lower() != b"set":
+        return CLIENT_ERROR_CLOSE
+    exptime = _int32(tokens[3])
+    if exptime is None:
+        return DROP
+    if _int32(tokens[2]) is None:
+        return CLIENT_ERROR_OPEN
+    return Set(tokens[1].decode("latin-1"), exptime, data)
+
+
+class MemcacheDecoder:
+    """Incremental decoder: :meth:`feed` takes bytes and returns the complete commands.
+
+    After a command that closes the connection (a :class:`Bad` with ``close``), the decoder
+    is spent: :attr:`closed` is true and later input is ignored.
+    """
+
+    __slots__ = ("_buffer", "_storage", "closed", "max_item_bytes", "max_line_bytes")
+
+    def __init__(self, max_line_bytes: int = 64 * 1024, max_item_bytes: int = 64 * 1024 * 1024):
+        self.max_line_bytes = max_line_bytes
+        self.max_item_bytes = max_item_bytes
+        self._buffer = bytearray()
+        self._storage: tuple[list[bytes], int] | None = None
+        self.closed = False
+
+    def feed(self, data: bytes) -> list[object]:
+        if self.closed:
+            return []
+        buffer = self._buffer
+        buffer += data
+        commands: list[object] = []
+        pos = 0
+        size = len(buffer)
+        while True:
+            if self._storage is not None:
+                tokens, count = self._storage
+                if size - pos < count + 2:
+                    break
+                commands.append(_finish_storage(tokens, bytes(buffer[pos : pos + count])))
+                pos += count + 2
+                self._storage = None
+                continue
+            eol = buffer.find(b"\n", pos)
+            if eol < 0:
+                if size - pos > self.max_line_bytes:
+                    commands.append(CLIENT_ERROR_CLOSE)
+                break
+            end = eol - 1 if eol > pos and buffer[eol - 1] == 13 else eol
+            if end - pos > self.max_line_bytes:
+                commands.append(CLIENT_ERROR_CLOSE)
+                break
+            tokens = bytes(buffer[pos:end]).split(b" ")
+            pos = eol + 1
+            while len(tokens) > 1 and not tokens[-1]:
+                tokens.pop()
+            if tokens[0].lower() in _STORAGE:
+                if len(tokens) < 5:
+                    commands.append(DROP)
+                    break
+                count = _int32(tokens[4])
+                if count is None or count < 0:
+                    commands.append(DROP)
+                    break
+                if count > self.max_item_bytes:
+                    commands.append(CLIENT_ERROR_CLOSE)
+                    break
+                self._storage = (tokens, count)
+                continue
+            command = parse_request_line(tokens)
+            commands.append(command)
+            if type(command) is Bad and command.close:
+                break
+        if commands and type(commands[-1]) is Bad and commands[-1].close:
+            self.closed = True
+            buffer.clear()
+        else:
+            del buffer[:pos]
+        return commands
+
+
+def value_reply(queue: str, data: bytes) -> bytes:
+    """``VALUE <queue> 0 <len>`` + data + ``END``: a hit on a GET or one monitor item."""
+    return b"".join(
+        (b"VALUE ", queue.encode("latin-1"), b" 0 ", b"%d" % len(data), b"\r\n", data, b"\r\nEND\r\n")
+    )
+
+
+def stats_reply(lines: list[tuple[str, object]]) -> bytes:
+    """``STAT <name> <value>`` lines joined by CRLF, then ``END``."""
+    body = "".join(f"STAT {name} {value}\r\n" for name, value in lines)
+    return body.encode("latin-1") + END

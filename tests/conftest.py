@@ -1,0 +1,36 @@
+"""Shared fixtures: real server processes on loopback with data in a temp dir."""
+
+from __future__ import annotations
+
+import pytest
+
+from ._server import ServerProcess
+
+
+@pytest.fixture
+def make_server(tmp_path):
+    """Factory: ``make_server(*serve_args)`` starts a server; all are stopped at teardown."""
+    servers: list[ServerProcess] = []
+
+    def start(*args: str, data_dir=None) -> ServerProcess:
+        server = ServerProcess(data_dir or tmp_path / f"data{len(servers)}", args)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory):
+    """One server for a whole test module (tests must use distinct queue names)."""
+    server = ServerProcess(tmp_path_factory.mktemp("module") / "data").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def server(make_server):
+    """A fresh server for one test."""
+    return make_server()
