@@ -1,9 +1,7 @@
 """The server: gevent listeners, one reader greenlet and one connection actor per client.
 
-The reader greenlet is the only code that touches a client socket for input: it feeds bytes
-to the protocol decoder and hands the commands to the connection actor, pausing when the
-actor falls behind (so a client pipelining without reading replies cannot fill our memory).
-Everything else happens in actors.
+A client socket is read by a hub I/O watcher (``_transport``) that feeds the protocol decoder
+and hands the commands to the connection actor; everything else happens in actors.
 """
 
 from __future__ import annotations
@@ -24,15 +22,12 @@ from . import __version__
 from .actors import ConnectionActor, Disconnected, QueueCollection, Received, ReplyFuture, ServerStats, Session
 from .actors._collection import ForAll, Load, QueueOpener, memory_opener
 from .config import ServerConfig
+from ._transport import SocketTransport
 from .protocol import END, MemcacheDecoder
 
 __all__ = ["Server", "StartupError"]
 
 log = structlog.get_logger("kestrel_actors.server")
-
-READ_SIZE = 256 * 1024
-BACKLOG_COMMANDS = 4096
-"""Commands a reader hands over before it waits for its connection actor to catch up."""
 
 
 class StartupError(Exception):
@@ -132,7 +127,7 @@ class Server:
         self._serve(sock, address, MemcacheDecoder(self.config.max_line_bytes, self.config.max_item_bytes))
 
     def _serve(self, sock: Any, address: Any, decoder: Any) -> None:
-        """The reader greenlet of one connection."""
+        """Accept one client: a session, a connection actor, and a transport feeding it."""
         stats = self.stats
         if stats.curr_connections >= self.config.max_connections:
             log.warning("connection refused: too many connections", peer=_peer(address))
@@ -141,39 +136,35 @@ class Server:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self._next_session += 1
-        gate = gevent.event.Event()
-        gate.set()
-        session = Session(self._next_session, _peer(address), gate)
+        session = Session(self._next_session, _peer(address))
         stats.curr_connections += 1
         stats.total_connections += 1
-        connection = ConnectionActor.start(self, sock, session)
-        handed = 0
-        try:
-            while True:
-                data = sock.recv(READ_SIZE)
-                if not data:
-                    break
-                stats.bytes_read += len(data)
-                commands = decoder.feed(data)
-                if commands:
-                    connection.tell(Received(commands))
-                    handed += len(commands)
-                if decoder.closed:
-                    return  # the actor replies, then closes the socket itself
-                if handed > BACKLOG_COMMANDS:
-                    gate.clear()
-                    gate.wait()
-                    handed = 0
-        except (OSError, ActorDeadError):
-            pass
-        session.closed = True
-        try:
-            connection.tell(Disconnected())
-        except ActorDeadError:
-            pass
+        holder: list[Any] = []
+
+        def on_commands(commands: list[Any]) -> None:
+            try:
+                holder[0].tell(Received(commands))
+            except ActorDeadError:
+                pass
+
+        def on_eof() -> None:
+            session.closed = True  # at once: a queue must not hand this client an item now
+            try:
+                holder[0].tell(Disconnected())
+            except ActorDeadError:
+                pass
+
+        def on_bytes(count: int) -> None:
+            stats.bytes_read += count
+
+        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes)
+        session.reader_gate = transport
+        holder.append(ConnectionActor.start(self, transport, session))
+        transport.start()
+        transport.done.wait()  # gevent's StreamServer closes the socket when we return
 
     def reader_may_continue(self, session: Session) -> None:
-        session.reader_gate.set()
+        session.reader_gate.resume()
 
     def connection_closed(self, connection: ConnectionActor) -> None:
         self.stats.curr_connections -= 1

@@ -27,6 +27,10 @@ from pykka import ActorDeadError, Timeout, messages
 
 __all__ = ["GeventActor", "GeventFuture", "ReplyFuture"]
 
+_PYKKA_MESSAGES = frozenset(
+    (messages._ActorStop, messages.ProxyCall, messages.ProxyGetAttr, messages.ProxySetAttr)  # noqa: SLF001
+)
+
 T = TypeVar("T")
 
 
@@ -104,6 +108,13 @@ class GeventActor(pykka.Actor):
 
     def _start_actor_loop(self) -> None:
         gevent.spawn(self._actor_loop)
+
+    def _handle_receive(self, message: Any) -> Any:
+        # pykka tests each message against its four control types in turn; our own messages
+        # are none of them, and one set lookup keeps that off the per-request path.
+        if type(message) in _PYKKA_MESSAGES:
+            return super()._handle_receive(message)
+        return self.on_receive(message)
 
     def _actor_loop_teardown(self) -> None:
         while not self.actor_inbox.empty():
