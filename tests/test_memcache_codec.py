@@ -1,0 +1,179 @@
+"""The sans-I/O memcache codec: framing, limits and every command's parse (reference §2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kestrel_actors import protocol as p
+from kestrel_actors.protocol import MemcacheDecoder, parse_get_key, value_reply
+
+DROP = p.Bad(None, close=True)
+CLIENT_ERROR_CLOSE = p.Bad(p.CLIENT_ERROR, close=True)
+CLIENT_ERROR_OPEN = p.Bad(p.CLIENT_ERROR, close=False)
+
+
+def decode(data: bytes, **limits) -> list[object]:
+    return MemcacheDecoder(**limits).feed(data)
+
+
+def test_set_with_crlf_and_bare_lf_and_unchecked_terminator():
+    assert decode(b"set q 0 0 5\r\nhello\r\n") == [p.Set("q", 0, b"hello")]
+    assert decode(b"set q 0 0 5\nhello\r\n") == [p.Set("q", 0, b"hello")]
+    assert decode(b"set q 0 0 5\r\nhello!!") == [p.Set("q", 0, b"hello")]
+
+
+def test_binary_data_block_may_hold_crlf_and_nul():
+    data = b"a\r\nb\x00c\r\n"
+    assert decode(b"set q 7 0 %d\r\n%s\r\n" % (len(data), data)) == [p.Set("q", 0, data)]
+
+
+def test_input_split_at_every_byte_gives_the_same_commands():
+    stream = b"set q 0 0 5\r\nhello\r\nget q/t=10/open\r\nstats\r\n"
+    expected = decode(stream)
+    for cut in range(len(stream)):
+        decoder = MemcacheDecoder()
+        assert decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) == expected
+
+
+def test_pipelined_requests_come_out_in_order():
+    commands = decode(b"set a 0 0 1\r\nx\r\nget a\r\nversion\r\ndelete a\r\n")
+    assert [type(c) for c in commands] == [p.Set, p.Get, p.Version, p.Delete]
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("q", p.Get("q")),
+        ("q/t=500", p.Get("q", timeout_ms=500)),
+        ("q/open/t=5", p.Get("q", 5, open=True)),
+        ("q/close/open", p.Get("q", open=True, close=True)),
+        ("q/open/close", p.Get("q", open=True, close=True)),
+        ("q/peek", p.Get("q", peek=True)),
+        ("q/abort", p.Get("q", abort=True)),
+        ("q/t=0", p.Get("q")),
+        ("q/t=-5", p.Get("q")),
+        ("q/t=1/t=2", p.Get("q", 2)),
+        ("q/foo//OPEN", p.Get("q")),
+        ("q/", p.Get("q")),
+        ("q/open/open", p.Get("q", open=True)),
+    ],
+)
+def test_get_options(key, expected):
+    assert parse_get_key(key) == expected
+
+
+@pytest.mark.parametrize(
+    "key", ["/open", "", "q/open/peek", "q/close/peek", "q/open/abort", "q/close/abort", "q/peek/abort"]
+)
+def test_illegal_get_keys_get_client_error_and_close(key):
+    assert parse_get_key(key) == CLIENT_ERROR_CLOSE
+
+
+@pytest.mark.parametrize("key", ["q/t=", "q/t=x", "q/t=1.5", "q/t=99999999999"])
+def test_bad_timeout_drops_the_connection(key):
+    assert parse_get_key(key) == DROP
+
+
+def test_get_uses_only_the_first_key_and_two_spaces_mean_an_empty_key():
+    assert decode(b"get a b\r\n") == [p.Get("a")]
+    assert decode(b"gets a\r\n") == [p.Get("a")]
+    assert decode(b"get  q\r\n") == [CLIENT_ERROR_CLOSE]
+    assert decode(b"get\r\n") == [CLIENT_ERROR_OPEN]
+    assert decode(b"GET q   \r\n") == [p.Get("q")]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (b"set q 0 0\r\n", DROP),
+        (b"set q 0 0 x\r\n", DROP),
+        (b"set q 0 0 -1\r\n", DROP),
+        (b"set q 0 x 1\r\nz\r\n", DROP),
+        (b"set q x 0 1\r\nz\r\n", CLIENT_ERROR_OPEN),
+        (b"set q 4294967296 0 1\r\nz\r\n", CLIENT_ERROR_OPEN),
+        (b"add q 0 0 1\r\nz\r\n", CLIENT_ERROR_CLOSE),
+        (b"cas q 0 0 1 5\r\nz\r\n", CLIENT_ERROR_CLOSE),
+        (b"incr q 1\r\n", CLIENT_ERROR_CLOSE),
+        (b"\r\n", CLIENT_ERROR_CLOSE),
+        (b" get q\r\n", CLIENT_ERROR_CLOSE),
+        (b"set q 0 0 5 noreply\r\nhello\r\n", p.Set("q", 0, b"hello")),
+        (b"set q 0 -1 0\r\n\r\n", p.Set("q", -1, b"")),
+    ],
+)
+def test_storage_lines(line, expected):
+    assert decode(line) == [expected]
+
+
+def test_flags_error_keeps_the_stream_in_sync():
+    commands = decode(b"set q x 0 1\r\nz\r\nget q\r\n")
+    assert commands == [CLIENT_ERROR_OPEN, p.Get("q")]
+
+
+def test_a_closing_error_ends_the_stream_and_later_bytes_are_ignored():
+    decoder = MemcacheDecoder()
+    assert decoder.feed(b"version\r\nincr q\r\nversion\r\n") == [p.Version(), CLIENT_ERROR_CLOSE]
+    assert decoder.closed
+    assert decoder.feed(b"version\r\n") == []
+
+
+def test_declared_length_over_the_cap_is_refused_before_any_data_arrives():
+    decoder = MemcacheDecoder(max_item_bytes=1024)
+    assert decoder.feed(b"set q 0 0 1025\r\n") == [CLIENT_ERROR_CLOSE]
+    assert decode(b"set q 0 0 2000000000\r\n") == [CLIENT_ERROR_CLOSE]
+
+
+def test_overlong_line_is_refused_without_waiting_for_its_end():
+    decoder = MemcacheDecoder(max_line_bytes=100)
+    assert decoder.feed(b"get " + b"q" * 50) == []
+    assert decoder.feed(b"q" * 60) == [CLIENT_ERROR_CLOSE]
+    assert decode(b"get " + b"q" * 200 + b"\r\n", max_line_bytes=100) == [CLIENT_ERROR_CLOSE]
+
+
+def test_a_short_data_block_waits_for_more():
+    decoder = MemcacheDecoder()
+    assert decoder.feed(b"set q 0 0 10\r\nabc") == []
+    assert decoder.feed(b"defghij\r\n") == [p.Set("q", 0, b"abcdefghij")]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (b"monitor q 5 10", p.Monitor("q", 5, 10)),
+        (b"monitor q 5", p.Monitor("q", 5, None)),
+        (b"monitor q", DROP),
+        (b"monitor", CLIENT_ERROR_OPEN),
+        (b"monitor q x", DROP),
+        (b"confirm q 3", p.Confirm("q", 3)),
+        (b"confirm q", CLIENT_ERROR_OPEN),
+        (b"confirm q x", DROP),
+        (b"delete q", p.Delete("q")),
+        (b"delete", CLIENT_ERROR_OPEN),
+        (b"flush q", p.Flush("q")),
+        (b"flush", CLIENT_ERROR_OPEN),
+        (b"flush_all", p.FlushAll()),
+        (b"flush_expired q", p.FlushExpired("q")),
+        (b"flush_expired", DROP),
+        (b"flush_all_expired", p.FlushAllExpired()),
+        (b"stats extra", p.Stats()),
+        (b"dump_stats a b", p.DumpStats(("a", "b"))),
+        (b"version", p.Version()),
+        (b"shutdown", p.Shutdown()),
+        (b"reload", p.Reload()),
+        (b"quit", p.Quit()),
+        (b"status", p.Status(None)),
+        (b"status ReadOnly", p.Status("readonly")),
+        (b"status down", CLIENT_ERROR_CLOSE),
+        (b"status bogus", CLIENT_ERROR_CLOSE),
+    ],
+)
+def test_other_commands(line, expected):
+    assert decode(line + b"\r\n") == [expected]
+
+
+def test_names_keep_their_case_and_latin1_bytes():
+    assert decode(b"get Q\xe9\r\n") == [p.Get("Q\xe9")]
+
+
+def test_value_reply_bytes():
+    assert value_reply("work", b"hello") == b"VALUE work 0 5\r\nhello\r\nEND\r\n"
+    assert value_reply("q", b"") == b"VALUE q 0 0\r\n\r\nEND\r\n"
