@@ -59,9 +59,21 @@ class ServerConfig:
     expiration_timer_frequency: float | None = 1.0
     client_timeout: float | None = None
     max_connections: int = 20_000
+    connection_limit_refuse_writes: int | None = None
+    connection_limit_refuse_reads: int | None = None
+    status_file: str | None = None
+    """``None``: ``<data_dir>/.kestrel/status`` (Kestrel's shared ``/tmp`` file would let two
+    servers on one machine read each other's status)."""
+    default_status: str = "Up"
+    status_change_grace_period: float = 0.0
+    config_file: str | None = None
+    """The TOML file this config came from, re-read by ``reload``."""
     queue_defaults: QueueConfig = field(default_factory=QueueConfig)
     queues: dict[str, QueueConfig] = field(default_factory=dict)
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def replace(self, **changes: object) -> ServerConfig:
+        return dataclasses.replace(self, **changes)
 
     def queue_config(self, name: str) -> QueueConfig:
         """The effective config of queue ``name``: its own table, else its fanout master's."""

@@ -1,0 +1,215 @@
+"""Parsers for the values of a config file: durations, sizes, counts, names.
+
+Each parser takes the value ``tomllib`` produced and returns the typed setting, or raises
+:class:`BadValue` with a message that says what was expected. The config loader adds the file,
+line and key. Sizes use Kestrel's binary units: ``MB`` and ``MiB`` are both 1024², as in
+Kestrel's ``16.megabytes``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from .config import INT_MAX, LONG_MAX
+
+__all__ = [
+    "BadValue",
+    "Parser",
+    "boolean",
+    "check_queue_name",
+    "count",
+    "duration",
+    "limit",
+    "optional_count",
+    "optional_duration",
+    "optional_queue_name",
+    "port",
+    "positive_size",
+    "queue_name",
+    "size",
+    "status_name",
+    "sync_journal",
+    "text",
+]
+
+Parser = Callable[[Any], Any]
+
+
+class BadValue(ValueError):
+    """A value of the wrong type or out of range; the message says what was expected."""
+
+
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h|d)\s*\Z", re.IGNORECASE)
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?:([kmgt])(?:i?b)?|b)?\s*\Z", re.IGNORECASE)
+_SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_DURATION_HINT = 'a duration: seconds as a number, or a string like "100ms", "30s", "5m", "1h"'
+_SIZE_HINT = 'a size: bytes as an integer, or a string like "512KiB", "16MiB", "1GB"'
+_ILLEGAL_NAME = re.compile(r"[./~]")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    return f"{value!r} ({type(value).__name__})"
+
+
+def duration(value: Any) -> float:
+    """Seconds, from a non-negative number or a string with a unit (ms, s, m, h, d)."""
+    if _is_number(value):
+        if value < 0 or value != value:
+            raise BadValue(f"expected {_DURATION_HINT}, not a negative number")
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+    raise BadValue(f"expected {_DURATION_HINT}; got {_describe(value)}")
+
+
+def optional_duration(zero_is_none: bool = False) -> Parser:
+    """A duration, or ``"none"`` for Kestrel's ``None``; with ``zero_is_none``, 0 is none too."""
+
+    def parse(value: Any) -> float | None:
+        if isinstance(value, str) and value.strip().lower() == "none":
+            return None
+        try:
+            seconds = duration(value)
+        except BadValue:
+            raise BadValue(f'expected "none" or {_DURATION_HINT}; got {_describe(value)}') from None
+        return None if zero_is_none and seconds == 0 else seconds
+
+    return parse
+
+
+def sync_journal(value: Any) -> float | None:
+    """``"never"`` (no fsync: ``None``), ``"always"`` (fsync each write: 0) or a period."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word == "never":
+            return None
+        if word == "always":
+            return 0.0
+    try:
+        return duration(value)
+    except BadValue:
+        raise BadValue(f'expected "never", "always" or {_DURATION_HINT}; got {_describe(value)}') from None
+
+
+def size(value: Any, maximum: int = LONG_MAX) -> int:
+    """Bytes, from a non-negative integer or a string with a binary unit (K, M, G, T)."""
+    result: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        result = value
+    elif isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            unit = match.group(2)
+            result = int(float(match.group(1)) * (_SIZE_UNITS[unit.lower()] if unit else 1))
+    if result is None:
+        raise BadValue(f"expected {_SIZE_HINT}; got {_describe(value)}")
+    if not 0 <= result <= maximum:
+        raise BadValue(f"expected {_SIZE_HINT} between 0 and {maximum}; got {_describe(value)}")
+    return result
+
+
+def positive_size(value: Any) -> int:
+    """A size of at least one byte."""
+    result = size(value)
+    if result < 1:
+        raise BadValue(f"expected {_SIZE_HINT} of at least 1 byte; got {_describe(value)}")
+    return result
+
+
+def limit(kind: str) -> Parser:
+    """A queue limit: a size (``kind="size"``) or a 32-bit count (``kind="count"``), or
+    ``"unlimited"`` for Kestrel's default (``Long.MaxValue`` / ``Int.MaxValue``)."""
+    maximum = LONG_MAX if kind == "size" else INT_MAX
+
+    def parse(value: Any) -> int:
+        if isinstance(value, str) and value.strip().lower() == "unlimited":
+            return maximum
+        if kind == "size":
+            return size(value, maximum)
+        return count(0, maximum)(value)
+
+    return parse
+
+
+def count(minimum: int = 0, maximum: int = INT_MAX) -> Parser:
+    """An integer in ``[minimum, maximum]``."""
+
+    def parse(value: Any) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BadValue(f"expected an integer; got {_describe(value)}")
+        if not minimum <= value <= maximum:
+            raise BadValue(f"expected an integer between {minimum} and {maximum}; got {value}")
+        return value
+
+    return parse
+
+
+def optional_count(minimum: int = 0) -> Parser:
+    """An integer, or ``"none"`` for no limit."""
+    inner = count(minimum)
+
+    def parse(value: Any) -> int | None:
+        if isinstance(value, str) and value.strip().lower() == "none":
+            return None
+        try:
+            return inner(value)
+        except BadValue as exc:
+            raise BadValue(f'{exc} (or "none")') from None
+
+    return parse
+
+
+def port(value: Any) -> int:
+    return count(0, 65535)(value)
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise BadValue(f"expected true or false; got {_describe(value)}")
+    return value
+
+
+def text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise BadValue(f"expected a non-empty string; got {_describe(value)}")
+    return value
+
+
+def queue_name(value: Any) -> str:
+    """A legal queue name: non-empty, without ``.``, ``/`` or ``~`` (reference §5.2)."""
+    if not isinstance(value, str):
+        raise BadValue(f"expected a queue name (a string); got {_describe(value)}")
+    check_queue_name(value)
+    return value
+
+
+def check_queue_name(name: str) -> None:
+    if not name:
+        raise BadValue("a queue name cannot be empty")
+    if _ILLEGAL_NAME.search(name):
+        raise BadValue(f"queue name {name!r} contains illegal characters (one of: ~ . /)")
+
+
+def optional_queue_name(value: Any) -> str | None:
+    """A queue name, or ``""`` for none (so a table can clear an inherited ``expire_to_queue``)."""
+    if value == "":
+        return None
+    return queue_name(value)
+
+
+def status_name(value: Any) -> str:
+    """A status a server may start in: Up, ReadOnly, WriteAvoid or Quiescent (any case)."""
+    names = {"up": "Up", "readonly": "ReadOnly", "writeavoid": "WriteAvoid", "quiescent": "Quiescent"}
+    if isinstance(value, str) and value.strip().lower() in names:
+        return names[value.strip().lower()]
+    raise BadValue(f'expected one of "Up", "ReadOnly", "WriteAvoid", "Quiescent"; got {_describe(value)}')

@@ -1,0 +1,256 @@
+"""Kestrel's text protocol (port 2222), sans I/O: bytes in, commands out; replies to bytes.
+
+Framing follows Kestrel's ``TextCodec`` (reference §3): a request is a line ending at ``\\n``
+(a ``\\r`` before it is dropped), decoded ISO-8859-1 and split on single spaces, with the
+command lower-cased. A first line ending in ``:`` collects the following lines as items until
+an empty line or until ``MAX_PUT_BUFFER`` items have been read; after that many, the next line
+is taken as the terminator whatever it holds (Kestrel's quirk: the line is lost). Each item is
+its line decoded ISO-8859-1 and re-encoded UTF-8, as Kestrel does, so bytes >= 0x80 grow.
+
+Errors that need no server state are :class:`Bad` commands: most carry a ``-message`` reply
+and keep the connection open (the text protocol never closes after an error); the DROP cases
+(non-numeric ``monitor``/``confirm`` arguments, a line of only spaces, where Kestrel's codec
+throws) close without a reply.
+One limit Kestrel lacks guards the server: a line longer than ``max_line_bytes`` gets
+``-Line too long.`` and a close.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._commands import Bad
+from ._text_commands import (
+    TextConfirm,
+    TextDelete,
+    TextFlush,
+    TextGet,
+    TextMonitor,
+    TextPut,
+    TextQuit,
+    TextShutdown,
+    TextStatus,
+    TextVersion,
+)
+
+__all__ = [
+    "MAX_PUT_BUFFER",
+    "TEXT_NO_ITEM",
+    "TEXT_NOT_THAT_MANY",
+    "TEXT_OP_DELETE",
+    "TEXT_OP_FLUSH",
+    "TEXT_OP_GET_ITEM",
+    "TEXT_OP_MONITOR",
+    "TEXT_OP_SET_ITEM",
+    "TEXT_ZERO",
+    "parse_text_request",
+    "text_count",
+    "text_error",
+    "text_item",
+    "text_string",
+    "text_too_many_open",
+    "text_unavailable",
+    "TextDecoder",
+]
+
+MAX_PUT_BUFFER = 1024
+"""Most items one ``put`` collects; the line after the last is swallowed as the terminator."""
+
+# The ``<op>`` of ``-Server not available for operation <op>`` (Kestrel's method names).
+TEXT_OP_SET_ITEM = "setItem"
+TEXT_OP_GET_ITEM = "getItem"
+TEXT_OP_MONITOR = "monitorUntil"
+TEXT_OP_FLUSH = "flush"
+TEXT_OP_DELETE = "delete"
+
+TEXT_NO_ITEM = b"*\n"
+TEXT_ZERO = b"+0\n"
+
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_STATUS_NAMES = frozenset(("up", "readonly", "writeavoid", "quiescent"))
+
+
+def text_error(message: str) -> bytes:
+    """``-<message>``; like Kestrel's ``getBytes("ascii")``, other characters become ``?``."""
+    return b"-" + message.encode("ascii", "replace") + b"\n"
+
+
+def text_count(count: int) -> bytes:
+    """``+<count>``: a count or plain success."""
+    return b"+%d\n" % count
+
+
+def text_item(data: bytes | None) -> bytes:
+    """``:<data>`` for an item (raw bytes), ``*`` for none."""
+    if data is None:
+        return TEXT_NO_ITEM
+    return b":" + data + b"\n"
+
+
+def text_string(value: str) -> bytes:
+    """``:<value>`` for a string reply: ``version``, and ``status`` (pass it upper-cased)."""
+    return b":" + value.encode("ascii", "replace") + b"\n"
+
+
+def text_unavailable(op: str) -> bytes:
+    """The reply when the server status (or a connection limit) blocks ``op``; stays open."""
+    return text_error(f"Server not available for operation {op}")
+
+
+def text_too_many_open(limit: int) -> bytes:
+    """The reply of ``get`` when the open limit is reached (only possible with a limit of 0)."""
+    return text_error(f"Too many open transactions; limit={limit}")
+
+
+TEXT_NOT_THAT_MANY = text_error("Not that many transactions open.")
+
+_QUEUE_REQUIRED = Bad(text_error("Queue name required."), close=False)
+_BAD_EXPIRY = Bad(text_error("Error parsing expiration time."), close=False)
+_BAD_TIMEOUT = Bad(text_error("Error parsing timeout."), close=False)
+_MONITOR_ARGS = Bad(text_error("Queue name & timeout required."), close=False)
+_CONFIRM_ARGS = Bad(text_error("Queue name & count required."), close=False)
+_UNKNOWN_STATUS = Bad(text_error("Unknown status."), close=False)
+_FORBIDDEN_STATUS = Bad(text_error("Status forbidden."), close=False)
+_DROP = Bad(None, close=True)
+_TOO_LONG = Bad(text_error("Line too long."), close=True)
+
+
+def _int32(token: str) -> int | None:
+    """Java's ``Integer.parseInt``: an optional sign and digits, within 32 bits, else None."""
+    if not _INT.match(token):
+        return None
+    value = int(token)
+    return value if -(2**31) <= value < 2**31 else None
+
+
+def _split(line: str) -> list[str]:
+    """Java's ``line.split(" ")``: single-space separators, trailing empty tokens dropped.
+
+    An empty line gives ``[""]``; a line of spaces only gives ``[]`` (Java's quirk).
+    """
+    tokens = line.split(" ")
+    while tokens and not tokens[-1]:
+        tokens.pop()
+    if not tokens and not line:
+        return [""]
+    return tokens
+
+
+def parse_text_request(tokens: list[str], items: tuple[bytes, ...] = ()) -> object:
+    """Turn a tokenized text request (and the items of a ``:`` block) into a command."""
+    if not tokens:  # Kestrel indexes an empty array: an exception, so no reply and a close
+        return _DROP
+    command = tokens[0].lower()
+    args = tokens[1:]
+    argc = len(args)
+    if command == "put":
+        if argc < 1:
+            return _QUEUE_REQUIRED
+        expiry = None
+        if argc > 1:
+            expiry = _int32(args[1])
+            if expiry is None:
+                return _BAD_EXPIRY
+        return TextPut(args[0], expiry, items)
+    if command == "get" or command == "peek":
+        if argc < 1:
+            return _QUEUE_REQUIRED
+        timeout = None
+        if argc > 1:
+            timeout = _int32(args[1])
+            if timeout is None:
+                return _BAD_TIMEOUT
+            if timeout <= 0:
+                timeout = None
+        return TextGet(args[0], timeout, peek=command == "peek")
+    if command == "monitor":
+        if argc < 2:
+            return _MONITOR_ARGS
+        timeout = _int32(args[1])
+        return _DROP if timeout is None else TextMonitor(args[0], timeout)
+    if command == "confirm":
+        if argc < 2:
+            return _CONFIRM_ARGS
+        count = _int32(args[1])
+        return _DROP if count is None else TextConfirm(args[0], count)
+    if command == "flush" or command == "delete":
+        if argc < 1:
+            return _QUEUE_REQUIRED
+        return TextFlush(args[0]) if command == "flush" else TextDelete(args[0])
+    if command == "status":
+        if argc < 1:
+            return TextStatus(None)
+        name = args[0].lower()
+        if name in _STATUS_NAMES:
+            return TextStatus(name)
+        return _FORBIDDEN_STATUS if name == "down" else _UNKNOWN_STATUS
+    if command == "version":
+        return TextVersion()
+    if command == "shutdown":
+        return TextShutdown()
+    if command == "quit":
+        return TextQuit()
+    return Bad(text_error(f"Unknown command: {command}"), close=False)
+
+
+class TextDecoder:
+    """Incremental decoder: :meth:`feed` takes bytes and returns the complete commands.
+
+    After a command that closes the connection (a :class:`Bad` with ``close``), the decoder is
+    spent: :attr:`closed` is true and later input is ignored. An unfinished ``:`` block is
+    simply dropped when the connection ends.
+    """
+
+    __slots__ = ("_buffer", "_block", "closed", "max_line_bytes")
+
+    def __init__(self, max_line_bytes: int = 64 * 1024) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._buffer = bytearray()
+        self._block: tuple[list[str], list[bytes]] | None = None
+        self.closed = False
+
+    def feed(self, data: bytes) -> list[object]:
+        if self.closed:
+            return []
+        buffer = self._buffer
+        buffer += data
+        commands: list[object] = []
+        pos = 0
+        size = len(buffer)
+        limit = self.max_line_bytes
+        while True:
+            eol = buffer.find(b"\n", pos)
+            if eol < 0:
+                if size - pos > limit:
+                    commands.append(_TOO_LONG)
+                break
+            end = eol - 1 if eol > pos and buffer[eol - 1] == 13 else eol
+            if end - pos > limit:
+                commands.append(_TOO_LONG)
+                break
+            line = bytes(buffer[pos:end])
+            pos = eol + 1
+            block = self._block
+            if block is not None:
+                tokens, items = block
+                if not line or len(items) >= MAX_PUT_BUFFER:
+                    self._block = None
+                    commands.append(parse_text_request(tokens, tuple(items)))
+                else:
+                    items.append(line.decode("latin-1").encode("utf-8"))
+                continue
+            text = line.decode("latin-1")
+            if text.endswith(":"):
+                self._block = (_split(text[:-1]), [])
+                continue
+            command = parse_text_request(_split(text))
+            commands.append(command)
+            if type(command) is Bad and command.close:
+                break
+        if commands and type(commands[-1]) is Bad and commands[-1].close:
+            self.closed = True
+            self._block = None
+            buffer.clear()
+        else:
+            del buffer[:pos]
+        return commands
