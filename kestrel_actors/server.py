@@ -22,6 +22,7 @@ from . import __version__
 from .actors import ConnectionActor, Disconnected, QueueCollection, Received, ReplyFuture, ServerStats, Session
 from .actors._collection import ForAll, Load, QueueOpener, memory_opener
 from .config import ServerConfig
+from .status import ServerStatus, session_refusals
 from ._transport import SocketTransport
 from .protocol import END, MemcacheDecoder
 
@@ -39,16 +40,22 @@ class Server:
 
     version = __version__
 
-    def __init__(self, config: ServerConfig, opener: QueueOpener | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        opener: QueueOpener | None = None,
+        discover: Callable[[], list[str]] | None = None,
+    ) -> None:
         self.config = config
         self.stats = ServerStats()
-        self.status = "UP"
+        self.status = ServerStatus.from_config(config)
         self._next_session = 0
         self._stopped = gevent.event.Event()
         self._listeners: list[StreamServer] = []
         self._sweeper: Any = None
         self._shutting_down = False
         self._check_data_dir()
+        self._discover = discover or list
         self.collection = QueueCollection.start(config, self.stats, opener or memory_opener)
 
     # -- life cycle -----------------------------------------------------------------------
@@ -63,10 +70,13 @@ class Server:
             raise StartupError(f"data directory {path} is not a writable directory")
 
     def load(self, names: list[str]) -> None:
-        """Create (and replay) the queues found on disk, before any client connects."""
+        """Create (and replay) the queues found on disk, then read the saved status (§7.1)."""
         self.collection.ask(Load(names))
+        self.status.load()
 
     def start(self) -> None:
+        """Replay the queues on disk, then listen (§7.1: nothing is served half-loaded)."""
+        self.load(self._discover())
         listener = self._listen(self.config.host, self.config.port, self._serve_memcache)
         self._listeners.append(listener)
         frequency = self.config.expiration_timer_frequency
@@ -139,6 +149,10 @@ class Server:
         session = Session(self._next_session, _peer(address))
         stats.curr_connections += 1
         stats.total_connections += 1
+        config = self.config
+        session.refuse_writes, session.refuse_reads = session_refusals(
+            stats.curr_connections, config.connection_limit_refuse_writes, config.connection_limit_refuse_reads
+        )
         holder: list[Any] = []
 
         def on_commands(commands: list[Any]) -> None:
@@ -169,17 +183,19 @@ class Server:
     def connection_closed(self, connection: ConnectionActor) -> None:
         self.stats.curr_connections -= 1
 
-    # -- server status (a fuller model arrives with the configuration issue) --------------
+    # -- server status (§7.2) -------------------------------------------------------------
 
     def writes_allowed(self, session: Session) -> bool:
-        return True
+        return not session.refuse_writes and not self.status.blocks_writes()
 
     def reads_allowed(self, session: Session) -> bool:
-        return True
+        return not session.refuse_reads and not self.status.blocks_reads()
 
     def status_reply(self, name: str | None) -> bytes:
+        """``status`` replies the status; ``status <name>`` changes it (or silently not)."""
         if name is None:
-            return self.status.encode() + b"\r\n"
+            return self.status.status.reply_name.encode() + b"\r\n"
+        self.status.set(name)
         return END
 
     def reload(self) -> bytes:

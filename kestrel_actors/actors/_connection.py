@@ -429,7 +429,13 @@ class ConnectionActor(GeventActor):
     def _monitor_next(self) -> None:
         name, deadline, remaining, limit = self.monitor
         opened = len(self.open_reads.get(name, ()))
-        if remaining <= 0 or opened >= limit or time.monotonic() >= deadline or self.session.closed:
+        if (
+            remaining <= 0
+            or opened >= limit
+            or time.monotonic() >= deadline
+            or self.session.closed
+            or not self.server.reads_allowed(self.session)
+        ):
             self.monitor = None
             self.out.append(p.END)
             return

@@ -47,14 +47,17 @@ class Session:
     item. Actors share it read-only but for ``closed``, which only the connection sets.
     """
 
-    __slots__ = ("closed", "id", "peer", "reader_gate")
+    __slots__ = ("closed", "id", "peer", "reader_gate", "refuse_reads", "refuse_writes")
 
     def __init__(self, session_id: int, peer: str, reader_gate: Any = None) -> None:
         self.id = session_id
         self.peer = peer
         self.closed = False
         self.reader_gate = reader_gate
-        """Set when the reader may read more (the connection has caught up)."""
+        """The transport, resumed when the connection has caught up with its input."""
+        self.refuse_reads = False
+        self.refuse_writes = False
+        """Set for the session's lifetime by ``connection_limit_refuse_*`` (reference §1)."""
 
 
 class QueueBatch:
