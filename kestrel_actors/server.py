@@ -24,7 +24,9 @@ from .actors._collection import ForAll, Load, QueueOpener, memory_opener
 from .config import ServerConfig
 from .status import ServerStatus, session_refusals
 from ._transport import SocketTransport
+from .actors._text_connection import TextConnectionActor
 from .protocol import END, MemcacheDecoder
+from .protocol._text import TextDecoder
 
 __all__ = ["Server", "StartupError"]
 
@@ -79,6 +81,10 @@ class Server:
         self.load(self._discover())
         listener = self._listen(self.config.host, self.config.port, self._serve_memcache)
         self._listeners.append(listener)
+        if self.config.text_port:
+            text = self._listen(self.config.host, self.config.text_port, self._serve_text)
+            self._listeners.append(text)
+            log.info("listening", protocol="text", host=self.config.host, port=text.server_port)
         frequency = self.config.expiration_timer_frequency
         if frequency:
             self._sweeper = gevent.spawn(self._sweep_forever, frequency)
@@ -134,9 +140,13 @@ class Server:
     # -- connections ----------------------------------------------------------------------
 
     def _serve_memcache(self, sock: Any, address: Any) -> None:
-        self._serve(sock, address, MemcacheDecoder(self.config.max_line_bytes, self.config.max_item_bytes))
+        decoder = MemcacheDecoder(self.config.max_line_bytes, self.config.max_item_bytes)
+        self._serve(sock, address, decoder, ConnectionActor)
 
-    def _serve(self, sock: Any, address: Any, decoder: Any) -> None:
+    def _serve_text(self, sock: Any, address: Any) -> None:
+        self._serve(sock, address, TextDecoder(self.config.max_line_bytes), TextConnectionActor)
+
+    def _serve(self, sock: Any, address: Any, decoder: Any, actor_class: type[ConnectionActor]) -> None:
         """Accept one client: a session, a connection actor, and a transport feeding it."""
         stats = self.stats
         if stats.curr_connections >= self.config.max_connections:
@@ -173,7 +183,7 @@ class Server:
 
         transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes)
         session.reader_gate = transport
-        holder.append(ConnectionActor.start(self, transport, session))
+        holder.append(actor_class.start(self, transport, session))
         transport.start()
         transport.done.wait()  # gevent's StreamServer closes the socket when we return
 

@@ -92,7 +92,16 @@ _MISSING = object()
 
 
 class ConnectionActor(GeventActor):
-    """Session logic of one client: request order, open reads, waits and monitor streams."""
+    """Session logic of one client: request order, open reads, waits and monitor streams.
+
+    This class speaks the memcache protocol's commands and replies; the text protocol's
+    session (``_text_connection``) overrides the hooks marked as such.
+    """
+
+    QUEUE_KINDS: frozenset[type] = frozenset((p.Set, p.Get, p.Confirm, p.Flush, p.FlushExpired))
+    """Commands that run as operations on one queue (hook)."""
+    MONITOR_END = p.END
+    """What ends a monitor stream (hook)."""
 
     def __init__(self, server: Any, transport: Any, session: Session) -> None:
         super().__init__()
@@ -139,7 +148,7 @@ class ConnectionActor(GeventActor):
         while pending and self.waiting is None and not self.closing:
             command = pending[0]
             kind = type(command)
-            if kind is p.Set or kind is p.Get or kind in _QUEUE_OPS:
+            if kind in self.QUEUE_KINDS and self._goes_to_queue(command):
                 if not self._start_batch():
                     break
                 continue
@@ -260,18 +269,18 @@ class ConnectionActor(GeventActor):
                 self.server.stats.cmd_get += 1
             self.out.append(p.END)
         else:
-            self.out.append(_missing_queue_reply(command, None))
+            self.out.append(self._missing_queue_reply(command, None))
 
     def _start_batch(self) -> bool:
         """Compile the requests at the head of ``pending`` into one batch and send it."""
         first = self.pending[0]
         name = first.queue
-        ref = self._queue_ref(name, _creates(first))
+        ref = self._queue_ref(name, self._creates(first))
         if ref is None:
             return False
         if ref is _MISSING:
             self.pending.popleft()
-            self.out.append(_missing_queue_reply(first, self.open_reads.get(name)))
+            self.out.append(self._missing_queue_reply(first, self.open_reads.get(name)))
             return True
         ops: list[tuple] = []
         entries: list[tuple[Any, int, p.Bad | None]] = []
@@ -279,7 +288,7 @@ class ConnectionActor(GeventActor):
         while pending and len(entries) < MAX_BATCH:
             command = pending[0]
             kind = type(command)
-            if (kind is not p.Set and kind is not p.Get and kind not in _QUEUE_OPS) or command.queue != name:
+            if kind not in self.QUEUE_KINDS or command.queue != name or not self._goes_to_queue(command):
                 break
             before = len(ops)
             preset, last = self._compile(command, ops)
@@ -372,7 +381,7 @@ class ConnectionActor(GeventActor):
         self.waiting = None
         results = done.results
         if self.monitor is not None:
-            self._monitor_step(results[0] if results else [])
+            self._monitor_step(results[-1] if results else [])
             return
         position = 0
         gone = self.session.closed
@@ -411,6 +420,35 @@ class ConnectionActor(GeventActor):
             return b"%d\r\n" % results[0]
         raise AssertionError(command)
 
+    # -- protocol hooks -------------------------------------------------------------------
+
+    def _goes_to_queue(self, command: Any) -> bool:
+        """Whether a command of a ``QUEUE_KINDS`` type needs its queue at all (hook)."""
+        return True
+
+    def _creates(self, command: Any) -> bool:
+        """Whether a request creates a missing queue (reference §5.2) (hook)."""
+        if type(command) is p.Get:
+            return not command.abort and (command.open or not command.close)
+        return type(command) is p.Set
+
+    def _missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
+        """The reply to a request on a queue that does not exist and is not created (hook)."""
+        kind = type(command)
+        if kind is p.Confirm:
+            return p.END if _pop_oldest(opened, command.count) else p.ERROR
+        if kind is p.Get:
+            if (command.close or command.abort) and opened:
+                opened.popleft()
+            return p.END
+        if kind is p.FlushExpired:
+            return b"0\r\n"
+        return p.END
+
+    def _item_reply(self, queue: str, data: bytes) -> bytes:
+        """One item of a monitor stream (hook)."""
+        return p.value_reply(queue, data)
+
     # -- monitor --------------------------------------------------------------------------
 
     def _start_monitor(self, command: p.Monitor) -> None:
@@ -437,7 +475,7 @@ class ConnectionActor(GeventActor):
             or not self.server.reads_allowed(self.session)
         ):
             self.monitor = None
-            self.out.append(p.END)
+            self.out.append(self.MONITOR_END)
             return
         ref = self.refs.get(name)
         if ref is None:
@@ -463,7 +501,7 @@ class ConnectionActor(GeventActor):
             opened = self.open_reads.setdefault(name, deque())
             for item in items:
                 opened.append(item.xid)
-                self.out.append(p.value_reply(name, item.data))
+                self.out.append(self._item_reply(name, item.data))
             self.monitor[2] -= len(items)
         elif time.monotonic() < self.monitor[1]:
             self.monitor[1] = 0  # the queue answered a miss: it closed, so the stream ends
@@ -504,11 +542,15 @@ class ConnectionActor(GeventActor):
             self._finish()
 
     def _give_back(self, name: str, xids: list[int]) -> None:
+        self._tell_queue(name, (OP_UNREMOVE, tuple(xids)))
+
+    def _tell_queue(self, name: str, op: tuple) -> None:
+        """Send one operation whose answer nobody waits for (a deleted queue ignores it)."""
         ref = self.refs.get(name)
         if ref is None:
             return
         try:
-            ref.tell(QueueBatch([(OP_UNREMOVE, tuple(xids))], None, _Ignore))
+            ref.tell(QueueBatch([op], None, _Ignore))
         except ActorDeadError:
             pass
 
@@ -533,32 +575,13 @@ class _MonitorResume:
     queue = None
 
 
-def _creates(command: Any) -> bool:
-    """Whether a request creates a missing queue (reference §5.2)."""
-    if type(command) is p.Get:
-        return not command.abort and (command.open or not command.close)
-    return type(command) is p.Set
-
-
-def _missing_queue_reply(command: Any, opened: deque[int] | None) -> bytes:
-    """The reply to a request on a queue that does not exist and that it does not create."""
-    kind = type(command)
-    if kind is p.Confirm:
-        count = command.count
-        if count <= 0 or not opened or count > len(opened):
-            return p.ERROR
-        for _ in range(count):
-            opened.popleft()
-        return p.END
-    if kind is p.Get:
-        if command.close and opened:
-            opened.popleft()
-        elif command.abort and opened:
-            opened.popleft()
-        return p.END
-    if kind is p.FlushExpired:
-        return b"0\r\n"
-    return p.END
+def _pop_oldest(opened: deque[int] | None, count: int) -> bool:
+    """Pop ``count`` open xids if that many are open (confirm of a missing queue), else none."""
+    if count <= 0 or not opened or count > len(opened):
+        return False
+    for _ in range(count):
+        opened.popleft()
+    return True
 
 
 def _closed_result(op: tuple) -> Any:
@@ -573,7 +596,6 @@ def _closed_result(op: tuple) -> Any:
     return None
 
 
-_QUEUE_OPS = frozenset((p.Confirm, p.Flush, p.FlushExpired))
 _ERROR_OPEN = p.Bad(p.ERROR, close=False)
 _ERROR_CLOSE = p.Bad(p.ERROR, close=True)
 _SERVER_ERROR_CLOSE = p.Bad(p.SERVER_ERROR, close=True)

@@ -10,8 +10,12 @@ MIB = 1024 * 1024
 
 
 @click.command()
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
+              help="TOML configuration file (see docs/configuration.md); flags given here win.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=22133, show_default=True, type=int, help="Memcache protocol port.")
+@click.option("--text-port", default=0, show_default=True, type=int,
+              help="Text protocol port (Kestrel's is 2222); 0 disables it.")
 @click.option("--data-dir", default="./data", show_default=True, type=click.Path(file_okay=False),
               help="Directory of the queue journals.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
@@ -26,24 +30,31 @@ MIB = 1024 * 1024
 @click.option("--max-connections", default=20_000, show_default=True, type=click.IntRange(min=1))
 @click.option("--expiration-timer-frequency", default=1.0, show_default=True, type=float,
               help="Seconds between background expiry sweeps (0 disables them).")
-def serve(host, port, data_dir, log_format, log_level, max_open_transactions, max_item_bytes,
-          monitor_max_items, max_connections, expiration_timer_frequency) -> None:
+@click.pass_context
+def serve(ctx: click.Context, config_path: str | None, log_format: str, log_level: str, **flags) -> None:
     """Run a kestrel-actors server in the foreground."""
     from ..config import ServerConfig
     from ..logs import configure_logging
     from ..server import Server, StartupError
 
     configure_logging(log_format, log_level)
-    config = ServerConfig(
-        host=host,
-        port=port,
-        data_dir=data_dir,
-        max_open_transactions=max_open_transactions,
-        max_item_bytes=max_item_bytes,
-        monitor_max_items=monitor_max_items,
-        max_connections=max_connections,
-        expiration_timer_frequency=expiration_timer_frequency or None,
-    )
+    if flags["expiration_timer_frequency"] == 0:
+        flags["expiration_timer_frequency"] = None
+    if config_path is None:
+        config = ServerConfig(**flags)
+    else:
+        from ..config_file import ConfigError, load_config
+
+        try:
+            config = load_config(config_path)
+        except ConfigError as exc:
+            click.echo(f"kestrel-actors: {exc}", err=True)
+            sys.exit(1)
+        given = {
+            name: value for name, value in flags.items()
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        }
+        config = config.replace(**given)
     try:
         server = Server(config)
         server.serve_forever()
