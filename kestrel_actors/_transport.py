@@ -30,7 +30,7 @@ class SocketTransport:
     """Owns one accepted gevent socket; see the module docstring."""
 
     __slots__ = ("sock", "raw", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
-                 "_paused", "closed", "done")
+                 "_paused", "closed", "done", "_idle_timer", "_idle_timeout", "_last_read")
 
     def __init__(
         self,
@@ -39,6 +39,7 @@ class SocketTransport:
         on_commands: Callable[[list[Any]], None],
         on_eof: Callable[[], None],
         on_bytes: Callable[[int], None],
+        idle_timeout: float | None = None,
     ) -> None:
         self.sock = sock
         self.raw = sock._sock  # the non-blocking OS socket under gevent's wrapper
@@ -51,10 +52,28 @@ class SocketTransport:
         self.closed = False
         self.done = gevent.event.Event()
         """Set once closed; the accepting greenlet waits on it."""
-        self._watcher = gevent.get_hub().loop.io(sock.fileno(), 1)
+        loop = gevent.get_hub().loop
+        self._watcher = loop.io(sock.fileno(), 1)
+        self._idle_timeout = idle_timeout
+        self._idle_timer = None
+        self._last_read = loop.now()
+        if idle_timeout:
+            # Kestrel's client_timeout: a connection that sends nothing for that long is closed
+            self._idle_timer = loop.timer(idle_timeout, idle_timeout / 4)
 
     def start(self) -> None:
         self._watcher.start(self._readable)
+        if self._idle_timer is not None:
+            self._idle_timer.start(self._check_idle)
+
+    def _check_idle(self) -> None:
+        if self.closed:
+            return
+        if self._idle_timer.loop.now() - self._last_read >= self._idle_timeout:
+            log.info("closing idle connection", idle_seconds=self._idle_timeout)
+            self._watcher.stop()
+            self._idle_timer.stop()
+            self.on_eof()
 
     def _readable(self) -> None:
         try:
@@ -70,6 +89,8 @@ class SocketTransport:
             self._watcher.stop()
             self.on_eof()
             return
+        if self._idle_timer is not None:
+            self._last_read = self._idle_timer.loop.now()
         self.on_bytes(len(data))
         decoder = self.decoder
         try:
@@ -109,6 +130,8 @@ class SocketTransport:
         self.closed = True
         self._watcher.stop()
         self._watcher.close()
+        if self._idle_timer is not None:
+            self._idle_timer.close()
         try:
             self.sock.close()
         except OSError:

@@ -20,7 +20,7 @@ from pykka import ActorDeadError, ActorRegistry
 
 from . import __version__
 from .actors import ConnectionActor, Disconnected, QueueCollection, Received, ReplyFuture, ServerStats, Session
-from .actors._collection import ForAll, Load, QueueOpener, memory_opener
+from .actors._collection import ForAll, Load, QueueOpener, Reconfigure, memory_opener
 from .config import ServerConfig
 from .status import ServerStatus, session_refusals
 from ._transport import SocketTransport
@@ -181,7 +181,7 @@ class Server:
         def on_bytes(count: int) -> None:
             stats.bytes_read += count
 
-        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes)
+        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, config.client_timeout)
         session.reader_gate = transport
         holder.append(actor_class.start(self, transport, session))
         transport.start()
@@ -209,6 +209,24 @@ class Server:
         return END
 
     def reload(self) -> bytes:
+        """Re-read the config file; only queue settings and aliases change (§2.3, §5.13).
+
+        A broken file is logged and the running configuration stays.
+        """
+        path = self.config.config_file
+        if path:
+            from .config_file import ConfigError, load_config
+
+            try:
+                new = load_config(path)
+            except (ConfigError, OSError) as exc:
+                log.error("reload failed; keeping the running configuration", error=str(exc))
+            else:
+                self.config = self.config.replace(
+                    queue_defaults=new.queue_defaults, queues=new.queues, aliases=new.aliases
+                )
+                self.collection.tell(Reconfigure(self.config))
+                log.info("configuration reloaded", path=path)
         return b"Reloaded config.\r\n"
 
 

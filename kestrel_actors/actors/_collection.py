@@ -15,13 +15,13 @@ from pykka import ActorDeadError
 
 from ..config import ServerConfig
 from ..journal import MemoryJournal
-from ._messages import OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, Sweep
+from ._messages import OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, SetConfig, Sweep
 from ._queue import QueueActor
 from ._queue_core import QueueCore
 from ._runtime import GeventActor
 from ._stats import ServerStats
 
-__all__ = ["AliasAdd", "Delete", "ForAll", "Gather", "QueueCollection", "Resolve", "Resolved", "validate_queue_name"]
+__all__ = ["AliasAdd", "Delete", "ForAll", "Reconfigure", "Gather", "QueueCollection", "Resolve", "Resolved", "validate_queue_name"]
 
 log = structlog.get_logger("kestrel_actors.collection")
 
@@ -113,6 +113,22 @@ class Load:
         self.names = names
 
 
+class Reconfigure:
+    __slots__ = ("config",)
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+
+
+class _Ignore:
+    @staticmethod
+    def tell(_value: Any) -> None:
+        pass
+
+
+_IGNORE = _Ignore()
+
+
 class AliasAdd:
     """A SET to an alias: add to every destination; answer the list of their results."""
 
@@ -126,7 +142,7 @@ class AliasAdd:
 
 
 class ForAll:
-    """Run ``kind`` on every queue: 'flush', 'sweep', 'stats' or 'close'; answer the list."""
+    """Run ``kind`` on every queue: 'flush', 'sweep', 'stats', 'config' or 'close'."""
 
     __slots__ = ("kind", "reply_to", "names")
 
@@ -161,6 +177,8 @@ class QueueCollection(GeventActor):
             self._alias_add(message)
         elif kind is Load:
             self.load(message.names)
+        elif kind is Reconfigure:
+            self._reconfigure(message.config)
         else:
             return super().on_receive(message)
         return None
@@ -168,12 +186,32 @@ class QueueCollection(GeventActor):
     # -- names ----------------------------------------------------------------------------
 
     def load(self, names: list[str]) -> None:
-        """Create the queues found on disk (called before the listeners start)."""
+        """Create the queues found on disk, and the fanout children the config names.
+
+        Both happen before the listeners start: a child named in the config must receive
+        copies of the very first SET to its master (Kestrel users were caught out otherwise).
+        """
         for name in names:
             if validate_queue_name(name):
                 self._queue(name)
             else:
                 log.warning("skipping journal with an illegal queue name", queue=name)
+        self._create_configured_children()
+
+    def _create_configured_children(self) -> None:
+        for name in self.config.queues:
+            if "+" in name and validate_queue_name(name):
+                self._queue(name)
+
+    def _reconfigure(self, config: ServerConfig) -> None:
+        """``reload``: new queue settings and aliases apply to live queues at once (§5.13)."""
+        self.config = config
+        for name, ref in self.queues.items():
+            try:
+                ref.tell(SetConfig(config.queue_config(name)))
+            except ActorDeadError:
+                pass
+        self._create_configured_children()
 
     def _resolve(self, name: str, create: bool) -> Resolved:
         alias = self.config.aliases.get(name)
@@ -231,6 +269,20 @@ class QueueCollection(GeventActor):
         except ActorDeadError:
             reply_to.tell(True)
 
+    def _after_sweep(self, answers: list[Any]) -> list[int]:
+        """Delete the queues that expired (§5.12); answer the expired-item counts."""
+        counts = []
+        for answer in answers:
+            if answer is None:
+                continue
+            name, count, queue_expired = answer
+            counts.append(count)
+            if queue_expired and name in self.queues:
+                log.info("queue expired", queue=name)
+                self.stats.queue_expires += 1
+                self._delete(name, _IGNORE)
+        return counts
+
     def _alias_add(self, message: AliasAdd) -> None:
         counts = self.alias_counts.setdefault(message.name, [0, 0])
         counts[0] += 1
@@ -277,9 +329,15 @@ class QueueCollection(GeventActor):
             self.shutting_down = True
             self.queues.clear()
         live = [ref for ref in refs if ref is not None]
+        if kind == "config":
+            configs = [(name, self.config.queue_config(name)) for name in self.queues]
+            reply_to.tell(configs + [(name, dests) for name, dests in self.config.aliases.items()])
+            return
         if kind == "stats":
             aliases = self.alias_stats(message.names)
             done = lambda answers: reply_to.tell([a for a in answers if a is not None] + aliases)  # noqa: E731
+        elif kind == "sweep":
+            done = lambda answers: reply_to.tell(self._after_sweep(answers))  # noqa: E731
         else:
             done = reply_to.tell
         gather = Gather(len(live), done)

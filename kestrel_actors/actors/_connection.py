@@ -36,7 +36,7 @@ from ._messages import (
 )
 from ._queue_core import expiry_from_exptime
 from ._runtime import GeventActor
-from ._session_replies import compose_dump_stats, compose_stats
+from ._session_replies import compose_dump_config, compose_dump_stats, compose_stats
 
 __all__ = ["ConnectionActor", "Disconnected", "Received"]
 
@@ -189,6 +189,8 @@ class ConnectionActor(GeventActor):
             self.out.append(server.status_reply(command.name))
         elif kind is p.Reload:
             self.out.append(server.reload())
+        elif kind is p.DumpConfig:
+            self._ask_all("config", "dump_config")
         elif kind is p.Shutdown:
             self.closing = True
             server.shutdown()
@@ -221,7 +223,9 @@ class ConnectionActor(GeventActor):
         elif tag == "alias_set":
             self.out.append(p.STORED if all(answer.value) else p.NOT_STORED)
         elif tag == "flush_all_expired":
-            self.out.append(b"%d\r\n" % sum(count or 0 for count in answer.value))
+            self.out.append(b"%d\r\n" % sum(answer.value))
+        elif tag == "dump_config":
+            self.out.append(compose_dump_config(answer.value))
 
     # -- queue batches --------------------------------------------------------------------
 

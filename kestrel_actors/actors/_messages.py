@@ -129,12 +129,25 @@ class CloseQueue:
 
 
 class Sweep:
-    """Background expiry sweep; answers ``reply_to.tell(count)`` if ``reply_to`` is set."""
+    """Expiry sweep: answers ``reply_to.tell((name, expired_count, queue_expired))``.
+
+    ``queue_expired`` is true when the queue is empty and older than ``max_queue_age``
+    (reference §5.12); the collection then deletes it.
+    """
 
     __slots__ = ("reply_to",)
 
     def __init__(self, reply_to: Any = None) -> None:
         self.reply_to = reply_to
+
+
+class SetConfig:
+    """``reload``: the queue's settings changed; they apply from the next operation."""
+
+    __slots__ = ("config",)
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
 
 
 class SetChildren:

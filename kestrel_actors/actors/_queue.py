@@ -35,6 +35,7 @@ from ._messages import (
     GetStats,
     QueueBatch,
     SetChildren,
+    SetConfig,
     Sweep,
     WaiterExpired,
 )
@@ -84,6 +85,7 @@ class QueueActor(GeventActor):
         self.has_children = False
         self.expire_target = expire_target
         self._loop = gevent.get_hub().loop
+        self.created_ms = _now_ms()
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -100,10 +102,13 @@ class QueueActor(GeventActor):
         elif kind is GetStats:
             self._reply_stats(message.reply_to)
         elif kind is Sweep:
-            count = self.core.discard_expired(_now_ms())
+            now_ms = _now_ms()
+            count = self.core.discard_expired(now_ms)
             self._forward_expired()
             if message.reply_to is not None:
-                message.reply_to.tell(count)
+                message.reply_to.tell((self.name, count, self._queue_expired(now_ms)))
+        elif kind is SetConfig:
+            self.core.config = message.config
         elif kind is SetChildren:
             self.children = dict(message.children)
             self.has_children = True
@@ -129,7 +134,7 @@ class QueueActor(GeventActor):
         elif kind is GetStats:
             message.reply_to.tell(None)
         elif kind in (Sweep, DeleteQueue, CloseQueue) and message.reply_to is not None:
-            message.reply_to.tell(0 if kind is Sweep else True)
+            message.reply_to.tell((self.name, 0, False) if kind is Sweep else True)
 
     # -- batches --------------------------------------------------------------------------
 
@@ -280,6 +285,11 @@ class QueueActor(GeventActor):
                 self.expire_target.tell(AddCopy(item.data, 0, count_total=False))
             except Exception:  # noqa: BLE001 - the target was deleted
                 return
+
+    def _queue_expired(self, now_ms: int) -> bool:
+        """§5.12: empty in memory (open reads are not checked) and older than max_queue_age."""
+        max_age = self.core.config.max_queue_age
+        return max_age is not None and not self.core.items and now_ms - self.created_ms > max_age * 1000
 
     def _reply_stats(self, reply_to: Any) -> None:
         lines = self.core.stats(_now_ms(), len(self.waiters))

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..protocol import END, stats_reply
 
-__all__ = ["compose_dump_stats", "compose_stats"]
+__all__ = ["compose_dump_config", "compose_dump_stats", "compose_stats"]
 
 QueueStats = tuple[str, list[tuple[str, object]]]
 
@@ -65,3 +65,30 @@ def compose_dump_stats(names: tuple[str, ...], queues: list[QueueStats]) -> byte
         body = "\r\n  ".join(f"{stat}={value}" for stat, value in by_name.get(name, ()))
         blocks.append(f"queue '{name}' {{\r\n  {body}\r\n}}")
     return "\r\n".join(blocks).encode("latin-1") + b"\r\n" + END
+
+
+def compose_dump_config(configs: list[tuple[str, Any]]) -> bytes:
+    """``dump_config``: one block per queue with its effective settings, one per alias.
+
+    Kestrel's guide lists the command (its code lost it); the block format is DUMP_STATS's.
+    Durations are seconds and sizes bytes, as ``docs/configuration.md`` names them.
+    """
+    blocks = []
+    for name, config in sorted(configs, key=lambda entry: entry[0]):
+        if isinstance(config, tuple):
+            settings = [("destinations", ",".join(config))]
+            kind = "alias"
+        else:
+            settings = [(key, _config_value(value)) for key, value in vars(config).items()]
+            kind = "queue"
+        body = "\r\n  ".join(f"{key}={value}" for key, value in settings)
+        blocks.append(f"{kind} '{name}' {{\r\n  {body}\r\n}}")
+    return "\r\n".join(blocks).encode("utf-8") + b"\r\n" + END
+
+
+def _config_value(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,8 +1,128 @@
-"""`kestrel-actors bridge` (not implemented yet)."""
+"""``kestrel-actors bridge run``: feed batches of a queue into a PySpark job.
+
+Only click is imported here; the bridge itself (and pyspark, when Spark starts) is imported
+when the command runs, so ``kestrel-actors --help`` stays fast. Nothing here imports gevent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
 
 import click
+
+__all__ = ["bridge"]
+
+
+class _Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value, param, ctx):
+        from ..spark_bridge._config import parse_duration
+
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _KeyValue(click.ParamType):
+    name = "key=value"
+
+    def convert(self, value, param, ctx):
+        key, sep, _ = value.partition("=")
+        if not sep or not key.strip():
+            self.fail(f"expected key=value, got {value!r}", param, ctx)
+        return value
 
 
 @click.group()
 def bridge() -> None:
-    """Not implemented yet."""
+    """Spark bridge: run PySpark jobs over batches of a queue (at-least-once; exactly-once in
+    effect with --output-path)."""
+
+
+@bridge.command("run")
+@click.option("--servers", default="127.0.0.1:22133", show_default=True,
+              help="Comma-separated host:port list; one bridge actor per server.")
+@click.option("--queue", required=True, help="Queue to read batches from.")
+@click.option("--job", required=True,
+              help="package.module:function called as fn(rdd_of_bytes, meta), e.g. "
+                   "kestrel_actors.spark_bridge.jobs:word_count.")
+@click.option("--job-arg", "job_args", multiple=True, type=_KeyValue(),
+              help="key=value passed to the job as meta.args (repeatable).")
+@click.option("--batch-size", default=10_000, show_default=True, type=click.IntRange(min=1),
+              help="Most items per batch (a server caps one monitor at --monitor-max-items).")
+@click.option("--batch-wait", default="1s", show_default=True, type=_Duration(),
+              help="Longest wait for a batch to fill (monitor counts whole seconds).")
+@click.option("--partitions", default=4, show_default=True, type=click.IntRange(min=1),
+              help="numSlices for sc.parallelize.")
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master: local[N], local[*] or spark://host:port.")
+@click.option("--conf", "spark_conf", multiple=True, type=_KeyValue(),
+              help="Spark setting key=value (repeatable); overrides the bridge's defaults.")
+@click.option("--output-queue", default=None, help="Write results as items to this queue.")
+@click.option("--output-path", default=None,
+              help="Write results under DIR/batch=<id>/ (mode overwrite).")
+@click.option("--output-format", type=click.Choice(["json", "parquet"]), default="json",
+              show_default=True, help="File format for --output-path.")
+@click.option("--state-dir", default=None,
+              help="Where batch counters live [default: OUTPUT_PATH/_kestrel_bridge, else "
+                   "$XDG_STATE_HOME/kestrel-actors/bridge].")
+@click.option("--once", is_flag=True,
+              help="Process one batch per server (or find the queue empty), then exit.")
+@click.option("--max-batches", default=0, type=click.IntRange(min=0),
+              help="Exit after this many non-empty batches per server (0: no limit).")
+@click.option("--until-empty", is_flag=True,
+              help="Exit once a batch wait passes with the queue empty.")
+@click.option("--max-failures", default=0, type=click.IntRange(min=0),
+              help="Give up after this many consecutive failed attempts (0: retry for ever).")
+@click.option("--retry-max", default="30s", show_default=True, type=_Duration(),
+              help="Longest backoff between attempts.")
+@click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
+              show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+def run(servers, queue, job, job_args, batch_size, batch_wait, partitions, master, spark_conf,
+        output_queue, output_path, output_format, state_dir, once, max_batches, until_empty,
+        max_failures, retry_max, log_format, log_level) -> None:
+    """Run the bridge in the foreground until stopped (SIGINT/SIGTERM finish the batch in
+    flight; a second signal exits at once, leaving unconfirmed items to the server)."""
+    import logging
+    import threading
+
+    from ..logs import configure_logging
+    from ..spark_bridge import BridgeConfig, LedgerLockedError, ProgressLine, run_bridge
+
+    if output_queue and output_path:
+        raise click.UsageError("give at most one of --output-queue and --output-path")
+    configure_logging(log_format, log_level)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per closed connection
+    try:
+        config = BridgeConfig(
+            queue=queue, job=job, servers=servers, job_args=job_args, batch_size=batch_size,
+            batch_wait=batch_wait, partitions=partitions, master=master,
+            spark_conf=spark_conf, output_queue=output_queue, output_path=output_path,
+            output_format=output_format, state_dir=state_dir,
+            max_batches=1 if once else max_batches, until_empty=until_empty or once,
+            max_failures=max_failures, retry_max=retry_max,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        if stop.is_set():
+            os._exit(128 + signum)  # unconfirmed items go back to their queues on disconnect
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        report = run_bridge(config, stop_event=stop, progress=ProgressLine(sys.stderr))
+    except (LedgerLockedError, ImportError, AttributeError, TypeError, ValueError) as exc:
+        click.echo(f"kestrel-actors bridge: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(0 if report.ok else 1)

@@ -1,8 +1,159 @@
-"""`kestrel-actors journal` (not implemented yet)."""
+"""``kestrel-actors journal``: offline tools for journal files (Kestrel's ``qdump`` and ``qpack``).
+
+``dump`` describes journal files one operation per line, as Kestrel's ``QDumper`` does::
+
+    00000000  ADD 11     exp=29998ms
+    00000020  RSV 1
+    00000025  ACK 1
+    00000030  REM
+
+(``REM`` remove, ``RSV`` tentative remove, ``ACK`` confirm, ``CAN`` abort/unremove, ``XID``
+saved xid, ``CON`` continue), then a summary. ``pack`` compacts a stopped server's queue into
+one file. Nothing heavy is imported until a command runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
 
 import click
 
 
 @click.group()
 def journal() -> None:
-    """Not implemented yet."""
+    """Inspect and compact journal files (the server must be stopped to pack)."""
+
+
+@journal.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-q", "--quiet", is_flag=True, help="Only the summary, not every operation.")
+@click.option("-d", "--dump", "show_data", is_flag=True, help="Also print the data of each added item.")
+@click.option("-A", "--raw", is_flag=True, help="Print only the raw data of the added items.")
+def dump(paths: tuple[str, ...], quiet: bool, show_data: bool, raw: bool) -> None:
+    """Describe the contents of journal files (Kestrel's qdump), one file at a time."""
+    failed = False
+    for path in paths:
+        if not raw and not quiet:
+            click.echo(f"Queue: {path}")
+        failed |= not _dump_file(path, quiet or raw, show_data, raw)
+    sys.exit(1 if failed else 0)
+
+
+def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
+    from ..journal._format import (
+        ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID,
+        OP_SAVE_XID, OP_UNREMOVE, RecordReader,
+    )
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        click.echo(f"Can't open journal file: {path} ({exc.strerror})", err=True)
+        return False
+    now = int(time.time() * 1000)
+    queue: deque[int] = deque()
+    open_sizes: dict[int, int] = {}
+    xid = 0
+    out = sys.stdout.buffer if raw else None
+
+    def describe(label: str, record) -> str:  # noqa: ANN001
+        item = record.item
+        text = f"{label} {len(item.data):<6d}"
+        if record.xid > 0:
+            text += f" xid={record.xid}"
+        if item.expiry > 0:
+            text += " expired" if item.expiry < now else f" exp={item.expiry - now}ms"
+        return text
+
+    try:
+        reader = RecordReader(fd, now_ms=now)
+        for record in reader:
+            op = record.op
+            if op in ADD_OPS or op == OP_CONTINUE:
+                line = describe("CON" if op == OP_CONTINUE else "ADD", record)
+                if op == OP_CONTINUE:
+                    open_sizes.pop(record.xid, None)
+                queue.append(len(record.item.data))
+            elif op == OP_REMOVE:
+                line = "REM"
+                if queue:
+                    queue.popleft()
+            elif op in (OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID):
+                if op == OP_REMOVE_TENTATIVE:
+                    while True:
+                        xid += 1
+                        if xid not in open_sizes:
+                            break
+                else:
+                    xid = record.xid
+                if queue:
+                    open_sizes[xid] = queue.popleft()
+                line = f"RSV {xid}"
+            elif op == OP_SAVE_XID:
+                xid = record.xid
+                line = f"XID {xid}"
+            elif op == OP_UNREMOVE:
+                if record.xid in open_sizes:
+                    queue.appendleft(open_sizes.pop(record.xid))
+                line = f"CAN {record.xid}"
+            elif op == OP_CONFIRM_REMOVE:
+                open_sizes.pop(record.xid, None)
+                line = f"ACK {record.xid}"
+            else:  # pragma: no cover - the reader yields only known opcodes
+                line = f"op {op}"
+            if not quiet:
+                click.echo(f"{record.offset & 0xFFFFFFFF:08x}  {line}")
+            if record.item is not None and (show_data or raw):
+                if raw:
+                    out.write(record.item.data)  # type: ignore[union-attr]
+                else:
+                    click.echo("    " + record.item.data.decode("latin-1"))
+    finally:
+        os.close(fd)
+    if raw:
+        out.flush()  # type: ignore[union-attr]
+    else:
+        total_items = len(queue) + len(open_sizes)
+        total_bytes = sum(queue) + sum(open_sizes.values())
+        click.echo()
+        click.echo(f"Journal size: {reader.position} bytes, with {reader.records} operations.")
+        click.echo(f"{total_items} items totalling {total_bytes} bytes.")
+        click.echo(f"{len(open_sizes)} of them open (reserved), {len(queue)} queued.")
+    problem = reader.problem
+    if problem is not None:
+        what = "ends inside a record" if problem.kind == "torn" else "is corrupt"
+        click.echo(f"{path}: journal {what} at offset {problem.offset} ({problem.message}); "
+                   f"{os.path.getsize(path) - problem.offset} bytes after it were not read.", err=True)
+        return False
+    return True
+
+
+@journal.command()
+@click.argument("queue")
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The server's data directory.")
+def pack(queue: str, data_dir: str) -> None:
+    """Compact every journal file of QUEUE into one (offline: stop the server first).
+
+    The result holds the queue's open reads and its items; a broken tail is cut first, as the
+    server would do at startup.
+    """
+    from ..journal._files import journal_files
+    from ..journal._pack import pack_queue
+    from ..logs import configure_logging
+
+    configure_logging("console", "warning")
+
+    if not queue or any(c in queue for c in "./~"):
+        raise click.BadParameter("not a queue name", param_hint="QUEUE")
+    files = [f for f in journal_files(data_dir, queue) if os.path.exists(os.path.join(data_dir, f))]
+    if not files:
+        click.echo(f"No journal files for queue {queue!r} in {data_dir}.", err=True)
+        sys.exit(1)
+    before = sum(os.path.getsize(os.path.join(data_dir, f)) for f in files)
+    items, size = pack_queue(data_dir, queue)
+    click.echo(f"Packed {queue!r}: {len(files)} file(s), {before} bytes -> 1 file, {size} bytes "
+               f"({items} items).")

@@ -1,8 +1,25 @@
-"""`kestrel-actors load` (not implemented yet)."""
+"""``kestrel-actors load <scenario> [options]``: the load tests of the ``loadtests`` package.
+
+All arguments are handed unchanged to ``loadtests.cli.main`` (the same command as
+``python -m loadtests``). The import happens only when the command runs, so
+``kestrel-actors --help`` does not load gevent or the load-test code.
+"""
+
+from __future__ import annotations
 
 import click
 
+__all__ = ["load"]
 
-@click.group()
-def load() -> None:
-    """Not implemented yet."""
+
+@click.command(
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def load(args: tuple[str, ...]) -> None:
+    """Run a load-test scenario (put-many, get-many, many-clients, flood, packing,
+    leaky-reader) against a running server. `kestrel-actors load --help` lists them."""
+    from loadtests.cli import main
+
+    main.main(args=list(args), prog_name="kestrel-actors load")

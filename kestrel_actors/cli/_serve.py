@@ -28,6 +28,8 @@ MIB = 1024 * 1024
 @click.option("--monitor-max-items", default=10_000, show_default=True, type=click.IntRange(min=1),
               help="Most items one monitor command may hold open.")
 @click.option("--max-connections", default=20_000, show_default=True, type=click.IntRange(min=1))
+@click.option("--client-timeout", default=None, type=click.FloatRange(min=0),
+              help="Close a connection that sends nothing for this many seconds (off by default).")
 @click.option("--expiration-timer-frequency", default=1.0, show_default=True, type=float,
               help="Seconds between background expiry sweeps (0 disables them).")
 @click.pass_context

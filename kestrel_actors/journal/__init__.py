@@ -1,5 +1,49 @@
-"""Queue journals: the interface a queue writes through, and its implementations."""
+"""Queue journals: the interface a queue writes through, and its implementations.
 
+* :class:`MemoryJournal` — no files (``keep_journal = false``).
+* :class:`FileJournal` — Kestrel's journal files, written by a per-queue writer greenlet with
+  the ``sync_journal`` policy, rotated, rewritten and packed as Kestrel does (reference §6).
+* :func:`open_file_journal` / :func:`make_file_opener` — replay a queue at startup.
+* :func:`queue_names` — the queues found in a data directory (§7.1).
+* The record format (:class:`RecordReader`, ``encode_*``) for tools such as the CLI.
+
+The parts that need gevent are imported on first use, so offline tools stay light.
+"""
+
+from typing import Any
+
+from ._files import archived_files, erase_files, journal_files, queue_names
+from ._format import (
+    CORRUPT, TORN, Problem, Record, RecordReader, encode_add, encode_confirm_remove, encode_continue,
+    encode_remove, encode_remove_tentative, encode_unremove,
+)
 from ._interface import Item, Journal, MemoryJournal
+from ._pack import pack_archives, pack_queue
+from ._replay import ReadBehindPosition, ReplayResult, replay_queue
 
-__all__ = ["Item", "Journal", "MemoryJournal"]
+_LAZY = {
+    "FileJournal": "._file",
+    "JournalWriter": "._writer",
+    "run_blocking": "._writer",
+    "make_file_opener": "._open",
+    "open_file_journal": "._open",
+}
+
+__all__ = [
+    "CORRUPT", "TORN", "FileJournal", "Item", "Journal", "JournalWriter", "MemoryJournal", "Problem",
+    "ReadBehindPosition", "Record", "RecordReader", "ReplayResult", "archived_files", "encode_add",
+    "encode_confirm_remove", "encode_continue", "encode_remove", "encode_remove_tentative",
+    "encode_unremove", "erase_files", "journal_files", "make_file_opener", "open_file_journal",
+    "pack_archives", "pack_queue", "queue_names", "replay_queue", "run_blocking",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

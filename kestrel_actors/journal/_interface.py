@@ -8,7 +8,7 @@ durable as the queue's ``sync_journal`` policy promises.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 __all__ = ["Item", "Journal", "MemoryJournal"]
 
@@ -73,6 +73,27 @@ class Journal(Protocol):
     def erase(self) -> None:
         """Close and delete every file of this journal (the queue was deleted)."""
 
+    # -- rotation and read-behind (§6.6, §5.8); no-ops for a journal without files ----------
+    # ``queue`` below is the queue's state: ``items`` (in memory, head first), ``open_reads``
+    # (xid → Item), ``bytes`` (all bytes) and optionally ``length`` (all items, with those
+    # only on disk; ``len(items)`` if absent). A QueueCore fits.
+
+    @property
+    def in_read_behind(self) -> bool:
+        """True while some of the queue's items are only on disk."""
+
+    def check_rotate(self, queue: Any) -> None:
+        """Kestrel's checkRotateJournal: in an add before ``add()``, in a remove after it."""
+
+    def rewrite(self, queue: Any) -> bool:
+        """Compact every file into one holding ``queue``'s open reads and items."""
+
+    def start_read_behind(self) -> None:
+        """From now on the queue keeps new items on disk only."""
+
+    def read_behind(self) -> Item | None:
+        """The next on-disk item to bring into memory; ``None`` ends read-behind."""
+
 
 class MemoryJournal:
     """The journal of a queue that keeps nothing on disk (``keep_journal = false``)."""
@@ -103,3 +124,19 @@ class MemoryJournal:
 
     def erase(self) -> None:
         pass
+
+    in_read_behind = False
+    rewrites = 0
+    rotations = 0
+
+    def check_rotate(self, queue: Any) -> None:
+        pass
+
+    def rewrite(self, queue: Any) -> bool:
+        return False
+
+    def start_read_behind(self) -> None:
+        pass
+
+    def read_behind(self) -> Item | None:
+        return None
