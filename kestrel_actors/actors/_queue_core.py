@@ -8,7 +8,7 @@ is deterministic. Every change is reported to the queue's journal in the order i
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+
 
 from ..config import QueueConfig
 from ..journal import Item, Journal
@@ -224,4 +224,3 @@ class QueueCore:
             self.unremove(xid)
 
 
-OnWake = Callable[[], None]

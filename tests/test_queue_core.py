@@ -1,0 +1,201 @@
+"""QueueCore, the queue logic without actors or I/O (reference §5), with a recording journal."""
+
+from __future__ import annotations
+
+import pytest
+
+from kestrel_actors.actors import QueueCore, expiry_from_exptime
+from kestrel_actors.config import QueueConfig
+from kestrel_actors.journal import MemoryJournal
+
+NOW = 1_700_000_000_000
+
+
+class RecordingJournal(MemoryJournal):
+    def __init__(self) -> None:
+        self.records: list[tuple] = []
+
+    def add(self, item):
+        self.records.append(("add", item.data))
+
+    def remove(self):
+        self.records.append(("remove",))
+
+    def remove_tentative(self, xid):
+        self.records.append(("open", xid))
+
+    def unremove(self, xid):
+        self.records.append(("unremove", xid))
+
+    def confirm_remove(self, xid):
+        self.records.append(("confirm", xid))
+
+
+def make(**settings) -> QueueCore:
+    return QueueCore("q", QueueConfig(**settings), RecordingJournal())
+
+
+def drain(queue: QueueCore, now: int = NOW) -> list[bytes]:
+    out = []
+    while (item := queue.remove(now)) is not None:
+        out.append(item.data)
+    return out
+
+
+def test_fifo_and_counters():
+    queue = make()
+    for i in range(5):
+        assert queue.add(b"%d" % i, 0, NOW)
+    assert (len(queue.items), queue.bytes, queue.total_items) == (5, 5, 5)
+    assert drain(queue) == [b"0", b"1", b"2", b"3", b"4"]
+    assert queue.bytes == 0
+
+
+@pytest.mark.parametrize(
+    ("exptime", "expected"),
+    [(0, 0), (10, NOW + 10_000), (-1, NOW - 1000), (999_999, NOW + 999_999_000), (1_000_000, 1_000_000_000)],
+)
+def test_memcache_expiry(exptime, expected):
+    assert expiry_from_exptime(exptime, NOW) == expected
+
+
+def test_expired_items_are_never_delivered_and_are_counted():
+    queue = make()
+    queue.add(b"old", NOW + 10, NOW)
+    queue.add(b"new", 0, NOW)
+    assert queue.peek(NOW + 11).data == b"new"
+    assert queue.expired_items == 1
+    assert queue.journal.records[-1] == ("remove",)
+
+
+def test_expiry_is_strictly_less_than_now():
+    queue = make()
+    queue.add(b"x", NOW, NOW)
+    assert queue.peek(NOW).data == b"x"
+    assert queue.peek(NOW + 1) is None
+
+
+def test_an_expired_item_behind_a_live_one_waits_for_the_head():
+    queue = make()
+    queue.add(b"live", 0, NOW)
+    queue.add(b"dead", NOW + 1, NOW)
+    assert queue.discard_expired(NOW + 5) == 0
+    assert queue.remove(NOW + 5).data == b"live"
+    assert queue.remove(NOW + 5) is None
+    assert queue.expired_items == 1
+
+
+def test_max_age_caps_expiry_and_is_recomputed_at_sweep():
+    queue = make(max_age=10.0)
+    queue.add(b"a", 0, NOW)
+    assert queue.items[0].expiry == NOW + 10_000
+    queue = make()
+    queue.add(b"b", 0, NOW)
+    queue.config = QueueConfig(max_age=1.0)  # reload lowered max_age
+    assert queue.discard_expired(NOW + 2000) == 1
+
+
+def test_max_expire_sweep_limits_every_sweep():
+    queue = make(max_expire_sweep=2)
+    for _ in range(5):
+        queue.add(b"x", NOW + 1, NOW)
+    assert queue.discard_expired(NOW + 10) == 2
+    assert len(queue.items) == 3
+
+
+def test_expire_to_queue_collects_expired_items():
+    queue = make(expire_to_queue="later")
+    queue.add(b"x", NOW + 1, NOW)
+    queue.discard_expired(NOW + 10)
+    assert [item.data for item in queue.expired_out] == [b"x"]
+
+
+def test_max_items_refuses_at_the_edge():
+    queue = make(max_items=2)
+    assert queue.add(b"a", 0, NOW) and queue.add(b"b", 0, NOW)
+    assert not queue.add(b"c", 0, NOW)
+    assert queue.discarded == 0
+
+
+def test_max_size_is_checked_before_the_add_so_one_add_overshoots():
+    queue = make(max_size=510)
+    assert queue.add(b"x" * 256, 0, NOW)
+    assert queue.add(b"x" * 256, 0, NOW)
+    assert not queue.add(b"x", 0, NOW)
+
+
+def test_max_item_size_refuses_only_larger_items():
+    queue = make(max_item_size=4)
+    assert queue.add(b"1234", 0, NOW)
+    assert not queue.add(b"12345", 0, NOW)
+
+
+def test_discard_old_when_full_drops_the_head():
+    queue = make(max_items=2, discard_old_when_full=True)
+    for data in (b"a", b"b", b"c"):
+        assert queue.add(data, 0, NOW)
+    assert queue.discarded == 1
+    assert drain(queue) == [b"b", b"c"]
+
+
+def test_open_confirm_and_unremove_to_the_head():
+    queue = make()
+    for data in (b"a", b"b", b"c"):
+        queue.add(data, 0, NOW)
+    first = queue.remove(NOW, transactional=True)
+    second = queue.remove(NOW, transactional=True)
+    assert (first.xid, second.xid) == (1, 2)
+    assert len(queue.items) == 1 and len(queue.open_reads) == 2
+    assert queue.unremove(1)
+    assert queue.confirm(2)
+    assert not queue.confirm(2)
+    assert drain(queue) == [b"a", b"c"]
+    assert queue.canceled_transactions == 1
+    assert ("open", 1) in queue.journal.records and ("confirm", 2) in queue.journal.records
+
+
+def test_transactions_counts_attempts_on_a_non_empty_queue():
+    queue = make()
+    queue.remove(NOW, transactional=True)
+    assert queue.transactions == 0
+    queue.add(b"a", 0, NOW)
+    queue.remove(NOW, transactional=True)
+    assert queue.transactions == 1
+
+
+def test_open_transaction_timeout_redelivers_in_order():
+    queue = make(open_transaction_timeout=1.0)
+    for data in (b"one", b"two", b"three"):
+        queue.add(data, 0, NOW)
+    for _ in range(3):
+        queue.remove(NOW, transactional=True)
+    later = NOW + 2000
+    assert [queue.remove(later, transactional=True).data for _ in range(3)] == [b"one", b"two", b"three"]
+
+
+def test_flush_leaves_open_reads_alone():
+    queue = make()
+    queue.add(b"a", 0, NOW)
+    queue.add(b"b", 0, NOW)
+    queue.remove(NOW, transactional=True)
+    queue.flush(NOW)
+    assert (len(queue.items), len(queue.open_reads), queue.total_flushes) == (0, 1, 1)
+
+
+def test_age_is_zero_when_empty_else_time_since_last_removed_add():
+    queue = make()
+    queue.add(b"a", 0, NOW)
+    queue.add(b"b", 0, NOW + 5)
+    queue.remove(NOW + 10)
+    stats = dict(queue.stats(NOW + 100, waiters=0))
+    assert stats["age"] == 100
+    queue.remove(NOW + 10)
+    assert dict(queue.stats(NOW + 100, waiters=0))["age"] == 0
+
+
+def test_a_closed_queue_refuses_and_answers_nothing():
+    queue = make()
+    queue.add(b"a", 0, NOW)
+    queue.close()
+    assert not queue.add(b"b", 0, NOW)
+    assert queue.remove(NOW) is None and queue.peek(NOW) is None
