@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from kestrel_actors.config import ServerConfig
-from kestrel_actors.config_file import FileServerConfig
 from kestrel_actors.status import (
     DEFAULT_STATUS_FILE,
     ForbiddenStatusError,
@@ -247,7 +246,7 @@ def test_from_plain_server_config_uses_kestrel_defaults(tmp_path, clock):
 
 
 def test_from_file_config(tmp_path, clock):
-    config = FileServerConfig(
+    config = ServerConfig(
         data_dir=str(tmp_path), status_file=str(tmp_path / "s"), default_status="ReadOnly",
         status_change_grace_period=5.0,
     )
