@@ -6,8 +6,6 @@ when the command runs, so ``kestrel-actors --help`` stays fast. Nothing here imp
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 
 import click
@@ -90,10 +88,9 @@ def run(servers, queue, job, job_args, batch_size, batch_wait, partitions, maste
     """Run the bridge in the foreground until stopped (SIGINT/SIGTERM finish the batch in
     flight; a second signal exits at once, leaving unconfirmed items to the server)."""
     import logging
-    import threading
 
     from ..logs import configure_logging
-    from ..spark_bridge import BridgeConfig, LedgerLockedError, ProgressLine, run_bridge
+    from ..spark_bridge import BridgeConfig, LedgerLockedError, ProgressLine, load_job, run_bridge
 
     if output_queue and output_path:
         raise click.UsageError("give at most one of --output-queue and --output-path")
@@ -111,18 +108,13 @@ def run(servers, queue, job, job_args, batch_size, batch_wait, partitions, maste
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
-    stop = threading.Event()
-
-    def on_signal(signum, _frame):
-        if stop.is_set():
-            os._exit(128 + signum)  # unconfirmed items go back to their queues on disconnect
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
     try:
-        report = run_bridge(config, stop_event=stop, progress=ProgressLine(sys.stderr))
-    except (LedgerLockedError, ImportError, AttributeError, TypeError, ValueError) as exc:
+        load_job(job)
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+        raise click.BadParameter(f"cannot load {job!r}: {exc}", param_hint="--job") from None
+    try:
+        report = run_bridge(config, progress=ProgressLine(sys.stderr), handle_signals=True)
+    except LedgerLockedError as exc:
         click.echo(f"kestrel-actors bridge: {exc}", err=True)
         sys.exit(2)
     sys.exit(0 if report.ok else 1)
