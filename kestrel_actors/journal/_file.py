@@ -1,0 +1,356 @@
+"""The journal of a queue on disk: Kestrel's records in ``<data_dir>/<name>`` (reference §6).
+
+:class:`FileJournal` implements the :class:`~kestrel_actors.journal.Journal` protocol. Each
+call encodes its record and hands it to the queue's :class:`JournalWriter` greenlet, so the
+queue actor never waits for the disk on an ordinary change; :meth:`after_durable` is how it
+holds a reply until the ``sync_journal`` policy is met. :meth:`size` (``logsize``) counts
+records handed over, written or not, so it is exact right after the call.
+
+Rotation, rewrite and packing follow Kestrel's rules (§6.6). :meth:`check_rotate` applies them
+after a change; a rotation or a rewrite runs in the calling greenlet (the queue actor), which
+it suspends while the file operations and fsyncs run on the threadpool — as Kestrel does under
+the queue's lock. Everything else (other queues, connections) keeps running.
+
+A rewrite is crash-safe at every step: the current file is first renamed to an archive
+``<name>.<ts>``, the snapshot is written to ``<name>~~<ms>`` and fsynced, renamed to
+``<name>.<ts>.pack`` (the commit point: a listing now deletes every archive it replaces),
+moved into place and finally renamed back to ``<name>``. Whatever moment a crash picks, the
+files replay to the same queue.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any, Callable
+
+import gevent
+import structlog
+
+from ..config import QueueConfig
+from ._files import (
+    archived_files, erase_files, file_timestamp, fsync_dir, total_size, unique_file,
+)
+from ._format import (
+    REMOVE_RECORD, encode_add, encode_confirm_remove, encode_remove_tentative, encode_unremove,
+)
+from ._interface import Item
+from ._pack import commit_pack, prepare_pack, write_snapshot
+from ._readbehind import ReadBehindReader
+from ._replay import ReadBehindPosition
+from ._writer import JournalWriter, run_blocking
+
+__all__ = ["FileJournal"]
+
+log = structlog.get_logger("kestrel_actors.journal")
+
+
+def queue_length(queue: Any) -> int:
+    """Items in ``queue`` including any only on disk: its ``length``, else ``len(items)``."""
+    length = getattr(queue, "length", None)
+    return len(queue.items) if length is None else length
+
+
+class FileJournal:
+    """One queue's journal files, written through a :class:`JournalWriter` greenlet.
+
+    ``queue`` arguments (:meth:`check_rotate`, :meth:`rewrite`) need ``items`` (the in-memory
+    items, head first), ``open_reads`` (xid → item), ``bytes`` (all of the queue's bytes) and
+    optionally ``length`` (all items, including those only on disk); a ``QueueCore`` has them.
+    """
+
+    def __init__(self, data_dir: str, name: str, config: QueueConfig, *, archived_size: int | None = None,
+                 max_timestamp: int = 0, read_behind: ReadBehindPosition | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.data_dir = data_dir
+        self.name = name
+        self.config = config
+        self.path = os.path.join(data_dir, name)
+        self._writer = JournalWriter(self.path, config.sync_journal, name)
+        if archived_size is None:
+            archives = archived_files(data_dir, name)
+            archived_size = total_size(data_dir, archives)
+            max_timestamp = max([max_timestamp] + [file_timestamp(f, name) or 0 for f in archives])
+        self.archived_size = archived_size
+        self._max_ts = max_timestamp
+        self.rewrites = 0
+        self.rotations = 0
+        self.packs = 0
+        self._clock = clock
+        self._rewrites_blocked_until: float | None = None
+        self._checkpoint = False
+        self._pack_job: gevent.Greenlet | None = None
+        self._reader: ReadBehindReader | None = None
+        if read_behind is not None:
+            self._reader = ReadBehindReader(self, read_behind.filename, read_behind.offset)
+        self.closed = False
+
+    # -- the Journal protocol ---------------------------------------------------------------
+
+    def add(self, item: Item) -> None:
+        self._writer.append(encode_add(item))
+
+    def remove(self) -> None:
+        self._writer.append(REMOVE_RECORD)
+
+    def remove_tentative(self, xid: int) -> None:
+        self._writer.append(encode_remove_tentative(xid))
+
+    def unremove(self, xid: int) -> None:
+        self._writer.append(encode_unremove(xid))
+
+    def confirm_remove(self, xid: int) -> None:
+        self._writer.append(encode_confirm_remove(xid))
+
+    def after_durable(self, callback: Callable[[], None]) -> None:
+        self._writer.after_durable(callback)
+
+    def size(self) -> int:
+        """Bytes of the current file, counting records not yet written (``logsize``)."""
+        writer = self._writer
+        return writer.file_written + writer.appended - writer.written
+
+    def close(self) -> None:
+        """Write and fsync what is pending, close the file (waits for a running pack)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._wait_for_pack()
+        self._end_read_behind()
+        self._writer.close(sync=True)
+
+    def erase(self) -> None:
+        """Close without syncing and delete every file of the queue."""
+        self.closed = True
+        self._wait_for_pack()
+        self._end_read_behind()
+        self._writer.close(sync=False)
+        erase_files(self.data_dir, self.name)
+        log.debug("journal erased", queue=self.name)
+
+    # -- beyond the protocol ----------------------------------------------------------------
+
+    @property
+    def sync_journal(self) -> float | None:
+        return self.config.sync_journal
+
+    @property
+    def writer(self) -> JournalWriter:
+        return self._writer
+
+    def written_size(self) -> int:
+        """Bytes of the current file that have reached the OS."""
+        return self._writer.file_written
+
+    def total_size(self) -> int:
+        """Current plus archived bytes (Kestrel's ``journal_size`` gauge)."""
+        return self.size() + self.archived_size
+
+    def flush(self) -> None:
+        """Write the pending records now (blocks the calling greenlet, not the hub)."""
+        if not self.closed:
+            with self._writer.exclusive():
+                pass
+
+    def check_rotate(self, queue: Any) -> None:
+        """Kestrel's ``checkRotateJournal`` (§6.6): rewrite, rotate, or nothing.
+
+        Call it in an add *before* journaling the item, and in a remove *after* journaling it
+        (only when an item was removed). The limits come from ``queue.config`` when it has one,
+        so a reload applies at once, as in Kestrel.
+        """
+        if self.closed:
+            return
+        config = getattr(queue, "config", None) or self.config
+        size = self.size()
+        total = size + self.archived_size
+        length = queue_length(queue)
+        allowed = self._rewrites_allowed()
+        if not config.disable_aggressive_rewrites:
+            if size >= config.default_journal_size and length == 0:
+                self.rewrite(queue)
+            elif allowed and total > config.max_journal_size and queue.bytes < config.max_memory_size:
+                self.rewrite(queue)
+                self._block_rewrites(config)
+            elif size > config.max_memory_size:
+                self.rotate(checkpoint=total > config.max_journal_size)
+        else:
+            if allowed and size >= config.default_journal_size and length == 0:
+                self.rewrite(queue)
+                if self.size() >= config.default_journal_size // 2:
+                    self._block_rewrites(config)
+            elif allowed and total > config.max_journal_size and queue.bytes < config.max_memory_size:
+                self.rewrite(queue)
+                self._block_rewrites(config)
+            elif size > config.max_memory_size:
+                if length == 0:
+                    self.rewrite(queue)
+                if self.size() > config.max_memory_size:
+                    self.rotate(checkpoint=self.size() + self.archived_size > config.max_journal_size)
+
+    def _rewrites_allowed(self) -> bool:
+        until = self._rewrites_blocked_until
+        if until is None:
+            return True
+        if self._clock() >= until:
+            self._rewrites_blocked_until = None
+            return True
+        return False
+
+    def _block_rewrites(self, config: QueueConfig) -> None:
+        delay = config.min_journal_compact_delay
+        if delay is not None:
+            self._rewrites_blocked_until = self._clock() + delay
+
+    def rotate(self, checkpoint: bool = False) -> str | None:
+        """Archive the current file as ``<name>.<ms>`` and start an empty one; returns the archive."""
+        if self.closed:
+            return None
+        writer = self._writer
+        with writer.exclusive():
+            old_size = writer.file_written
+            writer.sync_now()
+            rotated = unique_file(self.data_dir, self.name, ".", min_ts=self._max_ts + 1)
+            os.replace(self.path, os.path.join(self.data_dir, rotated))
+            writer.switch_file(self.path)
+            if self.config.sync_journal is not None:
+                run_blocking(fsync_dir, self.data_dir)
+        self._max_ts = file_timestamp(rotated, self.name) or self._max_ts
+        self.archived_size += old_size
+        self.rotations += 1
+        if self._reader is not None:
+            self._reader.file_rotated(rotated, old_size)
+        if checkpoint and not self._checkpoint:
+            self._checkpoint = True
+        log.info("rotated journal", queue=self.name, file=rotated, bytes=old_size,
+                 archived_bytes=self.archived_size, checkpoint=self._checkpoint)
+        return rotated
+
+    def rewrite(self, queue: Any) -> bool:
+        """Replace every file by one holding the open reads and the items (§6.6 Rewrite).
+
+        Refused (False) in read-behind, where the items on disk are not in ``queue.items``.
+        """
+        if self.closed:
+            return False
+        if self._reader is not None:
+            log.warning("journal rewrite skipped: the queue is in read-behind", queue=self.name)
+            return False
+        self._wait_for_pack()
+        open_items = sorted(queue.open_reads.items(), reverse=True)
+        items = list(queue.items)
+        started = time.monotonic()
+        data_dir = self.data_dir
+        writer = self._writer
+        with writer.exclusive():
+            writer.sync_now()
+            rotated = unique_file(data_dir, self.name, ".", min_ts=self._max_ts + 1)
+            rotated_path = os.path.join(data_dir, rotated)
+            os.replace(self.path, rotated_path)
+            temp_path = os.path.join(data_dir, unique_file(data_dir, self.name, "~~"))
+            try:
+                size = run_blocking(write_snapshot, temp_path, open_items, items)
+            except Exception:  # noqa: BLE001 - e.g. a full disk: undo, keep the old files
+                os.replace(rotated_path, self.path)
+                try:
+                    os.unlink(temp_path)
+                except FileNotFoundError:
+                    pass
+                log.exception("journal rewrite failed; keeping the old files", queue=self.name)
+                return False
+            os.replace(temp_path, rotated_path + ".pack")
+            run_blocking(fsync_dir, data_dir)
+            archived_files(data_dir, self.name)  # deletes every archive, renames the pack
+            os.replace(rotated_path, self.path)
+            run_blocking(fsync_dir, data_dir)
+            writer.switch_file(self.path)
+        self._max_ts = file_timestamp(rotated, self.name) or self._max_ts
+        self.archived_size = total_size(data_dir, archived_files(data_dir, self.name))
+        self.rewrites += 1
+        log.info("rewrote journal", queue=self.name, items=len(items), open=len(open_items), bytes=size,
+                 seconds=round(time.monotonic() - started, 3))
+        return True
+
+    # -- read-behind ------------------------------------------------------------------------
+
+    @property
+    def in_read_behind(self) -> bool:
+        return self._reader is not None
+
+    def start_read_behind(self) -> None:
+        """Start reading behind the writer, from its current position (§5.8)."""
+        if self._reader is None and not self.closed:
+            self._reader = ReadBehindReader(self, self.name, self.size())
+            log.info("dropping to read-behind", queue=self.name, file=self.name, offset=self.size())
+
+    def read_behind(self) -> Item | None:
+        """The next item that is only on disk, or ``None`` (read-behind is then over)."""
+        reader = self._reader
+        if reader is None:
+            return None
+        item = reader.next_item()
+        if item is None:
+            self._end_read_behind()
+            log.info("coming out of read-behind", queue=self.name)
+        return item
+
+    def read_behind_position(self) -> ReadBehindPosition | None:
+        reader = self._reader
+        return None if reader is None else ReadBehindPosition(reader.filename, reader.offset)
+
+    def _end_read_behind(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _reader_moved(self, filename: str) -> None:
+        """The reader moved on to ``filename``: pack what lies behind it if a checkpoint asks."""
+        if not self._checkpoint or (self._pack_job is not None and not self._pack_job.dead):
+            return
+        limit = file_timestamp(filename, self.name)
+        archives = archived_files(self.data_dir, self.name)
+        behind = [f for f in archives if limit is None or (file_timestamp(f, self.name) or 0) < limit]
+        if not behind:
+            return
+        self._checkpoint = False
+        later = [f for f in archives if f not in behind]
+        self._pack_job = gevent.spawn(self._pack, behind[-1], later)
+
+    def _pack(self, upto: str, later_files: list[str]) -> None:
+        """Pack the archives up to ``upto`` on the threadpool (the queue goes on meanwhile).
+
+        The records written after them are read up to what is written now, so the pack can
+        leave out what they discard; they are made durable before the pack is committed.
+        """
+        sources = []
+        try:
+            for filename in later_files:
+                fd = os.open(os.path.join(self.data_dir, filename), os.O_RDONLY)
+                sources.append((fd, os.fstat(fd).st_size))
+            fd = os.open(self.path, os.O_RDONLY)
+            sources.append((fd, self._writer.file_written))
+            budget = 2 * self.config.max_journal_size
+            temp = run_blocking(functools.partial(prepare_pack, self.data_dir, self.name, upto, sources, budget))
+            if temp is not None and self._writer.closed:
+                os.unlink(temp)  # the later records can no longer be made durable: drop it
+            elif temp is not None:
+                with self._writer.exclusive():
+                    self._writer.sync_now()
+                run_blocking(commit_pack, self.data_dir, self.name, temp, upto)
+                self.packs += 1
+        except Exception:  # noqa: BLE001 - a failed pack leaves the files as they were
+            log.exception("journal pack failed", queue=self.name, upto=upto)
+        finally:
+            for fd, _end in sources:
+                os.close(fd)
+        self.archived_size = total_size(self.data_dir, archived_files(self.data_dir, self.name))
+        if self._reader is not None and self._checkpoint and not self.closed:
+            self._pack_job = None  # the reader moved on meanwhile: pack what it left behind now
+            self._reader_moved(self._reader.filename)
+
+    def _wait_for_pack(self) -> None:
+        job = self._pack_job
+        if job is not None:
+            job.join()
+            self._pack_job = None

@@ -1,0 +1,207 @@
+"""The files of a queue's journal in the data directory (reference §6.1).
+
+=========================  ===============================================================
+``<name>``                 the current journal, appended to
+``<name>.<ms>``            a rotated (archived) journal; replayed oldest first, then ``<name>``
+``<name>.<ms>.pack``       a finished pack or rewrite: it summarises every archive whose
+                           timestamp is ``<= ms``; any listing deletes those archives and
+                           renames the pack to ``<name>.<ms>`` (the commit point of a pack)
+``<name>~~<ms>``           a temporary file being written; deleted when the queue is replayed
+=========================  ===============================================================
+
+Queue names never contain ``.``, ``/`` or ``~``, so the part of a file name before the first
+``.`` (or ``~~``) is the queue's name. Unlike Kestrel, a stray ``<name>.<not-a-number>`` file
+does not stop the server: it is logged and ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import structlog
+
+__all__ = [
+    "TEMP_MARK", "PACK_SUFFIX", "archived_files", "journal_files", "queue_names", "delete_temp_files",
+    "erase_files", "unique_file", "fsync_dir", "file_timestamp", "total_size", "file_size",
+]
+
+log = structlog.get_logger("kestrel_actors.journal")
+
+TEMP_MARK = "~~"
+PACK_SUFFIX = ".pack"
+
+_warned: set[str] = set()
+
+
+def _warn_stray(name: str, filename: str) -> None:
+    if filename not in _warned:
+        _warned.add(filename)
+        log.warning("ignoring a stray file in the journal directory", queue=name, file=filename)
+
+
+def _parse_suffix(rest: str) -> tuple[int, bool] | None:
+    """``"123"`` → (123, False); ``"123.pack"`` → (123, True); anything else → None."""
+    pack = rest.endswith(PACK_SUFFIX)
+    if pack:
+        rest = rest[: -len(PACK_SUFFIX)]
+    if not rest.isdigit() or not rest.isascii():
+        return None
+    return int(rest), pack
+
+
+def file_timestamp(filename: str, name: str) -> int | None:
+    """The timestamp of archive ``<name>.<ms>`` (or its pack); None for anything else."""
+    if not filename.startswith(name + "."):
+        return None
+    parsed = _parse_suffix(filename[len(name) + 1:])
+    return None if parsed is None else parsed[0]
+
+
+def _listdir(data_dir: str) -> list[str]:
+    try:
+        return os.listdir(data_dir)
+    except FileNotFoundError:
+        return []
+
+
+def _timed_files(data_dir: str, name: str) -> list[tuple[int, bool, str]]:
+    prefix = name + "."
+    found = []
+    for filename in _listdir(data_dir):
+        if not filename.startswith(prefix):
+            continue
+        parsed = _parse_suffix(filename[len(prefix):])
+        if parsed is None:
+            _warn_stray(name, filename)
+            continue
+        found.append((parsed[0], parsed[1], filename))
+    found.sort()
+    return found
+
+
+def _collapse_pack(data_dir: str, name: str, files: list[tuple[int, bool, str]]) -> bool:
+    """Finish the first pack found: delete the archives it summarises, rename it into place."""
+    for pack_ts, is_pack, pack_name in files:
+        if not is_pack:
+            continue
+        for ts, other_is_pack, filename in files:
+            if ts <= pack_ts and not other_is_pack:
+                try:
+                    os.unlink(os.path.join(data_dir, filename))
+                except FileNotFoundError:
+                    pass
+        final = pack_name[: -len(PACK_SUFFIX)]
+        try:
+            os.replace(os.path.join(data_dir, pack_name), os.path.join(data_dir, final))
+        except FileNotFoundError:
+            pass  # someone else finished it first
+        log.info("finished a journal pack", queue=name, file=final)
+        return True
+    return False
+
+
+_listing = threading.Lock()
+"""Listings finish packs by deleting and renaming files, and a pack job lists from a worker
+thread while the queue lists from the hub: one listing at a time, or the second could delete
+the file the first just renamed into place."""
+
+
+def archived_files(data_dir: str, name: str) -> list[str]:
+    """The archived files of queue ``name``, oldest first, after finishing any pack."""
+    with _listing:
+        while True:
+            files = _timed_files(data_dir, name)
+            if not _collapse_pack(data_dir, name, files):
+                return [filename for _ts, _pack, filename in files]
+
+
+def journal_files(data_dir: str, name: str) -> list[str]:
+    """Every file to replay, in order: the archives, then ``<name>`` (which may not exist)."""
+    return archived_files(data_dir, name) + [name]
+
+
+def queue_names(data_dir: str) -> list[str]:
+    """The queues that have journal files in ``data_dir`` (sorted), as Kestrel finds them at startup.
+
+    Only regular files count; temporary ``~~`` files and strays are skipped.
+    """
+    names = set()
+    for filename in _listdir(data_dir):
+        if TEMP_MARK in filename or not filename or filename.startswith("."):
+            continue
+        if not os.path.isfile(os.path.join(data_dir, filename)):
+            continue
+        name, dot, rest = filename.partition(".")
+        if dot and _parse_suffix(rest) is None:
+            _warn_stray(name, filename)
+            continue
+        names.add(name)
+    return sorted(names)
+
+
+def delete_temp_files(data_dir: str, name: str) -> list[str]:
+    """Delete ``<name>~~*`` (an interrupted rewrite or pack); returns the names deleted."""
+    prefix = name + TEMP_MARK
+    deleted = []
+    for filename in _listdir(data_dir):
+        if filename.startswith(prefix):
+            try:
+                os.unlink(os.path.join(data_dir, filename))
+                deleted.append(filename)
+            except FileNotFoundError:
+                pass
+    if deleted:
+        log.info("deleted unfinished temporary journal files", queue=name, files=deleted)
+    return deleted
+
+
+def erase_files(data_dir: str, name: str) -> None:
+    """Delete every file of queue ``name``: current, archives, packs and temporaries (not strays)."""
+    doomed = [name] + [filename for _ts, _pack, filename in _timed_files(data_dir, name)]
+    doomed += [f for f in _listdir(data_dir) if f.startswith(name + TEMP_MARK)]
+    for filename in doomed:
+        try:
+            os.unlink(os.path.join(data_dir, filename))
+        except FileNotFoundError:
+            pass
+
+
+def unique_file(data_dir: str, name: str, infix: str, suffix: str = "", min_ts: int = 0) -> str:
+    """Create an empty ``<name><infix><ms><suffix>`` that did not exist; returns its file name.
+
+    As Kestrel does, the timestamp is the current time in ms, retried every 1 ms until the
+    name is free. ``min_ts`` keeps it above existing archives even if the clock went back.
+    """
+    while True:
+        ts = max(int(time.time() * 1000), min_ts)
+        filename = f"{name}{infix}{ts}{suffix}"
+        try:
+            fd = os.open(os.path.join(data_dir, filename), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            min_ts = ts + 1
+            time.sleep(0.001)
+            continue
+        os.close(fd)
+        return filename
+
+
+def fsync_dir(data_dir: str) -> None:
+    """Make renames and creations in ``data_dir`` durable."""
+    fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def total_size(data_dir: str, filenames: list[str]) -> int:
+    return sum(file_size(os.path.join(data_dir, f)) for f in filenames)

@@ -1,0 +1,336 @@
+"""Kestrel's journal records (reference §6.2): opcodes, encoders, and a reader.
+
+Every record is a 1-byte opcode followed by a fixed layout; all integers are little-endian and
+signed. The encoders are pure functions returning ``bytes``, so a writer can batch many records
+into one ``write()``. :class:`RecordReader` walks the records of a file descriptor or a bytes
+object and never trusts a size field: a record that claims more bytes than remain is a torn
+tail, not a reason to allocate gigabytes.
+
+The reader reports how it stopped through :attr:`RecordReader.problem`:
+
+* ``None`` — a clean end (the data ended exactly where an opcode would start);
+* kind :data:`TORN` — the data ends inside a record: an append interrupted by a crash, the
+  normal way a journal ends badly (the caller logs a warning);
+* kind :data:`CORRUPT` — bytes that cannot be a record: an unknown opcode, an add whose body is
+  too short to hold its header, or a negative size (the caller logs an error).
+
+Either way :attr:`RecordReader.position` is the offset just after the last whole record, which
+is where Kestrel truncates the file (``lastValidPosition``).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from typing import Callable, Iterator, NamedTuple, Union
+
+from ._interface import Item
+
+__all__ = [
+    "OP_ADD", "OP_REMOVE", "OP_ADDX", "OP_REMOVE_TENTATIVE", "OP_SAVE_XID", "OP_UNREMOVE",
+    "OP_CONFIRM_REMOVE", "OP_ADD_XID", "OP_CONTINUE", "OP_REMOVE_TENTATIVE_XID", "OP_NAMES",
+    "ADD_OPS", "TORN", "CORRUPT", "REMOVE_RECORD", "Problem", "Record", "RecordReader",
+    "encode_add", "encode_add_xid", "encode_continue", "encode_legacy_add", "encode_remove",
+    "encode_remove_tentative", "encode_legacy_remove_tentative", "encode_save_xid",
+    "encode_unremove", "encode_confirm_remove", "add_record_size", "read_file_records",
+]
+
+OP_ADD = 0
+OP_REMOVE = 1
+OP_ADDX = 2
+OP_REMOVE_TENTATIVE = 3
+OP_SAVE_XID = 4
+OP_UNREMOVE = 5
+OP_CONFIRM_REMOVE = 6
+OP_ADD_XID = 7
+OP_CONTINUE = 8
+OP_REMOVE_TENTATIVE_XID = 9
+
+OP_NAMES = {
+    OP_ADD: "ADD", OP_REMOVE: "REMOVE", OP_ADDX: "ADDX", OP_REMOVE_TENTATIVE: "REMOVE_TENTATIVE",
+    OP_SAVE_XID: "SAVE_XID", OP_UNREMOVE: "UNREMOVE", OP_CONFIRM_REMOVE: "CONFIRM_REMOVE",
+    OP_ADD_XID: "ADD_XID", OP_CONTINUE: "CONTINUE", OP_REMOVE_TENTATIVE_XID: "REMOVE_TENTATIVE_XID",
+}
+
+ADD_OPS = frozenset((OP_ADD, OP_ADDX, OP_ADD_XID))
+"""Records replayed as a plain append at the tail (CONTINUE also appends, after closing an xid)."""
+
+TORN = "torn"
+CORRUPT = "corrupt"
+
+_ADDX = struct.Struct("<biqq")      # opcode, size (= len + 16), add time ms, expiry ms
+_XID_ADDX = struct.Struct("<biiqq")  # opcode, xid, size, add time ms, expiry ms
+_LEGACY_ADD = struct.Struct("<bii")  # opcode, size (= len + 4), expiry s
+_XID = struct.Struct("<bi")          # opcode, xid
+_I32 = struct.Struct("<i")
+_ADDX_BODY = struct.Struct("<iqq")
+_ITEM_HEAD = struct.Struct("<qq")
+
+REMOVE_RECORD = b"\x01"
+
+
+# -- encoders ------------------------------------------------------------------------------
+
+def add_record_size(data_len: int) -> int:
+    """Bytes of the ADDX record of an item of ``data_len`` bytes (21 + len)."""
+    return 21 + data_len
+
+
+def encode_add(item: Item) -> bytes:
+    """ADDX (2): ``i32 len+16, i64 add_time ms, i64 expiry ms (0 = none), data``."""
+    data = item.data
+    return _ADDX.pack(OP_ADDX, len(data) + 16, item.add_time, item.expiry) + data
+
+
+def encode_add_xid(xid: int, item: Item) -> bytes:
+    """ADD_XID (7), read-only in Kestrel 2.4: ``i32 xid`` then the ADDX body."""
+    data = item.data
+    return _XID_ADDX.pack(OP_ADD_XID, xid, len(data) + 16, item.add_time, item.expiry) + data
+
+
+def encode_continue(xid: int, item: Item) -> bytes:
+    """CONTINUE (8): confirm ``xid`` and append ``item``, in one record."""
+    data = item.data
+    return _XID_ADDX.pack(OP_CONTINUE, xid, len(data) + 16, item.add_time, item.expiry) + data
+
+
+def encode_legacy_add(data: bytes, expiry_s: int = 0) -> bytes:
+    """Legacy ADD (0): ``i32 len+4, i32 expiry in epoch seconds (0 = none), data``."""
+    return _LEGACY_ADD.pack(OP_ADD, len(data) + 4, expiry_s) + data
+
+
+def encode_remove() -> bytes:
+    return REMOVE_RECORD
+
+
+def encode_legacy_remove_tentative() -> bytes:
+    """Legacy REMOVE_TENTATIVE (3): no xid; replay gives it the next free xid."""
+    return b"\x03"
+
+
+def encode_save_xid(xid: int) -> bytes:
+    return _XID.pack(OP_SAVE_XID, xid)
+
+
+def encode_unremove(xid: int) -> bytes:
+    return _XID.pack(OP_UNREMOVE, xid)
+
+
+def encode_confirm_remove(xid: int) -> bytes:
+    return _XID.pack(OP_CONFIRM_REMOVE, xid)
+
+
+def encode_remove_tentative(xid: int) -> bytes:
+    """REMOVE_TENTATIVE_XID (9), what 2.4 writes for every transactional remove."""
+    return _XID.pack(OP_REMOVE_TENTATIVE_XID, xid)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+class Problem(NamedTuple):
+    """Why a reader stopped before the end: ``kind`` is TORN or CORRUPT; ``offset`` is where
+    the broken record starts (= the last valid position)."""
+
+    kind: str
+    offset: int
+    message: str
+
+
+class Record:
+    """One decoded record: ``op``, its ``offset`` and ``size`` in bytes, ``xid`` (0 if none)
+    and ``item`` (for the add records and CONTINUE, else ``None``)."""
+
+    __slots__ = ("op", "offset", "size", "xid", "item")
+
+    def __init__(self, op: int, offset: int, size: int, xid: int = 0, item: Item | None = None) -> None:
+        self.op = op
+        self.offset = offset
+        self.size = size
+        self.xid = xid
+        self.item = item
+
+    def __repr__(self) -> str:
+        name = OP_NAMES.get(self.op, str(self.op))
+        return f"Record({name}, offset={self.offset}, size={self.size}, xid={self.xid}, item={self.item!r})"
+
+
+Source = Union[int, bytes, bytearray, memoryview]
+ReadFn = Callable[[int, int, int], bytes]
+"""``read(fd, length, offset) -> bytes``, ``os.pread`` by default (a journal may pass one
+that runs on gevent's threadpool)."""
+
+CHUNK_SIZE = 1 << 20
+
+
+class RecordReader:
+    """Iterate the records of ``source`` from ``start`` up to ``end``.
+
+    ``source`` is an open file descriptor (read with ``pread``, so the descriptor's own offset
+    is untouched) or a bytes-like object. ``end`` defaults to the file size at construction
+    (or the length of the bytes); a caller following a growing file may move it forward with
+    :meth:`set_end` between records. ``now_ms`` is the add time given to legacy ADD records.
+    """
+
+    def __init__(self, source: Source, start: int = 0, end: int | None = None, *,
+                 now_ms: int | None = None, read: ReadFn | None = None,
+                 chunk_size: int = CHUNK_SIZE) -> None:
+        if isinstance(source, int):
+            self._fd: int | None = source
+            self._buf: bytes | memoryview = b""
+            self._buf_start = start
+            if end is None:
+                end = os.fstat(source).st_size
+        else:
+            self._fd = None
+            self._buf = source if isinstance(source, bytes) else bytes(source)
+            self._buf_start = 0
+            if end is None:
+                end = len(self._buf)
+        self._i = start - self._buf_start
+        self._end = end
+        self._read = read or os.pread
+        self._chunk = chunk_size
+        self._now_ms = now_ms
+        self.position = start
+        """Offset just after the last whole record read."""
+        self.problem: Problem | None = None
+        self.records = 0
+
+    @property
+    def end(self) -> int:
+        return self._end
+
+    def set_end(self, end: int) -> None:
+        """Move the end forward (a growing file); clears a TORN problem found at the old end."""
+        self._end = end
+        if self.problem is not None and self.problem.kind == TORN:
+            self.problem = None
+
+    def __iter__(self) -> Iterator[Record]:
+        while True:
+            record = self.next()
+            if record is None:
+                return
+            yield record
+
+    def _have(self, n: int) -> bool:
+        """Make ``n`` bytes available at the cursor; False if fewer than ``n`` remain before end."""
+        i = self._i
+        if min(len(self._buf), self._end - self._buf_start) - i >= n:
+            return True
+        offset = self._buf_start + i
+        if self._end - offset < n or self._fd is None:
+            return False
+        want = max(n, min(self._chunk, self._end - offset))
+        rest = self._buf[i:]
+        data = self._read(self._fd, want - len(rest), offset + len(rest))
+        self._buf = bytes(rest) + data if rest else data
+        self._buf_start = offset
+        self._i = 0
+        return len(self._buf) >= n
+
+    def _fail(self, kind: str, message: str) -> None:
+        self.problem = Problem(kind, self.position, message)
+
+    def next(self) -> Record | None:
+        """The next record, or ``None`` at the end (see :attr:`problem` for why it stopped)."""
+        if self.problem is not None:
+            return None
+        start = self.position
+        end = self._end
+        if start >= end:
+            return None
+        # Fast paths for the records 2.4 writes, when the whole record is in the buffer.
+        buf = self._buf
+        i = self._i
+        avail = min(len(buf), end - self._buf_start) - i
+        if avail < 21 and avail < end - start:
+            self._have(min(21, end - start))
+            buf, i = self._buf, self._i
+            avail = min(len(buf), end - self._buf_start) - i
+            if avail <= 0:
+                return None  # the file is shorter than ``end`` said
+        op = buf[i]
+        if op == OP_ADDX and avail >= 21:
+            size, add_time, expiry = _ADDX_BODY.unpack_from(buf, i + 1)
+            total = 5 + size
+            if size >= 16 and total <= avail:
+                self._i = i + total
+                self.position = start + total
+                self.records += 1
+                return Record(OP_ADDX, start, total, 0, Item(buf[i + 21:i + total], add_time, expiry))
+        elif op == OP_REMOVE:
+            self._i = i + 1
+            self.position = start + 1
+            self.records += 1
+            return Record(OP_REMOVE, start, 1)
+        elif op == OP_REMOVE_TENTATIVE_XID and avail >= 5:
+            self._i = i + 5
+            self.position = start + 5
+            self.records += 1
+            return Record(op, start, 5, _I32.unpack_from(buf, i + 1)[0])
+        return self._next_slow(op, start)
+
+    def _next_slow(self, op: int, start: int) -> Record | None:
+        buf = self._buf
+        i = self._i
+        if op == OP_REMOVE or op == OP_REMOVE_TENTATIVE:
+            self._i = i + 1
+            self.position = start + 1
+            self.records += 1
+            return Record(op, start, 1)
+        if op in (OP_SAVE_XID, OP_UNREMOVE, OP_CONFIRM_REMOVE, OP_REMOVE_TENTATIVE_XID):
+            if not self._have(5):
+                self._fail(TORN, f"end of data inside a {OP_NAMES[op]} record")
+                return None
+            buf, i = self._buf, self._i
+            (xid,) = _I32.unpack_from(buf, i + 1)
+            self._i = i + 5
+            self.position = start + 5
+            self.records += 1
+            return Record(op, start, 5, xid)
+        if op in (OP_ADDX, OP_ADD, OP_ADD_XID, OP_CONTINUE):
+            head = 9 if op in (OP_ADD_XID, OP_CONTINUE) else 5
+            if not self._have(head):
+                self._fail(TORN, f"end of data inside the header of a {OP_NAMES[op]} record")
+                return None
+            buf, i = self._buf, self._i
+            xid = _I32.unpack_from(buf, i + 1)[0] if head == 9 else 0
+            (size,) = _I32.unpack_from(buf, i + head - 4)
+            minimum = 4 if op == OP_ADD else 16
+            if size < 0:
+                self._fail(CORRUPT, f"negative size {size} in a {OP_NAMES[op]} record")
+                return None
+            if size < minimum:
+                self._fail(CORRUPT, f"{OP_NAMES[op]} body of {size} bytes is shorter than {minimum}")
+                return None
+            total = head + size
+            if not self._have(total):
+                self._fail(TORN, f"end of data inside a {OP_NAMES[op]} record of {total} bytes")
+                return None
+            buf, i = self._buf, self._i
+            body = i + head
+            if op == OP_ADD:
+                (expiry_s,) = _I32.unpack_from(buf, body)
+                add_time = self._now_ms if self._now_ms is not None else int(time.time() * 1000)
+                item = Item(bytes(buf[body + 4:i + total]), add_time, expiry_s * 1000)
+            else:
+                add_time, expiry = _ITEM_HEAD.unpack_from(buf, body)
+                item = Item(bytes(buf[body + 16:i + total]), add_time, expiry)
+            self._i = i + total
+            self.position = start + total
+            self.records += 1
+            return Record(op, start, total, xid, item)
+        self._fail(CORRUPT, f"invalid opcode {op} at offset {start}")
+        return None
+
+
+def read_file_records(path: str, now_ms: int | None = None) -> tuple[list[Record], RecordReader]:
+    """All records of the file at ``path`` and the reader (for ``position`` and ``problem``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader = RecordReader(fd, now_ms=now_ms)
+        return list(reader), reader
+    finally:
+        os.close(fd)

@@ -1,0 +1,311 @@
+"""Replaying a queue's journal files into its state at startup (reference §6.4, §6.5, §5.8).
+
+:func:`replay_queue` reads the queue's files in replay order and applies every record to an
+empty queue, exactly as Kestrel's ``PersistentQueue.replayJournal`` does:
+
+* add records (0, 2, 7) append at the tail; CONTINUE (8) closes its xid and appends;
+* REMOVE pops the head (a no-op on an empty queue);
+* REMOVE_TENTATIVE_XID (9) pops the head into the open table and sets the xid counter; the
+  legacy REMOVE_TENTATIVE (3) takes the next free xid, as Kestrel's offline tools do;
+* SAVE_XID sets the counter; UNREMOVE puts an open item back at the head; CONFIRM drops it;
+* no expiry sweep runs during replay.
+
+A file that ends inside a record (torn tail) or holds something that is not a record
+(corrupt) is truncated at its last whole record — the file that is actually broken, not the
+current one as Kestrel does — and replay goes on with the next file. A corrupt tail is first
+copied to ``<data_dir>/.corrupt/`` so nothing is destroyed silently.
+
+With ``max_memory_size`` set, replay keeps memory bounded the way Kestrel does (§5.8): once
+the queue's bytes reach the limit, later items are only counted, and a second cursor re-reads
+them from the files as the head is consumed. If that cursor has not caught up at the end,
+:attr:`ReplayResult.read_behind` says where the live queue must continue reading.
+
+Open transactions are left in :attr:`ReplayResult.open_items`; the journal that opens the
+queue backs them out (writing UNREMOVE records) — see :func:`open_file_journal`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import structlog
+
+from ._files import delete_temp_files, file_size, file_timestamp, journal_files
+from ._format import (
+    ADD_OPS, CORRUPT, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
+    OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, Problem, Record, RecordReader,
+)
+from ._interface import Item
+
+__all__ = ["ReadBehindPosition", "ReplayResult", "replay_queue", "repair_file"]
+
+log = structlog.get_logger("kestrel_actors.journal")
+
+CORRUPT_DIR = ".corrupt"
+PROGRESS_BYTES = 10 * 1024 * 1024
+XID_MAX = 2**31 - 1
+
+
+class ReadBehindPosition(NamedTuple):
+    """Where a queue in read-behind continues reading: a journal file and an offset in it."""
+
+    filename: str
+    offset: int
+
+
+@dataclass
+class ReplayResult:
+    """The state of a queue after replaying its journal (before open reads are backed out)."""
+
+    items: deque = field(default_factory=deque)
+    """The in-memory items, head first (all of them unless the queue is in read-behind)."""
+    open_items: dict = field(default_factory=dict)
+    """xid → item still open at the end of the journal."""
+    length: int = 0
+    """Items in the queue, including those only on disk (read-behind); open ones excluded."""
+    bytes: int = 0
+    mem_bytes: int = 0
+    xid: int = 0
+    total_items: int = 0
+    """Number of add records replayed (Kestrel's per-queue ``total_items`` after a restart)."""
+    current_size: int = 0
+    """Bytes of the current file ``<name>`` after any truncation."""
+    archived_size: int = 0
+    files: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+    """``(file name, Problem)`` for each file that was cut."""
+    read_behind: ReadBehindPosition | None = None
+    max_timestamp: int = 0
+    """The newest archive's timestamp (new archive names must sort after it)."""
+
+
+def repair_file(data_dir: str, name: str, filename: str, problem: Problem) -> None:
+    """Cut ``filename`` at ``problem.offset``, saving a corrupt tail under ``.corrupt/`` first."""
+    path = os.path.join(data_dir, filename)
+    size = file_size(path)
+    saved = None
+    if problem.kind == CORRUPT and size > problem.offset:
+        saved = _save_tail(data_dir, filename, path, problem.offset)
+    os.truncate(path, problem.offset)
+    event = dict(queue=name, file=filename, offset=problem.offset, dropped_bytes=size - problem.offset,
+                 reason=problem.message)
+    if problem.kind == CORRUPT:
+        log.error("corrupt journal record; DATA MAY HAVE BEEN LOST! The rest of the file was cut",
+                  saved_to=saved, **event)
+    else:
+        log.warning("journal ends inside a record (interrupted write); truncated entry deleted", **event)
+
+
+def _save_tail(data_dir: str, filename: str, path: str, offset: int) -> str | None:
+    target_dir = os.path.join(data_dir, CORRUPT_DIR)
+    target = os.path.join(target_dir, f"{filename}@{offset}.{int(time.time() * 1000)}")
+    try:
+        os.makedirs(target_dir, exist_ok=True)
+        with open(path, "rb") as src, open(target, "wb") as dst:
+            src.seek(offset)
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+        return target
+    except OSError as exc:
+        log.error("could not save the corrupt part of a journal", file=filename, error=str(exc))
+        return None
+
+
+class _Behind:
+    """The read-behind cursor of a replay: re-reads add records behind the replayer."""
+
+    def __init__(self, data_dir: str, files: list[str], index: int, offset: int, now_ms: int) -> None:
+        self.data_dir = data_dir
+        self.files = files
+        self.index = index
+        self.offset = offset
+        self.now_ms = now_ms
+        self._fd: int | None = None
+        self._reader: RecordReader | None = None
+        self._size = 0
+
+    def next(self, limit_index: int, limit_offset: int) -> Record | None:
+        """The next record before the replayer's position, or None once caught up with it."""
+        while True:
+            if self._reader is None:
+                path = os.path.join(self.data_dir, self.files[self.index])
+                try:
+                    self._fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    self._fd = None
+                if self._fd is not None:
+                    self._reader = RecordReader(self._fd, self.offset, now_ms=self.now_ms)
+                    self._size = self._reader.end
+            reader = self._reader
+            if reader is not None:
+                # In the replayer's file, stop where it is; in a file it has finished, at its end.
+                reader.set_end(limit_offset if self.index == limit_index else self._size)
+                record = reader.next()
+                if record is not None:
+                    self.offset = reader.position
+                    return record
+            if self.index >= limit_index:
+                return None
+            self.close()
+            self.index += 1
+            self.offset = 0
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = None
+        self._reader = None
+
+
+class _Replay:
+    """The queue being rebuilt: Kestrel's replay rules, with bounded memory."""
+
+    def __init__(self, result: ReplayResult, max_memory: int | None, data_dir: str, now_ms: int) -> None:
+        self.r = result
+        self.max_memory = max_memory
+        self.data_dir = data_dir
+        self.files: list[str] = result.files
+        self.now_ms = now_ms
+        self.behind: _Behind | None = None
+        self.index = 0
+        self.position = 0
+
+    def apply(self, record: Record) -> None:
+        op = record.op
+        r = self.r
+        if op in ADD_OPS:
+            self.add(record.item)  # type: ignore[arg-type]
+        elif op == OP_REMOVE:
+            self.pop()
+        elif op == OP_REMOVE_TENTATIVE_XID or op == OP_REMOVE_TENTATIVE:
+            if op == OP_REMOVE_TENTATIVE:
+                xid = r.xid
+                while True:
+                    xid = xid + 1 if xid < XID_MAX else 1
+                    if xid not in r.open_items:
+                        break
+            else:
+                xid = record.xid
+            item = self.pop()
+            if item is not None:
+                item.xid = xid
+                r.open_items[xid] = item
+            r.xid = xid
+        elif op == OP_CONFIRM_REMOVE:
+            r.open_items.pop(record.xid, None)
+        elif op == OP_UNREMOVE:
+            item = r.open_items.pop(record.xid, None)
+            if item is not None:
+                item.xid = 0
+                r.items.appendleft(item)
+                r.length += 1
+                r.bytes += len(item.data)
+                r.mem_bytes += len(item.data)
+        elif op == OP_SAVE_XID:
+            r.xid = record.xid
+        elif op == OP_CONTINUE:
+            r.open_items.pop(record.xid, None)
+            self.add(record.item)  # type: ignore[arg-type]
+
+    def add(self, item: Item) -> None:
+        r = self.r
+        n = len(item.data)
+        r.total_items += 1
+        r.length += 1
+        r.bytes += n
+        if self.behind is None:
+            r.items.append(item)
+            r.mem_bytes += n
+            if self.max_memory is not None and r.bytes >= self.max_memory:
+                self.behind = _Behind(self.data_dir, self.files, self.index, self.position, self.now_ms)
+
+    def pop(self) -> Item | None:
+        r = self.r
+        if not r.items:
+            return None
+        item = r.items.popleft()
+        n = len(item.data)
+        r.length -= 1
+        r.bytes -= n
+        r.mem_bytes -= n
+        self.fill()
+        return item
+
+    def fill(self) -> None:
+        r = self.r
+        while self.behind is not None and (r.mem_bytes < self.max_memory or not r.items):  # type: ignore[operator]
+            record = self.behind.next(self.index, self.position)
+            if record is None:
+                self.behind.close()
+                self.behind = None
+                return
+            if record.op in ADD_OPS or record.op == OP_CONTINUE:
+                r.items.append(record.item)
+                r.mem_bytes += len(record.item.data)  # type: ignore[union-attr]
+
+
+def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None,
+                 now_ms: int | None = None) -> ReplayResult:
+    """Replay every journal file of queue ``name`` (see the module docstring).
+
+    Side effects, as in Kestrel: temporary ``~~`` files are deleted, a finished pack is moved
+    into place, and broken files are truncated. Nothing else is written.
+    """
+    if now_ms is None:
+        now_ms = int(time.time() * 1000)
+    delete_temp_files(data_dir, name)
+    files = journal_files(data_dir, name)
+    result = ReplayResult(files=files)
+    replay = _Replay(result, max_memory_size, data_dir, now_ms)
+    started = time.monotonic()
+    for index, filename in enumerate(files):
+        replay.index = index
+        replay.position = 0
+        size = _replay_file(data_dir, name, filename, replay, now_ms, result)
+        if filename == name:
+            result.current_size = size
+        else:
+            result.archived_size += size
+            result.max_timestamp = max(result.max_timestamp, file_timestamp(filename, name) or 0)
+    if replay.behind is not None:
+        behind = replay.behind
+        result.read_behind = ReadBehindPosition(files[behind.index], behind.offset)
+        behind.close()
+    log.info("replayed journal", queue=name, items=result.length, bytes=result.bytes,
+             open=len(result.open_items), xid=result.xid, files=len(files),
+             read_behind=result.read_behind is not None, seconds=round(time.monotonic() - started, 3))
+    return result
+
+
+def _replay_file(data_dir: str, name: str, filename: str, replay: _Replay, now_ms: int,
+                 result: ReplayResult) -> int:
+    path = os.path.join(data_dir, filename)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
+    try:
+        reader = RecordReader(fd, now_ms=now_ms)
+        next_report = PROGRESS_BYTES
+        read, apply = reader.next, replay.apply
+        while (record := read()) is not None:
+            position = replay.position = reader.position
+            apply(record)
+            if position > next_report:
+                log.info("still replaying journal", queue=name, file=filename, bytes_so_far=position)
+                next_report += PROGRESS_BYTES
+        problem = reader.problem
+        position = reader.position
+    except OSError as exc:
+        log.error("cannot read journal file; DATA MAY HAVE BEEN LOST!", queue=name, file=filename, error=str(exc))
+        return file_size(path)
+    finally:
+        os.close(fd)
+    if problem is not None:
+        repair_file(data_dir, name, filename, problem)
+        result.problems.append((filename, problem))
+    return position

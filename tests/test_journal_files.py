@@ -1,0 +1,397 @@
+"""FileJournal on the gevent runtime: logsize, the writer and its sync policies, rotation,
+rewrite under crashes, erase, and opening a queue at startup (reference §6)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+
+import gevent
+import gevent.event
+import pytest
+
+from kestrel_actors.config import QueueConfig
+from kestrel_actors.journal import FileJournal, Item, MemoryJournal, make_file_opener, open_file_journal, replay_queue
+from kestrel_actors.journal._format import encode_add, encode_remove_tentative
+
+
+class State:
+    """What a journal needs to know of its queue to rewrite it."""
+
+    def __init__(self, items=(), open_reads=None):
+        self.items = deque(items)
+        self.open_reads = dict(open_reads or {})
+        self.bytes = sum(len(i.data) for i in self.items)
+
+
+def durable(journal) -> None:
+    """Block this greenlet until everything so far is durable by the journal's policy."""
+    done = gevent.event.Event()
+    journal.after_durable(done.set)
+    assert done.wait(timeout=10)
+
+
+def summary(result):
+    return [i.data for i in result.items], {x: i.data for x, i in result.open_items.items()}
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return str(tmp_path)
+
+
+def test_logsize_arithmetic(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    assert os.path.exists(os.path.join(data_dir, "q")) and journal.size() == 0
+    journal.add(Item(b"x" * 11, 1))
+    assert journal.size() == 32
+    journal.remove()
+    assert journal.size() == 33
+    journal.add(Item(b"y", 1))
+    journal.remove_tentative(1)
+    assert journal.size() == 33 + 22 + 5
+    journal.confirm_remove(1)
+    assert journal.size() == 65
+    journal.unremove(2)
+    assert journal.size() == 70
+    durable(journal)
+    assert os.path.getsize(os.path.join(data_dir, "q")) == 70 == journal.size()
+    journal.close()
+
+
+def test_first_second_get_is_54(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    journal.add(Item(b"first", 1))
+    journal.add(Item(b"second", 1))
+    journal.remove()
+    journal.close()
+    assert os.path.getsize(os.path.join(data_dir, "q")) == 54
+
+
+def test_reopen_continues_the_file(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    journal.add(Item(b"abc", 1))
+    journal.close()
+    again = FileJournal(data_dir, "q", QueueConfig())
+    assert again.size() == 24
+    again.remove()
+    again.close()
+    assert summary(replay_queue(data_dir, "q")) == ([], {})
+
+
+def test_records_pile_up_into_few_writes(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    for i in range(1000):
+        journal.add(Item(b"%d" % i, i))
+    durable(journal)
+    assert journal.writer.writes <= 2 and journal.writer.fsyncs == 0
+    assert [i.data for i in replay_queue(data_dir, "q").items] == [b"%d" % i for i in range(1000)]
+    journal.close()
+
+
+def test_never_sync_calls_back_after_the_write_without_fsync(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=None))
+    fired = []
+    journal.add(Item(b"a", 1))
+    journal.after_durable(lambda: fired.append(os.path.getsize(os.path.join(data_dir, "q"))))
+    assert fired == []  # not written yet
+    for _ in range(1000):
+        if fired:
+            break
+        gevent.sleep(0.01)
+    assert fired == [22] and journal.writer.fsyncs == 0
+    journal.after_durable(lambda: fired.append("now"))
+    assert fired[-1] == "now"  # nothing pending: at once
+    journal.close()
+
+
+def test_group_commit_shares_fsyncs_and_waits_for_them(data_dir, monkeypatch):
+    journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.0))
+    writer = journal.writer
+    real = os.fdatasync
+
+    def slow_fdatasync(fd):
+        gevent.sleep(0)  # (runs on a worker thread: this is a no-op there)
+        threading.Event().wait(0.003)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    problems = []
+    done = []
+
+    def client(i):
+        journal.add(Item(b"item %d" % i, i))
+        target = writer.appended
+        event = gevent.event.Event()
+
+        def callback():
+            if writer.synced < target:
+                problems.append(i)
+            done.append(i)
+            event.set()
+
+        journal.after_durable(callback)
+        event.wait(timeout=10)
+
+    gevent.joinall([gevent.spawn(client, i) for i in range(200)], timeout=30)
+    assert len(done) == 200 and problems == []
+    assert 1 <= writer.fsyncs < 50, writer.fsyncs
+    assert len(replay_queue(data_dir, "q").items) == 200
+    journal.close()
+
+
+def test_always_holds_the_callback_until_fdatasync_returns(data_dir, monkeypatch):
+    journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.0))
+    release = threading.Event()
+    entered = threading.Event()
+    real = os.fdatasync
+
+    def blocked_fdatasync(fd):
+        entered.set()
+        release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", blocked_fdatasync)
+    fired = []
+    journal.add(Item(b"a", 1))
+    journal.after_durable(lambda: fired.append(1))
+    for _ in range(2000):
+        gevent.sleep(0.005)
+        if entered.is_set():
+            break
+    assert entered.is_set()
+    gevent.sleep(0.05)  # the hub runs on while the fsync is stuck in its thread
+    assert fired == []
+    release.set()
+    for _ in range(2000):
+        if fired:
+            break
+        gevent.sleep(0.005)
+    assert fired == [1] and journal.writer.synced == journal.writer.appended
+    journal.close()
+
+
+def test_periodic_sync_replies_after_the_write_and_syncs_later(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.05))
+    journal.add(Item(b"a", 1))
+    durable(journal)
+    assert journal.writer.fsyncs == 0 and journal.writer.written == journal.writer.appended
+    started = time.monotonic()
+    while journal.writer.fsyncs == 0 and time.monotonic() - started < 10:
+        gevent.sleep(0.01)
+    assert time.monotonic() - started >= 0.04  # not before the period
+    assert journal.writer.fsyncs == 1 and journal.writer.synced == journal.writer.appended
+    gevent.sleep(0.2)
+    assert journal.writer.fsyncs == 1  # idle: the timer stopped
+    journal.close()
+
+
+def test_rotation(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    journal.add(Item(b"a", 1))
+    first = journal.rotate()
+    journal.add(Item(b"b", 2))
+    second = journal.rotate()
+    journal.add(Item(b"c", 3))
+    durable(journal)
+    assert first != second and first.startswith("q.") and second.startswith("q.")
+    assert int(first[2:]) < int(second[2:])
+    assert journal.rotations == 2 and journal.size() == 22 and journal.archived_size == 44
+    assert journal.total_size() == 66
+    assert sorted(os.listdir(data_dir)) == sorted(["q", first, second])
+    assert [i.data for i in replay_queue(data_dir, "q").items] == [b"a", b"b", b"c"]
+    journal.close()
+
+
+def test_rewrite_writes_open_reads_descending_then_items(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    for data in (b"a", b"b", b"c", b"d", b"e"):
+        journal.add(Item(data, 1))
+    journal.remove_tentative(1)
+    journal.remove_tentative(2)
+    journal.remove()
+    journal.rotate()
+    journal.remove_tentative(3)
+    durable(journal)
+    state = State([Item(b"e", 1)], {1: Item(b"a", 1, 0, 1), 2: Item(b"b", 1, 0, 2), 3: Item(b"d", 1, 0, 3)})
+    before = summary(replay_queue(data_dir, "q"))
+    assert journal.rewrite(state)
+    assert os.listdir(data_dir) == ["q"] and journal.rewrites == 1 and journal.archived_size == 0
+    expected = (encode_add(Item(b"d", 1)) + encode_remove_tentative(3) + encode_add(Item(b"b", 1))
+                + encode_remove_tentative(2) + encode_add(Item(b"a", 1)) + encode_remove_tentative(1)
+                + encode_add(Item(b"e", 1)))
+    assert open(os.path.join(data_dir, "q"), "rb").read() == expected
+    assert journal.size() == len(expected)
+    assert summary(replay_queue(data_dir, "q")) == before
+    journal.add(Item(b"f", 2))
+    journal.close()
+    assert summary(replay_queue(data_dir, "q"))[0] == [b"e", b"f"]
+
+
+def test_empty_rewrite_is_a_zero_byte_file(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    journal.add(Item(b"a", 1))
+    journal.remove()
+    assert journal.rewrite(State())
+    assert os.listdir(data_dir) == ["q"] and os.path.getsize(os.path.join(data_dir, "q")) == 0
+    journal.close()
+
+
+class Crash(BaseException):
+    """The process died here."""
+
+
+@pytest.mark.parametrize("archives", [0, 2])
+def test_a_crash_at_any_step_of_a_rewrite_loses_nothing(tmp_path, monkeypatch, archives):
+    step = 0
+    while True:
+        data_dir = str(tmp_path / f"crash{step}")
+        os.mkdir(data_dir)
+        journal = FileJournal(data_dir, "q", QueueConfig())
+        items = [Item(b"item %d" % i, i) for i in range(6)]
+        for n, item in enumerate(items):
+            journal.add(item)
+            if n < archives:
+                journal.rotate()
+        journal.remove()
+        journal.remove_tentative(1)
+        durable(journal)
+        expected = summary(replay_queue(data_dir, "q"))
+        assert expected == ([i.data for i in items[2:]], {1: b"item 1"})
+        state = State(items[2:], {1: Item(b"item 1", 1, 0, 1)})
+        calls = 0
+
+        def crashing(real):
+            def wrapper(*args, **kwargs):
+                nonlocal calls
+                if calls == step:
+                    raise Crash()
+                calls += 1
+                return real(*args, **kwargs)
+            return wrapper
+
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "replace", crashing(os.replace))
+            patch.setattr(os, "unlink", crashing(os.unlink))
+            try:
+                journal.rewrite(state)
+                finished = True
+            except Crash:
+                finished = False
+        journal.writer.close(sync=False)
+        assert summary(replay_queue(data_dir, "q")) == expected, (step, os.listdir(data_dir))
+        assert not any("~~" in f for f in os.listdir(data_dir))
+        if finished:
+            assert os.listdir(data_dir) == ["q"]
+            break
+        step += 1
+    assert step >= 4
+
+
+def test_erase_deletes_every_file_of_the_queue(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    journal.add(Item(b"a", 1))
+    journal.rotate()
+    for name in ("q.5.pack", "q~~9", "q.stray", "qq", "q+child"):
+        open(os.path.join(data_dir, name), "wb").close()
+    journal.add(Item(b"b", 1))
+    journal.erase()
+    assert sorted(os.listdir(data_dir)) == ["q+child", "q.stray", "qq"]
+    journal.add(Item(b"late", 1))  # a dead letter after the delete: ignored, no file comes back
+    journal.remove()
+    fired = []
+    journal.after_durable(lambda: fired.append(1))
+    gevent.sleep(0.01)
+    assert fired == [1] and sorted(os.listdir(data_dir)) == ["q+child", "q.stray", "qq"]
+
+
+def test_close_flushes_and_later_calls_are_ignored(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.0))
+    journal.add(Item(b"a", 1))
+    journal.close()
+    assert journal.writer.fsyncs == 1
+    journal.add(Item(b"b", 1))
+    journal.close()
+    assert [i.data for i in replay_queue(data_dir, "q").items] == [b"a"]
+
+
+def test_open_backs_out_open_reads_in_ascending_xid_order(data_dir):
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    for i, data in enumerate((b"one", b"two", b"three", b"four", b"five")):
+        journal.add(Item(data, i))
+    for xid in (1, 2, 3, 4):
+        journal.remove_tentative(xid)
+    journal.confirm_remove(2)
+    journal.confirm_remove(4)
+    journal.close()
+    size_before = os.path.getsize(os.path.join(data_dir, "q"))
+    journal, state = open_file_journal(data_dir, "q", QueueConfig())
+    assert [i.data for i in state.items] == [b"one", b"three", b"five"]
+    assert state.open_items == {} and state.length == 3 and state.bytes == 12 and state.total_items == 5
+    assert state.xid == 4 and all(i.xid == 0 for i in state.items)
+    assert journal.size() == size_before + 10
+    journal.close()
+    tail = open(os.path.join(data_dir, "q"), "rb").read()[size_before:]
+    assert tail == b"\x05\x03\x00\x00\x00\x05\x01\x00\x00\x00"  # UNREMOVE 3, then UNREMOVE 1
+    journal, state = open_file_journal(data_dir, "q", QueueConfig())
+    assert [i.data for i in state.items] == [b"one", b"three", b"five"] and journal.size() == size_before + 10
+    journal.close()
+
+
+def test_file_opener_builds_a_queue_core_that_survives_a_restart(data_dir):
+    opener = make_file_opener(data_dir)
+    config = QueueConfig()
+    core = opener("jobs", config)
+    assert isinstance(core.journal, FileJournal) and os.path.exists(os.path.join(data_dir, "jobs"))
+    for i in range(5):
+        assert core.add(b"job %d" % i, 0, 1000 + i)
+    assert core.remove(2000).data == b"job 0"
+    opened = core.remove(2000, transactional=True)
+    assert opened.xid == 1
+    stats = dict(core.stats(3000, 0))
+    assert stats["logsize"] == 5 * 26 + 1 + 5 and stats["journal_rewrites"] == 0
+    core.journal.close()
+    again = opener("jobs", config)
+    assert [i.data for i in again.items] == [b"job 1", b"job 2", b"job 3", b"job 4"]
+    assert again.total_items == 5 and again.bytes == 20
+    assert again.remove(4000, transactional=True).xid == 2  # the counter went on from the journal
+    again.journal.close()
+
+
+def test_file_opener_without_journal_erases_old_files(data_dir):
+    open(os.path.join(data_dir, "t"), "wb").write(encode_add(Item(b"old", 1)))
+    open(os.path.join(data_dir, "t.5"), "wb").close()
+    core = make_file_opener(data_dir)("t", QueueConfig(keep_journal=False))
+    assert isinstance(core.journal, MemoryJournal) and os.listdir(data_dir) == [] and not core.items
+
+
+def test_group_commit_through_a_gevent_actor(data_dir):
+    """As the queue actor uses it: a handler journals, and the reply waits for the fsync."""
+    from kestrel_actors.actors._runtime import GeventActor, ReplyFuture
+
+    journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.0))
+
+    class QueueLike(GeventActor):
+        def on_receive(self, message):
+            data, reply_to = message
+            journal.add(Item(data, 1))
+            target = journal.writer.appended
+            journal.after_durable(lambda: reply_to.tell(journal.writer.synced >= target))
+
+    ref = QueueLike.start()
+    futures = []
+
+    def client(i):
+        future = ReplyFuture()
+        futures.append(future)
+        ref.tell((b"%d" % i, future))
+        return future.get(timeout=10)
+
+    results = [g.value for g in gevent.joinall([gevent.spawn(client, i) for i in range(100)], timeout=30)]
+    assert results == [True] * 100
+    assert journal.writer.fsyncs < 100
+    ref.stop()
+    journal.close()
+    assert len(replay_queue(data_dir, "q").items) == 100

@@ -1,0 +1,187 @@
+"""Kestrel's journal records, byte for byte (reference §6.2, §6.5)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import tracemalloc
+
+import pytest
+
+from kestrel_actors.journal import CORRUPT, TORN, Item, RecordReader
+from kestrel_actors.journal._format import (
+    OP_ADD, OP_ADD_XID, OP_ADDX, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
+    OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, encode_add, encode_add_xid, encode_confirm_remove,
+    encode_continue, encode_legacy_add, encode_legacy_remove_tentative, encode_remove,
+    encode_remove_tentative, encode_save_xid, encode_unremove,
+)
+
+
+def addx(data: bytes, add_time: int = 1000, expiry: int = 0) -> bytes:
+    """An ADDX record built by hand, the way Kestrel's QItem.pack lays it out."""
+    return bytes([2]) + struct.pack("<i", len(data) + 16) + struct.pack("<q", add_time) + struct.pack("<q", expiry) + data
+
+
+def with_xid(op: int, xid: int) -> bytes:
+    return bytes([op]) + struct.pack("<i", xid)
+
+
+def records(data: bytes, **kwargs):
+    reader = RecordReader(data, **kwargs)
+    return list(reader), reader
+
+
+def test_encoders_match_the_hand_built_layout():
+    item = Item(b"hello world", 1_234_567_890_123, 1_234_567_899_000)
+    assert encode_add(item) == addx(b"hello world", 1_234_567_890_123, 1_234_567_899_000)
+    assert encode_add(item)[:5] == b"\x02\x1b\x00\x00\x00"  # size = 11 + 16 = 27, little-endian
+    assert encode_remove() == b"\x01"
+    assert encode_remove_tentative(1) == b"\x09\x01\x00\x00\x00"
+    assert encode_unremove(258) == b"\x05\x02\x01\x00\x00"
+    assert encode_confirm_remove(7) == b"\x06\x07\x00\x00\x00"
+    assert encode_save_xid(-2) == b"\x04\xfe\xff\xff\xff"
+    assert encode_add_xid(3, item) == b"\x07\x03\x00\x00\x00" + addx(b"hello world", 1_234_567_890_123, 1_234_567_899_000)[1:]
+    assert encode_continue(3, item)[0] == OP_CONTINUE
+    assert encode_legacy_add(b"abc", 17) == b"\x00\x07\x00\x00\x00\x11\x00\x00\x00abc"
+    assert encode_legacy_remove_tentative() == b"\x03"
+
+
+def test_record_sizes_are_kestrels_logsize_arithmetic():
+    assert len(encode_add(Item(b"x" * 11, 0))) == 32  # SET of 11 bytes -> logsize 32
+    assert len(encode_add(Item(b"first", 0))) + len(encode_add(Item(b"second", 0))) + 1 == 54
+    for record in (encode_remove_tentative(1), encode_confirm_remove(1), encode_unremove(1)):
+        assert len(record) == 5  # /open, /close, abort: +5 each
+    assert len(encode_add_xid(1, Item(b"abc", 0))) == 25 + 3
+
+
+def test_every_opcode_decodes():
+    blob = (
+        encode_legacy_add(b"old", 0)               # 0
+        + encode_remove()                          # 1
+        + addx(b"new", 5, 99)                      # 2
+        + encode_legacy_remove_tentative()         # 3
+        + with_xid(4, 10)                          # 4
+        + with_xid(5, 11)                          # 5
+        + with_xid(6, 12)                          # 6
+        + encode_add_xid(13, Item(b"ax", 6, 0))    # 7
+        + encode_continue(14, Item(b"cont", 7, 8))  # 8
+        + with_xid(9, 15)                          # 9
+    )
+    found, reader = records(blob, now_ms=4242)
+    assert reader.problem is None and reader.position == len(blob)
+    assert [r.op for r in found] == list(range(10))
+    assert found[0].item == Item(b"old", 4242, 0)
+    assert found[2].item == Item(b"new", 5, 99)
+    assert [r.xid for r in found[3:7]] == [0, 10, 11, 12]
+    assert found[7].xid == 13 and found[7].item == Item(b"ax", 6, 0)
+    assert found[8].xid == 14 and found[8].item == Item(b"cont", 7, 8)
+    assert found[9].xid == 15
+    offsets = [r.offset for r in found]
+    assert offsets[0] == 0 and all(r.offset + r.size == n for r, n in zip(found, offsets[1:] + [len(blob)]))
+
+
+def test_legacy_add_expiry_is_seconds():
+    (record,), _ = records(encode_legacy_add(b"abc", 1_700_000_000), now_ms=1)
+    assert record.item.expiry == 1_700_000_000_000
+
+
+def test_only_a_zero_expiry_means_none():
+    (past, never), _ = records(addx(b"a", 1, -5) + addx(b"b", 1, 0))
+    assert past.item.expiry == -5  # as in Kestrel: a time long past, so already expired
+    assert never.item.expiry == 0
+
+
+def test_a_file_descriptor_reads_like_bytes_even_across_chunks(tmp_path):
+    blob = b"".join(encode_add(Item(bytes([i]) * i, i)) + encode_remove_tentative(i) for i in range(1, 60))
+    path = tmp_path / "q"
+    path.write_bytes(blob)
+    expected, _ = records(blob)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader = RecordReader(fd, chunk_size=7)
+        found = list(reader)
+    finally:
+        os.close(fd)
+    assert [(r.op, r.offset, r.xid, r.item) for r in found] == [(r.op, r.offset, r.xid, r.item) for r in expected]
+    assert reader.position == len(blob) and reader.problem is None
+
+
+def test_start_offset_and_end():
+    blob = encode_add(Item(b"a", 1)) + encode_remove() + encode_add(Item(b"b", 2))
+    found, reader = records(blob, start=22)
+    assert [r.op for r in found] == [OP_REMOVE, OP_ADDX]
+    found, reader = records(blob, start=22, end=23)
+    assert [r.op for r in found] == [OP_REMOVE] and reader.problem is None
+
+
+def test_torn_at_every_offset_inside_the_last_record():
+    records_ = [encode_add(Item(b"one", 1)), encode_remove_tentative(1), encode_continue(1, Item(b"two!", 2, 3))]
+    whole = b"".join(records_)
+    last_start = len(whole) - len(records_[-1])
+    for cut in range(last_start + 1, len(whole)):
+        found, reader = records(whole[:cut])
+        assert [r.op for r in found] == [OP_ADDX, OP_REMOVE_TENTATIVE_XID], cut
+        assert reader.position == last_start
+        assert reader.problem.kind == TORN and reader.problem.offset == last_start
+
+
+@pytest.mark.parametrize("record", [encode_remove_tentative(3), encode_unremove(3), encode_save_xid(3),
+                                    encode_legacy_add(b"xy", 0), encode_add_xid(2, Item(b"q", 1))])
+def test_torn_fixed_records(record):
+    for cut in range(1, len(record)):
+        found, reader = records(encode_remove() + record[:cut])
+        assert len(found) == 1 and reader.problem == (TORN, 1, reader.problem.message)
+
+
+def test_unknown_opcode_is_corrupt():
+    found, reader = records(encode_remove() + b"\x0a\x00\x00")
+    assert len(found) == 1
+    assert reader.problem.kind == CORRUPT and reader.problem.offset == 1 and reader.position == 1
+    assert "opcode 10" in reader.problem.message
+
+
+def test_short_add_bodies_are_corrupt():
+    short_addx = b"\x02" + struct.pack("<i", 15) + b"\x00" * 15
+    _, reader = records(encode_remove() + short_addx)
+    assert reader.problem.kind == CORRUPT and reader.problem.offset == 1
+    short_legacy = b"\x00" + struct.pack("<i", 3) + b"abc"
+    _, reader = records(short_legacy)
+    assert reader.problem.kind == CORRUPT and reader.problem.offset == 0
+    short_continue = b"\x08" + struct.pack("<i", 1) + struct.pack("<i", 2) + b"ab"
+    _, reader = records(short_continue)
+    assert reader.problem.kind == CORRUPT
+
+
+def test_negative_size_is_corrupt_not_a_crash():
+    _, reader = records(b"\x02" + struct.pack("<i", -1) + b"\x00" * 40)
+    assert reader.problem.kind == CORRUPT and "negative" in reader.problem.message
+
+
+def test_a_huge_size_does_not_allocate(tmp_path):
+    path = tmp_path / "q"
+    path.write_bytes(encode_remove() + b"\x02" + struct.pack("<i", 2**31 - 1) + b"\x00" * 100)
+    fd = os.open(path, os.O_RDONLY)
+    tracemalloc.start()
+    try:
+        reader = RecordReader(fd)
+        found = list(reader)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        os.close(fd)
+    assert len(found) == 1 and reader.problem.kind == TORN and reader.position == 1
+    assert peak < 2 * 1024 * 1024
+
+
+def test_growing_end_clears_a_torn_stop():
+    whole = encode_add(Item(b"abc", 1)) + encode_remove()
+    reader = RecordReader(whole, end=10)
+    assert reader.next() is None and reader.problem.kind == TORN
+    reader.set_end(len(whole))
+    assert reader.problem is None
+    assert [r.op for r in reader] == [OP_ADDX, OP_REMOVE]
+
+
+def test_opcode_constants():
+    assert (OP_ADD, OP_REMOVE, OP_ADDX, OP_REMOVE_TENTATIVE, OP_SAVE_XID, OP_UNREMOVE, OP_CONFIRM_REMOVE,
+            OP_ADD_XID, OP_CONTINUE, OP_REMOVE_TENTATIVE_XID) == tuple(range(10))

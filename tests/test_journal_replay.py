@@ -1,0 +1,226 @@
+"""Finding and replaying journal files (reference §6.1, §6.4, §6.5), with files built by hand."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from kestrel_actors.journal import Item, archived_files, journal_files, queue_names, replay_queue
+from kestrel_actors.journal._format import (
+    encode_add, encode_add_xid, encode_confirm_remove, encode_continue, encode_legacy_add,
+    encode_legacy_remove_tentative, encode_remove, encode_remove_tentative, encode_save_xid, encode_unremove,
+)
+
+
+def addx(data: bytes, add_time: int = 1000, expiry: int = 0) -> bytes:
+    return b"\x02" + struct.pack("<iqq", len(data) + 16, add_time, expiry) + data
+
+
+def xid_record(op: int, xid: int) -> bytes:
+    return bytes([op]) + struct.pack("<i", xid)
+
+
+def write(path, *records: bytes) -> bytes:
+    blob = b"".join(records)
+    path.write_bytes(blob)
+    return blob
+
+
+def datas(items) -> list[bytes]:
+    return [item.data for item in items]
+
+
+# -- a journal written the way Kestrel 2.4 writes it ---------------------------------------
+
+def test_kestrel_24_records_replay(tmp_path):
+    write(
+        tmp_path / "q",
+        addx(b"one", 1), addx(b"two", 2), addx(b"three", 3), addx(b"four", 4), addx(b"five", 5, 99_000),
+        xid_record(9, 1),  # open one
+        xid_record(9, 2),  # open two
+        xid_record(6, 1),  # confirm one
+        xid_record(5, 2),  # abort two: back at the head
+        b"\x01",           # plain get: two
+        xid_record(9, 3),  # open three
+    )
+    result = replay_queue(str(tmp_path), "q")
+    assert datas(result.items) == [b"four", b"five"]
+    assert result.items[1] == Item(b"five", 5, 99_000)
+    assert list(result.open_items) == [3] and result.open_items[3].data == b"three"
+    assert result.xid == 3
+    assert result.total_items == 5
+    assert result.length == 2 and result.bytes == 8
+    assert result.current_size == os.path.getsize(tmp_path / "q")
+
+
+def test_every_opcode_including_legacy_ones(tmp_path):
+    write(
+        tmp_path / "q",
+        encode_legacy_add(b"legacy", 0),         # 0: added at replay time
+        addx(b"a"), addx(b"b"), addx(b"c"),      # 2
+        encode_remove(),                         # 1: legacy leaves
+        encode_save_xid(41),                     # 4: counter := 41
+        encode_legacy_remove_tentative(),        # 3: next xid, 42, takes a
+        encode_remove_tentative(7),              # 9: b under 7, counter := 7
+        encode_legacy_remove_tentative(),        # 3: 8 takes c
+        encode_add_xid(99, Item(b"d", 1)),       # 7: a plain add
+        encode_continue(42, Item(b"e", 2)),      # 8: closes 42 (a), appends e
+        encode_unremove(8),                      # 5: c back at the head
+        encode_confirm_remove(7),                # 6: b gone
+    )
+    result = replay_queue(str(tmp_path), "q", now_ms=555)
+    assert datas(result.items) == [b"c", b"d", b"e"]
+    assert result.open_items == {}
+    assert result.xid == 8
+    assert result.total_items == 6  # legacy, a, b, c, d, e
+    assert all(item.xid == 0 for item in result.items)
+
+
+def test_legacy_remove_tentative_skips_open_xids(tmp_path):
+    write(tmp_path / "q", addx(b"a"), addx(b"b"), addx(b"c"), encode_remove_tentative(2),
+          encode_save_xid(1), encode_legacy_remove_tentative(), encode_legacy_remove_tentative())
+    result = replay_queue(str(tmp_path), "q")
+    assert {xid: item.data for xid, item in result.open_items.items()} == {2: b"a", 3: b"b", 4: b"c"}
+
+
+def test_remove_on_an_empty_queue_is_a_no_op(tmp_path):
+    write(tmp_path / "q", encode_remove(), encode_remove_tentative(5), encode_unremove(9),
+          encode_confirm_remove(3), addx(b"x"))
+    result = replay_queue(str(tmp_path), "q")
+    assert datas(result.items) == [b"x"] and result.xid == 5 and result.open_items == {}
+
+
+def test_missing_files_mean_an_empty_queue(tmp_path):
+    result = replay_queue(str(tmp_path), "nothing")
+    assert result.length == 0 and result.current_size == 0 and result.files == ["nothing"]
+
+
+# -- files, order, packs ---------------------------------------------------------------------
+
+def test_archives_replay_oldest_first_numerically(tmp_path):
+    write(tmp_path / "q.10", addx(b"second"))
+    write(tmp_path / "q.9", addx(b"first"))
+    write(tmp_path / "q", addx(b"third"), encode_remove())
+    assert journal_files(str(tmp_path), "q") == ["q.9", "q.10", "q"]
+    result = replay_queue(str(tmp_path), "q")
+    assert datas(result.items) == [b"second", b"third"]
+    assert result.archived_size == 2 * (21 + 6) - 1 and result.max_timestamp == 10
+
+
+def test_a_pack_replaces_the_archives_it_covers(tmp_path):
+    write(tmp_path / "q.1", addx(b"a"), addx(b"b"))
+    write(tmp_path / "q.2", encode_remove())
+    write(tmp_path / "q.2.pack", addx(b"b"))
+    write(tmp_path / "q.3", addx(b"c"))
+    write(tmp_path / "q", addx(b"d"))
+    assert archived_files(str(tmp_path), "q") == ["q.2", "q.3"]
+    assert not (tmp_path / "q.1").exists() and (tmp_path / "q.2").read_bytes() == addx(b"b")
+    assert datas(replay_queue(str(tmp_path), "q").items) == [b"b", b"c", b"d"]
+
+
+def test_temp_files_are_deleted_on_replay_of_their_queue_only(tmp_path):
+    write(tmp_path / "q~~123", addx(b"half a rewrite"))
+    write(tmp_path / "r~~123", addx(b"other"))
+    write(tmp_path / "q", addx(b"real"))
+    assert datas(replay_queue(str(tmp_path), "q").items) == [b"real"]
+    assert not (tmp_path / "q~~123").exists() and (tmp_path / "r~~123").exists()
+
+
+def test_queue_discovery(tmp_path):
+    for name in ("a", "b.123", "b", "c.5.pack", "d~~77", "e.bogus", "f+child", "f+child.9"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / ".corrupt").mkdir()
+    assert queue_names(str(tmp_path)) == ["a", "b", "c", "f+child"]
+    assert queue_names(str(tmp_path / "missing")) == []
+
+
+def test_a_stray_suffix_is_ignored_not_fatal(tmp_path):
+    write(tmp_path / "q.notanumber", addx(b"junk"))
+    write(tmp_path / "q.12", addx(b"a"))
+    write(tmp_path / "q", addx(b"b"))
+    assert journal_files(str(tmp_path), "q") == ["q.12", "q"]
+    assert datas(replay_queue(str(tmp_path), "q").items) == [b"a", b"b"]
+    assert (tmp_path / "q.notanumber").exists()
+
+
+# -- broken files ------------------------------------------------------------------------------
+
+def test_torn_tail_at_every_offset_is_cut_and_the_rest_kept(tmp_path):
+    good = addx(b"one") + xid_record(9, 1) + addx(b"two")
+    last = encode_continue(1, Item(b"three", 3, 0))
+    for cut in range(1, len(last)):
+        path = tmp_path / "q"
+        path.write_bytes(good + last[:cut])
+        result = replay_queue(str(tmp_path), "q")
+        assert datas(result.items) == [b"two"] and list(result.open_items) == [1], cut
+        assert path.read_bytes() == good, cut
+        assert result.current_size == len(good)
+        assert [p.kind for _f, p in result.problems] == ["torn"]
+
+
+def test_torn_tail_in_an_archive_cuts_that_file_and_replay_goes_on(tmp_path):
+    archive = addx(b"a") + addx(b"b")
+    write(tmp_path / "q.5", archive + addx(b"broken")[:10])
+    current = write(tmp_path / "q", encode_remove(), addx(b"c"))
+    result = replay_queue(str(tmp_path), "q")
+    assert datas(result.items) == [b"b", b"c"]
+    assert (tmp_path / "q.5").read_bytes() == archive
+    assert (tmp_path / "q").read_bytes() == current
+
+
+def test_corrupt_record_stops_the_file_and_keeps_a_copy(tmp_path):
+    good = addx(b"a") + encode_remove_tentative(1)
+    garbage = b"\x0b" + addx(b"lost")
+    write(tmp_path / "q.7", good + garbage)
+    write(tmp_path / "q", addx(b"b"))
+    result = replay_queue(str(tmp_path), "q")
+    assert datas(result.items) == [b"b"] and list(result.open_items) == [1]
+    assert (tmp_path / "q.7").read_bytes() == good
+    [(filename, problem)] = result.problems
+    assert filename == "q.7" and problem.kind == "corrupt" and problem.offset == len(good)
+    [saved] = os.listdir(tmp_path / ".corrupt")
+    assert saved.startswith(f"q.7@{len(good)}.") and (tmp_path / ".corrupt" / saved).read_bytes() == garbage
+    assert queue_names(str(tmp_path)) == ["q"]
+
+
+@pytest.mark.parametrize("bad", [b"\x02" + struct.pack("<i", -40), b"\x02" + struct.pack("<i", 3) + b"abc",
+                                 b"\x02" + struct.pack("<i", 2**31 - 1) + b"x" * 30])
+def test_bad_sizes_do_not_stop_the_server(tmp_path, bad):
+    write(tmp_path / "q", addx(b"kept"), bad)
+    result = replay_queue(str(tmp_path), "q")
+    assert datas(result.items) == [b"kept"] and (tmp_path / "q").read_bytes() == addx(b"kept")
+
+
+# -- read-behind during replay (§5.8) --------------------------------------------------------
+
+def test_replay_keeps_memory_bounded_and_says_where_to_read_behind(tmp_path):
+    items = [encode_add(Item(bytes([65 + i]) * 128, i)) for i in range(20)]
+    write(tmp_path / "q", *items)
+    result = replay_queue(str(tmp_path), "q", max_memory_size=1024)
+    assert len(result.items) == 8 and result.mem_bytes == 1024  # items 0-7 stay in memory
+    assert result.length == 20 and result.bytes == 20 * 128
+    assert result.read_behind == ("q", 8 * len(items[0]))
+
+
+def test_replay_refills_memory_as_the_head_is_removed(tmp_path):
+    records = [encode_add(Item(bytes([65 + i]) * 100, i)) for i in range(10)]
+    write(tmp_path / "q.1", *records[:6])
+    write(tmp_path / "q", *records[6:], encode_remove(), encode_remove(), encode_remove_tentative(1),
+          encode_remove())
+    full = replay_queue(str(tmp_path), "q")
+    behind = replay_queue(str(tmp_path), "q", max_memory_size=300)
+    assert behind.length == full.length == 6 and behind.bytes == full.bytes
+    assert datas(behind.items) == datas(full.items)[:len(behind.items)]
+    assert 300 <= behind.mem_bytes <= 400
+    assert behind.open_items[1].data == full.open_items[1].data == b"C" * 100
+    assert behind.read_behind is not None and behind.read_behind.filename == "q"
+
+
+def test_replay_leaves_read_behind_when_it_catches_up(tmp_path):
+    records = [encode_add(Item(bytes([65 + i]) * 100, i)) for i in range(6)]
+    write(tmp_path / "q", *records, *[encode_remove()] * 5)
+    result = replay_queue(str(tmp_path), "q", max_memory_size=200)
+    assert result.read_behind is None and datas(result.items) == [b"F" * 100]
