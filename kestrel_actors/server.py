@@ -72,9 +72,16 @@ class Server:
             raise StartupError(f"data directory {path} is not a writable directory")
 
     def load(self, names: list[str]) -> None:
-        """Create (and replay) the queues found on disk, then read the saved status (§7.1)."""
-        self.collection.ask(Load(names))
-        self.status.load()
+        """Create (and replay) the queues found on disk, then read the saved status (§7.1).
+
+        Any failure here is a :class:`StartupError`: the server never serves half-loaded.
+        """
+        try:
+            self.collection.ask(Load(names))
+            self.status.load()
+        except Exception as exc:  # noqa: BLE001
+            log.exception("exception during startup")
+            raise StartupError(f"cannot load the queues in {self.config.data_dir}: {exc}") from exc
 
     def start(self) -> None:
         """Replay the queues on disk, then listen (§7.1: nothing is served half-loaded)."""
@@ -122,8 +129,10 @@ class Server:
             listener.close()
         if self._sweeper is not None:
             self._sweeper.kill()
+        graceful = self.status.graceful_shutdown()
+        self.status.shutdown()
         closed = ReplyFuture()
-        self.collection.tell(ForAll("close", closed))
+        self.collection.tell(ForAll("close", closed, ("graceful",) if graceful else None))
         try:
             closed.get(timeout=30)
         except Exception:  # noqa: BLE001 - a stuck queue must not keep the process alive
@@ -208,10 +217,11 @@ class Server:
         self.status.set(name)
         return END
 
-    def reload(self) -> bytes:
+    def reload(self, reply_to: Any) -> None:
         """Re-read the config file; only queue settings and aliases change (§2.3, §5.13).
 
-        A broken file is logged and the running configuration stays.
+        A broken file is logged and the running configuration stays. ``reply_to`` is told
+        once every queue has been sent its new settings.
         """
         path = self.config.config_file
         if path:
@@ -225,9 +235,10 @@ class Server:
                 self.config = self.config.replace(
                     queue_defaults=new.queue_defaults, queues=new.queues, aliases=new.aliases
                 )
-                self.collection.tell(Reconfigure(self.config))
+                self.collection.tell(Reconfigure(self.config, reply_to))
                 log.info("configuration reloaded", path=path)
-        return b"Reloaded config.\r\n"
+                return
+        reply_to.tell(True)
 
 
 class _Ignore:

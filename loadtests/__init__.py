@@ -1,0 +1,14 @@
+"""Load tests for kestrel-actors: Kestrel's ``src/scripts/load`` tools re-done with gevent.
+
+``python -m loadtests <scenario>`` (or ``kestrel-actors load <scenario>``) runs one scenario
+against a running server; ``python -m loadtests.bench`` (``make bench``) starts a server and
+runs the standard benchmark set into docs/benchmarks.md.
+
+Modules: ``client`` (the one memcache client), ``items`` (payloads), ``figures`` (latency
+histogram, throughput timeline), ``runner`` (greenlets and worker processes), ``admin``
+(flush, stats, -M), ``output`` (report lines, progress bar), ``report`` (verdict, JSON line,
+exit code), ``plot``, ``command`` and ``cli`` (click), and one module per scenario in
+``scenarios``. ``actor_hop_bench`` and ``spark_bridge_bench`` are separate micro-benchmarks.
+"""
+
+__all__: list[str] = []

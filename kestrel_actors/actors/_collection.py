@@ -114,10 +114,13 @@ class Load:
 
 
 class Reconfigure:
-    __slots__ = ("config",)
+    """``reload``: answer ``reply_to`` once every queue has been told its new settings."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    __slots__ = ("config", "reply_to")
+
+    def __init__(self, config: ServerConfig, reply_to: Any) -> None:
         self.config = config
+        self.reply_to = reply_to
 
 
 class _Ignore:
@@ -179,6 +182,7 @@ class QueueCollection(GeventActor):
             self.load(message.names)
         elif kind is Reconfigure:
             self._reconfigure(message.config)
+            message.reply_to.tell(True)
         else:
             return super().on_receive(message)
         return None
@@ -346,7 +350,8 @@ class QueueCollection(GeventActor):
         elif kind == "sweep":
             gather.send(live, Sweep)
         elif kind == "close":
-            gather.send(live, CloseQueue)
+            graceful = message.names == ("graceful",)
+            gather.send(live, lambda g: CloseQueue(g, graceful))
         elif kind == "flush":
             gather.send(live, lambda g: QueueBatch([(OP_FLUSH,)], None, g))
         else:

@@ -102,6 +102,14 @@ class ConnectionActor(GeventActor):
     """Commands that run as operations on one queue (hook)."""
     MONITOR_END = p.END
     """What ends a monitor stream (hook)."""
+    WRITE_REFUSALS: dict[type, p.Bad] = {
+        p.Set: p.Bad(p.SERVER_ERROR, close=True),
+        p.Flush: p.Bad(p.SERVER_ERROR, close=True),
+        p.FlushAll: p.Bad(p.SERVER_ERROR, close=True),
+        p.Delete: p.Bad(p.SERVER_ERROR, close=True),
+        p.FlushExpired: p.DROP,
+    }
+    """Writes that ReadOnly/Quiescent (or the write connection limit) refuse, and how (§7.2)."""
 
     def __init__(self, server: Any, transport: Any, session: Session) -> None:
         super().__init__()
@@ -148,6 +156,12 @@ class ConnectionActor(GeventActor):
         while pending and self.waiting is None and not self.closing:
             command = pending[0]
             kind = type(command)
+            refusal = self.WRITE_REFUSALS.get(kind)
+            if refusal is not None and not self.server.writes_allowed(self.session):
+                # checked before the queue is looked up: a missing queue is refused alike
+                pending.clear()
+                self._local(refusal)
+                break
             if kind in self.QUEUE_KINDS and self._goes_to_queue(command):
                 if not self._start_batch():
                     break
@@ -188,7 +202,10 @@ class ConnectionActor(GeventActor):
         elif kind is p.Status:
             self.out.append(server.status_reply(command.name))
         elif kind is p.Reload:
-            self.out.append(server.reload())
+            # answered once the collection has told every queue, so that what this client
+            # sends next reaches each queue after its new settings (actor inboxes are FIFO)
+            self.waiting = "reload"
+            server.reload(_ReplyTo(self.actor_ref, "reload"))
         elif kind is p.DumpConfig:
             self._ask_all("config", "dump_config")
         elif kind is p.Shutdown:
@@ -220,6 +237,8 @@ class ConnectionActor(GeventActor):
             self.out.append(compose_dump_stats(self.dump_names, answer.value))
         elif tag == "flush_all":
             self.out.append(b"Flushed all queues.\r\n")
+        elif tag == "reload":
+            self.out.append(b"Reloaded config.\r\n")
         elif tag == "alias_set":
             self.out.append(p.STORED if all(answer.value) else p.NOT_STORED)
         elif tag == "flush_all_expired":
@@ -248,6 +267,10 @@ class ConnectionActor(GeventActor):
             self.closing = True
         elif resolved.ref is not None:
             self.refs[resolved.name] = resolved.ref
+        elif resolved.alias is not None and self.monitor is not None:
+            self.pending.popleft()  # the monitor's resume marker: an alias has no items
+            self.monitor = None
+            self.out.append(self.MONITOR_END)
         elif resolved.alias is not None:
             self._alias_request(resolved)
         else:

@@ -120,12 +120,16 @@ class DeleteQueue:
 
 
 class CloseQueue:
-    """Shut down: close the queue (journal flushed, not erased), answer, stop."""
+    """Shut down: close the queue (journal flushed, not erased), answer, stop.
 
-    __slots__ = ("reply_to",)
+    With ``rewrite_empty`` an empty queue first rewrites its journal (§6.6, graceful shutdown).
+    """
 
-    def __init__(self, reply_to: Any) -> None:
+    __slots__ = ("reply_to", "rewrite_empty")
+
+    def __init__(self, reply_to: Any, rewrite_empty: bool = False) -> None:
         self.reply_to = reply_to
+        self.rewrite_empty = rewrite_empty
 
 
 class Sweep:

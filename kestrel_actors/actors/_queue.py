@@ -86,6 +86,7 @@ class QueueActor(GeventActor):
         self.expire_target = expire_target
         self._loop = gevent.get_hub().loop
         self.created_ms = _now_ms()
+        self.is_master = "+" not in name
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -119,6 +120,9 @@ class QueueActor(GeventActor):
             self._stop()
             message.reply_to.tell(True)
         elif kind is CloseQueue:
+            if message.rewrite_empty and not self.core.length:
+                # graceful shutdown (ReadOnly/Quiescent): leave only the open reads on disk
+                self.core.journal.rewrite(self.core)
             self._close(erase=False)
             message.reply_to.tell(True)
             self.stop()
@@ -189,8 +193,9 @@ class QueueActor(GeventActor):
                 except Exception:  # noqa: BLE001 - a deleted child just stops receiving
                     pass
         core = self.core
-        if core.config.fanout_only and not core.closed:
-            return True
+        if core.config.fanout_only and self.is_master:
+            # the size check comes first; a child inherits fanout_only to no effect (§5.9)
+            return not core.closed and len(data) <= core.config.max_item_size
         if not core.add(data, expiry, now_ms):
             return False
         self.stats.total_items += 1
@@ -289,7 +294,7 @@ class QueueActor(GeventActor):
     def _queue_expired(self, now_ms: int) -> bool:
         """§5.12: empty in memory (open reads are not checked) and older than max_queue_age."""
         max_age = self.core.config.max_queue_age
-        return max_age is not None and not self.core.items and now_ms - self.created_ms > max_age * 1000
+        return max_age is not None and not self.core.length and now_ms - self.created_ms > max_age * 1000
 
     def _reply_stats(self, reply_to: Any) -> None:
         lines = self.core.stats(_now_ms(), len(self.waiters))

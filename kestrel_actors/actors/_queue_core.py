@@ -3,11 +3,18 @@
 :class:`QueueCore` is a plain object: the queue actor owns one and calls it from its handlers,
 and tests can drive it directly. Time comes in as an argument (epoch milliseconds), so expiry
 is deterministic. Every change is reported to the queue's journal in the order it happens.
+
+Read-behind (§5.8): once the queue holds ``max_memory_size`` bytes, new items go only to the
+journal, and each removal refills memory from the journal. So ``length`` and ``bytes`` count
+every item, while ``items`` and ``mem_bytes`` are what is in memory. With a file journal,
+``check_rotate`` and ``read_behind`` do file I/O on gevent's threadpool, suspending only the
+calling (queue actor) greenlet.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 
 from ..config import QueueConfig
@@ -52,7 +59,9 @@ class QueueCore:
         self.config = config
         self.journal = journal
         self.items: deque[Item] = deque()
+        self.length = 0
         self.bytes = 0
+        self.mem_bytes = 0
         self.open_reads: dict[int, Item] = {}
         self._open_since: dict[int, int] = {}
         self._xid = 0
@@ -75,19 +84,28 @@ class QueueCore:
         if self.closed or len(data) > config.max_item_size:
             return False
         self.discard_expired(now_ms)
-        while len(self.items) >= config.max_items or self.bytes >= config.max_size:
-            if not config.discard_old_when_full or not self.items:
+        while self.length >= config.max_items or self.bytes >= config.max_size:
+            if not config.discard_old_when_full or not self.length:
                 return False
             self._pop_head()
             self.journal.remove()
+            self._fill_read_behind()
             self.discarded += 1
         if config.max_age is not None:
             age_cap = now_ms + int(config.max_age * 1000)
             expiry = age_cap if expiry == 0 else min(expiry, age_cap)
         item = Item(data, now_ms, expiry)
-        self.journal.add(item)
-        self.items.append(item)
-        self.bytes += len(data)
+        journal = self.journal
+        journal.check_rotate(self)
+        if not journal.in_read_behind and self.bytes >= config.max_memory_size:
+            journal.start_read_behind()
+        journal.add(item)
+        size = len(data)
+        if not journal.in_read_behind:
+            self.items.append(item)
+            self.mem_bytes += size
+        self.length += 1
+        self.bytes += size
         self.total_items += 1
         return True
 
@@ -99,10 +117,10 @@ class QueueCore:
             return None
         if self.config.open_transaction_timeout is not None:
             self._time_out_oldest_open(now_ms)
-        if transactional and self.items:
+        if transactional and self.length:
             self.transactions += 1
         self.discard_expired(now_ms)
-        if not self.items:
+        if not self.length:
             return None
         item = self._pop_head()
         self.last_removed_add_time = item.add_time
@@ -114,13 +132,15 @@ class QueueCore:
             self.journal.remove_tentative(xid)
         else:
             self.journal.remove()
+        self._fill_read_behind()
+        self.journal.check_rotate(self)
         return item
 
     def peek(self, now_ms: int) -> Item | None:
         if self.closed:
             return None
         self.discard_expired(now_ms)
-        return self.items[0] if self.items else None
+        return self._head()
 
     def confirm(self, xid: int) -> bool:
         """Drop open item ``xid`` for good; ``False`` (nothing journaled) if it is unknown."""
@@ -139,16 +159,21 @@ class QueueCore:
         del self._open_since[xid]
         item.xid = 0
         self.journal.unremove(xid)
-        self.items.appendleft(item)
-        self.bytes += len(item.data)
+        self.items.appendleft(item)  # an unremoved item always goes back into memory (§5.8)
+        size = len(item.data)
+        self.length += 1
+        self.bytes += size
+        self.mem_bytes += size
         self.canceled_transactions += 1
         return True
 
     def flush(self, now_ms: int) -> None:
         """Remove every ready item (open reads stay open), one REMOVE each (§5.11)."""
-        while self.items:
+        while self.length:
             self._pop_head()
             self.journal.remove()
+            self._fill_read_behind()
+            self.journal.check_rotate(self)
         self.total_flushes += 1
 
     def discard_expired(self, now_ms: int, limit: int | None = None) -> int:
@@ -157,9 +182,10 @@ class QueueCore:
             limit = self.config.max_expire_sweep
         max_age_ms = None if self.config.max_age is None else int(self.config.max_age * 1000)
         count = 0
-        items = self.items
-        while items and count < limit:
-            head = items[0]
+        while count < limit:
+            head = self._head()
+            if head is None:
+                break
             expiry = head.expiry
             if max_age_ms is not None:
                 age_cap = head.add_time + max_age_ms
@@ -168,6 +194,7 @@ class QueueCore:
                 break
             self._pop_head()
             self.journal.remove()
+            self._fill_read_behind()
             self.expired_items += 1
             count += 1
             if self.config.expire_to_queue:
@@ -180,13 +207,13 @@ class QueueCore:
         """The per-queue stats of §7.3, in Kestrel's order (without ``children``)."""
         age = 0 if self.bytes == 0 else now_ms - self.last_removed_add_time
         values = (
-            len(self.items),
+            self.length,
             self.bytes,
             self.total_items,
             self.journal.size(),
             self.expired_items,
             len(self.items),
-            self.bytes,
+            self.mem_bytes,
             age,
             self.discarded,
             waiters,
@@ -202,10 +229,40 @@ class QueueCore:
     def close(self) -> None:
         self.closed = True
 
+    def restore(self, state: Any) -> None:
+        """Take the state a journal replay produced (``journal.ReplayResult``)."""
+        self.items = state.items
+        self.length = state.length
+        self.bytes = state.bytes
+        self.mem_bytes = state.mem_bytes
+        self.total_items = state.total_items
+        self._xid = state.xid
+
+    def _head(self) -> Item | None:
+        if not self.items and self.length:
+            self._fill_read_behind()
+        return self.items[0] if self.items else None
+
     def _pop_head(self) -> Item:
+        if not self.items:
+            self._fill_read_behind()
         item = self.items.popleft()
-        self.bytes -= len(item.data)
+        size = len(item.data)
+        self.length -= 1
+        self.bytes -= size
+        self.mem_bytes -= size
         return item
+
+    def _fill_read_behind(self) -> None:
+        """Read items back from the journal while memory is below ``max_memory_size``."""
+        journal = self.journal
+        limit = self.config.max_memory_size
+        while journal.in_read_behind and self.mem_bytes < limit:
+            item = journal.read_behind()
+            if item is None:
+                break
+            self.items.append(item)
+            self.mem_bytes += len(item.data)
 
     def _next_xid(self) -> int:
         xid = self._xid

@@ -14,8 +14,8 @@ from typing import Any
 from .. import protocol as p
 from ..protocol import _text as t
 from ..protocol import _text_commands as tc
-from ._collection import Delete
-from ._connection import ConnectionActor, _pop_oldest, _ReplyTo
+from ._collection import AliasAdd, Delete, Gather, Resolved
+from ._connection import ConnectionActor, _MonitorResume, _pop_oldest, _ReplyTo
 from ._messages import OP_ADD, OP_CONFIRM, OP_FLUSH, OP_OPEN, OP_PEEK
 
 __all__ = ["TextConnectionActor"]
@@ -26,6 +26,7 @@ class TextConnectionActor(ConnectionActor):
 
     QUEUE_KINDS = frozenset((tc.TextPut, tc.TextGet, tc.TextConfirm, tc.TextFlush))
     MONITOR_END = t.TEXT_NO_ITEM
+    WRITE_REFUSALS: dict[type, p.Bad] = {}  # text commands check their own and stay open
 
     # -- hooks of the request loop --------------------------------------------------------
 
@@ -39,6 +40,10 @@ class TextConnectionActor(ConnectionActor):
     def _missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
         if type(command) is tc.TextConfirm:
             return t.text_count(command.count) if _pop_oldest(opened, command.count) else t.TEXT_NOT_THAT_MANY
+        if type(command) is tc.TextFlush and not self.server.writes_allowed(self.session):
+            # Kestrel checks the status before it looks the queue up (§3, §7.2): a flush of a
+            # missing queue is refused like any other, not answered +0
+            return t.text_unavailable(t.TEXT_OP_FLUSH)
         return t.TEXT_ZERO
 
     def _item_reply(self, queue: str, data: bytes) -> bytes:
@@ -134,8 +139,47 @@ class TextConnectionActor(ConnectionActor):
         if answer.tag == "delete":
             self.waiting = None
             self.out.append(t.TEXT_ZERO)
+        elif answer.tag == "alias_put":
+            # Kestrel counts an item when setItem returned true: every destination took it
+            self.waiting = None
+            self.out.append(t.text_count(sum(1 for results in answer.value if all(results))))
         else:
             super()._answer(answer)
+
+    def _alias_request(self, resolved: Resolved) -> None:
+        """Text requests on an alias (§5.10): put adds each item to every destination; get,
+        peek and monitor find nothing (``*``). The memcache version only knows SET and GET."""
+        command = self.pending[0]
+        kind = type(command)
+        server = self.server
+        if kind is tc.TextPut:
+            self.pending.popleft()
+            if not server.writes_allowed(self.session):
+                self.out.append(t.text_unavailable(t.TEXT_OP_SET_ITEM))
+                return
+            items = command.items
+            server.stats.cmd_set += len(items)
+            expiry = tc.text_expiry(command.expiry_ms, _now_ms()) or 0
+            self.waiting = "alias_put"
+            gather = Gather(len(items), _ReplyTo(self.actor_ref, "alias_put").tell)
+            for item in items:  # one AliasAdd per item, in order, as Kestrel's setItem loop
+                server.collection.tell(AliasAdd(resolved.name, item, expiry, gather))
+        elif kind is tc.TextGet:
+            self.pending.popleft()
+            if not server.reads_allowed(self.session):
+                self.out.append(t.text_unavailable(t.TEXT_OP_GET_ITEM))
+                return
+            if command.peek:
+                server.stats.cmd_peek += 1
+            else:
+                server.stats.cmd_get += 1
+            self.out.append(t.TEXT_NO_ITEM)
+        elif kind is _MonitorResume:  # a monitor on an alias: nothing arrives, the stream ends
+            self.pending.popleft()
+            self.monitor = None
+            self.out.append(self.MONITOR_END)
+        else:
+            super()._alias_request(resolved)
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -57,8 +57,14 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
         }
         config = config.replace(**given)
+    from ..journal import make_file_opener, queue_names
+
     try:
-        server = Server(config)
+        server = Server(
+            config,
+            opener=make_file_opener(config.data_dir, read_behind=True),
+            discover=lambda: queue_names(config.data_dir),
+        )
         server.serve_forever()
     except StartupError as exc:
         click.echo(f"kestrel-actors: {exc}", err=True)

@@ -1,0 +1,34 @@
+"""``python -m loadtests <scenario>`` and ``kestrel-actors load <scenario>``.
+
+Scenario options keep the letters of Kestrel's ``src/scripts/load/*`` tools, so ``-h`` is the
+host (as in Kestrel) and help is ``--help`` only. Every scenario also takes the options in
+``command.common_options``. Each scenario prints Kestrel's report lines, then one JSON line
+with the figures; the exit code is 0 (ok), 1 (correctness failure) or 3 (the run could not
+complete).
+"""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["--help"], "max_content_width": 100})
+def main() -> None:
+    """Kestrel's load tests (put-many, many-clients, flood, packing, leaky-reader) plus get-many.
+
+    Every scenario expects a server that is already running, flushes its queue(s) first
+    unless given -F, prints Kestrel's report lines and then one JSON line of figures.
+    Exit code: 0 ok, 1 correctness failure, 3 the run could not complete.
+    """
+
+
+def _register() -> None:
+    from .scenarios import flood, get_many, leaky_reader, many_clients, packing, put_many
+
+    for module in (put_many, get_many, many_clients, flood, packing, leaky_reader):
+        main.add_command(module.command)
+
+
+_register()

@@ -1,0 +1,78 @@
+"""The pieces every scenario command shares: the common options and the run/exit wrapper.
+
+Kept apart from ``cli`` (which imports every scenario to register it) so that a worker
+process importing one scenario module does not import the others.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+import click
+
+__all__ = ["common_options", "scenario_entry"]
+
+
+def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the options every scenario shares (host, port, flush, processes, plot …)."""
+    options = [
+        click.option("-h", "host", default="127.0.0.1", show_default=True, help="Server host."),
+        click.option("-p", "port", default=22133, show_default=True, type=int,
+                     help="Server memcache port."),
+        click.option("-F", "no_flush", is_flag=True, help="Don't flush the queue(s) first."),
+        click.option("--procs", default=1, show_default=True, type=click.IntRange(1, 64),
+                     help="Split the clients over this many processes."),
+        click.option("--plot", type=click.Path(dir_okay=False),
+                     help="Write throughput and latency plots to this PNG file."),
+        click.option("--progress/--no-progress", default=None,
+                     help="Progress bar (default: when stderr is a terminal)."),
+        click.option("--timeout", default=600.0, show_default=True, type=float,
+                     help="Stop the run (exit 3) after this many seconds."),
+        click.option("--io-timeout", default=30.0, show_default=True, type=float,
+                     help="Longest wait for one reply."),
+        click.option("--allow-remote", is_flag=True,
+                     help="Allow a non-loopback host (load tests default to 127.0.0.1 only)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
+    """Wrap a scenario body ``body(options, flush, **scenario_args) -> Outcome``.
+
+    Builds the shared ``runner.Options`` from the common options, runs the body, prints the
+    JSON line via ``report.finish`` and exits with its code.
+    """
+
+    def entry(host, port, no_flush, procs, plot, progress, timeout, io_timeout, allow_remote,
+              monitor: str | None = None, **args: Any) -> None:
+        from .client import HarnessError, UnexpectedReply, check_loopback
+        from .figures import Figures
+        from .report import EXIT_HARNESS, Outcome, finish
+        from .runner import Options
+
+        if progress is None:
+            progress = sys.stderr.isatty()
+        try:
+            if not allow_remote:
+                check_loopback(host)
+        except HarnessError as exc:
+            click.echo(f"ERROR: {exc}", err=True)
+            sys.exit(EXIT_HARNESS)
+        options = Options(host=host, port=port, procs=procs, timeout=timeout,
+                          io_timeout=io_timeout, progress=progress, monitor=monitor)
+        name = body.__name__.replace("_", "-")
+        try:
+            outcome = body(options, not no_flush, epoch=time.monotonic_ns(), **args)
+        except UnexpectedReply as exc:  # raised by a set-up or check step outside the runner
+            outcome = Outcome(name, Figures(name), failures=[f"set-up/check: {exc}"])
+        except HarnessError as exc:
+            outcome = Outcome(name, Figures(name), errors=[f"set-up/check: {exc}"])
+        sys.exit(finish(outcome, plot))
+
+    entry.__name__ = body.__name__
+    entry.__doc__ = body.__doc__
+    return entry

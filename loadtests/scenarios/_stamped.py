@@ -1,0 +1,83 @@
+"""Id-stamped items: the producer role and the hit checker shared by the checking scenarios.
+
+``get-many``, ``many-clients``, ``flood`` and ``leaky-reader`` put items made by
+``items.make_item`` (8 hex digits of id + filler), so the consumer side can tell exactly
+which item it received, count it once in ``Shared.seen`` and spot lost, duplicated, corrupted
+or (for ``flood``) reordered items.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+
+from ..client import STORED, UnexpectedReply, set_request, value_reply
+from ..items import ID_WIDTH, filler, make_item
+from ..runner import ClientContext, ClientSpec
+
+__all__ = ["HitChecker", "producer", "producer_specs"]
+
+PRODUCER = "loadtests.scenarios._stamped:producer"
+
+
+def producer(ctx: ClientContext) -> None:
+    """SET ids ``first … first+count-1`` in bursts of ``rollup``, sleeping ``sleep_ms`` between."""
+    queue, first, count = ctx.args["queue"], ctx.args["first"], ctx.args["count"]
+    size, rollup = ctx.args["size"], ctx.args.get("rollup", 1)
+    sleep = ctx.args.get("sleep_ms", 0) / 1000.0
+    rec = ctx.recorder(ctx.args.get("recorder", "put"))
+    send, expect, now = ctx.conn.send, ctx.conn.expect, time.monotonic_ns
+    end = first + count
+    for start in range(first, end, rollup):
+        stop = min(start + rollup, end)
+        burst = b"".join([set_request(queue, make_item(i, size)) for i in range(start, stop)])
+        t0 = now()
+        send(burst)
+        expect(STORED * (stop - start))
+        rec.done(t0, stop - start)
+        if sleep:
+            gevent.sleep(sleep)
+
+
+def producer_specs(queue: str, total: int, producers: int, size: int, first: int = 0,
+                   **extra) -> list[ClientSpec]:
+    """Split ids ``first … first+total-1`` into contiguous ranges, one per producer."""
+    specs = []
+    base, spare = divmod(total, producers)
+    start = first
+    for i in range(producers):
+        count = base + (1 if i < spare else 0)
+        specs.append(ClientSpec(PRODUCER, {"queue": queue, "first": start, "count": count,
+                                           "size": size, **extra}))
+        start += count
+    return specs
+
+
+class HitChecker:
+    """Checks a ``VALUE`` block for a stamped item of a known size and returns its id."""
+
+    __slots__ = ("hit_len", "header", "ending", "size", "limit")
+
+    def __init__(self, queue: str, size: int, limit: int) -> None:
+        sample = value_reply(queue, make_item(0, size))
+        self.hit_len = len(sample)
+        self.header = sample[:sample.index(b"\r\n") + 2]
+        self.ending = filler(size)[ID_WIDTH:] + b"\r\nEND\r\n"  # all after the id
+        self.size = size
+        self.limit = limit  # ids must be below this
+
+    def item(self, reply: bytes) -> int:
+        """The id in ``reply``; UnexpectedReply if any byte is not what was put."""
+        start = len(self.header)
+        if (len(reply) != self.hit_len or not reply.startswith(self.header)
+                or not reply.endswith(self.ending)):
+            raise UnexpectedReply(f"not an item this run put: {reply[:60]!r}...")
+        stamp = reply[start:start + ID_WIDTH]
+        try:
+            item = int(stamp, 16)
+        except ValueError:
+            item = -1
+        if not 0 <= item < self.limit:
+            raise UnexpectedReply(f"item id {stamp!r} is outside this run's 0..{self.limit - 1}")
+        return item

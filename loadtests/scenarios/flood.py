@@ -1,0 +1,152 @@
+"""``flood``: producer/consumer throughput through one queue (Kestrel's ``Flood``).
+
+``-R`` producers SET ``-n`` items of ``-k`` KB between them (contiguous id ranges, ``-r`` per
+write) while ``-C`` consumers read until the run has received ``n``: plain ``get <q>`` (a miss
+is a "spin"), ``get <q>/t=1000`` with ``-B``, or with ``-r`` > 1 ``monitor <q> 1 <r>`` then
+``confirm <q> <got>`` (the server needs ``--max-open-transactions`` >= r for that).
+
+``-P`` items are put first and stay in the queue as a backlog, as in Kestrel. Every consumer
+checks FIFO order: per producer, ids must increase, and no backlog item may follow a
+producer's item. Items are id-stamped, so lost and duplicated items are counted too.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+
+import click
+
+from ..admin import flush_queues, queue_stats
+from ..client import END, UnexpectedReply, confirm_request, get_request, monitor_request
+from ..command import common_options, scenario_entry
+from ..output import say
+from ..report import Outcome, tally
+from ..runner import ClientContext, ClientSpec, Options, Plan, run
+from ._stamped import HitChecker, producer_specs
+
+__all__ = ["OrderChecker", "command", "consumer"]
+
+
+class OrderChecker:
+    """FIFO check for one consumer: ``starts[i]`` is the first id of source i (0 = backlog)."""
+
+    __slots__ = ("starts", "last", "past_backlog")
+
+    def __init__(self, starts: list[int]) -> None:
+        self.starts = starts
+        self.last = [-1] * len(starts)
+        self.past_backlog = False
+
+    def check(self, item: int) -> None:
+        """Raise UnexpectedReply if ``item`` cannot follow what this consumer saw before."""
+        source = bisect.bisect_right(self.starts, item) - 1
+        if item <= self.last[source]:
+            raise UnexpectedReply(f"order violation: item {item} after item {self.last[source]} "
+                                  f"from the same producer")
+        if source == 0 and self.past_backlog:
+            raise UnexpectedReply(f"order violation: backlog item {item} after a newer item")
+        self.past_backlog = self.past_backlog or source > 0
+        self.last[source] = item
+
+
+def consumer(ctx: ClientContext) -> None:
+    """Read until ``total`` items were received run-wide, checking bytes and FIFO order."""
+    queue, total, rollup = ctx.args["queue"], ctx.args["total"], ctx.args["rollup"]
+    limit, size = ctx.args["limit"], ctx.args["size"]
+    check, order = HitChecker(queue, size, limit), OrderChecker(ctx.args["starts"])
+    rec, shared, conn, now = ctx.recorder("get"), ctx.shared, ctx.conn, time.monotonic_ns
+    if rollup > 1:
+        request = monitor_request(queue, 1, rollup)
+    else:
+        request = get_request(queue, "/t=1000" if ctx.args["blocking"] else "")
+    while shared.total() < total:
+        t0 = now()
+        conn.send(request)
+        opened = got = 0
+        for _ in range(rollup + 1 if rollup > 1 else 1):
+            reply = conn.read_get(check.hit_len)
+            if reply is None:
+                break
+            opened += 1
+            item = check.item(reply)
+            order.check(item)
+            if shared.mark(item):
+                got += 1
+            else:
+                rec.dups += 1
+        else:
+            if rollup > 1:
+                raise UnexpectedReply(f"monitor sent more than {rollup} items")
+        if rollup > 1 and opened:
+            conn.call(confirm_request(queue, opened), END)
+        if got:
+            rec.done(t0, got)
+        elif not opened:
+            rec.miss()
+
+
+def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int, queue: str,
+          prefill: int, producers: int, consumers: int, rollup: int, blocking: bool) -> Outcome:
+    size = 1024 * kilobytes
+    if flush:
+        flush_queues(options, [queue])
+    if prefill:
+        say("prefill: %d items of %dkB" % (prefill, kilobytes))
+        filled = run(Plan(producer_specs(queue, prefill, 1, size, rollup=32, recorder="prefill"),
+                          progress="prefill", target=prefill, label="prefill"), options, epoch)
+        if filled.failures or filled.errors:
+            outcome = Outcome("flood", filled.get("prefill"))
+            outcome.absorb(filled, headline=False)
+            return outcome
+    say("flood: producers=%d each sending %d items (in chunks of %d) of %dkB to %s" % (
+        producers, math.ceil(total / producers), rollup, kilobytes, queue))
+    say("flood: consumers=%d each reading %d items (in chunks of %d) from %s" % (
+        consumers, math.ceil(total / consumers), rollup, queue))
+    specs = producer_specs(queue, total, producers, size, first=prefill, rollup=rollup)
+    starts = [0] + [spec.kwargs["first"] for spec in specs]
+    args = {"queue": queue, "total": total, "rollup": rollup, "size": size, "starts": starts,
+            "limit": prefill + total, "blocking": blocking}
+    specs += [ClientSpec("loadtests.scenarios.flood:consumer", args) for _ in range(consumers)]
+    # producers first, then consumers: dealing round-robin spreads each kind over --procs
+    specs.sort(key=lambda spec: spec.role.endswith("consumer"))
+    result = run(Plan(specs, progress="get", target=total, label="flood",
+                      track_ids=prefill + total), options, epoch)
+    fig = result.get("get")
+    ms = int(result.wall_seconds * 1000)
+    say("Finished in %d msec (%.1f usec/put throughput)." % (ms, ms * 1000.0 / (total * consumers)))
+    say("Consumer(s) spun %d times in misses." % fig.misses)
+    outcome = Outcome("flood", fig, wall_seconds=result.wall_seconds,
+                      series={"get": fig, "put": result.get("put")},
+                      extra={"producers": producers, "consumers": consumers, "rollup": rollup,
+                             "kilobytes": kilobytes, "prefill": prefill, "procs": options.procs,
+                             "put": result.get("put").summary()})
+    outcome.absorb(result)
+    if not result.errors:
+        missing, outcome.duplicated = tally(result.seen)
+        left = queue_stats(options, queue).get("items", 0) if missing else 0
+        outcome.lost = max(0, len(missing) - left)
+    return outcome
+
+
+@click.command("flood")
+@click.option("-n", "total", default=10000, show_default=True, type=click.IntRange(1),
+              help="Items to send through the queue.")
+@click.option("-k", "kilobytes", default=1, show_default=True, type=click.IntRange(1),
+              help="KB per item.")
+@click.option("-q", "queue", default="spam", show_default=True, help="Queue name.")
+@click.option("-P", "prefill", default=0, show_default=True, type=click.IntRange(0),
+              help="Items put first and left in the queue as a backlog.")
+@click.option("-R", "producers", default=1, show_default=True, type=click.IntRange(1),
+              help="Producers.")
+@click.option("-C", "consumers", default=1, show_default=True, type=click.IntRange(1),
+              help="Consumers.")
+@click.option("-r", "rollup", default=1, show_default=True, type=click.IntRange(1),
+              help="SETs per write; consumers then use monitor/confirm in chunks of this size.")
+@click.option("-B", "blocking", is_flag=True, help="Blocking reads (get <q>/t=1000).")
+@click.option("-M", "monitor", is_flag=True, help="Print the queue's stats every second.")
+@common_options
+def command(monitor, **kwargs) -> None:
+    """Producers and consumers flood items through one queue; FIFO order is checked."""
+    scenario_entry(flood)(monitor=kwargs["queue"] if monitor else None, **kwargs)

@@ -1,0 +1,107 @@
+"""``get-many``: read throughput. Fill a queue with n id-stamped items, then drain it with GETs.
+
+Not one of Kestrel's tools; it is put-many's mirror image, so GET/s can be measured on its
+own. The fill uses 10 clients writing 32 SETs per burst and is timed separately. Then ``-c``
+clients issue plain ``get <q>`` (``-r`` per write) until they see a miss: nothing else writes
+to the queue, so the first miss means it is empty. Every hit is checked byte for byte and
+counted by id, so a lost or twice-delivered item fails the run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from ..admin import flush_queues, queue_stats
+from ..client import get_request
+from ..command import common_options, scenario_entry
+from ..output import say
+from ..report import Outcome, tally
+from ..runner import ClientContext, ClientSpec, Options, Plan, run
+from ._stamped import HitChecker, producer_specs
+
+__all__ = ["command", "drainer"]
+
+FILL_CLIENTS = 10
+FILL_ROLLUP = 32
+
+
+def drainer(ctx: ClientContext) -> None:
+    """GET (``rollup`` per write) until a miss or until the run has all ``total`` items."""
+    queue, total, rollup = ctx.args["queue"], ctx.args["total"], ctx.args["rollup"]
+    check = HitChecker(queue, ctx.args["size"], total)
+    request = get_request(queue) * rollup
+    rec, shared, conn, now = ctx.recorder("get"), ctx.shared, ctx.conn, time.monotonic_ns
+    hit_len, mark = check.hit_len, shared.mark
+    empty = False
+    while not empty and shared.total() < total:
+        t0 = now()
+        conn.send(request)
+        hits = 0
+        for _ in range(rollup):
+            reply = conn.read_get(hit_len)
+            if reply is None:
+                rec.miss()
+                empty = True
+            elif mark(check.item(reply)):
+                hits += 1
+            else:
+                rec.dups += 1
+        rec.done(t0, hits)
+
+
+def get_many(options: Options, flush: bool, epoch: int, clients: int, total: int, size: int,
+             rollup: int, queue: str) -> Outcome:
+    if flush:
+        flush_queues(options, [queue])
+    say("get-many: %d items of %d bytes from %s:%d queue %s using %d clients in batches of %d." % (
+        total, size, options.host, options.port, queue, clients, rollup))
+    fill = Plan(producer_specs(queue, total, min(FILL_CLIENTS, total), size, rollup=FILL_ROLLUP,
+                               recorder="fill"), progress="fill", target=total, label="fill")
+    filled = run(fill, options, epoch)
+    fill_fig = filled.get("fill")
+    outcome = Outcome("get-many", fill_fig, extra={"clients": clients, "rollup": rollup,
+                                                   "bytes": size, "procs": options.procs})
+    outcome.absorb(filled, headline=False)
+    say("Filled %d items in %d msec (%.0f SET/s)." % (fill_fig.items, filled.wall_seconds * 1000,
+                                                     fill_fig.rate))
+    outcome.extra["fill"] = fill_fig.summary()
+    if outcome.exit_code:
+        return outcome
+    specs = [ClientSpec("loadtests.scenarios.get_many:drainer",
+                        {"queue": queue, "total": total, "size": size, "rollup": rollup})
+             for _ in range(clients)]
+    result = run(Plan(specs, progress="get", target=total, label="get", track_ids=total),
+                 options, epoch)
+    outcome.absorb(result)
+    fig = result.get("get")
+    outcome.main, outcome.wall_seconds = fig, result.wall_seconds
+    outcome.series = {"fill": fill_fig, "get": fig}
+    ms = int(result.wall_seconds * 1000)
+    say("Finished in %d msec (%.1f usec/get throughput)." % (ms, ms * 1000.0 / max(total, 1)))
+    say(fig.distribution_line())
+    say("Got %d items; %d misses." % (fig.items, fig.misses))
+    if not result.errors:
+        missing, outcome.duplicated = tally(result.seen)
+        left = queue_stats(options, queue).get("items", 0) if missing else 0
+        outcome.lost = max(0, len(missing) - left)
+        if left:
+            outcome.failures.append(f"{left} items still in {queue} after the clients saw it empty")
+    return outcome
+
+
+@click.command("get-many")
+@click.option("-c", "clients", default=100, show_default=True, type=click.IntRange(1),
+              help="Concurrent reading clients.")
+@click.option("-n", "total", default=10000, show_default=True, type=click.IntRange(1),
+              help="Items to fill and then read.")
+@click.option("-b", "size", default=1024, show_default=True, type=click.IntRange(8),
+              help="Bytes per item.")
+@click.option("-r", "rollup", default=1, show_default=True, type=click.IntRange(1),
+              help="GETs per write.")
+@click.option("-q", "queue", default="spam", show_default=True, help="Queue name.")
+@common_options
+def command(**kwargs) -> None:
+    """Read throughput: fill -n items, then -c clients drain them with plain GETs."""
+    scenario_entry(get_many)(**kwargs)

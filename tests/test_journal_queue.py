@@ -1,0 +1,356 @@
+"""The journal driven by a queue as Kestrel drives it: rotation and rewrite rules (§6.6),
+read-behind (§5.8) and packing, checked against replays of the files on disk.
+
+``MiniQueue`` is Kestrel's ``PersistentQueue`` reduced to what touches the journal; it shows
+the calls ``QueueCore`` is expected to make.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import deque
+
+import gevent
+import gevent.event
+
+from kestrel_actors.config import QueueConfig
+from kestrel_actors.journal import FileJournal, Item, RecordReader, open_file_journal, pack_archives, replay_queue
+from kestrel_actors.journal._files import archived_files, journal_files
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class MiniQueue:
+    """Kestrel's queue logic, as far as the journal sees it."""
+
+    def __init__(self, journal: FileJournal, config: QueueConfig, state=None) -> None:
+        self.journal = journal
+        self.config = config
+        self.items: deque[Item] = deque()
+        self.open_reads: dict[int, Item] = {}
+        self.length = self.bytes = self.mem_bytes = self.xid = 0
+        self.clock = 0
+        if state is not None:
+            self.items, self.length, self.bytes = state.items, state.length, state.bytes
+            self.mem_bytes, self.xid = state.mem_bytes, state.xid
+
+    def add(self, data: bytes) -> None:
+        self.clock += 1
+        item = Item(data, self.clock)
+        journal = self.journal
+        journal.check_rotate(self)  # before the add is journaled
+        if not journal.in_read_behind and self.bytes >= self.config.max_memory_size:
+            journal.start_read_behind()
+        journal.add(item)
+        if not journal.in_read_behind:
+            self.items.append(item)
+            self.mem_bytes += len(data)
+        self.length += 1
+        self.bytes += len(data)
+
+    def remove(self, transactional: bool = False) -> Item | None:
+        if not self.items:
+            return None
+        item = self.items.popleft()
+        self.length -= 1
+        self.bytes -= len(item.data)
+        self.mem_bytes -= len(item.data)
+        if transactional:
+            self.xid += 1
+            item.xid = self.xid
+            self.open_reads[self.xid] = item
+            self.journal.remove_tentative(self.xid)
+        else:
+            self.journal.remove()
+        self.fill()
+        self.journal.check_rotate(self)  # after the remove is journaled
+        return item
+
+    def confirm(self, xid: int) -> None:
+        del self.open_reads[xid]
+        self.journal.confirm_remove(xid)
+
+    def unremove(self, xid: int) -> None:
+        item = self.open_reads.pop(xid)
+        item.xid = 0
+        self.journal.unremove(xid)
+        self.items.appendleft(item)
+        self.length += 1
+        self.bytes += len(item.data)
+        self.mem_bytes += len(item.data)
+
+    def fill(self) -> None:
+        journal = self.journal
+        while journal.in_read_behind and self.mem_bytes < self.config.max_memory_size:
+            item = journal.read_behind()
+            if item is None:
+                break
+            self.items.append(item)
+            self.mem_bytes += len(item.data)
+
+
+def durable(journal) -> None:
+    done = gevent.event.Event()
+    journal.after_durable(done.set)
+    assert done.wait(timeout=10)
+
+
+def on_disk(data_dir: str, name: str = "q"):
+    result = replay_queue(data_dir, name)
+    return [i.data for i in result.items], {x: i.data for x, i in result.open_items.items()}
+
+
+# -- rules (a), (b), (c) -----------------------------------------------------------------------
+
+def test_rotate_logs_example_rewrites_to_an_empty_file(tmp_path):
+    """ServerSpec "rotate logs": maxJournalSize 16 KB, two 8 KB items set and read."""
+    config = QueueConfig(max_journal_size=16 * 1024)
+    queue = MiniQueue(FileJournal(str(tmp_path), "q", config), config)
+    queue.add(b"x" * 8192)
+    assert queue.journal.size() == 8213
+    queue.remove()
+    queue.add(b"y" * 8192)
+    assert queue.journal.size() == 16427 and queue.journal.rewrites == 0
+    queue.remove()  # 16428 > 16384 with an empty queue: rewrite
+    assert queue.journal.rewrites == 1 and queue.journal.size() == 0
+    queue.journal.close()
+    assert os.listdir(tmp_path) == ["q"] and os.path.getsize(tmp_path / "q") == 0
+
+
+def test_big_journal_rewrites_are_throttled(tmp_path):
+    """Kestrel's PersistentQueueSpec: rewrites wait minJournalCompactDelay after one."""
+    clock = Clock()
+    config = QueueConfig(default_journal_size=16, max_journal_size=160, max_memory_size=128,
+                         min_journal_compact_delay=5.0)
+    queue = MiniQueue(FileJournal(str(tmp_path), "q", config, clock=clock), config)
+    for _ in range(8):
+        queue.add(b"\x00")
+    assert queue.journal.rewrites == 0 and queue.journal.rotations == 1
+    queue.add(b"\x00")
+    assert queue.journal.rewrites == 1
+    queue.add(b"\x00")
+    assert queue.journal.rewrites == 1 and queue.journal.rotations == 2
+    clock.now += 5
+    queue.add(b"\x00")
+    assert queue.journal.rewrites == 2
+    durable(queue.journal)
+    assert on_disk(str(tmp_path))[0] == [b"\x00"] * 11
+    queue.journal.close()
+
+
+def test_without_aggressive_rewrites_an_empty_queue_waits_too(tmp_path):
+    """Kestrel's "allow rewrites for empty queue after some time" (KEST-366)."""
+    clock = Clock()
+    config = QueueConfig(disable_aggressive_rewrites=True, default_journal_size=160, max_journal_size=1024,
+                         max_memory_size=1024, min_journal_compact_delay=5.0)
+    queue = MiniQueue(FileJournal(str(tmp_path), "q", config, clock=clock), config)
+    for _ in range(8):
+        queue.add(b"\x00")
+        queue.remove(transactional=True)
+    assert queue.journal.rewrites == 1
+    for _ in range(8):
+        queue.add(b"\x00")
+        queue.remove()
+    assert queue.journal.rewrites == 1
+    clock.now += 5
+    queue.add(b"\x00")
+    queue.remove()
+    assert queue.journal.rewrites == 2
+    durable(queue.journal)
+    assert on_disk(str(tmp_path)) == ([], {x: b"\x00" for x in range(1, 9)})
+    queue.journal.close()
+
+
+def test_big_current_file_rotates_and_asks_for_a_checkpoint(tmp_path):
+    config = QueueConfig(max_memory_size=10_000, max_journal_size=25_000, default_journal_size=10**9)
+    journal = FileJournal(str(tmp_path), "q", config)
+    queue = MiniQueue(journal, config)
+    for i in range(30):
+        queue.add(b"%04d" % i + b"." * 996)
+    assert journal.rotations == 2 and not journal._checkpoint  # noqa: SLF001 - 20420 <= 25000
+    queue.add(b"last")
+    assert journal.rotations == 3 and journal._checkpoint  # noqa: SLF001 - 30630 > 25000
+    assert len(archived_files(str(tmp_path), "q")) == 3 and journal.in_read_behind
+    durable(journal)
+    assert on_disk(str(tmp_path))[0] == [b"%04d" % i + b"." * 996 for i in range(30)] + [b"last"]
+    journal.close()
+
+
+# -- read-behind ----------------------------------------------------------------------------------
+
+def test_read_behind_keeps_memory_bounded_and_order_exact(tmp_path):
+    config = QueueConfig(max_memory_size=1024)
+    journal = FileJournal(str(tmp_path), "q", config)
+    queue = MiniQueue(journal, config)
+    for i in range(20):
+        queue.add(bytes([65 + i]) * 128)
+        if i == 7:
+            assert not journal.in_read_behind
+    assert journal.in_read_behind and len(queue.items) == 8 and queue.length == 20  # from the 9th add
+    out = []
+    while (item := queue.remove()) is not None:
+        out.append(item.data)
+        assert queue.mem_bytes <= 1024 + 128
+    assert out == [bytes([65 + i]) * 128 for i in range(20)] and not journal.in_read_behind
+    journal.close()
+
+
+def test_read_behind_across_rotations_and_restarts(tmp_path):
+    data_dir = str(tmp_path)
+    config = QueueConfig(max_memory_size=2000, max_journal_size=10**9, default_journal_size=10**9)
+    queue = MiniQueue(FileJournal(data_dir, "q", config), config)
+    expected = deque()
+    rng = random.Random(7)
+    counter = 0
+    for round_ in range(6):
+        for _ in range(rng.randrange(10, 60)):
+            data = b"%06d" % counter + b"-" * rng.randrange(0, 200)
+            counter += 1
+            queue.add(data)
+            expected.append(data)
+        for _ in range(rng.randrange(5, 40)):
+            item = queue.remove(transactional=rng.random() < 0.3)
+            if item is None:
+                break
+            assert item.data == expected.popleft()
+            if item.xid:
+                queue.confirm(item.xid) if rng.random() < 0.5 else (queue.unremove(item.xid), expected.appendleft(item.data))
+        durable(queue.journal)
+        assert queue.journal.rotations >= round_ // 2
+        # restart: replay with read-behind, back out open reads, go on
+        open_before = sorted(queue.open_reads.items())
+        queue.journal.close()
+        journal, state = open_file_journal(data_dir, "q", config, read_behind=True)
+        queue = MiniQueue(journal, config, state)
+        for _xid, item in reversed(open_before):
+            expected.appendleft(item.data)
+        assert queue.length == len(expected) and state.mem_bytes <= 2000 + 300
+        assert [i.data for i in queue.items] == list(expected)[:len(queue.items)]
+    out = []
+    while (item := queue.remove()) is not None:
+        out.append(item.data)
+    assert out == list(expected)
+    queue.journal.close()
+
+
+# -- packing --------------------------------------------------------------------------------------
+
+def test_packing_while_reading_behind_bounds_the_files(tmp_path):
+    data_dir = str(tmp_path)
+    config = QueueConfig(max_memory_size=4000, max_journal_size=12_000, default_journal_size=10**9,
+                         min_journal_compact_delay=None)
+    journal = FileJournal(data_dir, "q", config)
+    queue = MiniQueue(journal, config)
+    expected = deque()
+    for i in range(400):
+        data = b"%05d" % i + b"#" * 95
+        queue.add(data)
+        expected.append(data)
+        if i % 2:
+            assert queue.remove().data == expected.popleft()
+        if i % 50 == 49:
+            journal._wait_for_pack()  # noqa: SLF001
+            durable(journal)
+            assert on_disk(data_dir) == (list(expected), {})
+    assert journal.packs >= 1 and journal.in_read_behind
+    total = sum(os.path.getsize(os.path.join(data_dir, f)) for f in journal_files(data_dir, "q"))
+    assert total < 40_000  # 400 adds and 200 removes would be ~50 KB unpacked
+    while (item := queue.remove()) is not None:
+        assert item.data == expected.popleft()
+    assert not expected
+    journal.close()
+
+
+def _random_history(data_dir: str, rng: random.Random) -> None:
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    items: deque[bytes] = deque()
+    open_reads: dict[int, bytes] = {}
+    xid = 0
+    for step in range(rng.randrange(20, 120)):
+        roll = rng.random()
+        if roll < 0.4:
+            data = b"i%d" % step
+            journal.add(Item(data, step, rng.choice([0, 10**13])))
+            items.append(data)
+        elif roll < 0.55 and items:
+            items.popleft()
+            journal.remove()
+        elif roll < 0.7 and items:
+            xid += 1
+            open_reads[xid] = items.popleft()
+            journal.remove_tentative(xid)
+        elif roll < 0.8 and open_reads:
+            x = rng.choice(list(open_reads))
+            items.appendleft(open_reads.pop(x))
+            journal.unremove(x)
+        elif roll < 0.88 and open_reads:
+            x = rng.choice(list(open_reads))
+            del open_reads[x]
+            journal.confirm_remove(x)
+        elif roll < 0.95:
+            journal.rotate()
+        else:
+            journal.remove()
+            if items:
+                items.popleft()
+    journal.close()
+
+
+def test_pack_archives_replays_to_the_same_queue(tmp_path):
+    """With and without the later records (which turn the items they discard into placeholders)."""
+    placeholders = 0
+    for seed in range(80):
+        rng = random.Random(seed)
+        data_dir = str(tmp_path / f"s{seed}")
+        os.mkdir(data_dir)
+        _random_history(data_dir, rng)
+        archives = archived_files(data_dir, "q")
+        if not archives:
+            continue
+        before = replay_queue(data_dir, "q")
+        upto = rng.choice(archives)
+        later_files = archives[archives.index(upto) + 1:] + ["q"]
+        fds = [os.open(os.path.join(data_dir, f), os.O_RDONLY) for f in later_files] if seed % 2 else []
+        try:
+            assert pack_archives(data_dir, "q", upto, [(fd, os.fstat(fd).st_size) for fd in fds]) == upto
+        finally:
+            for fd in fds:
+                os.close(fd)
+        placeholders += sum(1 for r in RecordReader(open(os.path.join(data_dir, upto), "rb").read())
+                            if r.item is not None and r.item.data == b"")
+        after = replay_queue(data_dir, "q")
+        assert [(i.data, i.add_time, i.expiry) for i in after.items] == \
+            [(i.data, i.add_time, i.expiry) for i in before.items], seed
+        assert {x: i.data for x, i in after.open_items.items()} == {x: i.data for x, i in before.open_items.items()}
+        remaining = archived_files(data_dir, "q")
+        assert remaining[0] == upto and len(remaining) == len(archives) - archives.index(upto)
+    assert placeholders > 20  # the later records did let the packs drop items
+
+
+def test_replay_with_read_behind_matches_a_full_replay(tmp_path):
+    """Bounded-memory replay, then reading behind at run time, yields the full queue in order."""
+    for seed in range(40):
+        rng = random.Random(1000 + seed)
+        data_dir = str(tmp_path / f"s{seed}")
+        os.mkdir(data_dir)
+        _random_history(data_dir, rng)
+        full = replay_queue(data_dir, "q")
+        limit = rng.choice([1, 5, 12, 30])
+        part = replay_queue(data_dir, "q", max_memory_size=limit)
+        assert (part.length, part.bytes, part.total_items, part.xid) == (full.length, full.bytes, full.total_items, full.xid)
+        assert {x: i.data for x, i in part.open_items.items()} == {x: i.data for x, i in full.open_items.items()}
+        assert [i.data for i in part.items] == [i.data for i in full.items][:len(part.items)], seed
+        expected = [i.data for _x, i in sorted(full.open_items.items())] + [i.data for i in full.items]
+        journal, state = open_file_journal(data_dir, "q", QueueConfig(max_memory_size=limit), read_behind=True)
+        got = [i.data for i in state.items]
+        while (item := journal.read_behind()) is not None:
+            got.append(item.data)
+        assert got == expected and not journal.in_read_behind, seed
+        journal.close()
