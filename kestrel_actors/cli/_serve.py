@@ -28,6 +28,8 @@ MIB = 1024 * 1024
 @click.option("--monitor-max-items", default=10_000, show_default=True, type=click.IntRange(min=1),
               help="Most items one monitor command may hold open.")
 @click.option("--max-connections", default=20_000, show_default=True, type=click.IntRange(min=1))
+@click.option("--sync-journal", default=None,
+              help="Queue default fsync policy: never, always (reply after fsync) or a period like 100ms.")
 @click.option("--client-timeout", default=None, type=click.FloatRange(min=0),
               help="Close a connection that sends nothing for this many seconds (off by default).")
 @click.option("--expiration-timer-frequency", default=1.0, show_default=True, type=float,
@@ -40,6 +42,7 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
     from ..server import Server, StartupError
 
     configure_logging(log_format, log_level)
+    sync_journal = flags.pop("sync_journal")
     if flags["expiration_timer_frequency"] == 0:
         flags["expiration_timer_frequency"] = None
     if config_path is None:
@@ -57,6 +60,8 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
         }
         config = config.replace(**given)
+    if sync_journal is not None:
+        config = _with_sync_journal(config, sync_journal)
     from ..journal import make_file_opener, queue_names
 
     try:
@@ -69,3 +74,18 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
     except StartupError as exc:
         click.echo(f"kestrel-actors: {exc}", err=True)
         sys.exit(1)
+
+
+def _with_sync_journal(config, value: str):
+    """Apply ``--sync-journal`` to the queue defaults and every configured queue."""
+    from .._config_values import BadValue
+    from .._config_values import sync_journal as parse_sync_journal
+
+    try:
+        policy = parse_sync_journal(value)
+    except BadValue as exc:
+        raise click.BadParameter(str(exc), param_hint="--sync-journal") from exc
+    return config.replace(
+        queue_defaults=config.queue_defaults.replace(sync_journal=policy),
+        queues={name: queue.replace(sync_journal=policy) for name, queue in config.queues.items()},
+    )
