@@ -15,7 +15,7 @@ from .. import protocol as p
 from ..protocol import _text as t
 from ..protocol import _text_commands as tc
 from ._collection import AliasAdd, Delete, Gather, Resolved
-from ._connection import ConnectionActor, _MonitorResume, _pop_oldest, _ReplyTo
+from ._connection import ConnectionActor, _pop_oldest, _ReplyTo
 from ._messages import OP_ADD, OP_CONFIRM, OP_FLUSH, OP_OPEN, OP_PEEK
 
 __all__ = ["TextConnectionActor"]
@@ -147,8 +147,8 @@ class TextConnectionActor(ConnectionActor):
             super()._answer(answer)
 
     def _alias_request(self, resolved: Resolved) -> None:
-        """Text requests on an alias (§5.10): put adds each item to every destination; get,
-        peek and monitor find nothing (``*``). The memcache version only knows SET and GET."""
+        """Text requests on an alias (§5.10): put adds each item to every destination; get
+        and peek find nothing (``*``). The memcache version only knows SET and GET."""
         command = self.pending[0]
         kind = type(command)
         server = self.server
@@ -174,10 +174,6 @@ class TextConnectionActor(ConnectionActor):
             else:
                 server.stats.cmd_get += 1
             self.out.append(t.TEXT_NO_ITEM)
-        elif kind is _MonitorResume:  # a monitor on an alias: nothing arrives, the stream ends
-            self.pending.popleft()
-            self.monitor = None
-            self.out.append(self.MONITOR_END)
         else:
             super()._alias_request(resolved)
 
