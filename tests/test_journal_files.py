@@ -95,8 +95,9 @@ def test_never_sync_calls_back_after_the_write_without_fsync(data_dir):
     journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=None))
     fired = []
     journal.add(Item(b"a", 1))
+    # the write happens before the callback, inline when the file is free: the record is in
+    # the file when the callback runs, and nothing was fsynced
     journal.after_durable(lambda: fired.append(os.path.getsize(os.path.join(data_dir, "q"))))
-    assert fired == []  # not written yet
     for _ in range(1000):
         if fired:
             break
