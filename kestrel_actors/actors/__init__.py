@@ -6,7 +6,9 @@ from ._messages import BatchDone, QueueBatch, Session
 from ._queue import QueueActor
 from ._queue_core import QueueCore, expiry_from_exptime
 from ._runtime import GeventActor, GeventFuture, ReplyFuture
+from ._session import SessionActor
 from ._stats import ServerStats
+from ._text_connection import TextConnectionActor
 
 __all__ = [
     "BatchDone",
@@ -22,6 +24,8 @@ __all__ = [
     "ReplyFuture",
     "ServerStats",
     "Session",
+    "SessionActor",
+    "TextConnectionActor",
     "expiry_from_exptime",
     "validate_queue_name",
 ]

@@ -15,8 +15,9 @@ from .. import protocol as p
 from ..protocol import _text as t
 from ..protocol import _text_commands as tc
 from ._collection import AliasAdd, Delete, Gather, Resolved
-from ._connection import ConnectionActor, _pop_oldest, _ReplyTo
+from ._connection import ConnectionActor
 from ._messages import OP_ADD, OP_CONFIRM, OP_FLUSH, OP_OPEN, OP_PEEK
+from ._session import _pop_oldest, _ReplyTo
 
 __all__ = ["TextConnectionActor"]
 

@@ -1,0 +1,377 @@
+"""The protocol-independent part of a client session: the request loop and its bookkeeping.
+
+A transport hands decoded commands in as :class:`Received`. The actor answers them strictly in
+order: consecutive requests for one queue travel to that queue's actor as one
+:class:`QueueBatch`, and the next batch leaves only when the previous one is answered, so
+pipelined requests are answered in order, as Kestrel does. The session keeps its open
+(tentative) reads per queue; when the client goes, its waits are cancelled first and then
+every open read goes back to the head of its queue.
+
+What a command means and how its reply looks is the protocol's: :class:`SessionActor`
+subclasses (``ConnectionActor`` for memcache, ``TextConnectionActor``) supply ``_local``,
+``_answer``, ``_resolved``, ``_compile``, ``_reply`` and the hooks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import structlog
+from pykka import ActorDeadError
+
+from .. import protocol as p
+from ._collection import ForAll, Resolve
+from ._messages import (
+    OP_ADD,
+    OP_CONFIRM,
+    OP_FLUSH_EXPIRED,
+    OP_OPEN_MANY,
+    OP_UNREMOVE,
+    BatchDone,
+    CancelWaits,
+    QueueBatch,
+    Session,
+)
+from ._runtime import GeventActor
+
+__all__ = ["Disconnected", "Received", "SessionActor"]
+
+log = structlog.get_logger("kestrel_actors.connection")
+
+MAX_BATCH = 256
+
+class Received:
+    __slots__ = ("commands",)
+
+    def __init__(self, commands: list[Any]) -> None:
+        self.commands = commands
+
+
+class Disconnected:
+    """The client hung up (or the socket failed): finish the session."""
+
+    __slots__ = ()
+
+
+class _Answer:
+    __slots__ = ("tag", "value")
+
+    def __init__(self, tag: str, value: Any) -> None:
+        self.tag = tag
+        self.value = value
+
+
+class _ReplyTo:
+    """Turns a collection or gather answer into an :class:`_Answer` message to this actor."""
+
+    __slots__ = ("ref", "tag")
+
+    def __init__(self, ref: Any, tag: str) -> None:
+        self.ref = ref
+        self.tag = tag
+
+    def tell(self, value: Any) -> None:
+        try:
+            self.ref.tell(_Answer(self.tag, value))
+        except ActorDeadError:
+            pass
+
+
+class _Ignore:
+    @staticmethod
+    def tell(_value: Any) -> None:
+        pass
+
+
+_MISSING = object()
+
+
+class SessionActor(GeventActor):
+    """One client's session: request order, open reads, waits, monitor streams, hang-up."""
+
+    QUEUE_KINDS: frozenset[type] = frozenset()
+    """Commands that run as operations on one queue (protocol hook)."""
+    MONITOR_END = b""
+    """What ends a monitor stream (protocol hook)."""
+    WRITE_REFUSALS: dict[type, p.Bad] = {}
+    """Writes refused while the server blocks writes, and how (protocol hook)."""
+
+    def __init__(self, server: Any, transport: Any, session: Session) -> None:
+        super().__init__()
+        self.server = server
+        self.transport = transport
+        self.session = session
+        self.log = log.bind(connection=session.id, peer=session.peer)
+        self.open_reads: dict[str, deque[int]] = {}
+        self.refs: dict[str, Any] = {}
+        self.pending: deque[Any] = deque()
+        self.out: list[bytes] = []
+        self.waiting: str | None = None
+        self.batch: list[tuple[Any, int]] = []
+        self.batch_queue: str | None = None
+        self.missing: str | None = None
+        self.monitor: list[Any] | None = None
+        self.closing = False
+        self.hung_up = False
+        self.finished = False
+
+    def on_receive(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is Received:
+            self.pending.extend(message.commands)
+            self._pump()
+        elif kind is BatchDone:
+            self._batch_done(message)
+            self._pump()
+        elif kind is _Answer:
+            self._answer(message)
+            self._pump()
+        elif kind is Disconnected:
+            self._hang_up()
+        else:
+            return super().on_receive(message)
+        return None
+
+    def _pump(self) -> None:
+        pending = self.pending
+        while pending and self.waiting is None and not self.closing:
+            command = pending[0]
+            kind = type(command)
+            refusal = self.WRITE_REFUSALS.get(kind)
+            if refusal is not None and not self.server.writes_allowed(self.session):
+                # checked before the queue is looked up: a missing queue is refused alike
+                pending.clear()
+                self._local(refusal)
+                break
+            if kind in self.QUEUE_KINDS and self._goes_to_queue(command):
+                if not self._start_batch():
+                    break
+                continue
+            pending.popleft()
+            self._local(command)
+        self._flush()
+        if self.closing and self.waiting is None:
+            self._finish()
+        elif not pending:
+            self.server.reader_may_continue(self.session)
+
+    def _ask_all(self, kind: str, tag: str, names: tuple[str, ...] | None = None) -> None:
+        self.waiting = tag
+        self.server.collection.tell(ForAll(kind, _ReplyTo(self.actor_ref, tag), names))
+
+    def _queue_ref(self, name: str, create: bool) -> Any:
+        """The queue's actor, ``_MISSING`` if it does not exist, or ``None`` while resolving."""
+        ref = self.refs.get(name)
+        if ref is not None and ref.is_alive():
+            return ref
+        if self.missing == name:
+            self.missing = None
+            return _MISSING
+        self.waiting = "resolve"
+        self.server.collection.tell(Resolve(name, create, _ReplyTo(self.actor_ref, "resolve")))
+        return None
+
+    def _start_batch(self) -> bool:
+        """Compile the requests at the head of ``pending`` into one batch and send it."""
+        first = self.pending[0]
+        name = first.queue
+        ref = self._queue_ref(name, self._creates(first))
+        if ref is None:
+            return False
+        if ref is _MISSING:
+            self.pending.popleft()
+            self.out.append(self._missing_queue_reply(first, self.open_reads.get(name)))
+            return True
+        ops: list[tuple] = []
+        entries: list[tuple[Any, int, p.Bad | None]] = []
+        pending = self.pending
+        while pending and len(entries) < MAX_BATCH:
+            command = pending[0]
+            kind = type(command)
+            if kind not in self.QUEUE_KINDS or command.queue != name or not self._goes_to_queue(command):
+                break
+            before = len(ops)
+            preset, last = self._compile(command, ops)
+            pending.popleft()
+            entries.append((command, len(ops) - before, preset))
+            if preset is not None and preset.close:
+                pending.clear()
+                break
+            if last:
+                break
+        self.batch = entries
+        self.batch_queue = name
+        if not ops:
+            self._batch_done(BatchDone(None, [], name))
+            return True
+        self.waiting = "batch"
+        try:
+            ref.tell(QueueBatch(ops, self.session, self.actor_ref))
+        except ActorDeadError:  # deleted between the check and now: it answers as closed
+            self._batch_done(BatchDone(None, [_closed_result(op) for op in ops], name))
+        return True
+
+    def _refuse_now(self, reply: bytes) -> None:
+        self.pending.clear()
+        self.out.append(reply)
+        self.closing = True
+
+    def _batch_done(self, done: BatchDone) -> None:
+        self.waiting = None
+        results = done.results
+        if self.monitor is not None:
+            self._monitor_step(results[-1] if results else [])
+            return
+        position = 0
+        gone = self.session.closed
+        for command, count, preset in self.batch:
+            mine = results[position : position + count]
+            position += count
+            if gone:
+                if type(command) is p.Get and command.open and mine and mine[-1] is not None:
+                    self._give_back(command.queue, [mine[-1].xid])
+                continue
+            if preset is not None:
+                if preset.reply is not None:
+                    self.out.append(preset.reply)
+                if preset.close:
+                    self.closing = True
+                continue
+            self.out.append(self._reply(command, mine))
+        self.batch = []
+
+    def _monitor_next(self) -> None:
+        name, deadline, remaining, limit = self.monitor
+        opened = len(self.open_reads.get(name, ()))
+        if (
+            remaining <= 0
+            or opened >= limit
+            or time.monotonic() >= deadline
+            or self.session.closed
+            or not self.server.reads_allowed(self.session)
+        ):
+            self.monitor = None
+            self.out.append(self.MONITOR_END)
+            return
+        ref = self.refs.get(name)
+        if ref is None:
+            self.pending.appendleft(_MonitorResume())
+            self._queue_ref(name, True)
+            return
+        self.waiting = "batch"
+        self.batch_queue = name
+        op = (OP_OPEN_MANY, min(remaining, limit - opened), deadline)
+        try:
+            ref.tell(QueueBatch([op], self.session, self.actor_ref))
+        except ActorDeadError:
+            self.refs.pop(name, None)
+            self.waiting = None
+            self.pending.appendleft(_MonitorResume())
+
+    def _monitor_step(self, items: list[Any]) -> None:
+        name = self.monitor[0]
+        if items:
+            if self.session.closed:
+                self._give_back(name, [item.xid for item in items])
+                return
+            opened = self.open_reads.setdefault(name, deque())
+            for item in items:
+                opened.append(item.xid)
+                self.out.append(self._item_reply(name, item.data))
+            self.monitor[2] -= len(items)
+        elif time.monotonic() < self.monitor[1]:
+            self.monitor[1] = 0  # the queue answered a miss: it closed, so the stream ends
+        self._monitor_next()
+
+    def _flush(self) -> None:
+        if not self.out or self.session.closed:
+            self.out.clear()
+            return
+        data = b"".join(self.out)
+        self.out.clear()
+        self.server.stats.bytes_written += len(data)
+        try:
+            self.transport.sendall(data)
+        except OSError:
+            self._hang_up()
+
+    def _hang_up(self) -> None:
+        """The client is gone: cancel waits first, then return every open read to its queue."""
+        if self.hung_up:
+            return
+        self.hung_up = True
+        self.session.closed = True
+        self.pending.clear()
+        self.closing = True
+        if self.waiting == "batch" and self.batch_queue in self.refs:
+            try:
+                self.refs[self.batch_queue].tell(CancelWaits(self.session))
+            except ActorDeadError:
+                pass
+        for name, xids in self.open_reads.items():
+            if xids:
+                self._give_back(name, list(xids))
+        self.open_reads.clear()
+        if self.waiting is None:
+            self._finish()
+
+    def _give_back(self, name: str, xids: list[int]) -> None:
+        self._tell_queue(name, (OP_UNREMOVE, tuple(xids)))
+
+    def _tell_queue(self, name: str, op: tuple) -> None:
+        """Send one operation whose answer nobody waits for (a deleted queue ignores it)."""
+        ref = self.refs.get(name)
+        if ref is None:
+            return
+        try:
+            ref.tell(QueueBatch([op], None, _Ignore))
+        except ActorDeadError:
+            pass
+
+    def _finish(self) -> None:
+        if self.finished:
+            return
+        if not self.hung_up:
+            self._hang_up()
+            return
+        self.finished = True
+        self.server.connection_closed(self)
+        self.stop()
+
+    def on_stop(self) -> None:
+        self.transport.close()
+
+
+class _MonitorResume:
+    """A placeholder at the head of ``pending``: continue the monitor once the queue resolves."""
+
+    __slots__ = ()
+    queue = None
+
+
+def _pop_oldest(opened: deque[int] | None, count: int) -> bool:
+    """Pop ``count`` open xids if that many are open (confirm of a missing queue), else none."""
+    if count <= 0 or not opened or count > len(opened):
+        return False
+    for _ in range(count):
+        opened.popleft()
+    return True
+
+
+def _closed_result(op: tuple) -> Any:
+    """What a closed (deleted) queue answers to ``op``."""
+    code = op[0]
+    if code == OP_ADD:
+        return False
+    if code == OP_OPEN_MANY:
+        return []
+    if code == OP_CONFIRM or code == OP_FLUSH_EXPIRED:
+        return 0
+    return None
+
+
+_ERROR_OPEN = p.Bad(p.ERROR, close=False)
+_ERROR_CLOSE = p.Bad(p.ERROR, close=True)
+_SERVER_ERROR_CLOSE = p.Bad(p.SERVER_ERROR, close=True)
