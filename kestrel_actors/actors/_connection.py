@@ -199,16 +199,9 @@ class ConnectionActor(SessionActor):
                 return _SERVER_ERROR_CLOSE, True
             if command.open and opened and len(opened) >= server.config.max_open_transactions:
                 return _ERROR_CLOSE, True
-            deadline = None
-            if command.timeout_ms is not None:
-                deadline = time.monotonic() + command.timeout_ms / 1000.0
-            if command.peek:
-                server.stats.cmd_peek += 1
-                ops.append((OP_PEEK, deadline))
-            else:
-                server.stats.cmd_get += 1
-                ops.append((OP_OPEN if command.open else OP_REMOVE, deadline))
-            return None, deadline is not None or command.open
+            code = OP_PEEK if command.peek else OP_OPEN if command.open else OP_REMOVE
+            waits = self._fetch(code, command.timeout_ms, ops)
+            return None, waits or command.open
         if kind is p.Confirm:
             opened = self.open_reads.get(command.queue)
             count = command.count

@@ -28,6 +28,7 @@ from ._messages import (
     OP_CONFIRM,
     OP_FLUSH_EXPIRED,
     OP_OPEN_MANY,
+    OP_PEEK,
     OP_UNREMOVE,
     BatchDone,
     CancelWaits,
@@ -212,6 +213,20 @@ class SessionActor(GeventActor):
         except ActorDeadError:  # deleted between the check and now: it answers as closed
             self._batch_done(BatchDone(None, [_closed_result(op) for op in ops], name))
         return True
+
+    def _fetch(self, code: int, timeout_ms: int | None, ops: list[tuple]) -> bool:
+        """Append a fetch (``OP_PEEK``, ``OP_OPEN`` or ``OP_REMOVE``) and count it (§7.3).
+
+        Returns whether it may wait (a timeout was given).
+        """
+        stats = self.server.stats
+        if code == OP_PEEK:
+            stats.cmd_peek += 1
+        else:
+            stats.cmd_get += 1
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        ops.append((code, deadline))
+        return deadline is not None
 
     def _refuse_now(self, reply: bytes) -> None:
         self.pending.clear()

@@ -67,15 +67,7 @@ class TextConnectionActor(ConnectionActor):
             limit = server.config.max_open_transactions
             if not command.peek and len(self.open_reads.get(command.queue, ())) >= limit:
                 return p.Bad(t.text_too_many_open(limit), close=False), True
-            deadline = None
-            if command.timeout_ms is not None:
-                deadline = time.monotonic() + command.timeout_ms / 1000.0
-            if command.peek:
-                server.stats.cmd_peek += 1
-                ops.append((OP_PEEK, deadline))
-            else:
-                server.stats.cmd_get += 1
-                ops.append((OP_OPEN, deadline))
+            self._fetch(OP_PEEK if command.peek else OP_OPEN, command.timeout_ms, ops)
             return None, True
         if kind is tc.TextConfirm:
             opened = self.open_reads.get(command.queue)
