@@ -22,7 +22,7 @@ from typing import Any
 
 from . import _config_values as v
 from ._toml_lines import KeyLines, format_key
-from .config import INT_MAX, QueueConfig, ServerConfig
+from .config import QueueConfig, ServerConfig
 
 __all__ = [
     "QUEUE_SETTINGS",
