@@ -47,6 +47,18 @@ def queue_files(data_dir: Path, name: str) -> list[str]:
     )
 
 
+def files_size(data_dir: Path, name: str) -> int:
+    """Bytes in the queue's journal files (not temp files); tolerates the server renaming them."""
+    total = 0
+    for filename in queue_files(data_dir, name):
+        if "~~" not in filename:
+            try:
+                total += os.path.getsize(data_dir / filename)
+            except FileNotFoundError:
+                pass
+    return total
+
+
 def stat(client: Client, queue: str, name: str) -> int:
     return int(client.stats()[f"queue_{queue}_{name}"])
 
@@ -419,14 +431,18 @@ def test_small_max_memory_size_rotates_and_replays(make_server, tmp_path):
     pipe.set_all("small", items, batch=7)
     client = server.client()
     stats = client.stats()
-    assert int(stats["queue_small_journal_rotations"]) >= 10
+    # each add first checks the current file: > 4096 bytes (5 records of 1021) → rotate
+    assert stats["queue_small_journal_rotations"] == "11"
     assert stats["queue_small_items"] == "60"
     assert stats["queue_small_bytes"] == "60000"
     assert int(stats["queue_small_mem_bytes"]) <= 4096 + 1000  # read-behind (§5.8)
     archives = [f for f in queue_files(server.data_dir, "small") if f != "small"]
     assert archives, "no archived journal files"
     assert_numbered(pipe.get_all("small", 25), range(25), size=1000)
-    assert int(client.stats()["queue_small_mem_bytes"]) <= 4096 + 1000
+    stats = client.stats()
+    assert int(stats["queue_small_mem_bytes"]) <= 4096 + 1000
+    assert stats["queue_small_journal_rotations"] == "12"  # the first GET found 5105 bytes
+    assert stats["queue_small_journal_rewrites"] == "0"
     pipe.close()
     client.close()
 
@@ -441,31 +457,34 @@ def test_small_max_memory_size_rotates_and_replays(make_server, tmp_path):
     assert_numbered(drain(server, "small"), range(25, 61), size=1000)
 
 
-def test_rotation_with_checkpoints_and_packing_replays(make_server, tmp_path):
-    """max_journal_size smaller than the backlog: rotations ask for checkpoints and the
-    archives behind the read-behind reader are packed (§6.6); replay must not change."""
+def test_packing_under_a_steady_backlog_bounds_the_files_and_replays(make_server, tmp_path):
+    """max_journal_size far below what goes through: rotations ask for checkpoints and the
+    archives the read-behind reader has passed are packed (§6.6, the JournalPacking load test
+    §8.6 in small); the files stay bounded and replay to exactly the queue."""
     config = write_config(
         tmp_path, '[queues.packed]\nmax_memory_size = "4KiB"\nmax_journal_size = "16KiB"\n')
     server = make_server("--config", config, "--max-open-transactions", "10")
     pipe = Pipeline(server.host, server.port)
-    pipe.set_all("packed", [numbered(i, 1000) for i in range(200)], batch=13)
+    pipe.set_all("packed", [numbered(i, 1000) for i in range(50)], batch=13)
+    written, taken, largest = 50, [], 0
+    for _ in range(40):  # a backlog of ~50 items; 20 in, 20 out per cycle
+        pipe.set_all("packed", [numbered(i, 1000) for i in range(written, written + 20)], batch=20)
+        written += 20
+        taken += pipe.get_all("packed", 20)
+        largest = max(largest, files_size(server.data_dir, "packed"))
+    assert_numbered(taken, range(800), size=1000)
     client = server.client()
-    assert stat(client, "packed", "journal_rotations") >= 30
-    taken = []
-    for _ in range(15):  # drain in steps, so the reader crosses many archives
-        taken += pipe.get_all("packed", 10)
-        time.sleep(0.02)
-    assert_numbered(taken, range(150), size=1000)
+    assert stat(client, "packed", "journal_rotations") >= 100
+    assert stat(client, "packed", "items") == 50
     reader = server.client()
-    assert number_of(reader.get("packed/open")) == 150  # left open across the crash
+    assert number_of(reader.get("packed/open")) == 800  # left open across the crash
     pipe.close()
-    files = queue_files(server.data_dir, "packed")
-    total = sum(os.path.getsize(server.data_dir / f) for f in files)
+    # ~850 KB went through the journal; without packing it would all still be on disk
+    assert largest < 300_000, f"journal files grew to {largest} bytes: nothing was packed"
+
     server.kill()
     server.start()
-    values = drain(server, "packed")
-    assert_numbered(values, range(150, 200), size=1000)
-    assert total < 200 * 1021, f"nothing was packed: {len(files)} files, {total} bytes"
+    assert_numbered(drain(server, "packed"), range(800, 850), size=1000)
 
 
 # -- bad data directory, torn journal ------------------------------------------------------------
@@ -512,9 +531,11 @@ def _stopped_server_with(make_server, queue: str, items: list[bytes], open_first
     client = server.client()
     for data in items:
         assert client.set(queue, data) == b"STORED"
+    reader = server.client()  # kept connected: a disconnect would abort the open read
     if open_first:
-        assert server.client().get(f"{queue}/open") == items[0]
+        assert reader.get(f"{queue}/open") == items[0]
     server.stop(signal.SIGTERM)
+    reader.close()
     return server
 
 

@@ -16,7 +16,7 @@ MIB = 1024 * 1024
 @click.option("--port", default=22133, show_default=True, type=int, help="Memcache protocol port.")
 @click.option("--text-port", default=0, show_default=True, type=int,
               help="Text protocol port (Kestrel's is 2222); 0 disables it.")
-@click.option("--data-dir", default="./data", show_default=True, type=click.Path(file_okay=False),
+@click.option("--data-dir", default="./data", show_default=True,
               help="Directory of the queue journals.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
