@@ -50,7 +50,8 @@ class ServerConfig:
 
     host: str = "127.0.0.1"
     port: int = 22133
-    text_port: int = 0
+    text_port: int = 2222
+    """Kestrel's text protocol port; 0 disables the listener."""
     data_dir: str = "./data"
     max_open_transactions: int = 1
     max_item_bytes: int = 64 * MIB

@@ -61,7 +61,7 @@ BENCHMARKS = (
     Benchmark("flood, 1 producer / 1 consumer", ("flood", "-n", "50000"), 12_000, "items/s",
               quick_args=("-n", "5000")),
     Benchmark("durable put-many (fsync every write), 100 clients",
-              ("put-many", "-c", "100", "-n", "20000"), None, "SET/s",
+              ("put-many", "-c", "100", "-n", "20000"), 20_000, "SET/s",
               serve_args=("--sync-journal", "always"), requires="--sync-journal",
               quick_args=("-n", "2000")),
 )
@@ -110,7 +110,7 @@ class Server:
         self.tmp = tempfile.TemporaryDirectory(prefix="kestrel-bench-")
         self.port = free_port()
         self.log = Path(self.tmp.name) / "server.log"
-        command = [sys.executable, "-m", "kestrel_actors.cli", "serve", "--host", "127.0.0.1",
+        command = [sys.executable, "-m", "kestrel_actors.cli", "serve", "--text-port", "0", "--host", "127.0.0.1",
                    "--port", str(self.port), "--data-dir", str(Path(self.tmp.name) / "data"),
                    "--log-level", "warning", *extra]
         with open(self.log, "wb") as log:

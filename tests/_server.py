@@ -36,9 +36,11 @@ class ServerProcess:
         self.log_path = self.data_dir.parent / f"server-{self.port}.log"
 
     def command(self) -> list[str]:
+        # the text listener is on by default (port 2222); tests that want it name a free port
+        text = () if "--text-port" in self.args else ("--text-port", "0")
         return [
             sys.executable, "-m", "kestrel_actors.cli", "serve",
-            "--host", self.host, "--port", str(self.port),
+            "--host", self.host, "--port", str(self.port), *text,
             "--data-dir", str(self.data_dir), "--log-format", "json", *self.args,
         ]
 

@@ -14,8 +14,8 @@ MIB = 1024 * 1024
               help="TOML configuration file (see docs/configuration.md); flags given here win.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=22133, show_default=True, type=int, help="Memcache protocol port.")
-@click.option("--text-port", default=0, show_default=True, type=int,
-              help="Text protocol port (Kestrel's is 2222); 0 disables it.")
+@click.option("--text-port", default=2222, show_default=True, type=int,
+              help="Text protocol port; 0 disables it.")
 @click.option("--data-dir", default="./data", show_default=True,
               help="Directory of the queue journals.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
