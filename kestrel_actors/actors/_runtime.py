@@ -109,6 +109,39 @@ class GeventActor(pykka.Actor):
     def _start_actor_loop(self) -> None:
         gevent.spawn(self._actor_loop)
 
+    def _actor_loop_running(self) -> None:
+        # pykka's loop, plus one thing: before waiting on an empty inbox, on_inbox_empty()
+        # runs, so an actor can finish work for everything that arrived in one wake-up.
+        inbox = self.actor_inbox
+        idle_hook = self.on_inbox_empty if type(self).on_inbox_empty is not GeventActor.on_inbox_empty else None
+        while not self.actor_stopped.is_set():
+            if idle_hook is not None and inbox.empty():
+                try:
+                    idle_hook()
+                except Exception:  # noqa: BLE001
+                    self._handle_failure(*sys.exc_info())
+                    return
+            envelope = inbox.get()
+            try:
+                response = self._handle_receive(envelope.message)
+                if envelope.reply_to is not None:
+                    envelope.reply_to.set(response)
+            except Exception:
+                if envelope.reply_to is not None:
+                    envelope.reply_to.set_exception()
+                else:
+                    self._handle_failure(*sys.exc_info())
+                    try:
+                        self.on_failure(*sys.exc_info())
+                    except Exception:  # noqa: BLE001
+                        self._handle_failure(*sys.exc_info())
+            except BaseException:  # noqa: BLE001
+                self._stop()
+                pykka.ActorRegistry.stop_all()
+
+    def on_inbox_empty(self) -> None:  # noqa: B027
+        """Called on the actor's greenlet before it waits for its next message (hook)."""
+
     def _handle_receive(self, message: Any) -> Any:
         # pykka tests each message against its four control types in turn; our own messages
         # are none of them, and one set lookup keeps that off the per-request path.
