@@ -7,7 +7,6 @@ same port and data directory.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -94,6 +93,8 @@ class ServerProcess:
 class Client:
     """A raw memcache-protocol client that sends bytes and reads exact replies."""
 
+    EOL = b"\r\n"
+
     def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -110,10 +111,10 @@ class Client:
         return True
 
     def read_line(self) -> bytes:
-        while b"\r\n" not in self.buffer:
+        while self.EOL not in self.buffer:
             if not self._fill():
                 raise ConnectionError(f"closed; buffered {self.buffer!r}")
-        line, _, self.buffer = self.buffer.partition(b"\r\n")
+        line, _, self.buffer = self.buffer.partition(self.EOL)
         return line
 
     def read_exact(self, n: int) -> bytes:
@@ -124,8 +125,8 @@ class Client:
         return data
 
     def call(self, request: bytes) -> bytes:
-        """Send one request line (CRLF added) and return the first reply line."""
-        self.send(request + b"\r\n")
+        """Send one request line (the terminator added) and return the first reply line."""
+        self.send(request + self.EOL)
         return self.read_line()
 
     def set(self, queue: str, data: bytes, exptime: int = 0) -> bytes:

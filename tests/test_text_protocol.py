@@ -17,34 +17,18 @@ import pytest
 
 from kestrel_actors import __version__
 
-from ._server import ServerProcess, free_port
+from ._server import Client, ServerProcess, free_port
 
 
-class TextClient:
-    """A raw text-protocol client: send bytes, read ``\\n``-terminated reply lines."""
+class TextClient(Client):
+    """A raw text-protocol client: reply lines end in a bare ``\\n``."""
 
-    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buffer = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+    EOL = b"\n"
 
     def read_line(self) -> bytes:
-        """One reply line without its ``\\n`` (which must be a bare LF)."""
-        while b"\n" not in self.buffer:
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError(f"closed; buffered {self.buffer!r}")
-            self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
+        line = super().read_line()
         assert not line.endswith(b"\r"), line
         return line
-
-    def call(self, request: bytes) -> bytes:
-        self.send(request + b"\n")
-        return self.read_line()
 
     def put(self, queue: str, *items: bytes, expiry: int | None = None) -> bytes:
         head = b"put " + queue.encode()
@@ -52,15 +36,6 @@ class TextClient:
             head += b" %d" % expiry
         self.send(head + b":\n" + b"".join(item + b"\n" for item in items) + b"\n")
         return self.read_line()
-
-    def is_closed(self, timeout: float = 2.0) -> bool:
-        self.sock.settimeout(timeout)
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-        except socket.timeout:
-            return False
 
     def silent(self, timeout: float = 0.3) -> bool:
         """Nothing more arrives within ``timeout`` (and the connection is still open)."""
