@@ -193,6 +193,7 @@ class Server:
         transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, config.client_timeout)
         session.reader_gate = transport
         holder.append(actor_class.start(self, transport, session))
+        log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start()
         transport.done.wait()  # gevent's StreamServer closes the socket when we return
 
@@ -201,6 +202,7 @@ class Server:
 
     def connection_closed(self, connection: ConnectionActor) -> None:
         self.stats.curr_connections -= 1
+        log.debug("connection closed", connection=connection.session.id, peer=connection.session.peer)
 
     # -- server status (§7.2) -------------------------------------------------------------
 
