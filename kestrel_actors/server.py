@@ -20,6 +20,7 @@ from pykka import ActorDeadError, ActorRegistry
 
 from . import __version__
 from .actors import ConnectionActor, Disconnected, QueueCollection, Received, ReplyFuture, ServerStats, Session
+from .actors._messages import IGNORE
 from .actors._collection import ForAll, Load, QueueOpener, Reconfigure, memory_opener
 from .config import ServerConfig
 from .status import ServerStatus, session_refusals
@@ -144,7 +145,7 @@ class Server:
     def _sweep_forever(self, frequency: float) -> None:
         while True:
             gevent.sleep(frequency)
-            self.collection.tell(ForAll("sweep", _IGNORE))
+            self.collection.tell(ForAll("sweep", IGNORE))
 
     # -- connections ----------------------------------------------------------------------
 
@@ -191,14 +192,10 @@ class Server:
             stats.bytes_read += count
 
         transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, config.client_timeout)
-        session.reader_gate = transport
         holder.append(actor_class.start(self, transport, session))
         log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start()
         transport.done.wait()  # gevent's StreamServer closes the socket when we return
-
-    def reader_may_continue(self, session: Session) -> None:
-        session.reader_gate.resume()
 
     def connection_closed(self, connection: ConnectionActor) -> None:
         self.stats.curr_connections -= 1
@@ -241,15 +238,6 @@ class Server:
                 log.info("configuration reloaded", path=path)
                 return
         reply_to.tell(True)
-
-
-class _Ignore:
-    @staticmethod
-    def tell(_value: Any) -> None:
-        pass
-
-
-_IGNORE = _Ignore()
 
 
 def _peer(address: Any) -> str:

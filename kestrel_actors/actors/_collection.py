@@ -15,7 +15,7 @@ from pykka import ActorDeadError
 
 from ..config import ServerConfig
 from ..journal import MemoryJournal
-from ._messages import OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, SetConfig, Sweep
+from ._messages import IGNORE, OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, SetConfig, Sweep
 from ._queue import QueueActor
 from ._queue_core import QueueCore
 from ._runtime import GeventActor
@@ -121,15 +121,6 @@ class Reconfigure:
     def __init__(self, config: ServerConfig, reply_to: Any) -> None:
         self.config = config
         self.reply_to = reply_to
-
-
-class _Ignore:
-    @staticmethod
-    def tell(_value: Any) -> None:
-        pass
-
-
-_IGNORE = _Ignore()
 
 
 class AliasAdd:
@@ -284,7 +275,7 @@ class QueueCollection(GeventActor):
             if queue_expired and name in self.queues:
                 log.info("queue expired", queue=name)
                 self.stats.queue_expires += 1
-                self._delete(name, _IGNORE)
+                self._delete(name, IGNORE)
         return counts
 
     def _alias_add(self, message: AliasAdd) -> None:

@@ -153,7 +153,7 @@ class ConnectionActor(SessionActor):
                 self._refuse_now(p.SERVER_ERROR)
                 return
             self.server.stats.cmd_set += 1
-            expiry = expiry_from_exptime(command.exptime, int(time.time() * 1000))
+            expiry = expiry_from_exptime(command.exptime)
             self.waiting = "alias_set"
             self.server.collection.tell(
                 AliasAdd(resolved.name, command.data, expiry, _ReplyTo(self.actor_ref, "alias_set"))
@@ -180,7 +180,7 @@ class ConnectionActor(SessionActor):
             if not server.writes_allowed(self.session):
                 return _SERVER_ERROR_CLOSE, True
             server.stats.cmd_set += 1
-            expiry = expiry_from_exptime(command.exptime, int(time.time() * 1000))
+            expiry = expiry_from_exptime(command.exptime)
             ops.append((OP_ADD, command.data, expiry))
             return None, False
         if kind is p.Get:

@@ -19,6 +19,7 @@ __all__ = [
     "OP_PEEK",
     "OP_REMOVE",
     "OP_UNREMOVE",
+    "IGNORE",
     "BatchDone",
     "CancelWaits",
     "QueueBatch",
@@ -40,6 +41,19 @@ FETCH_OPS = frozenset((OP_REMOVE, OP_OPEN, OP_PEEK, OP_OPEN_MANY))
 """Operations that may wait; ``deadline`` is ``time.monotonic()`` seconds or ``None``."""
 
 
+class _Ignore:
+    """A ``reply_to`` for answers nobody waits for (a fire-and-forget request)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def tell(_value: Any) -> None:
+        pass
+
+
+IGNORE = _Ignore()
+
+
 class Session:
     """What a queue may know of a client connection: whether it has gone, and who it is.
 
@@ -47,14 +61,12 @@ class Session:
     item. Actors share it read-only but for ``closed``, which only the connection sets.
     """
 
-    __slots__ = ("closed", "id", "peer", "reader_gate", "refuse_reads", "refuse_writes")
+    __slots__ = ("closed", "id", "peer", "refuse_reads", "refuse_writes")
 
-    def __init__(self, session_id: int, peer: str, reader_gate: Any = None) -> None:
+    def __init__(self, session_id: int, peer: str) -> None:
         self.id = session_id
         self.peer = peer
         self.closed = False
-        self.reader_gate = reader_gate
-        """The transport, resumed when the connection has caught up with its input."""
         self.refuse_reads = False
         self.refuse_writes = False
         """Set for the session's lifetime by ``connection_limit_refuse_*`` (reference §1)."""

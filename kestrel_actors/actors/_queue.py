@@ -40,17 +40,13 @@ from ._messages import (
     Sweep,
     WaiterExpired,
 )
-from ._queue_core import QueueCore
+from ._queue_core import QueueCore, epoch_ms
 from ._runtime import GeventActor
 from ._stats import ServerStats
 
 __all__ = ["QueueActor"]
 
 log = structlog.get_logger("kestrel_actors.queue")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _Waiter:
@@ -86,7 +82,7 @@ class QueueActor(GeventActor):
         self.has_children = False
         self.expire_target = expire_target
         self._loop = gevent.get_hub().loop
-        self.created_ms = _now_ms()
+        self.created_ms = epoch_ms()
         self._replies: list[tuple[Any, BatchDone]] = []
         """Answers waiting for the journal: sent together once the inbox is empty."""
         self.is_master = "+" not in name
@@ -106,7 +102,7 @@ class QueueActor(GeventActor):
         elif kind is GetStats:
             self._reply_stats(message.reply_to)
         elif kind is Sweep:
-            now_ms = _now_ms()
+            now_ms = epoch_ms()
             count = self.core.discard_expired(now_ms)
             self._forward_expired()
             if message.reply_to is not None:
@@ -174,7 +170,7 @@ class QueueActor(GeventActor):
         core = self.core
         stats = self.stats
         ops = batch.ops
-        now_ms = _now_ms()
+        now_ms = epoch_ms()
         for index in range(start, len(ops)):
             op = ops[index]
             code = op[0]
@@ -230,7 +226,7 @@ class QueueActor(GeventActor):
         return True
 
     def _add_copy(self, message: AddCopy) -> None:
-        now_ms = _now_ms()
+        now_ms = epoch_ms()
         if message.count_total:
             self._add(message.data, message.expiry, now_ms)
         elif self.core.add(message.data, message.expiry, now_ms) and self.waiters:
@@ -323,7 +319,7 @@ class QueueActor(GeventActor):
         return max_age is not None and not self.core.length and now_ms - self.created_ms > max_age * 1000
 
     def _reply_stats(self, reply_to: Any) -> None:
-        lines = self.core.stats(_now_ms(), len(self.waiters))
+        lines = self.core.stats(epoch_ms(), len(self.waiters))
         if self.has_children:
             lines.append(("children", ",".join(self.children)))
         reply_to.tell((self.name, lines))

@@ -13,6 +13,7 @@ calling (queue actor) greenlet.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any
 
@@ -20,7 +21,7 @@ from typing import Any
 from ..config import QueueConfig
 from ..journal import Item, Journal
 
-__all__ = ["QueueCore", "expiry_from_exptime"]
+__all__ = ["QueueCore", "epoch_ms", "expiry_from_exptime"]
 
 STAT_NAMES = (
     "items",
@@ -42,12 +43,20 @@ STAT_NAMES = (
 )
 
 
-def expiry_from_exptime(exptime: int, now_ms: int) -> int:
-    """Memcache expiry to absolute epoch ms: 0 never, < 1e6 relative seconds, else absolute."""
+def epoch_ms() -> int:
+    """The wall clock in epoch milliseconds, the unit of item times and expiries."""
+    return int(time.time() * 1000)
+
+
+def expiry_from_exptime(exptime: int, now: int | None = None) -> int:
+    """Memcache expiry to absolute epoch ms: 0 never, < 1e6 relative seconds, else absolute.
+
+    ``now`` (epoch ms) is read from the clock only for a relative expiry, the rare case.
+    """
     if exptime == 0:
         return 0
     if exptime < 1_000_000:
-        return now_ms + exptime * 1000
+        return (epoch_ms() if now is None else now) + exptime * 1000
     return exptime * 1000
 
 

@@ -30,6 +30,7 @@ from ._messages import (
     OP_OPEN_MANY,
     OP_PEEK,
     OP_UNREMOVE,
+    IGNORE,
     BatchDone,
     CancelWaits,
     QueueBatch,
@@ -78,12 +79,6 @@ class _ReplyTo:
             self.ref.tell(_Answer(self.tag, value))
         except ActorDeadError:
             pass
-
-
-class _Ignore:
-    @staticmethod
-    def tell(_value: Any) -> None:
-        pass
 
 
 _MISSING = object()
@@ -156,7 +151,7 @@ class SessionActor(GeventActor):
         if self.closing and self.waiting is None:
             self._finish()
         elif not pending:
-            self.server.reader_may_continue(self.session)
+            self.transport.resume()
 
     def _ask_all(self, kind: str, tag: str, names: tuple[str, ...] | None = None) -> None:
         self.waiting = tag
@@ -341,7 +336,7 @@ class SessionActor(GeventActor):
         if ref is None:
             return
         try:
-            ref.tell(QueueBatch([op], None, _Ignore))
+            ref.tell(QueueBatch([op], None, IGNORE))
         except ActorDeadError:
             pass
 

@@ -17,6 +17,7 @@ from ..protocol import _text_commands as tc
 from ._collection import AliasAdd, Delete, Gather, Resolved
 from ._connection import ConnectionActor
 from ._messages import OP_ADD, OP_CONFIRM, OP_FLUSH, OP_OPEN, OP_PEEK
+from ._queue_core import epoch_ms
 from ._session import _pop_oldest, _ReplyTo
 
 __all__ = ["TextConnectionActor"]
@@ -56,7 +57,7 @@ class TextConnectionActor(ConnectionActor):
         if kind is tc.TextPut:
             if not server.writes_allowed(self.session):
                 return _unavailable(t.TEXT_OP_SET_ITEM), False
-            expiry = tc.text_expiry(command.expiry_ms, _now_ms()) or 0
+            expiry = tc.text_expiry(command.expiry_ms, epoch_ms()) or 0
             server.stats.cmd_set += len(command.items)
             ops.extend((OP_ADD, item, expiry) for item in command.items)
             return None, False
@@ -152,7 +153,7 @@ class TextConnectionActor(ConnectionActor):
                 return
             items = command.items
             server.stats.cmd_set += len(items)
-            expiry = tc.text_expiry(command.expiry_ms, _now_ms()) or 0
+            expiry = tc.text_expiry(command.expiry_ms, epoch_ms()) or 0
             self.waiting = "alias_put"
             gather = Gather(len(items), _ReplyTo(self.actor_ref, "alias_put").tell)
             for item in items:  # one AliasAdd per item, in order, as Kestrel's setItem loop
@@ -195,7 +196,3 @@ class TextConnectionActor(ConnectionActor):
 
 def _unavailable(op: str) -> p.Bad:
     return p.Bad(t.text_unavailable(op), close=False)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
