@@ -2,10 +2,12 @@
 
 Reading runs in a hub I/O watcher callback, not in a greenlet of its own: when the socket is
 readable the callback does one non-blocking ``recv``, decodes, and tells the connection actor.
-That saves a greenlet switch per request over a reader loop. Writes try one non-blocking
-``send`` first and only fall back to gevent's cooperative ``sendall`` when the kernel buffer
-is full. The watcher pauses when the actor has a backlog, so a client that pipelines without
-reading replies cannot make the server buffer without bound.
+That saves a greenlet switch per request over a reader loop. Writing never waits either: a
+reply is sent with one non-blocking ``send`` and whatever the kernel does not take is kept
+and sent by a write watcher, because the connection actor's handlers may run on another
+actor's greenlet (inline dispatch, ADR 0002) and must not suspend it. Reading pauses while
+the actor has a backlog of commands or the output buffer is large, so a client that
+pipelines without reading replies cannot make the server buffer without bound.
 """
 
 from __future__ import annotations
@@ -24,13 +26,18 @@ READ_SIZE = 64 * 1024
 """Below malloc's mmap threshold: a larger recv buffer costs an mmap and munmap per read."""
 BACKLOG_COMMANDS = 4096
 """Commands handed over before reading pauses until the connection actor catches up."""
+OUTPUT_HIGH = 1024 * 1024
+"""Unsent reply bytes above which reading pauses until the client has taken them."""
+CLOSE_LINGER = 10.0
+"""Seconds a closing connection may take to deliver its last unsent replies."""
 
 
 class SocketTransport:
     """Owns one accepted gevent socket; see the module docstring."""
 
     __slots__ = ("sock", "raw", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
-                 "_paused", "closed", "done", "_idle_timer", "_idle_timeout", "_last_read")
+                 "_over", "closed", "done", "_idle_timer", "_idle_timeout", "_last_read", "_out",
+                 "_out_bytes", "_writer", "_closing", "_linger")
 
     def __init__(
         self,
@@ -48,12 +55,18 @@ class SocketTransport:
         self.on_eof = on_eof
         self.on_bytes = on_bytes
         self._handed = 0
-        self._paused = False
+        self._over = False
+        """Output went over ``OUTPUT_HIGH``: when it drains, reading and the actor resume."""
         self.closed = False
         self.done = gevent.event.Event()
         """Set once closed; the accepting greenlet waits on it."""
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._closing = False
+        self._linger: Any = None
         loop = gevent.get_hub().loop
         self._watcher = loop.io(sock.fileno(), 1)
+        self._writer = loop.io(sock.fileno(), 2)
         self._idle_timeout = idle_timeout
         self._idle_timer = None
         self._last_read = loop.now()
@@ -105,31 +118,101 @@ class SocketTransport:
         if commands:
             self._handed += len(commands)
             self.on_commands(commands)
-            if self._handed > BACKLOG_COMMANDS and not decoder.closed:
-                self._paused = True
+            if self._handed > BACKLOG_COMMANDS:
                 self._watcher.stop()
+
+    def _may_read(self) -> bool:
+        return (not self._closing and not self.decoder.closed and self._handed <= BACKLOG_COMMANDS
+                and self._out_bytes <= OUTPUT_HIGH)
 
     def resume(self) -> None:
         """The connection actor has caught up: read again if reading was paused."""
         self._handed = 0
-        if self._paused and not self.closed:
-            self._paused = False
+        if not self._watcher.active and self._may_read():
             self._watcher.start(self._readable)
 
+    @property
+    def backed_up(self) -> bool:
+        """Whether unsent replies are piling up: the actor should stop producing more."""
+        return self._out_bytes > OUTPUT_HIGH
+
     def sendall(self, data: bytes) -> None:
+        """Send ``data`` after anything still unsent; never waits. Raises ``OSError`` if the
+        connection failed (later failures reach the actor as end of input)."""
+        if self._out:
+            self._keep(data)
+            return
         try:
             sent = self.raw.send(data)
         except BlockingIOError:
             sent = 0
         if sent < len(data):
-            self.sock.sendall(data[sent:])
+            self._keep(memoryview(data)[sent:])  # a view: a large reply is not copied per send
+            self._writer.start(self._writable)
+
+    def _keep(self, data: bytes) -> None:
+        self._out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes > OUTPUT_HIGH:
+            self._over = True
+            self._watcher.stop()
+
+    def _writable(self) -> None:
+        out = self._out
+        data = memoryview(b"".join(out)) if len(out) > 1 else out[0]
+        try:
+            sent = self.raw.send(data)
+        except BlockingIOError:
+            return
+        except OSError:
+            sent = -1
+        if sent < 0:  # the client is gone: what is unsent is lost with it
+            self._out, self._out_bytes = [], 0
+            self._writer.stop()
+            if self._closing:
+                self._close_now()
+            else:
+                self._watcher.stop()
+                self.on_eof()
+            return
+        rest = data[sent:]
+        self._out = [rest] if rest else []
+        self._out_bytes = len(rest)
+        if rest:
+            return
+        self._writer.stop()
+        if self._closing:
+            self._close_now()
+        elif self._over:
+            self._over = False
+            if self._may_read():
+                self._watcher.start(self._readable)
+            self.on_commands([])  # the actor stopped producing while backed up: go on
 
     def close(self) -> None:
+        """Stop reading and close once the unsent replies are delivered (or after a linger)."""
+        if self.closed or self._closing:
+            return
+        self._closing = True
+        self._watcher.stop()
+        if self._idle_timer is not None:
+            self._idle_timer.stop()
+        if not self._out:
+            self._close_now()
+            return
+        self._linger = self._writer.loop.timer(CLOSE_LINGER)
+        self._linger.start(self._close_now)
+
+    def _close_now(self) -> None:
         if self.closed:
             return
         self.closed = True
         self._watcher.stop()
         self._watcher.close()
+        self._writer.stop()
+        self._writer.close()
+        if self._linger is not None:
+            self._linger.close()
         if self._idle_timer is not None:
             self._idle_timer.close()
         try:

@@ -266,3 +266,42 @@ def test_client_hang_up_mid_data_block_is_harmless(server):
     half.close()
     assert wait_for(lambda: c.stats()["curr_connections"] == "1")
     assert drain_queue(server, "q") == [b"kept"]
+
+
+# -- a client that sends and never reads ----------------------------------------------------------
+
+
+def test_pipelined_reads_never_read_back_neither_stall_others_nor_grow_the_server(module_server, qname):
+    """Replies the client does not take stay bounded (reading pauses), and all of them arrive
+    once it reads."""
+    import socket
+
+    item = bytes(range(256)) * 512  # 128 KiB
+    fill(module_server.client(), qname, item)
+    before = rss_kib(module_server)
+    count = 3000  # 384 MiB of replies if the server buffered them all
+    greedy = socket.create_connection(("127.0.0.1", module_server.port))
+    greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    greedy.sendall(b"get %s/peek\r\n" % qname.encode() * count)
+    time.sleep(1.0)
+    other = module_server.client()
+    started = time.monotonic()
+    other_queue = unique("other")
+    assert other.set(other_queue, b"x") == b"STORED"
+    assert other.get(other_queue) == b"x"
+    assert time.monotonic() - started < 1.0
+    assert rss_kib(module_server) < before + 100 * 1024
+    reply = b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (qname.encode(), len(item), item)
+    expected = len(reply) * count
+    received = 0
+    greedy.settimeout(10)
+    head = b""
+    while received < expected:
+        chunk = greedy.recv(1 << 20)
+        assert chunk, f"closed after {received} of {expected} bytes"
+        if len(head) < len(reply):
+            head += chunk[: len(reply) - len(head)]
+        received += len(chunk)
+    assert received == expected and head == reply
+    greedy.close()
+    assert drain_queue(module_server, qname) == [item]

@@ -134,3 +134,139 @@ def test_many_actors_interleave_on_one_thread():
     finally:
         for a in actors:
             a.stop()
+
+
+# -- inline dispatch (ADR 0002) ------------------------------------------------------------
+
+
+class Inline(GeventActor):
+    """Records where and in what order it handles messages; may tell a peer."""
+
+    inline_dispatch = True
+
+    def __init__(self, log: list, name: str) -> None:
+        super().__init__()
+        self.log = log
+        self.name = name
+        self.peer = None
+        self.running = False
+        self.greenlet = None
+
+    def on_start(self) -> None:
+        self.greenlet = gevent.getcurrent()
+
+    def on_receive(self, message):
+        assert not self.running, "a handler ran re-entrantly"
+        self.running = True
+        try:
+            kind = message[0]
+            on_own = gevent.getcurrent() is self.greenlet
+            self.log.append((self.name, "start", message[1], on_own))
+            if kind == "ping" and self.peer is not None:
+                self.peer.tell(("pong", message[1]))
+            elif kind == "pong" and self.peer is not None and message[1] < 3:
+                self.peer.tell(("ping", message[1] + 1))
+            elif kind == "boom":
+                raise ValueError("boom")
+            elif kind == "stop":
+                self._stop()
+            self.log.append((self.name, "end", message[1], on_own))
+        finally:
+            self.running = False
+
+    def on_inbox_empty(self) -> None:
+        self.log.append((self.name, "idle"))
+
+    def on_dead_letter(self, message):
+        self.log.append((self.name, "dead", message[1]))
+
+
+@pytest.fixture
+def inline_pair():
+    log: list = []
+    a, b = Inline.start(log, "a"), Inline.start(log, "b")
+    gevent.sleep(0.01)  # both greenlets park on an empty inbox: now idle
+    a.proxy().peer = b
+    b.proxy().peer = a
+    gevent.sleep(0.01)
+    log.clear()
+    yield log, a, b
+    for ref in (a, b):
+        if ref.is_alive():
+            ref.stop()
+
+
+def test_tell_to_an_idle_inline_actor_runs_on_the_callers_greenlet(inline_pair):
+    log, a, _b = inline_pair
+    a.tell(("note", 1))
+    # handled before tell returned, on this (the test's) greenlet, then the idle hook ran
+    assert log == [("a", "start", 1, False), ("a", "end", 1, False), ("a", "idle")]
+
+
+def test_inline_actors_never_run_reentrantly_and_keep_order(inline_pair):
+    log, a, _b = inline_pair
+    a.tell(("ping", 0))
+    starts = [(e[0], e[2]) for e in log if e[1] == "start"]
+    assert starts == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2), ("a", 3), ("b", 3)]
+    # each handler ended before the next one of the same actor started
+    for name in "ab":
+        mine = [e[1] for e in log if e[0] == name and e[1] in ("start", "end")]
+        assert mine == ["start", "end"] * (len(mine) // 2)
+
+
+def test_tell_from_the_hub_wakes_the_actors_own_greenlet(inline_pair):
+    log, a, _b = inline_pair
+    gevent.get_hub().loop.run_callback(a.tell, ("note", 2))
+    gevent.sleep(0.01)
+    assert ("a", "start", 2, True) in log
+
+
+def test_ask_to_an_inline_actor_runs_on_its_own_greenlet():
+    class Where(GeventActor):
+        inline_dispatch = True
+
+        def on_start(self):
+            self.greenlet = gevent.getcurrent()
+
+        def on_receive(self, message):
+            return gevent.getcurrent() is self.greenlet
+
+    ref = Where.start()
+    try:
+        gevent.sleep(0.01)
+        assert ref.ask("where", timeout=1) is True
+    finally:
+        ref.stop()
+
+
+def test_an_inline_failure_stops_the_actor_not_the_caller(inline_pair):
+    log, a, _b = inline_pair
+    a.tell(("boom", 1))  # no exception here: a tell has no one to report to
+    gevent.sleep(0.01)
+    assert not a.is_alive()
+    with pytest.raises(pykka.ActorDeadError):
+        a.tell(("note", 2))
+
+
+def test_a_stop_inside_an_inline_handler_turns_what_is_queued_into_dead_letters(inline_pair):
+    log, a, b = inline_pair
+
+    class Relay(GeventActor):
+        inline_dispatch = True
+
+        def on_receive(self, message):
+            a.tell(("stop", 1))  # a is busy (it is telling us): these two queue up
+            a.tell(("note", 2))
+
+    relay = Relay.start()
+    gevent.sleep(0.01)
+    a.proxy().peer = relay
+    gevent.sleep(0.01)
+    log.clear()
+    a.tell(("ping", 0))  # a runs inline here, relay inline inside it; then a drains "stop"
+    gevent.sleep(0.01)  # a's own greenlet wakes for the teardown
+    relay.stop()
+    assert not a.is_alive()
+    assert ("a", "start", 1, False) in log  # the stop ran inline, on this greenlet
+    assert ("a", "dead", 2) in log
+    assert not any(e[:3] == ("a", "start", 2) for e in log)

@@ -1,28 +1,35 @@
-"""A gevent runtime for pykka: actors are greenlets, inboxes and futures are gevent primitives.
+"""A gevent runtime for pykka: actors are greenlets, futures are gevent primitives.
 
 pykka 3+ ships only a threading runtime. On threads every actor hop is an OS-level handoff
-(lock, condition, GIL transfer); on gevent it is a queue append and a greenlet switch on the
-one hub thread, about half the cost, and the gap widens with many callers (see
-``docs/adr/0001-actor-runtime.md``). The process is *not* monkey-patched: actors and the
-network use gevent's own APIs, and anything that really blocks (fsync, Spark) goes to gevent's
-threadpool or another process.
+(lock, condition, GIL transfer); on gevent it is a deque append and a greenlet switch on the
+one hub thread (see ``docs/adr/0001-actor-runtime.md``). The process is *not* monkey-patched:
+actors and the network use gevent's own APIs, and anything that really blocks (fsync, Spark)
+goes to gevent's threadpool or another process.
 
 pykka exposes three hooks for a runtime, ``_create_actor_inbox``, ``_create_future`` and
-``_start_actor_loop``; this module fills them with gevent primitives. It adds one thing
-pykka lacks: a *dead letter* hook, so that a ``tell`` still in the inbox when an actor stops
-is handed to :meth:`GeventActor.on_dead_letter` instead of vanishing silently. A queue actor
-uses it to answer requests that raced with a ``delete``.
+``_start_actor_loop``; this module fills them. It adds three things pykka lacks:
+
+* **inline dispatch** (ADR 0002): a ``tell`` to an *idle* actor of a class with
+  ``inline_dispatch = True`` runs the actor's handler at once on the sender's greenlet instead
+  of waking the actor's own. The actor is marked busy meanwhile, so it still handles one
+  message at a time and in order; what reaches it meanwhile is queued and handled by the same
+  sender before ``tell`` returns. Never on the hub (a handler may suspend its greenlet), never
+  for ``ask`` or pykka's control messages;
+* a *dead letter* hook: a ``tell`` still in the inbox when an actor stops is handed to
+  :meth:`GeventActor.on_dead_letter` instead of vanishing silently;
+* :meth:`GeventActor.on_inbox_empty`, called before an actor waits on an empty inbox.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import deque
 from typing import Any, Callable, TypeVar
 
 import gevent
 import gevent.event
-import gevent.queue
 import pykka
+from greenlet import getcurrent
 from pykka import ActorDeadError, Timeout, messages
 
 __all__ = ["GeventActor", "GeventFuture", "ReplyFuture"]
@@ -90,38 +97,98 @@ class ReplyFuture(GeventFuture[T]):
         self.set(message)
 
 
-class GeventActor(pykka.Actor):
-    """A pykka actor whose loop is a greenlet and whose inbox is a gevent queue.
+class _Mailbox:
+    """An actor's inbox: a deque, the actor's parked greenlet, and whether the actor is idle.
 
-    Subclasses implement ``on_receive`` as usual. Handlers run one at a time on the actor's
-    greenlet; a handler that needs an answer from another actor sends a message carrying a
-    ``reply_to`` and returns, and the answer arrives later as a message.
+    ``idle`` means the actor's greenlet waits on an empty inbox and no handler of the actor
+    runs anywhere: only then may a sender run a handler inline (see the module docstring).
     """
+
+    __slots__ = ("items", "idle", "actor", "greenlet", "hub", "inline")
+
+    def __init__(self) -> None:
+        self.items: deque[Any] = deque()
+        self.idle = False
+        self.actor: GeventActor | None = None
+        self.greenlet: Any = None
+        self.hub = gevent.get_hub()
+        self.inline = False
+
+    def put(self, envelope: Any, block: bool = True, timeout: float | None = None) -> None:  # noqa: ARG002
+        if self.idle:
+            if (
+                self.inline
+                and envelope.reply_to is None
+                and type(envelope.message) not in _PYKKA_MESSAGES
+                and getcurrent() is not self.hub
+            ):
+                self.actor._run_inline(envelope.message)  # type: ignore[union-attr]
+                return
+            self.items.append(envelope)
+            self.wake()
+            return
+        self.items.append(envelope)
+
+    def wake(self) -> None:
+        """Let the actor's greenlet run what is queued (the caller saw it idle)."""
+        self.idle = False
+        self.hub.loop.run_callback(self.greenlet.switch)
+
+    def get(self) -> Any:
+        return self.items.popleft()
+
+    def empty(self) -> bool:
+        return not self.items
+
+
+class GeventActor(pykka.Actor):
+    """A pykka actor whose loop is a greenlet and whose inbox is a :class:`_Mailbox`.
+
+    Subclasses implement ``on_receive`` as usual. Handlers run one at a time; a handler that
+    needs an answer from another actor sends a message carrying a ``reply_to`` and returns,
+    and the answer arrives later as a message.
+    """
+
+    inline_dispatch = False
+    """Whether a sender may run this actor's handlers on its own greenlet when the actor is
+    idle. Set it only for actors whose handlers never block the hub-free caller for long."""
 
     @staticmethod
     def _create_actor_inbox() -> Any:
-        return gevent.queue.SimpleQueue()
+        return _Mailbox()
 
     @staticmethod
     def _create_future() -> GeventFuture[Any]:
         return GeventFuture()
 
     def _start_actor_loop(self) -> None:
-        gevent.spawn(self._actor_loop)
+        mailbox = self.actor_inbox
+        mailbox.actor = self
+        mailbox.inline = self.inline_dispatch
+        mailbox.greenlet = gevent.spawn(self._actor_loop)
 
     def _actor_loop_running(self) -> None:
-        # pykka's loop, plus one thing: before waiting on an empty inbox, on_inbox_empty()
-        # runs, so an actor can finish work for everything that arrived in one wake-up.
-        inbox = self.actor_inbox
+        # pykka's loop, plus: before waiting on an empty inbox, on_inbox_empty() runs, so an
+        # actor can finish work for everything that arrived in one wake-up.
+        mailbox = self.actor_inbox
+        items = mailbox.items
+        hub = mailbox.hub
         idle_hook = self.on_inbox_empty if type(self).on_inbox_empty is not GeventActor.on_inbox_empty else None
-        while not self.actor_stopped.is_set():
-            if idle_hook is not None and inbox.empty():
-                try:
-                    idle_hook()
-                except Exception:  # noqa: BLE001
-                    self._handle_failure(*sys.exc_info())
-                    return
-            envelope = inbox.get()
+        stopped = self.actor_stopped
+        while not stopped.is_set():
+            if not items:
+                if idle_hook is not None:
+                    try:
+                        idle_hook()
+                    except Exception:  # noqa: BLE001
+                        self._handle_failure(*sys.exc_info())
+                        return
+                    if items:
+                        continue
+                mailbox.idle = True
+                hub.switch()  # until _Mailbox.wake
+                continue
+            envelope = items.popleft()
             try:
                 response = self._handle_receive(envelope.message)
                 if envelope.reply_to is not None:
@@ -130,17 +197,62 @@ class GeventActor(pykka.Actor):
                 if envelope.reply_to is not None:
                     envelope.reply_to.set_exception()
                 else:
-                    self._handle_failure(*sys.exc_info())
-                    try:
-                        self.on_failure(*sys.exc_info())
-                    except Exception:  # noqa: BLE001
-                        self._handle_failure(*sys.exc_info())
+                    self._fail()
             except BaseException:  # noqa: BLE001
                 self._stop()
                 pykka.ActorRegistry.stop_all()
+        mailbox.idle = False
+
+    def _run_inline(self, message: Any) -> None:
+        """Handle ``message`` now, on the caller's greenlet, then whatever queued up meanwhile.
+
+        Called by the mailbox only while the actor is idle. Ends by making the actor idle
+        again, or, if something needs its own greenlet (a stop, an ``ask``), by waking it.
+        """
+        mailbox = self.actor_inbox
+        mailbox.idle = False
+        items = mailbox.items
+        stopped = self.actor_stopped
+        idle_hook = self.on_inbox_empty if type(self).on_inbox_empty is not GeventActor.on_inbox_empty else None
+        try:
+            try:
+                self.on_receive(message)
+            except Exception:  # noqa: BLE001
+                self._fail()
+            while not stopped.is_set():
+                if items:
+                    envelope = items[0]
+                    if envelope.reply_to is not None or type(envelope.message) in _PYKKA_MESSAGES:
+                        break
+                    items.popleft()
+                    try:
+                        self.on_receive(envelope.message)
+                    except Exception:  # noqa: BLE001
+                        self._fail()
+                    continue
+                if idle_hook is not None:
+                    try:
+                        idle_hook()
+                    except Exception:  # noqa: BLE001
+                        self._handle_failure(*sys.exc_info())
+                    if items:
+                        continue
+                break
+        finally:
+            if items or stopped.is_set():
+                mailbox.wake()  # its own greenlet runs the rest, or its teardown
+            else:
+                mailbox.idle = True
+
+    def _fail(self) -> None:
+        self._handle_failure(*sys.exc_info())
+        try:
+            self.on_failure(*sys.exc_info())
+        except Exception:  # noqa: BLE001
+            self._handle_failure(*sys.exc_info())
 
     def on_inbox_empty(self) -> None:  # noqa: B027
-        """Called on the actor's greenlet before it waits for its next message (hook)."""
+        """Called before the actor waits for its next message (hook)."""
 
     def _handle_receive(self, message: Any) -> Any:
         # pykka tests each message against its four control types in turn; our own messages
@@ -150,8 +262,9 @@ class GeventActor(pykka.Actor):
         return self.on_receive(message)
 
     def _actor_loop_teardown(self) -> None:
-        while not self.actor_inbox.empty():
-            envelope = self.actor_inbox.get()
+        items = self.actor_inbox.items
+        while items:
+            envelope = items.popleft()
             message = envelope.message
             if envelope.reply_to is not None:
                 if isinstance(message, messages._ActorStop):  # noqa: SLF001

@@ -87,6 +87,10 @@ _MISSING = object()
 class SessionActor(GeventActor):
     """One client's session: request order, open reads, waits, monitor streams, hang-up."""
 
+    inline_dispatch = True
+    """A queue's answer is handled on the queue's greenlet when the session is idle: its
+    handlers never wait (replies go to the transport's non-blocking output buffer)."""
+
     QUEUE_KINDS: frozenset[type] = frozenset()
     """Commands that run as operations on one queue (protocol hook)."""
     MONITOR_END = b""
@@ -132,7 +136,8 @@ class SessionActor(GeventActor):
 
     def _pump(self) -> None:
         pending = self.pending
-        while pending and self.waiting is None and not self.closing:
+        transport = self.transport
+        while pending and self.waiting is None and not self.closing and not transport.backed_up:
             command = pending[0]
             kind = type(command)
             refusal = self.WRITE_REFUSALS.get(kind)
@@ -151,7 +156,7 @@ class SessionActor(GeventActor):
         if self.closing and self.waiting is None:
             self._finish()
         elif not pending:
-            self.transport.resume()
+            transport.resume()
 
     def _ask_all(self, kind: str, tag: str, names: tuple[str, ...] | None = None) -> None:
         self.waiting = tag
