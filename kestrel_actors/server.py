@@ -19,7 +19,16 @@ from gevent.server import StreamServer
 from pykka import ActorDeadError, ActorRegistry
 
 from . import __version__
-from .actors import ConnectionActor, Disconnected, QueueCollection, Received, ReplyFuture, ServerStats, Session
+from .actors import (
+    ConnectionActor,
+    Disconnected,
+    Dispatcher,
+    QueueCollection,
+    Received,
+    ReplyFuture,
+    ServerStats,
+    Session,
+)
 from .actors._messages import IGNORE
 from .actors._collection import ForAll, Load, QueueOpener, Reconfigure, memory_opener
 from .config import ServerConfig
@@ -174,19 +183,14 @@ class Server:
             stats.curr_connections, config.connection_limit_refuse_writes, config.connection_limit_refuse_reads
         )
         holder: list[Any] = []
+        deliver = Dispatcher.current().deliver  # transport callbacks run on the hub
 
         def on_commands(commands: list[Any]) -> None:
-            try:
-                holder[0].tell(Received(commands))
-            except ActorDeadError:
-                pass
+            deliver(holder[0], Received(commands))
 
         def on_eof() -> None:
             session.closed = True  # at once: a queue must not hand this client an item now
-            try:
-                holder[0].tell(Disconnected())
-            except ActorDeadError:
-                pass
+            deliver(holder[0], Disconnected())
 
         def on_bytes(count: int) -> None:
             stats.bytes_read += count

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gevent
+import gevent.event
 import pykka
 import pytest
 
@@ -270,3 +271,60 @@ def test_a_stop_inside_an_inline_handler_turns_what_is_queued_into_dead_letters(
     assert ("a", "start", 1, False) in log  # the stop ran inline, on this greenlet
     assert ("a", "dead", 2) in log
     assert not any(e[:3] == ("a", "start", 2) for e in log)
+
+
+def test_the_dispatcher_tells_in_order_from_a_greenlet_not_the_hub(inline_pair):
+    from kestrel_actors.actors import Dispatcher
+
+    log, a, b = inline_pair
+    a.proxy().peer = None
+    b.proxy().peer = None
+    gevent.sleep(0.01)
+    log.clear()
+    dispatcher = Dispatcher.current()
+    loop = gevent.get_hub().loop
+    for i in range(5):  # from hub callbacks, as the transport does
+        loop.run_callback(dispatcher.deliver, a if i % 2 == 0 else b, ("note", i))
+    gevent.sleep(0.02)
+    starts = [(e[0], e[2], e[3]) for e in log if e[1] == "start"]
+    # inline on the dispatcher's greenlet (not on the actors' own), in the order delivered
+    assert starts == [("a", 0, False), ("b", 1, False), ("a", 2, False), ("b", 3, False), ("a", 4, False)]
+
+
+def test_a_suspended_dispatcher_does_not_hold_up_other_actors():
+    from kestrel_actors.actors import Dispatcher
+
+    release = gevent.event.Event()
+    seen: list = []
+
+    class Slow(GeventActor):
+        inline_dispatch = True
+
+        def on_receive(self, message):
+            release.wait()  # suspends the greenlet it runs on (journal work does, rarely)
+            seen.append(("slow", message))
+
+    class Quick(GeventActor):
+        inline_dispatch = True
+
+        def on_receive(self, message):
+            seen.append(("quick", message))
+
+    slow, quick = Slow.start(), Quick.start()
+    try:
+        gevent.sleep(0.01)
+        dispatcher = Dispatcher.current()
+        loop = gevent.get_hub().loop
+        loop.run_callback(dispatcher.deliver, slow, 1)
+        gevent.sleep(0.01)
+        loop.run_callback(dispatcher.deliver, quick, 2)
+        loop.run_callback(dispatcher.deliver, slow, 3)  # queued behind 1 in slow's inbox
+        gevent.sleep(0.02)
+        assert seen == [("quick", 2)]
+        release.set()
+        gevent.sleep(0.02)
+        assert seen == [("quick", 2), ("slow", 1), ("slow", 3)]
+    finally:
+        release.set()
+        slow.stop()
+        quick.stop()

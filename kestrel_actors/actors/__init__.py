@@ -5,7 +5,7 @@ from ._connection import ConnectionActor, Disconnected, Received
 from ._messages import BatchDone, QueueBatch, Session
 from ._queue import QueueActor
 from ._queue_core import QueueCore, expiry_from_exptime
-from ._runtime import GeventActor, GeventFuture, ReplyFuture
+from ._runtime import Dispatcher, GeventActor, GeventFuture, ReplyFuture
 from ._session import SessionActor
 from ._stats import ServerStats
 from ._text_connection import TextConnectionActor
@@ -14,6 +14,7 @@ __all__ = [
     "BatchDone",
     "ConnectionActor",
     "Disconnected",
+    "Dispatcher",
     "GeventActor",
     "GeventFuture",
     "QueueActor",

@@ -41,12 +41,16 @@ from ._messages import (
     WaiterExpired,
 )
 from ._queue_core import QueueCore, epoch_ms
-from ._runtime import GeventActor
+from ._runtime import Dispatcher, GeventActor
 from ._stats import ServerStats
 
 __all__ = ["QueueActor"]
 
 log = structlog.get_logger("kestrel_actors.queue")
+
+
+_FLUSH_REPLIES = object()
+"""A queue's message to itself: send the answers held for the journal write (one per burst)."""
 
 
 class _Waiter:
@@ -88,7 +92,9 @@ class QueueActor(GeventActor):
         self._loop = gevent.get_hub().loop
         self.created_ms = epoch_ms()
         self._replies: list[tuple[Any, BatchDone]] = []
-        """Answers waiting for the journal: sent together once the inbox is empty."""
+        """Answers waiting for the journal: sent together at the end of the burst."""
+        self._dispatcher = Dispatcher.current()
+        self._flush_due = False
         self.is_master = "+" not in name
 
     # -- dispatch -------------------------------------------------------------------------
@@ -97,6 +103,9 @@ class QueueActor(GeventActor):
         kind = type(message)
         if kind is QueueBatch:
             self._run(message, 0, [])
+        elif message is _FLUSH_REPLIES:
+            self._flush_due = False
+            self._send_replies()
         elif kind is WaiterExpired:
             self._expire_waiter(message.waiter)
         elif kind is AddCopy:
@@ -134,14 +143,17 @@ class QueueActor(GeventActor):
         return None
 
     def on_inbox_empty(self) -> None:
-        self._send_replies()
+        if self._replies and not self._flush_due:
+            # after the tells already due: every batch of this burst shares one journal write
+            self._flush_due = True
+            self._dispatcher.deliver(self.actor_ref, _FLUSH_REPLIES)
 
     def _send_replies(self) -> None:
         """Answer every batch run since the last time, after one journal write covers them.
 
-        Batches from many connections arrive in one wake-up under load; holding their answers
-        until the inbox is empty makes one write (and, with ``always``, one fdatasync) serve
-        them all, without a trip through the journal's writer greenlet.
+        Under load, batches from many connections arrive in one burst (one hub wake-up);
+        holding their answers until the dispatcher has made the burst's other tells makes one
+        write (and, with ``always``, one fdatasync) serve them all.
         """
         replies = self._replies
         if not replies:
