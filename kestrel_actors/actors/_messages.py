@@ -24,6 +24,7 @@ __all__ = [
     "CancelWaits",
     "QueueBatch",
     "Session",
+    "closed_result",
 ]
 
 # Operations in a batch are tuples whose first element is one of these codes:
@@ -39,6 +40,18 @@ OP_OPEN_MANY = 9  # (OP_OPEN_MANY, max_items, deadline) -> list[Item] (empty on 
 
 FETCH_OPS = frozenset((OP_REMOVE, OP_OPEN, OP_PEEK, OP_OPEN_MANY))
 """Operations that may wait; ``deadline`` is ``time.monotonic()`` seconds or ``None``."""
+
+
+def closed_result(op: tuple) -> Any:
+    """What a closed (deleted) queue answers to ``op``."""
+    code = op[0]
+    if code == OP_ADD:
+        return False
+    if code == OP_OPEN_MANY:
+        return []
+    if code == OP_CONFIRM or code == OP_FLUSH_EXPIRED:
+        return 0
+    return None
 
 
 class _Ignore:

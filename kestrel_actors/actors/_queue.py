@@ -39,6 +39,7 @@ from ._messages import (
     SetConfig,
     Sweep,
     WaiterExpired,
+    closed_result,
 )
 from ._queue_core import QueueCore, epoch_ms
 from ._runtime import Dispatcher, GeventActor
@@ -102,7 +103,14 @@ class QueueActor(GeventActor):
     def on_receive(self, message: Any) -> Any:
         kind = type(message)
         if kind is QueueBatch:
-            self._run(message, 0, [])
+            results: list[Any] = []
+            try:
+                self._run(message, 0, results)
+            except Exception:
+                # answered as a closed queue would, so the client is not left waiting
+                results += [closed_result(op) for op in message.ops[len(results):]]
+                self._replies.append((message.reply_to, BatchDone(message.tag, results, self.name)))
+                raise
         elif message is _FLUSH_REPLIES:
             self._flush_due = False
             self._send_replies()
@@ -168,6 +176,11 @@ class QueueActor(GeventActor):
                     pass
 
         self.core.journal.after_durable(send)
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        """A handler raised (a bug, or a journal file gone): answer what is held and parked,
+        and close the journal, so that the collection can replay the queue from disk."""
+        self._close(erase=False)
 
     def on_dead_letter(self, message: Any) -> None:
         """A request that reached a deleted queue is answered as a closed queue would."""

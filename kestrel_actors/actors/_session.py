@@ -35,6 +35,7 @@ from ._messages import (
     CancelWaits,
     QueueBatch,
     Session,
+    closed_result,
 )
 from ._runtime import GeventActor
 
@@ -211,7 +212,7 @@ class SessionActor(GeventActor):
         try:
             ref.tell(QueueBatch(ops, self.session, self.actor_ref))
         except ActorDeadError:  # deleted between the check and now: it answers as closed
-            self._batch_done(BatchDone(None, [_closed_result(op) for op in ops], name))
+            self._batch_done(BatchDone(None, [closed_result(op) for op in ops], name))
         return True
 
     def _fetch(self, code: int, timeout_ms: int | None, ops: list[tuple]) -> bool:
@@ -373,18 +374,6 @@ def _pop_oldest(opened: deque[int] | None, count: int) -> bool:
     for _ in range(count):
         opened.popleft()
     return True
-
-
-def _closed_result(op: tuple) -> Any:
-    """What a closed (deleted) queue answers to ``op``."""
-    code = op[0]
-    if code == OP_ADD:
-        return False
-    if code == OP_OPEN_MANY:
-        return []
-    if code == OP_CONFIRM or code == OP_FLUSH_EXPIRED:
-        return 0
-    return None
 
 
 _ERROR_OPEN = p.Bad(p.ERROR, close=False)
