@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import gevent
-import gevent.event
 import structlog
 
 __all__ = ["SocketTransport"]
@@ -36,7 +35,7 @@ class SocketTransport:
     """Owns one accepted gevent socket; see the module docstring."""
 
     __slots__ = ("sock", "raw", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
-                 "_over", "closed", "done", "_idle_timer", "_idle_timeout", "_last_read", "_out",
+                 "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_out",
                  "_out_bytes", "_writer", "_closing", "_linger")
 
     def __init__(
@@ -58,15 +57,14 @@ class SocketTransport:
         self._over = False
         """Output went over ``OUTPUT_HIGH``: when it drains, reading and the actor resume."""
         self.closed = False
-        self.done = gevent.event.Event()
-        """Set once closed; the accepting greenlet waits on it."""
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._closing = False
         self._linger: Any = None
         loop = gevent.get_hub().loop
         self._watcher = loop.io(sock.fileno(), 1)
-        self._writer = loop.io(sock.fileno(), 2)
+        self._writer: Any = None
+        """The write watcher, made the first time the kernel does not take a whole reply."""
         self._idle_timeout = idle_timeout
         self._idle_timer = None
         self._last_read = loop.now()
@@ -148,6 +146,8 @@ class SocketTransport:
             sent = 0
         if sent < len(data):
             self._keep(memoryview(data)[sent:])  # a view: a large reply is not copied per send
+            if self._writer is None:
+                self._writer = self._watcher.loop.io(self.raw.fileno(), 2)
             self._writer.start(self._writable)
 
     def _keep(self, data: bytes) -> None:
@@ -200,7 +200,7 @@ class SocketTransport:
         if not self._out:
             self._close_now()
             return
-        self._linger = self._writer.loop.timer(CLOSE_LINGER)
+        self._linger = self._watcher.loop.timer(CLOSE_LINGER)
         self._linger.start(self._close_now)
 
     def _close_now(self) -> None:
@@ -209,8 +209,9 @@ class SocketTransport:
         self.closed = True
         self._watcher.stop()
         self._watcher.close()
-        self._writer.stop()
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.stop()
+            self._writer.close()
         if self._linger is not None:
             self._linger.close()
         if self._idle_timer is not None:
@@ -219,4 +220,3 @@ class SocketTransport:
             self.sock.close()
         except OSError:
             pass
-        self.done.set()

@@ -43,6 +43,17 @@ __all__ = ["Server", "StartupError"]
 log = structlog.get_logger("kestrel_actors.server")
 
 
+class _Listener(StreamServer):
+    """Accepts on the hub and hands each socket to ``handle``, which sets the connection up
+    and returns at once; the connection's transport owns and closes the socket.
+
+    gevent's default spawns a greenlet per connection that would only wait for the close.
+    """
+
+    def do_close(self, sock: Any, *args: Any) -> None:
+        pass  # the transport closes it (or ``handle`` did, refusing it)
+
+
 class StartupError(Exception):
     """The server cannot start (unusable data directory, port in use, bad journal)."""
 
@@ -109,7 +120,7 @@ class Server:
                  data_dir=str(self.config.data_dir))
 
     def _listen(self, host: str, port: int, handle: Callable[[Any, Any], None]) -> StreamServer:
-        listener = StreamServer((host, port), handle, backlog=1024)
+        listener = _Listener((host, port), handle, backlog=1024, spawn=None)
         try:
             listener.start()
         except OSError as exc:
@@ -172,8 +183,12 @@ class Server:
             log.warning("connection refused: too many connections", peer=_peer(address))
             sock.close()
             return
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        except OSError:  # gone already
+            sock.close()
+            return
         self._next_session += 1
         session = Session(self._next_session, _peer(address))
         stats.curr_connections += 1
@@ -199,7 +214,6 @@ class Server:
         holder.append(actor_class.start(self, transport, session))
         log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start()
-        transport.done.wait()  # gevent's StreamServer closes the socket when we return
 
     def connection_closed(self, connection: ConnectionActor) -> None:
         self.stats.curr_connections -= 1

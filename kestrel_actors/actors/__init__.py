@@ -5,7 +5,8 @@ from ._connection import ConnectionActor, Disconnected, Received
 from ._messages import BatchDone, QueueBatch, Session
 from ._queue import QueueActor
 from ._queue_core import QueueCore, expiry_from_exptime
-from ._runtime import Dispatcher, GeventActor, GeventFuture, ReplyFuture
+from ._dispatcher import Dispatcher
+from ._runtime import GeventActor, GeventFuture, ReplyFuture
 from ._session import SessionActor
 from ._stats import ServerStats
 from ._text_connection import TextConnectionActor

@@ -42,7 +42,8 @@ from ._messages import (
     closed_result,
 )
 from ._queue_core import QueueCore, epoch_ms
-from ._runtime import Dispatcher, GeventActor
+from ._dispatcher import Dispatcher
+from ._runtime import GeventActor
 from ._stats import ServerStats
 
 __all__ = ["QueueActor"]

@@ -14,37 +14,54 @@ pykka exposes three hooks for a runtime, ``_create_actor_inbox``, ``_create_futu
   of waking the actor's own. The actor is marked busy meanwhile, so it still handles one
   message at a time and in order; what reaches it meanwhile is queued and handled by the same
   sender before ``tell`` returns. Never on the hub (a handler may suspend its greenlet), never
-  for ``ask`` or pykka's control messages;
+  for ``ask`` or pykka's control messages other than the actor's own ``stop()``. Such an actor
+  without ``on_start`` gets its greenlet only when something must run there;
 * a *dead letter* hook: a ``tell`` still in the inbox when an actor stops is handed to
   :meth:`GeventActor.on_dead_letter` instead of vanishing silently;
-* :meth:`GeventActor.on_inbox_empty`, called before an actor waits on an empty inbox;
-* a :class:`Dispatcher`: hub callbacks (socket reads) cannot run handlers inline, so they hand
-  their tells to a dispatcher greenlet, which makes them in order, inline where it can.
+* :meth:`GeventActor.on_inbox_empty`, called before an actor waits on an empty inbox.
+
+``_dispatcher`` adds a :class:`~._dispatcher.Dispatcher`: hub callbacks (socket reads)
+cannot run handlers inline, so they hand their tells to a dispatcher greenlet.
 """
 
 from __future__ import annotations
 
 import sys
-import weakref
+import uuid
 from collections import deque
 from typing import Any, Callable, TypeVar
 
 import gevent
 import gevent.event
 import pykka
-import structlog
 from greenlet import getcurrent
-from pykka import ActorDeadError, Timeout, messages
+from pykka import ActorDeadError, ActorRef, Timeout, messages
 
-__all__ = ["Dispatcher", "GeventActor", "GeventFuture", "ReplyFuture"]
+__all__ = ["GeventActor", "GeventFuture", "ReplyFuture"]
 
-log = structlog.get_logger("kestrel_actors.runtime")
 
 _PYKKA_MESSAGES = frozenset(
     (messages._ActorStop, messages.ProxyCall, messages.ProxyGetAttr, messages.ProxySetAttr)  # noqa: SLF001
 )
 
+_STOP = messages._ActorStop  # noqa: SLF001
+
 T = TypeVar("T")
+
+
+class _StoppedFlag:
+    """``Actor.actor_stopped`` for actors on the hub thread: ``is_set``/``set`` of a bool."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
 
 
 class GeventFuture(pykka.Future[T]):
@@ -138,7 +155,10 @@ class _Mailbox:
     def wake(self) -> None:
         """Let the actor's greenlet run what is queued (the caller saw it idle)."""
         self.idle = False
-        self.hub.loop.run_callback(self.greenlet.switch)
+        if self.greenlet is None:  # born idle, never needed its greenlet until now
+            self.greenlet = gevent.spawn(self.actor._actor_loop)  # type: ignore[union-attr]
+        else:
+            self.hub.loop.run_callback(self.greenlet.switch)
 
     def get(self) -> Any:
         return self.items.popleft()
@@ -159,6 +179,14 @@ class GeventActor(pykka.Actor):
     """Whether a sender may run this actor's handlers on its own greenlet when the actor is
     idle. Set it only for actors whose handlers never block the hub-free caller for long."""
 
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        # pykka's __init__, but ``actor_stopped`` is a plain flag: a threading.Event costs a
+        # lock and a Condition per actor (one per connection), and nothing here waits on it.
+        self.actor_urn = uuid.uuid4().urn
+        self.actor_inbox = self._create_actor_inbox()
+        self.actor_stopped = _StoppedFlag()
+        self._actor_ref = ActorRef(self)
+
     @staticmethod
     def _create_actor_inbox() -> Any:
         return _Mailbox()
@@ -171,7 +199,12 @@ class GeventActor(pykka.Actor):
         mailbox = self.actor_inbox
         mailbox.actor = self
         mailbox.inline = self.inline_dispatch
-        mailbox.greenlet = gevent.spawn(self._actor_loop)
+        if self.inline_dispatch and type(self).on_start is pykka.Actor.on_start:
+            # Born idle: senders run it inline, and its greenlet is spawned only if something
+            # must run there (an ask, a stop from outside, work left by a suspended sender).
+            mailbox.idle = True
+        else:
+            mailbox.greenlet = gevent.spawn(self._actor_loop)
 
     def _actor_loop_running(self) -> None:
         # pykka's loop, plus: before waiting on an empty inbox, on_inbox_empty() runs, so an
@@ -228,9 +261,13 @@ class GeventActor(pykka.Actor):
             while not stopped.is_set():
                 if items:
                     envelope = items[0]
-                    if envelope.reply_to is not None or type(envelope.message) in _PYKKA_MESSAGES:
+                    kind = type(envelope.message)
+                    if envelope.reply_to is not None or (kind in _PYKKA_MESSAGES and kind is not _STOP):
                         break
                     items.popleft()
+                    if kind is _STOP:  # the actor's own stop(), told from its handler
+                        self._stop()
+                        break
                     try:
                         self.on_receive(envelope.message)
                     except Exception:  # noqa: BLE001
@@ -245,7 +282,9 @@ class GeventActor(pykka.Actor):
                         continue
                 break
         finally:
-            if items or stopped.is_set():
+            if stopped.is_set() and mailbox.greenlet is None:
+                self._actor_loop_teardown()  # no greenlet to do it: the dead letters, here
+            elif items or stopped.is_set():
                 mailbox.wake()  # its own greenlet runs the rest, or its teardown
             else:
                 mailbox.idle = True
@@ -291,74 +330,3 @@ class GeventActor(pykka.Actor):
         greenlet, after ``on_stop``).
         """
 
-
-class Dispatcher:
-    """Makes tells on behalf of the hub, from a greenlet, in the order they were handed over.
-
-    A hub callback (a socket became readable) may not run a handler: a handler may suspend its
-    greenlet, and the hub has nowhere to switch to. Telling from the hub would wake the
-    receiver's own greenlet, a switch per message. Instead the callback hands the tell to
-    :meth:`deliver`; one dispatcher greenlet, woken once per burst, makes all due tells, and
-    an idle receiver runs inline on it. If a handler suspends a dispatcher (journal file work
-    on the threadpool), the next :meth:`deliver` from elsewhere wakes another dispatcher for
-    what is due, so one slow queue does not hold up the rest. Tells still reach each actor in
-    order: they are taken from one FIFO, and a busy actor queues them in its own inbox.
-    """
-
-    _by_hub: weakref.WeakKeyDictionary[Any, Dispatcher] = weakref.WeakKeyDictionary()
-    MAX_PARKED = 8
-
-    def __init__(self, hub: Any) -> None:
-        self.hub = hub
-        self.due: deque[tuple[Any, Any]] = deque()
-        self.parked: list[Any] = []
-        self.running: set[Any] = set()
-        self.woken = False
-
-    @classmethod
-    def current(cls) -> Dispatcher:
-        """The dispatcher of this thread's hub."""
-        hub = gevent.get_hub()
-        dispatcher = cls._by_hub.get(hub)
-        if dispatcher is None:
-            dispatcher = cls._by_hub[hub] = cls(hub)
-        return dispatcher
-
-    def deliver(self, ref: Any, message: Any) -> None:
-        """``ref.tell(message)`` soon, from a dispatcher greenlet, after what is already due.
-
-        A dead receiver is skipped silently, as a tell to it would fail.
-        """
-        self.due.append((ref, message))
-        if self.woken or getcurrent() in self.running:
-            return  # a dispatcher is about to run, or is running right here
-        self.woken = True
-        if self.parked:
-            self.hub.loop.run_callback(self.parked.pop().switch)
-        else:
-            gevent.spawn(self._run)
-
-    def _run(self) -> None:
-        me = getcurrent()
-        due = self.due
-        running = self.running
-        running.add(me)
-        try:
-            while True:
-                self.woken = False
-                while due:
-                    ref, message = due.popleft()
-                    try:
-                        ref.tell(message)
-                    except ActorDeadError:
-                        pass
-                    except Exception:  # noqa: BLE001 - a dispatcher must outlive any tell
-                        log.exception("tell failed", receiver=str(ref))
-                if len(self.parked) >= self.MAX_PARKED:
-                    return
-                running.discard(me)
-                self.parked.append(me)
-                self.hub.switch()  # until deliver() wakes this one
-                running.add(me)
-        finally:
-            running.discard(me)

@@ -104,7 +104,6 @@ class SessionActor(GeventActor):
         self.server = server
         self.transport = transport
         self.session = session
-        self.log = log.bind(connection=session.id, peer=session.peer)
         self.open_reads: dict[str, deque[int]] = {}
         self.refs: dict[str, Any] = {}
         self.pending: deque[Any] = deque()
@@ -117,6 +116,11 @@ class SessionActor(GeventActor):
         self.closing = False
         self.hung_up = False
         self.finished = False
+
+    @property
+    def log(self) -> Any:
+        """This session's logger (bound on use: most sessions never log)."""
+        return log.bind(connection=self.session.id, peer=self.session.peer)
 
     def on_receive(self, message: Any) -> Any:
         kind = type(message)

@@ -350,7 +350,9 @@ class FileJournal:
             self._reader_moved(self._reader.filename)
 
     def _wait_for_pack(self) -> None:
-        job = self._pack_job
-        if job is not None:
+        # a finishing pack may start the next one (the reader moved on meanwhile): wait for
+        # that too, or a rewrite or a close would run beside it
+        while (job := self._pack_job) is not None:
             job.join()
-            self._pack_job = None
+            if self._pack_job is job:
+                self._pack_job = None

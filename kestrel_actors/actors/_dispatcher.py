@@ -1,0 +1,88 @@
+"""The dispatcher: tells that hub callbacks hand over, made from a greenlet (ADR 0002)."""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from typing import Any
+
+import gevent
+import structlog
+from greenlet import getcurrent
+from pykka import ActorDeadError
+
+__all__ = ["Dispatcher"]
+
+log = structlog.get_logger("kestrel_actors.runtime")
+
+
+class Dispatcher:
+    """Makes tells on behalf of the hub, from a greenlet, in the order they were handed over.
+
+    A hub callback (a socket became readable) may not run a handler: a handler may suspend its
+    greenlet, and the hub has nowhere to switch to. Telling from the hub would wake the
+    receiver's own greenlet, a switch per message. Instead the callback hands the tell to
+    :meth:`deliver`; one dispatcher greenlet, woken once per burst, makes all due tells, and
+    an idle receiver runs inline on it. If a handler suspends a dispatcher (journal file work
+    on the threadpool), the next :meth:`deliver` from elsewhere wakes another dispatcher for
+    what is due, so one slow queue does not hold up the rest. Tells still reach each actor in
+    order: they are taken from one FIFO, and a busy actor queues them in its own inbox.
+    """
+
+    _by_hub: weakref.WeakKeyDictionary[Any, Dispatcher] = weakref.WeakKeyDictionary()
+    MAX_PARKED = 8
+
+    def __init__(self, hub: Any) -> None:
+        self.hub = hub
+        self.due: deque[tuple[Any, Any]] = deque()
+        self.parked: list[Any] = []
+        self.running: set[Any] = set()
+        self.woken = False
+
+    @classmethod
+    def current(cls) -> Dispatcher:
+        """The dispatcher of this thread's hub."""
+        hub = gevent.get_hub()
+        dispatcher = cls._by_hub.get(hub)
+        if dispatcher is None:
+            dispatcher = cls._by_hub[hub] = cls(hub)
+        return dispatcher
+
+    def deliver(self, ref: Any, message: Any) -> None:
+        """``ref.tell(message)`` soon, from a dispatcher greenlet, after what is already due.
+
+        A dead receiver is skipped silently, as a tell to it would fail.
+        """
+        self.due.append((ref, message))
+        if self.woken or getcurrent() in self.running:
+            return  # a dispatcher is about to run, or is running right here
+        self.woken = True
+        if self.parked:
+            self.hub.loop.run_callback(self.parked.pop().switch)
+        else:
+            gevent.spawn(self._run)
+
+    def _run(self) -> None:
+        me = getcurrent()
+        due = self.due
+        running = self.running
+        running.add(me)
+        try:
+            while True:
+                self.woken = False
+                while due:
+                    ref, message = due.popleft()
+                    try:
+                        ref.tell(message)
+                    except ActorDeadError:
+                        pass
+                    except Exception:  # noqa: BLE001 - a dispatcher must outlive any tell
+                        log.exception("tell failed", receiver=str(ref))
+                if len(self.parked) >= self.MAX_PARKED:
+                    return
+                running.discard(me)
+                self.parked.append(me)
+                self.hub.switch()  # until deliver() wakes this one
+                running.add(me)
+        finally:
+            running.discard(me)
