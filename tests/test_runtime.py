@@ -328,3 +328,27 @@ def test_a_suspended_dispatcher_does_not_hold_up_other_actors():
         release.set()
         slow.stop()
         quick.stop()
+
+
+def test_an_inline_actor_without_on_start_gets_a_greenlet_only_when_needed():
+    seen: list = []
+
+    class Lazy(GeventActor):
+        inline_dispatch = True
+
+        def on_receive(self, message):
+            seen.append((message, gevent.getcurrent()))
+            if message == "bye":
+                self.stop()  # its own stop: handled inline as well
+
+    ref = Lazy.start()
+    mailbox = ref.actor_inbox
+    ref.tell("hello")
+    assert seen == [("hello", gevent.getcurrent())] and mailbox.greenlet is None
+    ref.tell("bye")
+    assert not ref.is_alive() and mailbox.greenlet is None
+
+    asked = Lazy.start()
+    asked.ask("question", timeout=1)  # an ask runs on the actor's own greenlet: spawned now
+    assert asked.actor_inbox.greenlet is not None and seen[-1][1] is asked.actor_inbox.greenlet
+    asked.stop()

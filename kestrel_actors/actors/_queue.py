@@ -88,6 +88,9 @@ class QueueActor(GeventActor):
         self.core = core or QueueCore(name, config, journal)
         self.stats = stats
         self.waiters: dict[_Waiter, None] = {}
+        """Parked batches, oldest first."""
+        self.parked: dict[Any, _Waiter] = {}
+        """The parked batch of each session (a session has at most one batch out at a time)."""
         self.children: dict[str, Any] = {}
         self.has_children = False
         self.expire_target = expire_target
@@ -152,10 +155,14 @@ class QueueActor(GeventActor):
         return None
 
     def on_inbox_empty(self) -> None:
-        if self._replies and not self._flush_due:
-            # after the tells already due: every batch of this burst shares one journal write
-            self._flush_due = True
-            self._dispatcher.deliver(self.actor_ref, _FLUSH_REPLIES)
+        if not self._replies or self._flush_due:
+            return
+        if not self._dispatcher.due:
+            self._send_replies()  # nothing else is due in this burst: no reason to wait
+            return
+        # after the tells already due: every batch of this burst shares one journal write
+        self._flush_due = True
+        self._dispatcher.deliver(self.actor_ref, _FLUSH_REPLIES)
 
     def _send_replies(self) -> None:
         """Answer every batch run since the last time, after one journal write covers them.
@@ -290,12 +297,17 @@ class QueueActor(GeventActor):
     def _park(self, batch: QueueBatch, index: int, results: list[Any], deadline: float) -> None:
         waiter = _Waiter(batch, index, results)
         waiter.timer = self._loop.timer(max(0.0, deadline - time.monotonic()))
-        waiter.timer.start(self.actor_ref.tell, WaiterExpired(waiter))
+        waiter.timer.start(self._dispatcher.deliver, self.actor_ref, WaiterExpired(waiter))
         self.waiters[waiter] = None
+        if batch.session is not None:
+            self.parked[batch.session] = waiter
 
     def _unpark(self, waiter: _Waiter) -> None:
         del self.waiters[waiter]
         waiter.timer.close()
+        session = waiter.batch.session
+        if session is not None and self.parked.get(session) is waiter:
+            del self.parked[session]
 
     def _wake_one(self) -> None:
         """Hand an add (or unremove) to the oldest live waiter, which retries its fetch."""
@@ -324,7 +336,8 @@ class QueueActor(GeventActor):
         waiter.batch.reply_to.tell(BatchDone(waiter.batch.tag, waiter.results, self.name))
 
     def _cancel_waits(self, session: Any) -> None:
-        for waiter in [w for w in self.waiters if w.batch.session is session]:
+        waiter = self.parked.get(session)
+        if waiter is not None:
             self._unpark(waiter)
             self._finish_missed(waiter)
 
