@@ -224,23 +224,25 @@ def render(rows: list[Row], runs: int, load: float | None = None) -> str:
         "\"Client CPU\" is the load generator's CPU time over the timed run, in % of one core: "
         "near 100% × processes would mean the client, not the server, set the pace.",
         "",
-        "| Benchmark | Median rate | Target | Met | p50 | p99 | Lost / dup | Client CPU | Command |",
-        "|---|---:|---:|:---:|---:|---:|---:|---:|---|",
+        "| Benchmark | Median rate | Runs (min–max) | Target | Met | p50 | p99 | Lost / dup | Client CPU | Command |",
+        "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         bench = row.bench
         target = f"≥ {bench.target:,.0f}" if bench.target else "—"
         if row.skipped:
-            out.append(f"| {bench.name} | skipped | {target} | — | | | | | {row.skipped} |")
+            out.append(f"| {bench.name} | skipped | | {target} | — | | | | | {row.skipped} |")
             continue
         if not row.records:
-            out.append(f"| {bench.name} | failed | {target} | no | | | | | `{row.command}` |")
+            out.append(f"| {bench.name} | failed | | {target} | no | | | | | `{row.command}` |")
             continue
         met = {True: "yes", False: "no", None: "—"}[row.met]
         lost = sum(r["lost"] for r in row.records)
         dup = sum(r["duplicated"] for r in row.records)
+        rates = [r["rate"] for r in row.records]
         out.append(
-            f"| {bench.name} | {row.median('rate'):,.0f} {bench.unit} | {target} | {met} "
+            f"| {bench.name} | {row.median('rate'):,.0f} {bench.unit} | {min(rates):,.0f}–{max(rates):,.0f} "
+            f"| {target} | {met} "
             f"| {row.median('latency_usec', 'p50'):,.0f} | {row.median('latency_usec', 'p99'):,.0f} "
             f"| {lost} / {dup} | {row.client_busy():.0f}% | `{row.command}` |")
     failures = [f"* {row.bench.name}: {f}" for row in rows for f in row.failures]
