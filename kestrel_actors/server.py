@@ -1,7 +1,8 @@
-"""The server: gevent listeners, one reader greenlet and one connection actor per client.
+"""The server: gevent listeners and one connection actor per client.
 
-A client socket is read by a hub I/O watcher (``_transport``) that feeds the protocol decoder
-and hands the commands to the connection actor; everything else happens in actors.
+Connections are accepted on the hub. A client socket is read by a hub I/O watcher
+(``_transport``) that feeds the protocol decoder and hands the commands to the connection
+actor through the dispatcher; everything else happens in actors.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import gevent
 import gevent.event
 import structlog
 from gevent.server import StreamServer
-from pykka import ActorDeadError, ActorRegistry
+from pykka import ActorRegistry
 
 from . import __version__
 from .actors import (

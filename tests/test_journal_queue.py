@@ -242,6 +242,23 @@ def test_read_behind_across_rotations_and_restarts(tmp_path):
 
 # -- packing --------------------------------------------------------------------------------------
 
+def test_reading_behind_does_not_write_the_journal_for_every_read(tmp_path):
+    """A remove journaled just before a read-behind read is pending; the reader needs only
+    what is written, so reads do not force a write each (writes stay batched)."""
+    config = QueueConfig(max_memory_size=20_000, default_journal_size=10**9, max_journal_size=10**9)
+    journal = FileJournal(str(tmp_path), "q", config)
+    queue = MiniQueue(journal, config)
+    for i in range(320):  # read-behind from about item 200 on, in the current file
+        queue.add(b"%05d" % i + b"#" * 95)
+    durable(journal)
+    assert journal.in_read_behind
+    writes = journal.writer.writes
+    got = [queue.remove().data[:5] for _ in range(320)]
+    assert got == [b"%05d" % i for i in range(320)]
+    assert journal.writer.writes - writes < 10  # was one write per read-behind read (~120)
+    journal.close()
+
+
 def test_packing_while_reading_behind_bounds_the_files(tmp_path):
     data_dir = str(tmp_path)
     config = QueueConfig(max_memory_size=4000, max_journal_size=12_000, default_journal_size=10**9,

@@ -305,3 +305,30 @@ def test_pipelined_reads_never_read_back_neither_stall_others_nor_grow_the_serve
     assert received == expected and head == reply
     greedy.close()
     assert drain_queue(module_server, qname) == [item]
+
+
+def test_a_monitor_whose_client_does_not_read_stops_opening_items(module_server, qname):
+    """A monitor stream pauses while its replies pile up unsent: items stay in the queue
+    instead of being opened and copied into an output buffer without bound."""
+    import socket
+
+    item = b"m" * 65536
+    count = 1500  # 96 MiB
+    greedy = socket.create_connection(("127.0.0.1", module_server.port))
+    greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    greedy.sendall(b"monitor %s 30 %d\r\n" % (qname.encode(), count))
+    time.sleep(0.3)  # the monitor waits on the empty queue
+    before = rss_kib(module_server)
+    producer = module_server.client()
+    for start in range(0, count, 100):  # items arrive while the monitor runs
+        fill(producer, qname, *([item] * 100))
+    time.sleep(0.5)
+    grown = rss_kib(module_server) - before
+    # the items themselves take ~96 MiB; their replies, had they all been opened and sent
+    # into a buffer, another ~96 MiB
+    assert grown < 150 * 1024, grown
+    opened = int(stats_of(module_server)[f"queue_{qname}_open_transactions"])
+    assert opened < count // 2, opened
+    greedy.close()  # hang up: every open read goes back
+    assert wait_for(lambda: stats_of(module_server)[f"queue_{qname}_items"] == str(count))
+    assert drain_queue(module_server, qname) == [item] * count

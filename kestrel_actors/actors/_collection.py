@@ -212,32 +212,25 @@ class QueueCollection(GeventActor):
         alias = self.config.aliases.get(name)
         if alias is not None:
             return Resolved(name, alias=alias)
-        ref = self.queues.get(name)
-        if ref is not None and not ref.is_alive():
-            ref = self._reopen(name)
-        if ref is not None or not create:
-            return Resolved(name, ref)
-        if self.shutting_down:
+        if name in self.queues:
+            return Resolved(name, self._queue(name))  # replayed anew if its actor had failed
+        if not create or self.shutting_down:
             return Resolved(name)
         if not validate_queue_name(name):
             return Resolved(name, valid=False)
         return Resolved(name, self._queue(name))
 
-    def _reopen(self, name: str) -> Any:
-        """A queue actor that stopped on a failure (it closed its journal): replay it anew.
-
-        Without this every client of the queue would be handed the dead actor again and again.
-        """
-        log.error("queue actor had failed; reopening the queue from its journal", queue=name)
-        del self.queues[name]
-        return self._queue(name)
-
     def _queue(self, name: str) -> Any:
+        """The queue's actor, created (and its journal replayed) if there is none.
+
+        An actor that stopped on a failure has closed its journal: the queue is replayed anew,
+        or every client of it would be handed the dead actor again and again.
+        """
         ref = self.queues.get(name)
         if ref is not None:
             if ref.is_alive():
                 return ref
-            return self._reopen(name)
+            log.error("queue actor had failed; reopening the queue from its journal", queue=name)
         queue_config = self.config.queue_config(name)
         expire_target = None
         if queue_config.expire_to_queue and validate_queue_name(queue_config.expire_to_queue):

@@ -212,18 +212,15 @@ class GeventActor(pykka.Actor):
         mailbox = self.actor_inbox
         items = mailbox.items
         hub = mailbox.hub
-        idle_hook = self.on_inbox_empty if type(self).on_inbox_empty is not GeventActor.on_inbox_empty else None
         stopped = self.actor_stopped
         while not stopped.is_set():
             if not items:
-                if idle_hook is not None:
-                    try:
-                        idle_hook()
-                    except Exception:  # noqa: BLE001
-                        self._handle_failure(*sys.exc_info())
-                        return
-                    if items:
-                        continue
+                try:
+                    self.on_inbox_empty()
+                except Exception:  # noqa: BLE001
+                    self._fail()
+                if items or stopped.is_set():
+                    continue
                 mailbox.idle = True
                 hub.switch()  # until _Mailbox.wake
                 continue
@@ -252,7 +249,6 @@ class GeventActor(pykka.Actor):
         mailbox.idle = False
         items = mailbox.items
         stopped = self.actor_stopped
-        idle_hook = self.on_inbox_empty if type(self).on_inbox_empty is not GeventActor.on_inbox_empty else None
         try:
             try:
                 self.on_receive(message)
@@ -273,14 +269,12 @@ class GeventActor(pykka.Actor):
                     except Exception:  # noqa: BLE001
                         self._fail()
                     continue
-                if idle_hook is not None:
-                    try:
-                        idle_hook()
-                    except Exception:  # noqa: BLE001
-                        self._handle_failure(*sys.exc_info())
-                    if items:
-                        continue
-                break
+                try:
+                    self.on_inbox_empty()
+                except Exception:  # noqa: BLE001
+                    self._fail()
+                if not items:
+                    break
         finally:
             if stopped.is_set() and mailbox.greenlet is None:
                 self._actor_loop_teardown()  # no greenlet to do it: the dead letters, here

@@ -24,9 +24,6 @@ from pykka import ActorDeadError
 from .. import protocol as p
 from ._collection import ForAll, Resolve
 from ._messages import (
-    OP_ADD,
-    OP_CONFIRM,
-    OP_FLUSH_EXPIRED,
     OP_OPEN_MANY,
     OP_PEEK,
     OP_UNREMOVE,
@@ -89,8 +86,8 @@ class SessionActor(GeventActor):
     """One client's session: request order, open reads, waits, monitor streams, hang-up."""
 
     inline_dispatch = True
-    """A queue's answer is handled on the queue's greenlet when the session is idle: its
-    handlers never wait (replies go to the transport's non-blocking output buffer)."""
+    """An idle session's messages (reads from the dispatcher, a queue's answers) run on the
+    sender's greenlet: its handlers never wait (replies go to the transport's buffer)."""
 
     QUEUE_KINDS: frozenset[type] = frozenset()
     """Commands that run as operations on one queue (protocol hook)."""
@@ -303,6 +300,10 @@ class SessionActor(GeventActor):
             self.monitor[2] -= len(items)
         elif time.monotonic() < self.monitor[1]:
             self.monitor[1] = 0  # the queue answered a miss: it closed, so the stream ends
+        self._flush()
+        if self.transport.backed_up:  # go on once the client has taken what it was sent
+            self.pending.appendleft(_MonitorResume())
+            return
         self._monitor_next()
 
     def _flush(self) -> None:

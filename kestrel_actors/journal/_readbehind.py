@@ -66,7 +66,9 @@ class ReadBehindReader:
                 end = journal.size()
                 if self.offset >= end:
                     return None
-                if journal.written_size() < end:
+                if self.offset >= journal.written_size():
+                    # what is left to read is still pending (not every read: a remove just
+                    # journaled is always pending, and a write per read would undo batching)
                     journal.flush()
                 reader.set_end(journal.written_size())
             record = reader.next()
@@ -82,6 +84,8 @@ class ReadBehindReader:
                           reason=reader.problem.message)
                 return None
             if current:
+                if journal.written_size() < journal.size():
+                    journal.flush()  # a record runs past what is written
                 continue
             if not self._advance():
                 return None

@@ -13,8 +13,6 @@ before a bad one still go out before the connection closes.
 
 from __future__ import annotations
 
-import re
-
 from ._commands import (
     Bad,
     Confirm,
@@ -35,6 +33,7 @@ from ._commands import (
     Status,
     Version,
 )
+from ._lines import STATUS_NAMES, TOO_LONG, int32, int32_text, next_line
 
 __all__ = [
     "CLIENT_ERROR",
@@ -65,28 +64,7 @@ CLIENT_ERROR_CLOSE = Bad(CLIENT_ERROR, close=True)
 DROP = Bad(None, close=True)
 """Kestrel closes the connection without a reply (an uncaught exception in the handler)."""
 
-_INT = re.compile(rb"[+-]?[0-9]+\Z")
-_INT_STR = re.compile(r"[+-]?[0-9]+\Z")
 _STORAGE = frozenset((b"set", b"add", b"replace", b"append", b"prepend", b"cas"))
-STATUS_NAMES = frozenset(("up", "readonly", "writeavoid", "quiescent"))
-
-
-def _int32(token: bytes) -> int | None:
-    """Java's ``Integer.parseInt``: an optional sign and digits, within 32 bits, else None."""
-    if token.isdigit():  # the common case, without the regex (three numbers per SET)
-        value = int(token)
-        return value if value < 2**31 else None
-    if not _INT.match(token):
-        return None
-    value = int(token)
-    return value if -(2**31) <= value < 2**31 else None
-
-
-def _int32_str(token: str) -> int | None:
-    if not _INT_STR.match(token):
-        return None
-    value = int(token)
-    return value if -(2**31) <= value < 2**31 else None
 
 
 def parse_get_key(key: str) -> Get | Bad:
@@ -98,7 +76,7 @@ def parse_get_key(key: str) -> Get | Bad:
         name = segments[0]
         for option in segments[1:]:
             if option.startswith("t="):
-                timeout_ms = _int32_str(option[2:])
+                timeout_ms = int32_text(option[2:])
                 if timeout_ms is None:
                     return DROP
             elif option == "open":
@@ -138,15 +116,15 @@ def parse_request_line(tokens: list[bytes]) -> object:
     if command == b"monitor":
         if argc < 2:
             return CLIENT_ERROR_OPEN
-        seconds = _int32(tokens[2]) if argc > 2 else None
-        max_items = _int32(tokens[3]) if argc > 3 else None
+        seconds = int32(tokens[2]) if argc > 2 else None
+        max_items = int32(tokens[3]) if argc > 3 else None
         if seconds is None or (argc > 3 and max_items is None):
             return DROP
         return Monitor(tokens[1].decode("latin-1"), seconds, max_items)
     if command == b"confirm":
         if argc < 3:
             return CLIENT_ERROR_OPEN
-        count = _int32(tokens[2])
+        count = int32(tokens[2])
         if count is None:
             return DROP
         return Confirm(tokens[1].decode("latin-1"), count)
@@ -184,10 +162,10 @@ def _finish_storage(tokens: list[bytes], data: bytes) -> object:
     """The command for a storage line whose data block has arrived (reference §2.4)."""
     if tokens[0].lower() != b"set":
         return CLIENT_ERROR_CLOSE
-    exptime = _int32(tokens[3])
+    exptime = int32(tokens[3])
     if exptime is None:
         return DROP
-    if _int32(tokens[2]) is None:
+    if int32(tokens[2]) is None:
         return CLIENT_ERROR_OPEN
     return Set(tokens[1].decode("latin-1"), exptime, data)
 
@@ -225,24 +203,20 @@ class MemcacheDecoder:
                 pos += count + 2
                 self._storage = None
                 continue
-            eol = buffer.find(b"\n", pos)
-            if eol < 0:
-                if size - pos > self.max_line_bytes:
-                    commands.append(CLIENT_ERROR_CLOSE)
+            line, pos = next_line(buffer, pos, self.max_line_bytes)
+            if line is None:
                 break
-            end = eol - 1 if eol > pos and buffer[eol - 1] == 13 else eol
-            if end - pos > self.max_line_bytes:
+            if line is TOO_LONG:
                 commands.append(CLIENT_ERROR_CLOSE)
                 break
-            tokens = bytes(buffer[pos:end]).split(b" ")
-            pos = eol + 1
+            tokens = line.split(b" ")
             while len(tokens) > 1 and not tokens[-1]:
                 tokens.pop()
             if tokens[0].lower() in _STORAGE:
                 if len(tokens) < 5:
                     commands.append(DROP)
                     break
-                count = _int32(tokens[4])
+                count = int32(tokens[4])
                 if count is None or count < 0:
                     commands.append(DROP)
                     break

@@ -17,9 +17,9 @@ One limit Kestrel lacks guards the server: a line longer than ``max_line_bytes``
 
 from __future__ import annotations
 
-import re
 
 from ._commands import Bad
+from ._lines import STATUS_NAMES, TOO_LONG, int32_text, next_line
 from ._text_commands import (
     TextConfirm,
     TextDelete,
@@ -66,8 +66,6 @@ TEXT_OP_DELETE = "delete"
 TEXT_NO_ITEM = b"*\n"
 TEXT_ZERO = b"+0\n"
 
-_INT = re.compile(r"[+-]?[0-9]+\Z")
-_STATUS_NAMES = frozenset(("up", "readonly", "writeavoid", "quiescent"))
 
 
 def text_error(message: str) -> bytes:
@@ -115,14 +113,6 @@ _DROP = Bad(None, close=True)
 _TOO_LONG = Bad(text_error("Line too long."), close=True)
 
 
-def _int32(token: str) -> int | None:
-    """Java's ``Integer.parseInt``: an optional sign and digits, within 32 bits, else None."""
-    if not _INT.match(token):
-        return None
-    value = int(token)
-    return value if -(2**31) <= value < 2**31 else None
-
-
 def _split(line: str) -> list[str]:
     """Java's ``line.split(" ")``: single-space separators, trailing empty tokens dropped.
 
@@ -148,7 +138,7 @@ def parse_text_request(tokens: list[str], items: tuple[bytes, ...] = ()) -> obje
             return _QUEUE_REQUIRED
         expiry = None
         if argc > 1:
-            expiry = _int32(args[1])
+            expiry = int32_text(args[1])
             if expiry is None:
                 return _BAD_EXPIRY
         return TextPut(args[0], expiry, items)
@@ -157,7 +147,7 @@ def parse_text_request(tokens: list[str], items: tuple[bytes, ...] = ()) -> obje
             return _QUEUE_REQUIRED
         timeout = None
         if argc > 1:
-            timeout = _int32(args[1])
+            timeout = int32_text(args[1])
             if timeout is None:
                 return _BAD_TIMEOUT
             if timeout <= 0:
@@ -166,12 +156,12 @@ def parse_text_request(tokens: list[str], items: tuple[bytes, ...] = ()) -> obje
     if command == "monitor":
         if argc < 2:
             return _MONITOR_ARGS
-        timeout = _int32(args[1])
+        timeout = int32_text(args[1])
         return _DROP if timeout is None else TextMonitor(args[0], timeout)
     if command == "confirm":
         if argc < 2:
             return _CONFIRM_ARGS
-        count = _int32(args[1])
+        count = int32_text(args[1])
         return _DROP if count is None else TextConfirm(args[0], count)
     if command == "flush" or command == "delete":
         if argc < 1:
@@ -181,7 +171,7 @@ def parse_text_request(tokens: list[str], items: tuple[bytes, ...] = ()) -> obje
         if argc < 1:
             return TextStatus(None)
         name = args[0].lower()
-        if name in _STATUS_NAMES:
+        if name in STATUS_NAMES:
             return TextStatus(name)
         return _FORBIDDEN_STATUS if name == "down" else _UNKNOWN_STATUS
     if command == "version":
@@ -216,20 +206,14 @@ class TextDecoder:
         buffer += data
         commands: list[object] = []
         pos = 0
-        size = len(buffer)
         limit = self.max_line_bytes
         while True:
-            eol = buffer.find(b"\n", pos)
-            if eol < 0:
-                if size - pos > limit:
-                    commands.append(_TOO_LONG)
+            line, pos = next_line(buffer, pos, limit)
+            if line is None:
                 break
-            end = eol - 1 if eol > pos and buffer[eol - 1] == 13 else eol
-            if end - pos > limit:
+            if line is TOO_LONG:
                 commands.append(_TOO_LONG)
                 break
-            line = bytes(buffer[pos:end])
-            pos = eol + 1
             block = self._block
             if block is not None:
                 tokens, items = block

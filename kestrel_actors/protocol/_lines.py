@@ -1,0 +1,55 @@
+"""What both wire protocols share: line framing with a length limit, and Java's integers.
+
+Pure functions over a buffer, in pymemcache's manner: a decoder calls :func:`next_line` with
+its buffer and position and gets the line and where the next one starts.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["STATUS_NAMES", "TOO_LONG", "int32", "int32_text", "next_line"]
+
+STATUS_NAMES = frozenset(("up", "readonly", "writeavoid", "quiescent"))
+"""The server statuses a client may name (reference §7.2)."""
+
+TOO_LONG = object()
+""":func:`next_line`'s answer for a line longer than the limit (complete or not)."""
+
+_INT = re.compile(rb"[+-]?[0-9]+\Z")
+_INT_TEXT = re.compile(r"[+-]?[0-9]+\Z")
+_INT32_MIN, _INT32_END = -(2**31), 2**31
+
+
+def next_line(buffer: bytearray, pos: int, limit: int) -> tuple[bytes | object | None, int]:
+    """The line that starts at ``pos`` and the position after it.
+
+    A line ends at ``\\n``; a ``\\r`` just before it is dropped. ``(None, pos)`` while the line
+    is incomplete, ``(TOO_LONG, pos)`` once it is longer than ``limit`` bytes.
+    """
+    eol = buffer.find(b"\n", pos)
+    if eol < 0:
+        return (TOO_LONG if len(buffer) - pos > limit else None), pos
+    end = eol - 1 if eol > pos and buffer[eol - 1] == 13 else eol
+    if end - pos > limit:
+        return TOO_LONG, pos
+    return bytes(buffer[pos:end]), eol + 1
+
+
+def int32(token: bytes) -> int | None:
+    """Java's ``Integer.parseInt``: an optional sign and digits, within 32 bits, else None."""
+    if token.isdigit():  # the common case, without the regex (three numbers per SET)
+        value = int(token)
+        return value if value < _INT32_END else None
+    if not _INT.match(token):
+        return None
+    value = int(token)
+    return value if _INT32_MIN <= value < _INT32_END else None
+
+
+def int32_text(token: str) -> int | None:
+    """:func:`int32` of a decoded token."""
+    if not _INT_TEXT.match(token):
+        return None
+    value = int(token)
+    return value if _INT32_MIN <= value < _INT32_END else None
