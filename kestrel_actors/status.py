@@ -158,8 +158,8 @@ class ServerStatus:
         self.grace_period = grace_period
         self._clock = clock
         self._reported = default
-        self._enforced = default
         self._enforce_at: float | None = None
+        self._enforce(default)
 
     @classmethod
     def from_config(cls, config: Any, clock: Callable[[], float] = time.monotonic) -> ServerStatus:
@@ -188,11 +188,16 @@ class ServerStatus:
         self._settle()
         return self._enforced
 
+    # asked once per request: no settling call while no change is pending
     def blocks_reads(self) -> bool:
-        return self.enforced().blocks_reads
+        if self._enforce_at is not None:
+            self._settle()
+        return self._reads_blocked
 
     def blocks_writes(self) -> bool:
-        return self.enforced().blocks_writes
+        if self._enforce_at is not None:
+            self._settle()
+        return self._writes_blocked
 
     def graceful_shutdown(self) -> bool:
         return self.enforced().graceful_shutdown
@@ -258,10 +263,15 @@ class ServerStatus:
 
     # -- internals --------------------------------------------------------------------------
 
+    def _enforce(self, status: Status) -> None:
+        self._enforced = status
+        self._reads_blocked = status.blocks_reads
+        self._writes_blocked = status.blocks_writes
+
     def _settle(self) -> None:
         """Enforce a pending change whose grace period is over (Kestrel's timer firing)."""
         if self._enforce_at is not None and self._clock() >= self._enforce_at:
-            self._enforced = self._reported
+            self._enforce(self._reported)
             self._enforce_at = None
             log.info("status grace period over; now enforced", status=self._reported.value)
 
@@ -271,7 +281,7 @@ class ServerStatus:
             self._enforce_at = self._clock() + self.grace_period
         else:
             self._enforce_at = None
-            self._enforced = new
+            self._enforce(new)
         log.info("status changed", status=new.value, previous=old.value,
                  grace_period=self.grace_period if self._enforce_at is not None else 0)
 

@@ -187,6 +187,9 @@ class QueueCore:
 
     def discard_expired(self, now_ms: int, limit: int | None = None) -> int:
         """Remove expired items at the head, at most ``max_expire_sweep`` (§5.6)."""
+        items = self.items
+        if items and items[0].expiry == 0 and self.config.max_age is None:
+            return 0  # the head never expires: the common case, checked once per request
         if limit is None:
             limit = self.config.max_expire_sweep
         max_age_ms = None if self.config.max_age is None else int(self.config.max_age * 1000)
@@ -265,6 +268,8 @@ class QueueCore:
     def _fill_read_behind(self) -> None:
         """Read items back from the journal while memory is below ``max_memory_size``."""
         journal = self.journal
+        if not journal.in_read_behind:
+            return
         limit = self.config.max_memory_size
         while journal.in_read_behind and self.mem_bytes < limit:
             item = journal.read_behind()

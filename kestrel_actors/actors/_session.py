@@ -180,7 +180,9 @@ class SessionActor(GeventActor):
         """Compile the requests at the head of ``pending`` into one batch and send it."""
         first = self.pending[0]
         name = first.queue
-        ref = self._queue_ref(name, self._creates(first))
+        ref = self.refs.get(name)
+        if ref is None or not ref.is_alive():
+            ref = self._queue_ref(name, self._creates(first))
         if ref is None:
             return False
         if ref is _MISSING:

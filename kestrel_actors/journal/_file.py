@@ -166,6 +166,10 @@ class FileJournal:
         size = self.size()
         total = size + self.archived_size
         length = queue_length(queue)
+        if total <= config.max_journal_size and size <= config.max_memory_size and (
+            length or size < config.default_journal_size
+        ):
+            return  # no branch below applies: the common case, checked once per request
         allowed = self._rewrites_allowed()
         if not config.disable_aggressive_rewrites:
             if size >= config.default_journal_size and length == 0:

@@ -66,6 +66,13 @@ DROP = Bad(None, close=True)
 
 _STORAGE = frozenset((b"set", b"add", b"replace", b"append", b"prepend", b"cas"))
 
+_GET_LINES: dict[bytes, Get] = {}
+"""Parsed ``get`` lines by their bytes: clients repeat the same few (``get q/t=500``), and a
+:class:`Get` is never changed once made, so one parse serves them all."""
+_SET_LINES: dict[bytes, tuple[tuple[str, int], int]] = {}
+"""Valid ``set`` lines by their bytes: (queue and expiry, data length), parsed once."""
+_LINES_MAX = 4096
+
 
 def parse_get_key(key: str) -> Get | Bad:
     """Split ``q/opt/opt`` into a :class:`Get` (reference §2.5), or the error it earns."""
@@ -158,8 +165,9 @@ def parse_request_line(tokens: list[bytes]) -> object:
     return CLIENT_ERROR_CLOSE
 
 
-def _finish_storage(tokens: list[bytes], data: bytes) -> object:
-    """The command for a storage line whose data block has arrived (reference §2.4)."""
+def _storage_header(tokens: list[bytes]) -> tuple[str, int] | Bad:
+    """What a storage line means once its data block has arrived (reference §2.4): the queue
+    and expiry of a SET, or the error that replaces it (given after the data is consumed)."""
     if tokens[0].lower() != b"set":
         return CLIENT_ERROR_CLOSE
     exptime = int32(tokens[3])
@@ -167,7 +175,7 @@ def _finish_storage(tokens: list[bytes], data: bytes) -> object:
         return DROP
     if int32(tokens[2]) is None:
         return CLIENT_ERROR_OPEN
-    return Set(tokens[1].decode("latin-1"), exptime, data)
+    return tokens[1].decode("latin-1"), exptime
 
 
 class MemcacheDecoder:
@@ -183,7 +191,7 @@ class MemcacheDecoder:
         self.max_line_bytes = max_line_bytes
         self.max_item_bytes = max_item_bytes
         self._buffer = bytearray()
-        self._storage: tuple[list[bytes], int] | None = None
+        self._storage: tuple[tuple[str, int] | Bad, int] | None = None
         self.closed = False
 
     def feed(self, data: bytes) -> list[object]:
@@ -196,10 +204,13 @@ class MemcacheDecoder:
         size = len(buffer)
         while True:
             if self._storage is not None:
-                tokens, count = self._storage
+                header, count = self._storage
                 if size - pos < count + 2:
                     break
-                commands.append(_finish_storage(tokens, bytes(buffer[pos : pos + count])))
+                if type(header) is Bad:
+                    commands.append(header)
+                else:
+                    commands.append(Set(header[0], header[1], bytes(buffer[pos : pos + count])))
                 pos += count + 2
                 self._storage = None
                 continue
@@ -209,6 +220,14 @@ class MemcacheDecoder:
             if line is TOO_LONG:
                 commands.append(CLIENT_ERROR_CLOSE)
                 break
+            command = _GET_LINES.get(line)
+            if command is not None:
+                commands.append(command)
+                continue
+            storage = _SET_LINES.get(line)
+            if storage is not None and storage[1] <= self.max_item_bytes:
+                self._storage = storage
+                continue
             tokens = line.split(b" ")
             while len(tokens) > 1 and not tokens[-1]:
                 tokens.pop()
@@ -223,11 +242,20 @@ class MemcacheDecoder:
                 if count > self.max_item_bytes:
                     commands.append(CLIENT_ERROR_CLOSE)
                     break
-                self._storage = (tokens, count)
+                header = _storage_header(tokens)
+                self._storage = (header, count)
+                if type(header) is not Bad:
+                    if len(_SET_LINES) >= _LINES_MAX:
+                        _SET_LINES.clear()
+                    _SET_LINES[line] = self._storage
                 continue
             command = parse_request_line(tokens)
             commands.append(command)
-            if type(command) is Bad and command.close:
+            if type(command) is Get:
+                if len(_GET_LINES) >= _LINES_MAX:
+                    _GET_LINES.clear()
+                _GET_LINES[line] = command
+            elif type(command) is Bad and command.close:
                 break
         if commands and type(commands[-1]) is Bad and commands[-1].close:
             self.closed = True
