@@ -122,6 +122,20 @@ def test_declared_length_over_the_cap_is_refused_before_any_data_arrives():
     assert decode(b"set q 0 0 2000000000\r\n") == [CLIENT_ERROR_CLOSE]
 
 
+def test_a_line_parsed_before_is_checked_against_each_decoders_own_limit():
+    # get and set lines are parsed once and remembered; the item cap is per decoder
+    assert decode(b"set capped 0 0 1025\r\n" + b"x" * 1025 + b"\r\n")[0].data == b"x" * 1025
+    assert decode(b"set capped 0 0 1025\r\n", max_item_bytes=1024) == [CLIENT_ERROR_CLOSE]
+
+
+def test_repeated_lines_parse_alike_and_errors_are_not_remembered():
+    stream = b"set q x 0 1\r\nz\r\nset q 0 9 1\r\ny\r\nget q/t=5/open\r\nget q/abort/peek\r\n"
+    expected = [CLIENT_ERROR_OPEN, p.Set("q", 9, b"y"), p.Get("q", 5, open=True), CLIENT_ERROR_CLOSE]
+    assert decode(stream) == expected
+    assert decode(stream) == expected
+    assert decode(b"set q 0 9 1\r\nw\r\n") == [p.Set("q", 9, b"w")]
+
+
 def test_overlong_line_is_refused_without_waiting_for_its_end():
     decoder = MemcacheDecoder(max_line_bytes=100)
     assert decoder.feed(b"get " + b"q" * 50) == []
