@@ -95,6 +95,8 @@ class JournalWriter:
         self._chunks: list[bytes] = []
         self._waiters: deque[tuple[int, Callable[[], None]]] = deque()
         self._wake = gevent.event.Event()
+        self._kicked = False
+        self._loop = gevent.get_hub().loop
         self._io = gevent.lock.Semaphore()
         self._timer: gevent.Greenlet | None = None
         self.closed = False
@@ -112,7 +114,21 @@ class JournalWriter:
             return
         self._chunks.append(data)
         self.appended += len(data)
-        if not self._wake.is_set():
+        if not self._kicked:
+            self._kicked = True
+            self._loop.run_callback(self._kick)
+
+    def _kick(self) -> None:
+        """Wake the writer greenlet if anything is left for it once the burst is over.
+
+        Usually nothing is: without ``always`` the queue writes small batches itself
+        (:meth:`after_durable`), and waking the writer only to find that done would cost
+        two greenlet switches per burst.
+        """
+        self._kicked = False
+        if self._chunks or self._waiters or (
+            self.mode == PERIODIC and self._timer is None and self.synced < self.written
+        ):
             self._wake.set()
 
     @property
