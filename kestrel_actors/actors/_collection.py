@@ -149,6 +149,11 @@ class ForAll:
 class QueueCollection(GeventActor):
     """Owns the name → queue actor map. One per server."""
 
+    inline_dispatch = True
+    """A session's lookup runs on the session's greenlet when the collection is idle (every
+    new connection makes one): no two greenlet switches for a dictionary lookup. Opening a
+    queue may read its journal, which suspends that greenlet, never the hub."""
+
     def __init__(self, config: ServerConfig, stats: ServerStats, opener: QueueOpener = memory_opener):
         super().__init__()
         self.config = config

@@ -26,6 +26,7 @@ cannot run handlers inline, so they hand their tells to a dispatcher greenlet.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import uuid
 from collections import deque
@@ -46,6 +47,11 @@ _PYKKA_MESSAGES = frozenset(
 )
 
 _STOP = messages._ActorStop  # noqa: SLF001
+
+_URN_FORMAT = str(uuid.uuid4().urn)[:-12] + "%012x"
+"""Actor URNs: one random UUID per process, its last 48 bits a counter. As unique as pykka's
+``uuid4()`` per actor, without a ``getrandom`` system call for every connection."""
+_URN_NUMBERS = itertools.count(1)
 
 T = TypeVar("T")
 
@@ -209,7 +215,7 @@ class GeventActor(pykka.Actor):
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         # pykka's __init__, but ``actor_stopped`` is a plain flag: a threading.Event costs a
         # lock and a Condition per actor (one per connection), and nothing here waits on it.
-        self.actor_urn = uuid.uuid4().urn
+        self.actor_urn = _URN_FORMAT % next(_URN_NUMBERS)
         self.actor_inbox = self._create_actor_inbox()
         self.actor_stopped = _StoppedFlag()
         self._actor_ref = _GeventRef(self)
