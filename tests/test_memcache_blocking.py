@@ -86,6 +86,27 @@ def test_blocking_get_times_out_with_end_after_about_one_second(module_server, q
     assert_still_open(c)
 
 
+def test_waits_end_at_their_own_deadlines_whatever_order_they_began_in(module_server, qname):
+    # one timer per queue serves every waiter: a later, shorter wait must not be held up by
+    # an earlier, longer one, and a waiter woken by an item leaves the others' timing alone
+    long_wait, short_wait, woken = (module_server.client() for _ in range(3))
+    start = time.monotonic()
+    long_wait.send(b"get %s/t=2500\r\n" % qname.encode())
+    wait_waiters(module_server, qname, 1)
+    woken.send(b"get %s/t=2000\r\n" % qname.encode())
+    wait_waiters(module_server, qname, 2)
+    short_wait.send(b"get %s/t=400\r\n" % qname.encode())
+    wait_waiters(module_server, qname, 3)
+    fill(module_server.client(), qname, b"first")
+    expect(long_wait, value(qname, b"first"))  # the oldest waiter takes the item
+    expect(short_wait, b"END\r\n")
+    assert time.monotonic() - start < 1.5
+    assert readable([woken], 0.1) == []
+    expect(woken, b"END\r\n")
+    assert 1.9 <= time.monotonic() - start <= 3.0
+    assert queue_stat(module_server, qname, "waiters") == "0"
+
+
 def test_blocking_open_read_is_woken_and_opens_the_item(module_server, qname):
     reader, writer = module_server.client(), module_server.client()
     reader.send(b"get %s/open/t=3000\r\n" % qname.encode())

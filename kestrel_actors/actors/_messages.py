@@ -119,13 +119,6 @@ class CancelWaits:
         self.session = session
 
 
-class WaiterExpired:
-    __slots__ = ("waiter",)
-
-    def __init__(self, waiter: Any) -> None:
-        self.waiter = waiter
-
-
 class GetStats:
     """Answer ``reply_to.tell((name, stats_lines, extra))`` with the per-queue stats."""
 

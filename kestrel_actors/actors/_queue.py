@@ -1,8 +1,8 @@
 """The queue actor: one per queue, owning its items, open reads and wait-list of fetchers.
 
 It wraps a :class:`QueueCore` (the queue logic) and adds what needs time and other actors:
-fetchers that wait for an item (each a stored promise, answered later), timers for their
-deadlines, fanout copies to child queues, and expired items forwarded to ``expire_to_queue``.
+fetchers that wait for an item (each a stored promise, answered later, kept in a
+:class:`~._waitlist.WaitList` with one timer for their deadlines), fanout copies to child queues, and expired items forwarded to ``expire_to_queue``.
 A handler never blocks.
 """
 
@@ -38,13 +38,13 @@ from ._messages import (
     SetChildren,
     SetConfig,
     Sweep,
-    WaiterExpired,
     closed_result,
 )
 from ._queue_core import QueueCore, epoch_ms
 from ._dispatcher import Dispatcher
 from ._runtime import GeventActor
 from ._stats import ServerStats
+from ._waitlist import Waiter, WaitList
 
 __all__ = ["QueueActor"]
 
@@ -54,17 +54,8 @@ log = structlog.get_logger("kestrel_actors.queue")
 _FLUSH_REPLIES = object()
 """A queue's message to itself: send the answers held for the journal write (one per burst)."""
 
-
-class _Waiter:
-    """A batch parked at its fetch operation ``index`` until an item or its deadline comes."""
-
-    __slots__ = ("batch", "index", "results", "timer")
-
-    def __init__(self, batch: QueueBatch, index: int, results: list[Any]) -> None:
-        self.batch = batch
-        self.index = index
-        self.results = results
-        self.timer: Any = None
+_WAITERS_DUE = object()
+"""A queue's message to itself: its deadline timer fired, some parked batches may be due."""
 
 
 class QueueActor(GeventActor):
@@ -87,10 +78,7 @@ class QueueActor(GeventActor):
         self.name = name
         self.core = core or QueueCore(name, config, journal)
         self.stats = stats
-        self.waiters: dict[_Waiter, None] = {}
-        """Parked batches, oldest first."""
-        self.parked: dict[Any, _Waiter] = {}
-        """The parked batch of each session (a session has at most one batch out at a time)."""
+        self.waiters = WaitList(self._start_timer)
         self.children: dict[str, Any] = {}
         self.has_children = False
         self.expire_target = expire_target
@@ -118,8 +106,8 @@ class QueueActor(GeventActor):
         elif message is _FLUSH_REPLIES:
             self._flush_due = False
             self._send_replies()
-        elif kind is WaiterExpired:
-            self._expire_waiter(message.waiter)
+        elif message is _WAITERS_DUE:
+            self._expire_due()
         elif kind is AddCopy:
             self._add_copy(message)
         elif kind is CancelWaits:
@@ -228,7 +216,10 @@ class QueueActor(GeventActor):
                     stats.get_misses += 1
                 results.append(result)
             elif code == OP_CONFIRM:
-                results.append(sum(core.confirm(xid) for xid in op[1]))
+                confirmed = 0
+                for xid in op[1]:
+                    confirmed += core.confirm(xid)
+                results.append(confirmed)
             elif code == OP_UNREMOVE:
                 for xid in op[1]:
                     if core.unremove(xid):
@@ -295,25 +286,19 @@ class QueueActor(GeventActor):
     # -- the wait-list --------------------------------------------------------------------
 
     def _park(self, batch: QueueBatch, index: int, results: list[Any], deadline: float) -> None:
-        waiter = _Waiter(batch, index, results)
-        waiter.timer = self._loop.timer(max(0.0, deadline - time.monotonic()))
-        waiter.timer.start(self._dispatcher.deliver, self.actor_ref, WaiterExpired(waiter))
-        self.waiters[waiter] = None
-        if batch.session is not None:
-            self.parked[batch.session] = waiter
+        self.waiters.park(Waiter(batch, index, results), deadline)
 
-    def _unpark(self, waiter: _Waiter) -> None:
-        del self.waiters[waiter]
-        waiter.timer.close()
-        session = waiter.batch.session
-        if session is not None and self.parked.get(session) is waiter:
-            del self.parked[session]
+    def _start_timer(self, delay: float) -> Any:
+        timer = self._loop.timer(delay)
+        timer.start(self._dispatcher.deliver, self.actor_ref, _WAITERS_DUE)
+        return timer
 
     def _wake_one(self) -> None:
         """Hand an add (or unremove) to the oldest live waiter, which retries its fetch."""
-        while self.waiters:
-            waiter = next(iter(self.waiters))
-            self._unpark(waiter)
+        waiters = self.waiters
+        while waiters:
+            waiter = waiters.oldest()
+            waiters.remove(waiter)
             session = waiter.batch.session
             if session is not None and session.closed:
                 self._finish_missed(waiter)
@@ -321,24 +306,23 @@ class QueueActor(GeventActor):
             self._run(waiter.batch, waiter.index, waiter.results)
             return
 
-    def _expire_waiter(self, waiter: _Waiter) -> None:
-        if waiter not in self.waiters:
-            return
-        self._unpark(waiter)
-        self.stats.get_misses += 1
-        waiter.results.append([] if waiter.batch.ops[waiter.index][0] == OP_OPEN_MANY else None)
-        self._run(waiter.batch, waiter.index + 1, waiter.results)
+    def _expire_due(self) -> None:
+        """The deadline timer fired: the batches parked past their deadline go on with a miss."""
+        for waiter in self.waiters.take_due():
+            self.stats.get_misses += 1
+            waiter.results.append([] if waiter.batch.ops[waiter.index][0] == OP_OPEN_MANY else None)
+            self._run(waiter.batch, waiter.index + 1, waiter.results)
 
-    def _finish_missed(self, waiter: _Waiter) -> None:
+    def _finish_missed(self, waiter: Waiter) -> None:
         """Answer a parked batch with a miss and nothing after it (its client has gone)."""
         op = waiter.batch.ops[waiter.index]
         waiter.results.append([] if op[0] == OP_OPEN_MANY else None)
         waiter.batch.reply_to.tell(BatchDone(waiter.batch.tag, waiter.results, self.name))
 
     def _cancel_waits(self, session: Any) -> None:
-        waiter = self.parked.get(session)
+        waiter = self.waiters.of_session(session)
         if waiter is not None:
-            self._unpark(waiter)
+            self.waiters.remove(waiter)
             self._finish_missed(waiter)
 
     # -- the rest -------------------------------------------------------------------------
@@ -371,8 +355,7 @@ class QueueActor(GeventActor):
         core = self.core
         self._send_replies()
         core.close()
-        for waiter in list(self.waiters):
-            self._unpark(waiter)
+        for waiter in self.waiters.clear():
             self._finish_missed(waiter)
         if erase:
             core.journal.erase()

@@ -1,0 +1,82 @@
+"""The queue's wait-list: arrival order, lookup by session, deadlines on one timer."""
+
+from __future__ import annotations
+
+import time
+
+from kestrel_actors.actors._waitlist import WaitList, Waiter
+
+
+class _Batch:
+    def __init__(self, session=None) -> None:
+        self.session = session
+
+
+class _Timer:
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def make() -> tuple[WaitList, list[_Timer]]:
+    timers: list[_Timer] = []
+
+    def arm(delay: float) -> _Timer:
+        timers.append(_Timer(delay))
+        return timers[-1]
+
+    return WaitList(arm), timers
+
+
+def test_oldest_first_and_found_by_session():
+    waits, _ = make()
+    a, b = Waiter(_Batch("s1"), 0, []), Waiter(_Batch("s2"), 0, [])
+    now = time.monotonic()
+    waits.park(a, now + 10)
+    waits.park(b, now + 5)
+    assert (len(waits), waits.oldest(), waits.of_session("s2")) == (2, a, b)
+    waits.remove(a)
+    assert (waits.oldest(), waits.of_session("s1")) == (b, None)
+    waits.remove(b)
+    assert not waits and waits.oldest() is None
+
+
+def test_one_timer_follows_the_earliest_deadline():
+    waits, timers = make()
+    now = time.monotonic()
+    waits.park(Waiter(_Batch(), 0, []), now + 10)
+    waits.park(Waiter(_Batch(), 0, []), now + 20)  # later: the timer stays
+    assert len(timers) == 1 and 9 < timers[0].delay <= 10
+    waits.park(Waiter(_Batch(), 0, []), now + 1)  # earlier: the timer moves
+    assert len(timers) == 2 and timers[0].closed and timers[1].delay <= 1
+
+
+def test_take_due_returns_only_past_deadlines_and_sets_the_timer_for_the_next():
+    waits, timers = make()
+    now = time.monotonic()
+    late, gone, due_second, due_first = (Waiter(_Batch(), i, []) for i in range(4))
+    waits.park(late, now + 30)
+    waits.park(gone, now - 2)
+    waits.park(due_second, now - 0.5)
+    waits.park(due_first, now - 1)
+    waits.remove(gone)  # woken by an item: its deadline entry is skipped
+    assert waits.take_due() == [due_first, due_second]
+    assert 29 < timers[-1].delay <= 30 and not timers[-1].closed
+    assert list(waits.clear()) == [late]
+    assert timers[-1].closed
+
+
+def test_entries_of_woken_waiters_do_not_pile_up():
+    waits, _ = make()
+    deadline = time.monotonic() + 60
+    keep = Waiter(_Batch(), 0, [])
+    waits.park(keep, deadline)
+    for _ in range(10_000):  # many-clients: park, then woken by the next item
+        waiter = Waiter(_Batch(), 0, [])
+        waits.park(waiter, deadline)
+        waits.remove(waiter)
+    assert len(waits._deadlines) < 100  # noqa: SLF001
+    assert waits.oldest() is keep
