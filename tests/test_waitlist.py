@@ -79,4 +79,5 @@ def test_entries_of_woken_waiters_do_not_pile_up():
         waits.park(waiter, deadline)
         waits.remove(waiter)
     assert len(waits._deadlines) < 100  # noqa: SLF001
+    assert len(waits._arrivals) < 100  # noqa: SLF001
     assert waits.oldest() is keep

@@ -1,10 +1,11 @@
 """A queue's wait-list: the batches parked on an empty queue, oldest first, and their deadlines.
 
 Blocking reads (``get q/t=1000``) are the normal case under load: many-clients parks and wakes
-a batch for nearly every item. So waking one costs two dictionary deletions and no timer
-work: deadlines sit in a heap whose stale entries are skipped when they come up, and one
-timer per queue is set for the earliest deadline (a timer per waiter meant a libev watcher
-made and closed for every read).
+a batch for nearly every item. So parking and waking cost O(1) and no timer work: a waiter
+that leaves is only marked, and its entries in the arrival deque and the deadline heap are
+dropped when they come up; one timer per queue is set for the earliest deadline (a timer
+per waiter meant a libev watcher made and closed for every read). A dict would not do as
+the arrival queue: finding its first key after many deletions at the front scans the holes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections import deque
 from typing import Any, Callable
 
 __all__ = ["WaitList", "Waiter"]
@@ -22,12 +24,13 @@ _NEVER = float("inf")
 class Waiter:
     """A batch parked at its fetch operation ``index`` until an item or its deadline comes."""
 
-    __slots__ = ("batch", "index", "results")
+    __slots__ = ("batch", "index", "results", "parked")
 
     def __init__(self, batch: Any, index: int, results: list[Any]) -> None:
         self.batch = batch
         self.index = index
         self.results = results
+        self.parked = False
 
 
 class WaitList:
@@ -39,7 +42,8 @@ class WaitList:
 
     def __init__(self, arm: Callable[[float], Any]) -> None:
         self._arm = arm
-        self._waiters: dict[Waiter, None] = {}
+        self._arrivals: deque[Waiter] = deque()
+        self._count = 0
         self._by_session: dict[Any, Waiter] = {}
         self._deadlines: list[tuple[float, int, Waiter]] = []
         self._order = itertools.count()
@@ -47,35 +51,43 @@ class WaitList:
         self._timer_at = _NEVER
 
     def __len__(self) -> int:
-        return len(self._waiters)
+        return self._count
 
     def __bool__(self) -> bool:
-        return bool(self._waiters)
+        return self._count > 0
 
     def park(self, waiter: Waiter, deadline: float) -> None:
-        waiters = self._waiters
-        waiters[waiter] = None
+        waiter.parked = True
+        self._count += 1
+        arrivals = self._arrivals
+        arrivals.append(waiter)
         session = waiter.batch.session
         if session is not None:
             self._by_session[session] = waiter
         deadlines = self._deadlines
-        if len(deadlines) > 2 * len(waiters) + 64:  # mostly entries of woken waiters: drop them
-            deadlines[:] = [entry for entry in deadlines if entry[2] in waiters]
+        if len(deadlines) > 2 * self._count + 64:  # mostly entries of woken waiters: drop them
+            deadlines[:] = [entry for entry in deadlines if entry[2].parked]
             heapq.heapify(deadlines)
+        if len(arrivals) > 2 * self._count + 64:
+            self._arrivals = deque(waiter for waiter in arrivals if waiter.parked)
         heapq.heappush(deadlines, (deadline, next(self._order), waiter))
         if deadline < self._timer_at:
             self._set_timer(deadline)
 
     def remove(self, waiter: Waiter) -> None:
-        del self._waiters[waiter]
+        waiter.parked = False
+        self._count -= 1
         session = waiter.batch.session
         if session is not None and self._by_session.get(session) is waiter:
             del self._by_session[session]
 
     def oldest(self) -> Waiter | None:
         """The waiter parked longest, still parked (``None`` if there is none)."""
-        for waiter in self._waiters:
-            return waiter
+        arrivals = self._arrivals
+        while arrivals:
+            if arrivals[0].parked:
+                return arrivals[0]
+            arrivals.popleft()
         return None
 
     def of_session(self, session: Any) -> Waiter | None:
@@ -86,12 +98,11 @@ class WaitList:
         and set the timer for the next deadline."""
         self._timer_at = _NEVER
         deadlines = self._deadlines
-        waiters = self._waiters
         now = time.monotonic()
         due = []
-        while deadlines and (deadlines[0][0] <= now or deadlines[0][2] not in waiters):
+        while deadlines and (deadlines[0][0] <= now or not deadlines[0][2].parked):
             waiter = heapq.heappop(deadlines)[2]
-            if waiter in waiters:
+            if waiter.parked:
                 self.remove(waiter)
                 due.append(waiter)
         if deadlines:
@@ -100,8 +111,11 @@ class WaitList:
 
     def clear(self) -> list[Waiter]:
         """Remove every waiter (oldest first) and stop the timer."""
-        waiters = list(self._waiters)
-        self._waiters.clear()
+        waiters = [waiter for waiter in self._arrivals if waiter.parked]
+        for waiter in waiters:
+            waiter.parked = False
+        self._arrivals.clear()
+        self._count = 0
         self._by_session.clear()
         self._deadlines.clear()
         if self._timer is not None:
