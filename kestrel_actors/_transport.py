@@ -48,7 +48,7 @@ class SocketTransport:
         idle_timeout: float | None = None,
     ) -> None:
         self.sock = sock
-        self.raw = sock._sock  # the non-blocking OS socket under gevent's wrapper
+        self.raw = getattr(sock, "_sock", sock)  # the non-blocking OS socket (a gevent one's own)
         self.decoder = decoder
         self.on_commands = on_commands
         self.on_eof = on_eof

@@ -48,8 +48,20 @@ class _Listener(StreamServer):
     """Accepts on the hub and hands each socket to ``handle``, which sets the connection up
     and returns at once; the connection's transport owns and closes the socket.
 
-    gevent's default spawns a greenlet per connection that would only wait for the close.
+    gevent's default spawns a greenlet per connection that would only wait for the close, and
+    wraps each socket in a gevent socket whose I/O the transport never uses (its own watchers
+    do) but whose making and closing cost a fifth of a short connection's CPU time.
     """
+
+    def do_read(self) -> tuple[Any, Any] | None:
+        listening = self.socket
+        try:
+            fd, address = listening._accept()
+        except BlockingIOError:
+            return None
+        sock = socket.socket(listening.family, listening.type, listening.proto, fileno=fd)
+        sock.setblocking(False)
+        return sock, address
 
     def do_close(self, sock: Any, *args: Any) -> None:
         pass  # the transport closes it (or ``handle`` did, refusing it)
