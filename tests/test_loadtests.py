@@ -215,3 +215,13 @@ def test_bench_quick_run_writes_the_table(tmp_path):
     assert "keep me" in text and "<!-- bench:start -->" in text and "<!-- bench:end -->" in text
     assert "| flood, 1 producer / 1 consumer |" in text and "items/s" in text
     assert "durable put-many" in text  # run, or listed as skipped with the reason
+
+
+def test_path_bench_drives_the_real_actors_and_reports_each_scenario():
+    """``python -m loadtests.path_bench``: every scenario runs on a server in process (its GETs
+    are checked to return the filled items) and prints a CPU time per request."""
+    proc = subprocess.run([sys.executable, "-m", "loadtests.path_bench", "--rounds", "1",
+                           "--requests", "400"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = [line.split()[0] for line in proc.stdout.splitlines() if "µs/request" in line]
+    assert names == ["set", "get", "blocking", "churn"]
