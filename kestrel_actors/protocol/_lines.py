@@ -21,7 +21,7 @@ _INT_TEXT = re.compile(r"[+-]?[0-9]+\Z")
 _INT32_MIN, _INT32_END = -(2**31), 2**31
 
 
-def next_line(buffer: bytearray, pos: int, limit: int) -> tuple[bytes | object | None, int]:
+def next_line(buffer: bytes | bytearray, pos: int, limit: int) -> tuple[bytes | object | None, int]:
     """The line that starts at ``pos`` and the position after it.
 
     A line ends at ``\\n``; a ``\\r`` just before it is dropped. ``(None, pos)`` while the line

@@ -198,10 +198,14 @@ class MemcacheDecoder:
         if self.closed:
             return []
         buffer = self._buffer
-        buffer += data
+        if buffer or type(data) is not bytes:
+            buffer += data
+            source: bytes | bytearray = buffer
+        else:
+            source = data  # nothing left from the last read: parse it in place, no copies
         commands: list[object] = []
         pos = 0
-        size = len(buffer)
+        size = len(source)
         while True:
             if self._storage is not None:
                 header, count = self._storage
@@ -210,11 +214,11 @@ class MemcacheDecoder:
                 if type(header) is Bad:
                     commands.append(header)
                 else:
-                    commands.append(Set(header[0], header[1], bytes(buffer[pos : pos + count])))
+                    commands.append(Set(header[0], header[1], bytes(source[pos : pos + count])))
                 pos += count + 2
                 self._storage = None
                 continue
-            line, pos = next_line(buffer, pos, self.max_line_bytes)
+            line, pos = next_line(source, pos, self.max_line_bytes)
             if line is None:
                 break
             if line is TOO_LONG:
@@ -260,8 +264,10 @@ class MemcacheDecoder:
         if commands and type(commands[-1]) is Bad and commands[-1].close:
             self.closed = True
             buffer.clear()
-        else:
+        elif source is buffer:
             del buffer[:pos]
+        elif pos < size:
+            buffer += memoryview(data)[pos:]
         return commands
 
 
