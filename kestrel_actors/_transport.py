@@ -36,7 +36,7 @@ class SocketTransport:
 
     __slots__ = ("sock", "raw", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
                  "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_out",
-                 "_out_bytes", "_writer", "_closing", "_linger")
+                 "_out_bytes", "_writer", "_closing", "_linger", "backed_up")
 
     def __init__(
         self,
@@ -59,6 +59,9 @@ class SocketTransport:
         self.closed = False
         self._out: list[bytes] = []
         self._out_bytes = 0
+        self.backed_up = False
+        """Whether unsent replies are piling up (over ``OUTPUT_HIGH``): the actor should stop
+        producing more. A plain attribute: the session reads it for every command."""
         self._closing = False
         self._linger: Any = None
         loop = gevent.get_hub().loop
@@ -129,11 +132,6 @@ class SocketTransport:
         if not self._watcher.active and self._may_read():
             self._watcher.start(self._readable)
 
-    @property
-    def backed_up(self) -> bool:
-        """Whether unsent replies are piling up: the actor should stop producing more."""
-        return self._out_bytes > OUTPUT_HIGH
-
     def sendall(self, data: bytes) -> None:
         """Send ``data`` after anything still unsent; never waits. Raises ``OSError`` if the
         connection failed (later failures reach the actor as end of input)."""
@@ -154,7 +152,7 @@ class SocketTransport:
         self._out.append(data)
         self._out_bytes += len(data)
         if self._out_bytes > OUTPUT_HIGH:
-            self._over = True
+            self._over = self.backed_up = True
             self._watcher.stop()
 
     def _writable(self) -> None:
@@ -167,7 +165,7 @@ class SocketTransport:
         except OSError:
             sent = -1
         if sent < 0:  # the client is gone: what is unsent is lost with it
-            self._out, self._out_bytes = [], 0
+            self._out, self._out_bytes, self.backed_up = [], 0, False
             self._writer.stop()
             if self._closing:
                 self._close_now()
@@ -178,6 +176,7 @@ class SocketTransport:
         rest = data[sent:]
         self._out = [rest] if rest else []
         self._out_bytes = len(rest)
+        self.backed_up = self._out_bytes > OUTPUT_HIGH
         if rest:
             return
         self._writer.stop()
