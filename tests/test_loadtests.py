@@ -225,3 +225,13 @@ def test_path_bench_drives_the_real_actors_and_reports_each_scenario():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [line.split()[0] for line in proc.stdout.splitlines() if "µs/request" in line]
     assert names == ["set", "get", "blocking", "churn"]
+
+
+@pytest.mark.slow
+def test_ab_bench_alternates_two_trees_and_reports_each():
+    proc = subprocess.run([sys.executable, "-m", "loadtests.ab_bench", "--rounds", "2", "flood -n 500",
+                           str(REPO), f"{REPO}/"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = [line for line in proc.stdout.splitlines() if "µs per request" in line and "median" not in line]
+    summaries = [line for line in proc.stdout.splitlines() if "median" in line]
+    assert len(runs) == 4 and len(summaries) == 2
