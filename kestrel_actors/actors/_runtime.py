@@ -148,21 +148,11 @@ class _Mailbox:
         self.inline = False
 
     def put(self, envelope: Any, block: bool = True, timeout: float | None = None) -> None:  # noqa: ARG002
-        """pykka's inbox API (asks and control messages come this way; tells see
-        :meth:`_GeventRef.tell`)."""
-        if self.idle:
-            if (
-                self.inline
-                and envelope.reply_to is None
-                and type(envelope.message) not in _PYKKA_MESSAGES
-                and getcurrent() is not self.hub
-            ):
-                self.actor._run_inline(envelope.message)  # type: ignore[union-attr]
-                return
-            self.items.append(envelope)
-            self.wake()
-            return
+        """pykka's inbox API, which only asks use here (tells go through
+        :meth:`_GeventRef.tell`): an ask always runs on the actor's own greenlet."""
         self.items.append(envelope)
+        if self.idle:
+            self.wake()
 
     def wake(self) -> None:
         """Let the actor's greenlet run what is queued (the caller saw it idle)."""
