@@ -1,6 +1,6 @@
 """``make bench``: start a server, run the standard load tests, write docs/benchmarks.md.
 
-    python -m loadtests.bench [--write docs/benchmarks.md] [--runs 3] [--quick] [--only NAME]
+    python -m loadtests.bench [--write docs/benchmarks.md] [--runs 5] [--quick] [--only NAME]
 
 Each benchmark gets a fresh ``python -m kestrel_actors.cli serve`` on a free loopback port
 with a temporary data directory, runs its scenario ``--runs`` times as a subprocess
@@ -257,7 +257,7 @@ Throughput of kestrel-actors under the load tests in `loadtests/` (Kestrel's
 `src/scripts/load` tools, re-done in Python with gevent, plus `get-many`).
 
 * `make bench` (or `.venv/bin/python -m loadtests.bench --write docs/benchmarks.md`) starts
-  a fresh server per benchmark on a free loopback port, runs each scenario three times and
+  a fresh server per benchmark on a free loopback port, runs each scenario five times and
   rewrites the table below. `--quick` runs 10x fewer items; `--only WORD` picks benchmarks.
 * One scenario by hand, against a running server:
   `.venv/bin/python -m loadtests put-many -c 100 -n 100000 -p 22133` (or
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtests.bench",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--write", metavar="FILE", help="update the table in this markdown file")
-    parser.add_argument("--runs", type=int, default=3, help="runs per benchmark (default 3)")
+    parser.add_argument("--runs", type=int, default=5, help="runs per benchmark (default 5)")
     parser.add_argument("--quick", action="store_true", help="10x fewer items, for a smoke test")
     parser.add_argument("--procs", type=int, default=1, help="client processes per run")
     parser.add_argument("--only", action="append", default=[],
