@@ -92,6 +92,9 @@ class Server:
         self._shutting_down = False
         self._check_data_dir()
         self._discover = discover or list
+        self._connection_log = log.bind()
+        """Resolved once (logging is configured by now): a module logger is a lazy proxy that
+        binds anew on every call, and two of these calls come with every connection."""
         self.collection = QueueCollection.start(config, self.stats, opener or memory_opener)
 
     # -- life cycle -----------------------------------------------------------------------
@@ -225,12 +228,13 @@ class Server:
 
         transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, config.client_timeout)
         holder.append(actor_class.start(self, transport, session))
-        log.debug("connection opened", connection=session.id, peer=session.peer)
+        self._connection_log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start()
 
     def connection_closed(self, connection: ConnectionActor) -> None:
         self.stats.curr_connections -= 1
-        log.debug("connection closed", connection=connection.session.id, peer=connection.session.peer)
+        self._connection_log.debug("connection closed", connection=connection.session.id,
+                                   peer=connection.session.peer)
 
     # -- server status (§7.2) -------------------------------------------------------------
 
