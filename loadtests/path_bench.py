@@ -70,7 +70,7 @@ def _settle() -> None:
     dispatcher = Dispatcher.current()
     gevent.sleep(0)
     while dispatcher.due or dispatcher.running:
-        gevent.sleep(0)
+        gevent.sleep(0.001)  # journal file work on the threadpool: wait without spinning
 
 
 def _set(server: Server, n: int) -> int:
