@@ -106,11 +106,13 @@ class QueueCore:
         item = Item(data, now_ms, expiry)
         journal = self.journal
         journal.check_rotate(self)
-        if not journal.in_read_behind and self.bytes >= config.max_memory_size:
+        behind = journal.in_read_behind
+        if not behind and self.bytes >= config.max_memory_size:
             journal.start_read_behind()
+            behind = journal.in_read_behind
         journal.add(item)
         size = len(data)
-        if not journal.in_read_behind:
+        if not behind:
             self.items.append(item)
             self.mem_bytes += size
         self.length += 1

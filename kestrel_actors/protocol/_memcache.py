@@ -66,11 +66,10 @@ DROP = Bad(None, close=True)
 
 _STORAGE = frozenset((b"set", b"add", b"replace", b"append", b"prepend", b"cas"))
 
-_GET_LINES: dict[bytes, Get] = {}
-"""Parsed ``get`` lines by their bytes: clients repeat the same few (``get q/t=500``), and a
-:class:`Get` is never changed once made, so one parse serves them all."""
-_SET_LINES: dict[bytes, tuple[tuple[str, int], int]] = {}
-"""Valid ``set`` lines by their bytes: (queue and expiry, data length), parsed once."""
+_LINES: dict[bytes, Get | tuple[tuple[str, int], int]] = {}
+"""Parsed request lines by their bytes: clients repeat the same few (``get q/t=500``,
+``set q 0 0 1024``). A ``get`` line maps to its :class:`Get`, never changed once made; a valid
+``set`` line to (queue and expiry, data length)."""
 _LINES_MAX = 4096
 
 
@@ -178,6 +177,12 @@ def _storage_header(tokens: list[bytes]) -> tuple[str, int] | Bad:
     return tokens[1].decode("latin-1"), exptime
 
 
+def _remember(line: bytes, parsed: Get | tuple[tuple[str, int], int]) -> None:
+    if len(_LINES) >= _LINES_MAX:  # many distinct lines (queue names): start afresh
+        _LINES.clear()
+    _LINES[line] = parsed
+
+
 class MemcacheDecoder:
     """Incremental decoder: :meth:`feed` takes bytes and returns the complete commands.
 
@@ -224,14 +229,14 @@ class MemcacheDecoder:
             if line is TOO_LONG:
                 commands.append(CLIENT_ERROR_CLOSE)
                 break
-            command = _GET_LINES.get(line)
-            if command is not None:
-                commands.append(command)
-                continue
-            storage = _SET_LINES.get(line)
-            if storage is not None and storage[1] <= self.max_item_bytes:
-                self._storage = storage
-                continue
+            known = _LINES.get(line)
+            if known is not None:
+                if type(known) is Get:
+                    commands.append(known)
+                    continue
+                if known[1] <= self.max_item_bytes:  # type: ignore[index]
+                    self._storage = known  # type: ignore[assignment]
+                    continue
             tokens = line.split(b" ")
             while len(tokens) > 1 and not tokens[-1]:
                 tokens.pop()
@@ -249,16 +254,12 @@ class MemcacheDecoder:
                 header = _storage_header(tokens)
                 self._storage = (header, count)
                 if type(header) is not Bad:
-                    if len(_SET_LINES) >= _LINES_MAX:
-                        _SET_LINES.clear()
-                    _SET_LINES[line] = self._storage
+                    _remember(line, self._storage)
                 continue
             command = parse_request_line(tokens)
             commands.append(command)
             if type(command) is Get:
-                if len(_GET_LINES) >= _LINES_MAX:
-                    _GET_LINES.clear()
-                _GET_LINES[line] = command
+                _remember(line, command)
             elif type(command) is Bad and command.close:
                 break
         if commands and type(commands[-1]) is Bad and commands[-1].close:
