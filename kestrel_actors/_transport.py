@@ -32,9 +32,9 @@ CLOSE_LINGER = 10.0
 
 
 class SocketTransport:
-    """Owns one accepted gevent socket; see the module docstring."""
+    """Owns one accepted, non-blocking socket; see the module docstring."""
 
-    __slots__ = ("sock", "raw", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
+    __slots__ = ("sock", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
                  "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_out",
                  "_out_bytes", "_writer", "_closing", "_linger", "backed_up")
 
@@ -48,7 +48,6 @@ class SocketTransport:
         idle_timeout: float | None = None,
     ) -> None:
         self.sock = sock
-        self.raw = getattr(sock, "_sock", sock)  # the non-blocking OS socket (a gevent one's own)
         self.decoder = decoder
         self.on_commands = on_commands
         self.on_eof = on_eof
@@ -91,7 +90,7 @@ class SocketTransport:
 
     def _readable(self) -> None:
         try:
-            data = self.raw.recv(READ_SIZE)
+            data = self.sock.recv(READ_SIZE)
         except BlockingIOError:
             return
         except OSError:
@@ -139,13 +138,13 @@ class SocketTransport:
             self._keep(data)
             return
         try:
-            sent = self.raw.send(data)
+            sent = self.sock.send(data)
         except BlockingIOError:
             sent = 0
         if sent < len(data):
             self._keep(memoryview(data)[sent:])  # a view: a large reply is not copied per send
             if self._writer is None:
-                self._writer = self._watcher.loop.io(self.raw.fileno(), 2)
+                self._writer = self._watcher.loop.io(self.sock.fileno(), 2)
             self._writer.start(self._writable)
 
     def _keep(self, data: bytes) -> None:
@@ -159,7 +158,7 @@ class SocketTransport:
         out = self._out
         data = memoryview(b"".join(out)) if len(out) > 1 else out[0]
         try:
-            sent = self.raw.send(data)
+            sent = self.sock.send(data)
         except BlockingIOError:
             return
         except OSError:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import gevent
 

@@ -2,8 +2,8 @@
 
 It wraps a :class:`QueueCore` (the queue logic) and adds what needs time and other actors:
 fetchers that wait for an item (each a stored promise, answered later, kept in a
-:class:`~._waitlist.WaitList` with one timer for their deadlines), fanout copies to child queues, and expired items forwarded to ``expire_to_queue``.
-A handler never blocks.
+:class:`~._waitlist.WaitList` with one timer for their deadlines), fanout copies to child
+queues, and expired items forwarded to ``expire_to_queue``. A handler never blocks.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ _FLUSH_REPLIES = object()
 
 _WAITERS_DUE = object()
 """A queue's message to itself: its deadline timer fired, some parked batches may be due."""
+
+
+def _missed(op: tuple) -> Any:
+    """The result of a fetch that found nothing."""
+    return [] if op[0] == OP_OPEN_MANY else None
 
 
 class QueueActor(GeventActor):
@@ -310,13 +315,12 @@ class QueueActor(GeventActor):
         """The deadline timer fired: the batches parked past their deadline go on with a miss."""
         for waiter in self.waiters.take_due():
             self.stats.get_misses += 1
-            waiter.results.append([] if waiter.batch.ops[waiter.index][0] == OP_OPEN_MANY else None)
+            waiter.results.append(_missed(waiter.batch.ops[waiter.index]))
             self._run(waiter.batch, waiter.index + 1, waiter.results)
 
     def _finish_missed(self, waiter: Waiter) -> None:
         """Answer a parked batch with a miss and nothing after it (its client has gone)."""
-        op = waiter.batch.ops[waiter.index]
-        waiter.results.append([] if op[0] == OP_OPEN_MANY else None)
+        waiter.results.append(_missed(waiter.batch.ops[waiter.index]))
         waiter.batch.reply_to.tell(BatchDone(waiter.batch.tag, waiter.results, self.name))
 
     def _cancel_waits(self, session: Any) -> None:

@@ -148,8 +148,8 @@ class _Mailbox:
         self.inline = False
 
     def put(self, envelope: Any, block: bool = True, timeout: float | None = None) -> None:  # noqa: ARG002
-        """pykka's inbox API, which only asks use here (tells go through
-        :meth:`_GeventRef.tell`): an ask always runs on the actor's own greenlet."""
+        """Queue ``envelope``, waking the actor's greenlet if it was idle. Asks come here from
+        pykka; tells only when :meth:`_GeventRef.tell` cannot run them inline."""
         self.items.append(envelope)
         if self.idle:
             self.wake()
@@ -181,13 +181,15 @@ class _GeventRef(ActorRef[Any]):
         if self.actor_stopped._set:  # type: ignore[attr-defined]  # noqa: SLF001
             raise ActorDeadError(f"{self} not found")
         mailbox: _Mailbox = self.actor_inbox  # type: ignore[assignment]
-        if not mailbox.idle:
-            mailbox.items.append(Envelope(message))
-        elif mailbox.inline and type(message) not in _PYKKA_MESSAGES and getcurrent() is not mailbox.hub:
+        if (
+            mailbox.idle
+            and mailbox.inline
+            and type(message) not in _PYKKA_MESSAGES
+            and getcurrent() is not mailbox.hub
+        ):
             mailbox.actor._run_inline(message)  # type: ignore[union-attr]  # noqa: SLF001
         else:
-            mailbox.items.append(Envelope(message))
-            mailbox.wake()
+            mailbox.put(Envelope(message))
 
 
 class GeventActor(pykka.Actor):
@@ -236,13 +238,13 @@ class GeventActor(pykka.Actor):
         items = mailbox.items
         hub = mailbox.hub
         stopped = self.actor_stopped
-        while not stopped.is_set():
+        while not stopped._set:
             if not items:
                 try:
                     self.on_inbox_empty()
                 except Exception:  # noqa: BLE001
                     self._fail()
-                if items or stopped.is_set():
+                if items or stopped._set:
                     continue
                 mailbox.idle = True
                 hub.switch()  # until _Mailbox.wake
@@ -265,7 +267,7 @@ class GeventActor(pykka.Actor):
     def _run_inline(self, message: Any) -> None:
         """Handle ``message`` now, on the caller's greenlet, then whatever queued up meanwhile.
 
-        Called by the mailbox only while the actor is idle. Ends by making the actor idle
+        Called by :meth:`_GeventRef.tell` only while the actor is idle. Ends by making the actor idle
         again, or, if something needs its own greenlet (a stop, an ``ask``), by waking it.
         """
         mailbox = self.actor_inbox
@@ -346,4 +348,3 @@ class GeventActor(pykka.Actor):
         The default drops it; override to answer the sender (it is called on the actor's
         greenlet, after ``on_stop``).
         """
-

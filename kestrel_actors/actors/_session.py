@@ -164,11 +164,9 @@ class SessionActor(GeventActor):
         self.waiting = tag
         self.server.collection.tell(ForAll(kind, _ReplyTo(self.actor_ref, tag), names))
 
-    def _queue_ref(self, name: str, create: bool) -> Any:
-        """The queue's actor, ``_MISSING`` if it does not exist, or ``None`` while resolving."""
-        ref = self.refs.get(name)
-        if ref is not None and ref.is_alive():
-            return ref
+    def _resolve(self, name: str, create: bool) -> Any:
+        """For a queue whose live actor this session does not hold: ``_MISSING`` if the
+        collection answered that it does not exist, else ``None`` after asking it."""
         if self.missing == name:
             self.missing = None
             return _MISSING
@@ -182,7 +180,7 @@ class SessionActor(GeventActor):
         name = first.queue
         ref = self.refs.get(name)
         if ref is None or not ref.is_alive():
-            ref = self._queue_ref(name, self._creates(first))
+            ref = self._resolve(name, self._creates(first))
         if ref is None:
             return False
         if ref is _MISSING:
@@ -277,7 +275,7 @@ class SessionActor(GeventActor):
         ref = self.refs.get(name)
         if ref is None:
             self.pending.appendleft(_MonitorResume())
-            self._queue_ref(name, True)
+            self._resolve(name, True)
             return
         self.waiting = "batch"
         self.batch_queue = name
