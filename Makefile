@@ -28,7 +28,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -rfE
 
 bench: $(STAMP)
-	$(BIN)/python -m loadtests.bench --write docs/benchmarks.md
+	PEER=$(PEER) $(BIN)/python -m loadtests.bench --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

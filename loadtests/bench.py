@@ -1,16 +1,22 @@
-"""``make bench``: start a server, run the standard load tests, write docs/benchmarks.md.
+"""``make bench``: run the standard load tests against fresh servers, write docs/benchmarks.md.
 
     python -m loadtests.bench [--write docs/benchmarks.md] [--runs 5] [--quick] [--only NAME]
+                              [--peer /tmp/peers/bin/darner]
 
-Each benchmark gets a fresh ``python -m kestrel_actors.cli serve`` on a free loopback port
-with a temporary data directory, runs its scenario ``--runs`` times as a subprocess
+Each run of a benchmark gets a fresh ``python -m kestrel_actors.cli serve`` on a free loopback
+port with a fresh temporary data directory and runs its scenario as a subprocess
 (``python -m loadtests ... --no-progress``, so each run is exactly the command shown in the
-table), and reports the median of each figure. Client and server share the machine, so the
-figures are for the pair, not for the server alone.
+table); the server's CPU time over the run gives its CPU per request. With ``--peer`` (or
+``PEER=`` in the environment, as ``make bench PEER=...`` passes it) each of our runs is
+followed by one against that binary (darner's command line: ``-p PORT -d DIR``), and the
+table gets the peer's figures and the ratio. The rows are issue 12's: Kestrel's load-test
+defaults (one request in flight per client) first, then the concurrent and pipelined rows;
+variants that are not Kestrel's defaults are labelled "extra". Client and server share the
+machine, so the figures are for the pair, not for the server alone.
 
 With ``--write FILE`` the table replaces whatever is between ``<!-- bench:start -->`` and
 ``<!-- bench:end -->`` in FILE (the markers are appended if missing; other text is kept).
-Exit code 1 if any run failed a correctness check (and, with ``--strict``, if a target was
+Exit code 1 if any run failed a correctness check (and, with ``--strict``, if a goal was
 missed); 3 if a server could not be started.
 """
 
@@ -37,47 +43,80 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One row of the table: a scenario command line, the server flags and the target."""
+    """One row of the table: a scenario command line, the server flags and the goal.
+
+    ``goal`` is the ratio to the peer (darner) that the row must reach when a peer is given;
+    ``target`` an absolute floor (items/s) used only when no peer is measured.
+    """
 
     name: str
     args: tuple[str, ...]
-    target: float | None          # minimum median rate (items/s), None = report only
     unit: str
+    goal: float | None = 1.0
+    target: float | None = None
     serve_args: tuple[str, ...] = ()
     requires: str | None = None   # a ``serve`` option the server must offer, else skipped
     quick_args: tuple[str, ...] = ()  # replaces -n for --quick
+    peer: bool = True             # whether the peer can run it (darner has no fsync knob)
 
 
-BENCHMARKS = (
-    Benchmark("put-many, 100 clients, 1 in flight", ("put-many", "-c", "100", "-n", "100000"),
-              30_000, "SET/s", quick_args=("-n", "10000")),
-    Benchmark("put-many, 10 clients, rollup 32", ("put-many", "-c", "10", "-r", "32", "-n", "320000"),
-              100_000, "SET/s", quick_args=("-n", "32000")),
-    Benchmark("get-many, 100 clients, 1 in flight", ("get-many", "-c", "100", "-n", "100000"),
-              50_000, "GET/s", quick_args=("-n", "10000")),
-    Benchmark("many-clients, 500 transactional consumers, 10% kills",
-              ("many-clients", "-c", "500", "-n", "50000", "-s", "0", "-k", "10", "-x", "-r", "16"),
-              15_000, "items/s", quick_args=("-n", "5000")),
-    Benchmark("flood, 1 producer / 1 consumer", ("flood", "-n", "50000"), 12_000, "items/s",
+LATENCY_BOUND = (
+    Benchmark("put-many, 1 client, one SET in flight", ("put-many", "-c", "1", "-n", "20000"),
+              "SET/s", quick_args=("-n", "2000")),
+    Benchmark("get-many (drain), 1 client", ("get-many", "-c", "1", "-n", "20000"),
+              "GET/s", quick_args=("-n", "2000")),
+    Benchmark("flood, 1 producer + 1 consumer", ("flood", "-n", "50000"), "items/s",
               quick_args=("-n", "5000")),
-    Benchmark("durable put-many (fsync every write), 100 clients",
-              ("put-many", "-c", "100", "-n", "20000"), 20_000, "SET/s",
-              serve_args=("--sync-journal", "always"), requires="--sync-journal",
-              quick_args=("-n", "2000")),
+    Benchmark("flood, consumer blocking get q/t=1000", ("flood", "-n", "50000", "-B"), "items/s",
+              quick_args=("-n", "5000")),
+    Benchmark("many-clients, 500 consumers get q/t=1000, producer one SET at a time",
+              ("many-clients", "-c", "500", "-n", "50000", "-s", "0"), "items/s",
+              quick_args=("-n", "5000")),
+    Benchmark("many-clients, transactional, 10% of connections dropped",
+              ("many-clients", "-c", "500", "-n", "50000", "-s", "0", "-x", "-k", "10"), "items/s",
+              quick_args=("-n", "5000")),
 )
+"""Kestrel's defaults: every client has one request in flight (issue 12's table)."""
+
+CONCURRENT = (
+    Benchmark("put-many, 100 clients, one SET in flight each", ("put-many", "-c", "100", "-n", "100000"),
+              "SET/s", target=30_000, quick_args=("-n", "10000")),
+    Benchmark("get-many, 100 clients, one GET in flight each", ("get-many", "-c", "100", "-n", "100000"),
+              "GET/s", target=50_000, quick_args=("-n", "10000")),
+    Benchmark("put-many, 10 clients x 32 SETs per write", ("put-many", "-c", "10", "-r", "32", "-n", "320000"),
+              "SET/s", goal=2.0, target=100_000, quick_args=("-n", "32000")),
+    Benchmark("get-many, 10 clients x 32 GETs per write", ("get-many", "-c", "10", "-r", "32", "-n", "320000"),
+              "GET/s", goal=2.0, quick_args=("-n", "32000")),
+)
+"""Where concurrency (or pipelining, ``-r``) lets the server batch."""
+
+EXTRA = (
+    Benchmark("extra: many-clients, transactional, 10% kills, producer pipelines 16 SETs (-r 16)",
+              ("many-clients", "-c", "500", "-n", "50000", "-s", "0", "-k", "10", "-x", "-r", "16"),
+              "items/s", goal=None, quick_args=("-n", "5000")),
+    Benchmark("durable put-many (fsync every write), 100 clients",
+              ("put-many", "-c", "100", "-n", "20000"), "SET/s", goal=None, target=20_000,
+              serve_args=("--sync-journal", "always"), requires="--sync-journal",
+              quick_args=("-n", "2000"), peer=False),
+)
+"""Not Kestrel's defaults: labelled as such, never counted towards issue 12's goal."""
+
+BENCHMARKS = LATENCY_BOUND + CONCURRENT + EXTRA
 
 
 @dataclass
-class Row:
-    bench: Benchmark
-    command: str
+class Side:
+    """One server's runs of one benchmark (ours, or the peer's)."""
+
     records: list[dict] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    skipped: str | None = None
+    server_cpu: list[float] = field(default_factory=list)  # µs per request, one per run
 
     def median(self, key: str, sub: str | None = None) -> float:
         values = [(r[key][sub] if sub else r[key]) for r in self.records]
         return statistics.median(values) if values else 0.0
+
+    def cpu(self) -> float | None:
+        return statistics.median(self.server_cpu) if self.server_cpu else None
 
     def client_busy(self) -> float:
         """Median client CPU time over the headline run, in % of one core."""
@@ -85,11 +124,38 @@ class Row:
                   for r in self.records if r.get("wall_seconds")]
         return statistics.median(values) if values else 0.0
 
+
+@dataclass
+class Row:
+    bench: Benchmark
+    command: str
+    ours: Side = field(default_factory=Side)
+    peer: Side | None = None
+    failures: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+    @property
+    def records(self) -> list[dict]:
+        return self.ours.records
+
+    def median(self, key: str, sub: str | None = None) -> float:
+        return self.ours.median(key, sub)
+
+    def ratio(self) -> float | None:
+        if self.peer is None or not self.peer.records or not self.ours.records:
+            return None
+        return self.ours.median("rate") / max(self.peer.median("rate"), 1e-9)
+
     @property
     def met(self) -> bool | None:
-        if self.bench.target is None or not self.records:
-            return None
-        return self.median("rate") >= self.bench.target and not self.failures
+        if not self.records or self.failures:
+            return False if self.failures else None
+        ratio = self.ratio()
+        if ratio is not None and self.bench.goal is not None:
+            return ratio >= self.bench.goal
+        if self.bench.target is not None and self.peer is None:
+            return self.median("rate") >= self.bench.target
+        return None
 
 
 def free_port() -> int:
@@ -103,16 +169,28 @@ def serve_help() -> str:
                           capture_output=True, text=True, timeout=60).stdout
 
 
-class Server:
-    """A ``kestrel-actors serve`` subprocess on a free port with a temporary data directory."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, extra: tuple[str, ...]) -> None:
+
+class Server:
+    """A server subprocess on a free port with a fresh temporary data directory: ours
+    (``kestrel-actors serve``) or, with ``peer``, that binary (darner's command line)."""
+
+    def __init__(self, extra: tuple[str, ...] = (), peer: str | None = None) -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="kestrel-bench-")
         self.port = free_port()
         self.log = Path(self.tmp.name) / "server.log"
-        command = [sys.executable, "-m", "kestrel_actors.cli", "serve", "--text-port", "0", "--host", "127.0.0.1",
-                   "--port", str(self.port), "--data-dir", str(Path(self.tmp.name) / "data"),
-                   "--log-level", "warning", *extra]
+        data = Path(self.tmp.name) / "data"
+        data.mkdir()
+        if peer:
+            command = [peer, "-p", str(self.port), "-d", str(data)]
+        else:
+            command = [sys.executable, "-m", "kestrel_actors.cli", "serve", "--text-port", "0",
+                       "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(data),
+                       "--log-level", "warning", *extra]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -133,11 +211,8 @@ class Server:
         except OSError:
             return ""
 
-    def delete(self, queue: str) -> None:
-        """Drop a queue (and its journal) between runs, so runs start alike."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as sock:
-            sock.sendall(b"delete %s\r\n" % queue.encode())
-            sock.recv(64)
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -150,7 +225,44 @@ class Server:
         self.tmp.cleanup()
 
 
-def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: str) -> Row:
+def handled(record: dict) -> int:
+    """Requests the server handled in a run: the measured items plus any fill before them."""
+    return int(record.get("items", 0)) + int(record.get("fill", {}).get("items", 0))
+
+
+def run_once(args: list[str], side: Side, serve_args: tuple[str, ...], peer: str | None,
+             label: str, failures: list[str]) -> None:
+    """One run on a fresh server and data directory; appends to ``side`` or ``failures``."""
+    try:
+        server = Server(serve_args, peer)
+    except RuntimeError as exc:
+        failures.append(f"{label}: server did not start: {exc}"[:500])
+        return
+    try:
+        before = server.cpu()
+        command = [sys.executable, "-m", "loadtests", *args, "-p", str(server.port),
+                   "--no-progress", "--timeout", "900"]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=1000)
+        spent = server.cpu() - before
+    finally:
+        server.stop()
+    lines = proc.stdout.strip().splitlines()
+    try:
+        record = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        record = None
+    if proc.returncode != 0 or record is None:
+        failures.append(f"{label}: exit {proc.returncode}: {(proc.stderr or proc.stdout)[-500:]}")
+        return
+    side.records.append(record)
+    side.server_cpu.append(spent / max(handled(record), 1) * 1e6)
+    print(f"  {label}: {record['rate']:,.0f}, server CPU {side.server_cpu[-1]:.0f} µs/request",
+          flush=True)
+
+
+def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: str,
+              peer: str | None = None) -> Row:
+    """``runs`` runs of ``bench``; with ``peer``, the peer's runs interleaved with ours."""
     args = list(bench.args)
     if quick and bench.quick_args:
         i = args.index(bench.quick_args[0])
@@ -161,31 +273,13 @@ def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: s
     if bench.requires and bench.requires not in help_text:
         row.skipped = f"server has no {bench.requires} option"
         return row
-    try:
-        server = Server(bench.serve_args)
-    except RuntimeError as exc:
-        row.skipped = f"server did not start with {' '.join(bench.serve_args)}: {exc}"[:300]
-        return row
-    try:
-        for number in range(runs):
-            command = [sys.executable, "-m", "loadtests", *args, "-p", str(server.port),
-                       "--no-progress", "--timeout", "900"]
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=1000)
-            lines = proc.stdout.strip().splitlines()
-            try:
-                record = json.loads(lines[-1])
-            except (IndexError, ValueError):
-                record = None
-            if proc.returncode != 0 or record is None:
-                row.failures.append(f"run {number + 1}: exit {proc.returncode}: "
-                                    f"{(proc.stderr or proc.stdout)[-500:]}")
-            if record is not None and proc.returncode == 0:
-                row.records.append(record)
-            print(f"  run {number + 1}: exit {proc.returncode}, "
-                  f"{record['rate'] if record else '?'} {bench.unit}", flush=True)
-            server.delete("spam")
-    finally:
-        server.stop()
+    with_peer = peer if bench.peer else None
+    if with_peer:
+        row.peer = Side()
+    for number in range(runs):
+        run_once(args, row.ours, bench.serve_args, None, f"run {number + 1}", row.failures)
+        if with_peer:
+            run_once(args, row.peer, (), with_peer, f"peer run {number + 1}", row.failures)
     return row
 
 
@@ -210,41 +304,67 @@ def git_commit() -> str:
         return "unknown"
 
 
-def render(rows: list[Row], runs: int, load: float | None = None) -> str:
+def _rate(side: Side | None) -> str:
+    return f"{side.median('rate'):,.0f}" if side is not None and side.records else "—"
+
+
+def _cpu(side: Side | None) -> str:
+    cpu = side.cpu() if side is not None else None
+    return f"{cpu:,.0f}" if cpu is not None else "—"
+
+
+def render(rows: list[Row], runs: int, load: float | None = None, peer: str | None = None) -> str:
     """The markdown that goes between the markers (``load``: 1-min load average at start)."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     busy = f" Load average before the runs: {load:.2f} (other work on the machine skews figures)." \
         if load is not None else ""
+    peer_text = (f" Peer: `{peer}` (darner), run on the same machine, its runs interleaved with ours, "
+                 "each on a fresh server and data directory." if peer else
+                 " No peer was given (`make bench PEER=/tmp/peers/bin/darner` adds darner's columns).")
     out = [
-        f"Measured {now} on {machine()}; commit {git_commit()}.{busy}",
-        f"Client and server share the machine. Median of {runs} runs each; all items 1 KiB "
-        "(many-clients: 751 bytes, Kestrel's lyric size). Latencies in microseconds, per request "
-        "(per burst for rollups). Produced by `make bench` (`python -m loadtests.bench`).",
+        f"Measured {now} on {machine()}; commit {git_commit()}.{busy}{peer_text}",
+        f"Client and server share the machine. Median of {runs} runs each, a fresh server and data "
+        "directory per run; items 1 KiB (many-clients: 751 bytes, Kestrel's lyric size). Rates are "
+        "per second. \"CPU µs\" is the server process's CPU time (user + system) over the run "
+        "divided by the items it handled (plus the fill of get-many; a flood or many-clients item "
+        "is one SET and one GET). p50/p99 are our "
+        "latencies in microseconds per request (per burst for rollups). Produced by `make bench` "
+        "(`python -m loadtests.bench`).",
         "",
-        "\"Client CPU\" is the load generator's CPU time over the timed run, in % of one core: "
-        "near 100% × processes would mean the client, not the server, set the pace.",
+        "Goal (issue 12): the latency-bound rows (Kestrel's defaults: one request in flight per "
+        "client) and the concurrent rows at ≥ 1.0× darner, the pipelined rows at ≥ 2.0×. Rows "
+        "marked \"extra\" are not Kestrel's defaults and count towards no goal.",
         "",
-        "| Benchmark | Median rate | Runs (min–max) | Target | Met | p50 | p99 | Lost / dup | Client CPU | Command |",
-        "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---|",
+        "| Benchmark | kestrel-actors | Runs (min–max) | CPU µs | darner | darner CPU µs | Ratio | Goal | Met "
+        "| p50 | p99 | Lost / dup | Client CPU | Command |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         bench = row.bench
-        target = f"≥ {bench.target:,.0f}" if bench.target else "—"
+        if bench.goal is not None:
+            goal = f"≥ {bench.goal:.1f}×"
+        elif bench.target is not None:
+            goal = f"≥ {bench.target:,.0f}"
+        else:
+            goal = "—"
         if row.skipped:
-            out.append(f"| {bench.name} | skipped | | {target} | — | | | | | {row.skipped} |")
+            out.append(f"| {bench.name} | skipped | | | | | | {goal} | — | | | | | {row.skipped} |")
             continue
         if not row.records:
-            out.append(f"| {bench.name} | failed | | {target} | no | | | | | `{row.command}` |")
+            out.append(f"| {bench.name} | failed | | | {_rate(row.peer)} | {_cpu(row.peer)} | | {goal} | no "
+                       f"| | | | | `{row.command}` |")
             continue
         met = {True: "yes", False: "no", None: "—"}[row.met]
         lost = sum(r["lost"] for r in row.records)
         dup = sum(r["duplicated"] for r in row.records)
         rates = [r["rate"] for r in row.records]
+        ratio = row.ratio()
         out.append(
             f"| {bench.name} | {row.median('rate'):,.0f} {bench.unit} | {min(rates):,.0f}–{max(rates):,.0f} "
-            f"| {target} | {met} "
+            f"| {_cpu(row.ours)} | {_rate(row.peer)} | {_cpu(row.peer)} "
+            f"| {'—' if ratio is None else f'{ratio:.2f}'} | {goal} | {met} "
             f"| {row.median('latency_usec', 'p50'):,.0f} | {row.median('latency_usec', 'p99'):,.0f} "
-            f"| {lost} / {dup} | {row.client_busy():.0f}% | `{row.command}` |")
+            f"| {lost} / {dup} | {row.ours.client_busy():.0f}% | `{row.command}` |")
     failures = [f"* {row.bench.name}: {f}" for row in rows for f in row.failures]
     if failures:
         out += ["", "Failed runs:", "", *failures]
@@ -288,7 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--procs", type=int, default=1, help="client processes per run")
     parser.add_argument("--only", action="append", default=[],
                         help="run only benchmarks whose name contains this (repeatable)")
-    parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--strict", action="store_true", help="exit 1 if a goal is missed")
+    parser.add_argument("--peer", metavar="BINARY", default=os.environ.get("PEER") or None,
+                        help="a darner binary to measure side by side (env PEER)")
     opts = parser.parse_args(argv)
     help_text = serve_help()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -297,11 +419,11 @@ def main(argv: list[str] | None = None) -> int:
         if opts.only and not any(word in bench.name for word in opts.only):
             continue
         print(f"{bench.name}:", flush=True)
-        row = run_bench(bench, max(1, opts.runs), opts.quick, opts.procs, help_text)
+        row = run_bench(bench, max(1, opts.runs), opts.quick, opts.procs, help_text, opts.peer)
         if row.skipped:
             print(f"  skipped: {row.skipped}", flush=True)
         rows.append(row)
-    table = render(rows, max(1, opts.runs), load)
+    table = render(rows, max(1, opts.runs), load, opts.peer)
     print()
     print(table)
     if opts.write:

@@ -213,7 +213,7 @@ def test_bench_quick_run_writes_the_table(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = doc.read_text()
     assert "keep me" in text and "<!-- bench:start -->" in text and "<!-- bench:end -->" in text
-    assert "| flood, 1 producer / 1 consumer |" in text and "items/s" in text
+    assert "| flood, 1 producer + 1 consumer |" in text and "items/s" in text
     assert "durable put-many" in text  # run, or listed as skipped with the reason
 
 
@@ -235,3 +235,20 @@ def test_ab_bench_alternates_two_trees_and_reports_each():
     runs = [line for line in proc.stdout.splitlines() if "µs per request" in line and "median" not in line]
     summaries = [line for line in proc.stdout.splitlines() if "median" in line]
     assert len(runs) == 4 and len(summaries) == 2
+
+
+def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
+    """With a peer the goal is the ratio of medians; without one, the absolute target."""
+    from loadtests.bench import Benchmark, Row, Side, render
+
+    bench = Benchmark("b", ("flood",), "items/s", goal=1.0, target=10.0)
+    ours = Side(records=[{"rate": 90.0, "lost": 0, "duplicated": 0,
+                          "latency_usec": {"p50": 1, "p99": 2}}], server_cpu=[50.0])
+    slower = Row(bench, "cmd", ours=ours, peer=Side(records=[{"rate": 100.0}], server_cpu=[40.0]))
+    assert slower.ratio() == 0.9 and slower.met is False
+    faster = Row(bench, "cmd", ours=ours, peer=Side(records=[{"rate": 80.0}]))
+    assert faster.met is True
+    alone = Row(bench, "cmd", ours=ours)
+    assert alone.ratio() is None and alone.met is True  # 90 >= the target of 10
+    table = render([slower], 1, peer="/bin/peer")
+    assert "| 0.90 | ≥ 1.0× | no |" in table and "| 50 | 100 | 40 |" in table
