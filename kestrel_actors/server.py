@@ -20,22 +20,14 @@ from gevent.server import StreamServer
 from pykka import ActorRegistry
 
 from . import __version__
-from .actors import (
-    ConnectionActor,
-    Disconnected,
-    Dispatcher,
-    QueueCollection,
-    Received,
-    ReplyFuture,
-    ServerStats,
-    Session,
-)
+from .actors import QueueCollection, ServerStats, Session
 from .actors._messages import IGNORE
 from .actors._collection import ForAll, Load, QueueOpener, Reconfigure, memory_opener
 from .config import ServerConfig
+from .runtime import Dispatcher, ReplyFuture
+from .session import ConnectionActor, Disconnected, Received, TextConnectionActor
 from .status import ServerStatus, session_refusals
 from ._transport import SocketTransport
-from .actors._text_connection import TextConnectionActor
 from .protocol import END, MemcacheDecoder
 from .protocol._text import TextDecoder
 

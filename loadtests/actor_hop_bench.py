@@ -11,7 +11,7 @@ import time
 import gevent
 import pykka
 
-from kestrel_actors.actors import GeventActor
+from kestrel_actors.runtime import GeventActor
 
 N = 20_000
 

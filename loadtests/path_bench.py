@@ -21,7 +21,9 @@ from typing import Callable
 
 import gevent
 
-from kestrel_actors.actors import ConnectionActor, Disconnected, Dispatcher, Received, Session
+from kestrel_actors.actors import Session
+from kestrel_actors.runtime import Dispatcher
+from kestrel_actors.session import ConnectionActor, Disconnected, Received
 from kestrel_actors.config import ServerConfig
 from kestrel_actors.journal import make_file_opener
 from kestrel_actors.logs import configure_logging

@@ -370,7 +370,7 @@ def test_file_opener_without_journal_erases_old_files(data_dir):
 
 def test_group_commit_through_a_gevent_actor(data_dir):
     """As the queue actor uses it: a handler journals, and the reply waits for the fsync."""
-    from kestrel_actors.actors._runtime import GeventActor, ReplyFuture
+    from kestrel_actors.runtime import GeventActor, ReplyFuture
 
     journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.0))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kestrel_actors.actors import QueueCore, expiry_from_exptime
+from kestrel_actors.queue import QueueCore, expiry_from_exptime
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
 

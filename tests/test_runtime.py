@@ -7,7 +7,7 @@ import gevent.event
 import pykka
 import pytest
 
-from kestrel_actors.actors import GeventActor, GeventFuture, ReplyFuture
+from kestrel_actors.runtime import GeventActor, GeventFuture, ReplyFuture
 
 
 class Recorder(GeventActor):
@@ -274,7 +274,7 @@ def test_a_stop_inside_an_inline_handler_turns_what_is_queued_into_dead_letters(
 
 
 def test_the_dispatcher_tells_in_order_from_a_greenlet_not_the_hub(inline_pair):
-    from kestrel_actors.actors import Dispatcher
+    from kestrel_actors.runtime import Dispatcher
 
     log, a, b = inline_pair
     a.proxy().peer = None
@@ -292,7 +292,7 @@ def test_the_dispatcher_tells_in_order_from_a_greenlet_not_the_hub(inline_pair):
 
 
 def test_a_suspended_dispatcher_does_not_hold_up_other_actors():
-    from kestrel_actors.actors import Dispatcher
+    from kestrel_actors.runtime import Dispatcher
 
     release = gevent.event.Event()
     seen: list = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kestrel_actors.actors._waitlist import WaitList, Waiter
+from kestrel_actors.queue import WaitList, Waiter
 
 
 class _Batch:

@@ -14,11 +14,11 @@ import structlog
 from pykka import ActorDeadError
 
 from ..config import ServerConfig
-from ..journal import MemoryJournal
+from ..queue import MemoryJournal
 from ._messages import IGNORE, OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, SetConfig, Sweep
 from ._queue import QueueActor
-from ._queue_core import QueueCore
-from ._runtime import GeventActor
+from ..queue import QueueCore
+from ..runtime import GeventActor
 from ._stats import ServerStats
 
 __all__ = ["AliasAdd", "Delete", "ForAll", "Reconfigure", "Gather", "QueueCollection", "Resolve", "Resolved", "validate_queue_name"]

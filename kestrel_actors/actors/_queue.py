@@ -2,7 +2,7 @@
 
 It wraps a :class:`QueueCore` (the queue logic) and adds what needs time and other actors:
 fetchers that wait for an item (each a stored promise, answered later, kept in a
-:class:`~._waitlist.WaitList` with one timer for their deadlines), fanout copies to child
+:class:`~..queue.WaitList` with one timer for their deadlines), fanout copies to child
 queues, and expired items forwarded to ``expire_to_queue``. A handler never blocks.
 """
 
@@ -16,7 +16,7 @@ import structlog
 from pykka import ActorDeadError
 
 from ..config import QueueConfig
-from ..journal import Journal
+from ..queue import Journal
 from ._messages import (
     FETCH_OPS,
     OP_ADD,
@@ -40,11 +40,11 @@ from ._messages import (
     Sweep,
     closed_result,
 )
-from ._queue_core import QueueCore, epoch_ms
-from ._dispatcher import Dispatcher
-from ._runtime import GeventActor
+from ..queue import QueueCore, epoch_ms
+from ..runtime import Dispatcher
+from ..runtime import GeventActor
 from ._stats import ServerStats
-from ._waitlist import Waiter, WaitList
+from ..queue import Waiter, WaitList
 
 __all__ = ["QueueActor"]
 

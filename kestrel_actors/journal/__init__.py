@@ -17,7 +17,7 @@ from ._format import (
     CORRUPT, TORN, Problem, Record, RecordReader, encode_add, encode_confirm_remove, encode_continue,
     encode_remove, encode_remove_tentative, encode_unremove,
 )
-from ._interface import Item, Journal, MemoryJournal
+from ..queue._journal import Item, Journal, MemoryJournal
 from ._pack import pack_archives, pack_queue
 from ._replay import ReadBehindPosition, ReplayResult, replay_queue
 

@@ -35,7 +35,7 @@ from ._files import (
 from ._format import (
     REMOVE_RECORD, encode_add, encode_confirm_remove, encode_remove_tentative, encode_unremove,
 )
-from ._interface import Item
+from ..queue._journal import Item
 from ._pack import commit_pack, prepare_pack, write_snapshot
 from ._readbehind import ReadBehindReader
 from ._replay import ReadBehindPosition

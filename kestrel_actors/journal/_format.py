@@ -25,7 +25,7 @@ import struct
 import time
 from typing import Callable, Iterator, NamedTuple, Union
 
-from ._interface import Item
+from ..queue._journal import Item
 
 __all__ = [
     "OP_ADD", "OP_REMOVE", "OP_ADDX", "OP_REMOVE_TENTATIVE", "OP_SAVE_XID", "OP_UNREMOVE",

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..config import QueueConfig
 from ._file import FileJournal
 from ._files import erase_files
-from ._interface import MemoryJournal
+from ..queue._journal import MemoryJournal
 from ._replay import ReplayResult, replay_queue
 from ._writer import run_blocking
 
@@ -59,7 +59,7 @@ def make_file_opener(data_dir: str, *, read_behind: bool = False) -> Callable[[s
     """
 
     def opener(name: str, config: QueueConfig) -> Any:
-        from ..actors._queue_core import QueueCore  # the actors package imports this one
+        from ..queue._core import QueueCore  # the actors package imports this one
 
         if not config.keep_journal:
             erase_files(data_dir, name)

@@ -44,7 +44,7 @@ from ._format import (
     ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID,
     OP_SAVE_XID, OP_UNREMOVE, Record, RecordReader, encode_add, encode_remove_tentative,
 )
-from ._interface import Item
+from ..queue._journal import Item
 from ._replay import XID_MAX, repair_file
 
 __all__ = ["PackError", "commit_pack", "pack_archives", "pack_queue", "prepare_pack", "write_snapshot"]

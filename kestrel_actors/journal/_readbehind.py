@@ -21,7 +21,7 @@ import structlog
 
 from ._files import archived_files, file_timestamp
 from ._format import ADD_OPS, OP_CONTINUE, RecordReader
-from ._interface import Item
+from ..queue._journal import Item
 from ._writer import run_blocking
 
 if TYPE_CHECKING:

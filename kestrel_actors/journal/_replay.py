@@ -39,7 +39,7 @@ from ._format import (
     ADD_OPS, CORRUPT, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
     OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, Problem, Record, RecordReader,
 )
-from ._interface import Item
+from ..queue._journal import Item
 
 __all__ = ["ReadBehindPosition", "ReplayResult", "replay_queue", "repair_file"]
 

@@ -22,8 +22,8 @@ import structlog
 from pykka import ActorDeadError
 
 from .. import protocol as p
-from ._collection import ForAll, Resolve
-from ._messages import (
+from ..actors._collection import ForAll, Resolve
+from ..actors._messages import (
     OP_OPEN_MANY,
     OP_PEEK,
     OP_UNREMOVE,
@@ -34,7 +34,7 @@ from ._messages import (
     Session,
     closed_result,
 )
-from ._runtime import GeventActor
+from ..runtime import GeventActor
 
 __all__ = ["Disconnected", "Received", "SessionActor"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 
 from ..config import QueueConfig
-from ..journal import Item, Journal
+from ._journal import Item, Journal
 
 __all__ = ["QueueCore", "epoch_ms", "expiry_from_exptime"]
 

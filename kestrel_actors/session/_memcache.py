@@ -12,8 +12,8 @@ from collections import deque
 from typing import Any
 
 from .. import protocol as p
-from ._collection import AliasAdd, Delete, Resolved
-from ._messages import (
+from ..actors._collection import AliasAdd, Delete, Resolved
+from ..actors._messages import (
     OP_ADD,
     OP_CONFIRM,
     OP_FLUSH,
@@ -23,8 +23,8 @@ from ._messages import (
     OP_REMOVE,
     OP_UNREMOVE,
 )
-from ._queue_core import expiry_from_exptime
-from ._session import (
+from ..queue import expiry_from_exptime
+from ._actor import (
     _ERROR_CLOSE,
     _Answer,
     _ERROR_OPEN,
@@ -36,7 +36,7 @@ from ._session import (
     _pop_oldest,
     _ReplyTo,
 )
-from ._session_replies import compose_dump_config, compose_dump_stats, compose_stats
+from ..protocol._replies import compose_dump_config, compose_dump_stats, compose_stats
 
 __all__ = ["ConnectionActor", "Disconnected", "Received"]
 
@@ -45,7 +45,7 @@ class ConnectionActor(SessionActor):
     """Session logic of one client: request order, open reads, waits and monitor streams.
 
     This class speaks the memcache protocol's commands and replies; the text protocol's
-    session (``_text_connection``) overrides the hooks marked as such.
+    session (``session._text``) overrides the hooks marked as such.
     """
 
     QUEUE_KINDS: frozenset[type] = frozenset((p.Set, p.Get, p.Confirm, p.Flush, p.FlushExpired))

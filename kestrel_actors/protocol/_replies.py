@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from ..protocol import END, stats_reply
+from ._memcache import END, stats_reply
 
 __all__ = ["compose_dump_config", "compose_dump_stats", "compose_stats"]
 

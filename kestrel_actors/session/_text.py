@@ -14,11 +14,11 @@ from typing import Any
 from .. import protocol as p
 from ..protocol import _text as t
 from ..protocol import _text_commands as tc
-from ._collection import AliasAdd, Delete, Gather, Resolved
-from ._connection import ConnectionActor
-from ._messages import OP_ADD, OP_CONFIRM, OP_FLUSH, OP_OPEN, OP_PEEK
-from ._queue_core import epoch_ms
-from ._session import _pop_oldest, _ReplyTo
+from ..actors._collection import AliasAdd, Delete, Gather, Resolved
+from ._memcache import ConnectionActor
+from ..actors._messages import OP_ADD, OP_CONFIRM, OP_FLUSH, OP_OPEN, OP_PEEK
+from ..queue import epoch_ms
+from ._actor import _pop_oldest, _ReplyTo
 
 __all__ = ["TextConnectionActor"]
 

@@ -1,0 +1,6 @@
+"""A gevent runtime for pykka: actors are greenlets, a dispatcher makes the hub's tells (ADR 0001, 0002)."""
+
+from ._actor import GeventActor, GeventFuture, ReplyFuture
+from ._dispatcher import Dispatcher
+
+__all__ = ["Dispatcher", "GeventActor", "GeventFuture", "ReplyFuture"]
