@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from .queue._rules import fanout_master
+
 __all__ = ["QueueConfig", "ServerConfig", "INT_MAX", "LONG_MAX"]
 
 INT_MAX = 2**31 - 1
@@ -80,7 +82,7 @@ class ServerConfig:
         """The effective config of queue ``name``: its own table, else its fanout master's."""
         if name in self.queues:
             return self.queues[name]
-        master, plus, _child = name.partition("+")
-        if plus and master in self.queues:
+        master = fanout_master(name)
+        if master is not None and master in self.queues:
             return self.queues[master]
         return self.queue_defaults

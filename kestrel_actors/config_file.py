@@ -23,6 +23,7 @@ from typing import Any
 from . import _config_values as v
 from ._toml_lines import KeyLines, format_key
 from .config import QueueConfig, ServerConfig
+from .queue._rules import fanout_master, is_fanout_child
 
 __all__ = [
     "QUEUE_SETTINGS",
@@ -267,11 +268,11 @@ def resolve_queue_configs(defaults: QueueConfig, tables: dict[str, dict[str, Any
     """
     resolved: dict[str, QueueConfig] = {}
     for name, settings in tables.items():
-        if "+" not in name:
+        if not is_fanout_child(name):
             resolved[name] = defaults.replace(**settings)
     for name, settings in tables.items():
-        master, plus, _child = name.partition("+")
-        if plus:
+        master = fanout_master(name)
+        if master is not None:
             resolved[name] = resolved.get(master, defaults).replace(**settings)
     return resolved
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kestrel_actors.queue import QueueCore, expiry_from_exptime
+from kestrel_actors.protocol import expiry_from_exptime
+from kestrel_actors.queue import QueueCore
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
 

@@ -14,33 +14,16 @@ import structlog
 from pykka import ActorDeadError
 
 from ..config import ServerConfig
-from ..queue import MemoryJournal
+from ..journal import MemoryJournal
 from ._messages import IGNORE, OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, SetConfig, Sweep
 from ._queue import QueueActor
-from ..queue import QueueCore
+from ..queue import QueueCore, fanout_master, is_fanout_child, validate_queue_name
 from ..runtime import GeventActor
 from ._stats import ServerStats
 
 __all__ = ["AliasAdd", "Delete", "ForAll", "Reconfigure", "Gather", "QueueCollection", "Resolve", "Resolved", "validate_queue_name"]
 
 log = structlog.get_logger("kestrel_actors.collection")
-
-MAX_NAME_BYTES = 200
-"""Leaves room in a 255-byte file name for ``.<epoch-ms>.pack`` and ``~~<epoch-ms>``."""
-
-_ILLEGAL = frozenset("/.~") | {chr(c) for c in range(32)} | {"\x7f"}
-
-
-def validate_queue_name(name: str) -> bool:
-    """True if ``name`` can name a queue: Kestrel's rule (no ``/ . ~``) plus safety limits.
-
-    Control bytes and over-long names are refused too, and a fanout child needs a master, so
-    a name can never reach outside the data directory or fail to become a file.
-    """
-    if not name or name.startswith("+") or len(name.encode("utf-8")) > MAX_NAME_BYTES:
-        return False
-    return not any(char in _ILLEGAL for char in name)
-
 
 QueueOpener = Callable[[str, Any], QueueCore]
 """``opener(name, queue_config)`` builds a queue's core, replaying its journal if it has one."""
@@ -200,7 +183,7 @@ class QueueCollection(GeventActor):
 
     def _create_configured_children(self) -> None:
         for name in self.config.queues:
-            if "+" in name and validate_queue_name(name):
+            if is_fanout_child(name) and validate_queue_name(name):
                 self._queue(name)
 
     def _reconfigure(self, config: ServerConfig) -> None:
@@ -244,8 +227,8 @@ class QueueCollection(GeventActor):
         ref = QueueActor.start(name, queue_config, core.journal, self.stats, core, expire_target)
         self.queues[name] = ref
         self.stats.queue_creates += 1
-        master, plus, _ = name.partition("+")
-        if plus:
+        master = fanout_master(name)
+        if master is not None:
             self.children.setdefault(master, {})[name] = ref
             self._tell_children(master)
         elif name in self.children:
@@ -262,8 +245,8 @@ class QueueCollection(GeventActor):
 
     def _delete(self, name: str, reply_to: Any) -> None:
         ref = self.queues.pop(name, None)
-        master, plus, _ = name.partition("+")
-        if plus:
+        master = fanout_master(name)
+        if master is not None:
             self.children.setdefault(master, {}).pop(name, None)
             self._tell_children(master)
         if ref is None:

@@ -40,7 +40,7 @@ from ._messages import (
     Sweep,
     closed_result,
 )
-from ..queue import QueueCore, epoch_ms
+from ..queue import QueueCore, epoch_ms, is_fanout_child
 from ..runtime import Dispatcher
 from ..runtime import GeventActor
 from ._stats import ServerStats
@@ -93,7 +93,7 @@ class QueueActor(GeventActor):
         """Answers waiting for the journal: sent together at the end of the burst."""
         self._dispatcher = Dispatcher.current()
         self._flush_due = False
-        self.is_master = "+" not in name
+        self.is_master = not is_fanout_child(name)
 
     # -- dispatch -------------------------------------------------------------------------
 

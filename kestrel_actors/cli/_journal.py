@@ -47,6 +47,7 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
         ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID,
         OP_SAVE_XID, OP_UNREMOVE, RecordReader,
     )
+    from ..queue._rules import next_xid
 
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -83,10 +84,7 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
                     queue.popleft()
             elif op in (OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID):
                 if op == OP_REMOVE_TENTATIVE:
-                    while True:
-                        xid += 1
-                        if xid not in open_sizes:
-                            break
+                    xid = next_xid(xid, open_sizes)
                 else:
                     xid = record.xid
                 if queue:

@@ -17,7 +17,8 @@ from ._format import (
     CORRUPT, TORN, Problem, Record, RecordReader, encode_add, encode_confirm_remove, encode_continue,
     encode_remove, encode_remove_tentative, encode_unremove,
 )
-from ..queue._journal import Item, Journal, MemoryJournal
+from ..queue import Item, Journal
+from ._memory import MemoryJournal
 from ._pack import pack_archives, pack_queue
 from ._replay import ReadBehindPosition, ReplayResult, replay_queue
 

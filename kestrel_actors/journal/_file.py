@@ -299,16 +299,12 @@ class FileJournal:
             log.info("coming out of read-behind", queue=self.name)
         return item
 
-    def read_behind_position(self) -> ReadBehindPosition | None:
-        reader = self._reader
-        return None if reader is None else ReadBehindPosition(reader.filename, reader.offset)
-
     def _end_read_behind(self) -> None:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
 
-    def _reader_moved(self, filename: str) -> None:
+    def reader_moved(self, filename: str) -> None:
         """The reader moved on to ``filename``: pack what lies behind it if a checkpoint asks."""
         if not self._checkpoint or (self._pack_job is not None and not self._pack_job.dead):
             return
@@ -351,7 +347,7 @@ class FileJournal:
         self.archived_size = total_size(self.data_dir, archived_files(self.data_dir, self.name))
         if self._reader is not None and self._checkpoint and not self.closed:
             self._pack_job = None  # the reader moved on meanwhile: pack what it left behind now
-            self._reader_moved(self._reader.filename)
+            self.reader_moved(self._reader.filename)
 
     def _wait_for_pack(self) -> None:
         # a finishing pack may start the next one (the reader moved on meanwhile): wait for

@@ -18,7 +18,8 @@ from typing import Any, Callable
 from ..config import QueueConfig
 from ._file import FileJournal
 from ._files import erase_files
-from ..queue._journal import MemoryJournal
+from ..queue import QueueCore
+from ._memory import MemoryJournal
 from ._replay import ReplayResult, replay_queue
 from ._writer import run_blocking
 
@@ -59,21 +60,12 @@ def make_file_opener(data_dir: str, *, read_behind: bool = False) -> Callable[[s
     """
 
     def opener(name: str, config: QueueConfig) -> Any:
-        from ..queue._core import QueueCore  # the actors package imports this one
-
         if not config.keep_journal:
             erase_files(data_dir, name)
             return QueueCore(name, config, MemoryJournal())
         journal, state = open_file_journal(data_dir, name, config, read_behind=read_behind)
         core = QueueCore(name, config, journal)
-        restore = getattr(core, "restore", None)
-        if restore is not None:
-            restore(state)
-        else:
-            core.items = state.items
-            core.bytes = state.bytes
-            core.total_items = state.total_items
-            core._xid = state.xid  # noqa: SLF001 - until QueueCore grows a restore(state)
+        core.restore(state)
         return core
 
     return opener

@@ -44,8 +44,8 @@ from ._format import (
     ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID,
     OP_SAVE_XID, OP_UNREMOVE, Record, RecordReader, encode_add, encode_remove_tentative,
 )
-from ..queue._journal import Item
-from ._replay import XID_MAX, repair_file
+from ..queue import Item, next_xid
+from ._replay import repair_file
 
 __all__ = ["PackError", "commit_pack", "pack_archives", "pack_queue", "prepare_pack", "write_snapshot"]
 
@@ -163,11 +163,7 @@ class _Plan:
         elif op == OP_REMOVE_TENTATIVE_XID or op == OP_REMOVE_TENTATIVE:
             xid = record.xid
             if op == OP_REMOVE_TENTATIVE:
-                xid = self.xid
-                while True:
-                    xid = xid + 1 if xid < XID_MAX else 1
-                    if xid not in self.open:
-                        break
+                xid = next_xid(self.xid, self.open)
             index = self._pop()
             if index is not None:
                 self.open[xid] = index

@@ -15,7 +15,7 @@ done in 1 MiB chunks on gevent's threadpool, so the hub never waits for the disk
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
@@ -24,8 +24,24 @@ from ._format import ADD_OPS, OP_CONTINUE, RecordReader
 from ..queue._journal import Item
 from ._writer import run_blocking
 
-if TYPE_CHECKING:
-    from ._file import FileJournal
+
+class WrittenFile(Protocol):
+    """What the reader needs of the journal it reads behind (a ``FileJournal``)."""
+
+    name: str
+    data_dir: str
+
+    def size(self) -> int:
+        """Bytes in the current file, pending ones included."""
+
+    def written_size(self) -> int:
+        """Bytes of the current file that are on disk (readable)."""
+
+    def flush(self) -> None:
+        """Write what is pending."""
+
+    def reader_moved(self, filename: str) -> None:
+        """The reader went on to ``filename`` (the journal may pack what is behind it)."""
 
 __all__ = ["ReadBehindReader"]
 
@@ -39,13 +55,12 @@ def _pread(fd: int, length: int, offset: int) -> bytes:
 class ReadBehindReader:
     """A forward cursor over a queue's journal files: ``(filename, offset)``."""
 
-    def __init__(self, journal: FileJournal, filename: str, offset: int) -> None:
+    def __init__(self, journal: WrittenFile, filename: str, offset: int) -> None:
         self.journal = journal
         self.filename = filename
         self.offset = offset
         self._fd: int | None = None
         self._reader: RecordReader | None = None
-        self.items_read = 0
 
     @property
     def in_current_file(self) -> bool:
@@ -75,7 +90,6 @@ class ReadBehindReader:
             if record is not None:
                 self.offset = reader.position
                 if record.op in ADD_OPS or record.op == OP_CONTINUE:
-                    self.items_read += 1
                     return record.item
                 continue
             if reader.problem is not None:
@@ -128,5 +142,5 @@ class ReadBehindReader:
         self.filename = later[0] if later else journal.name
         self.offset = 0
         log.info("read-behind moving to the next journal file", queue=journal.name, old=old, new=self.filename)
-        journal._reader_moved(self.filename)  # noqa: SLF001 - the journal's pack trigger
+        journal.reader_moved(self.filename)
         return True

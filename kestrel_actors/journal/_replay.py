@@ -39,7 +39,7 @@ from ._format import (
     ADD_OPS, CORRUPT, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
     OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, Problem, Record, RecordReader,
 )
-from ..queue._journal import Item
+from ..queue import Item, next_xid
 
 __all__ = ["ReadBehindPosition", "ReplayResult", "replay_queue", "repair_file"]
 
@@ -47,7 +47,6 @@ log = structlog.get_logger("kestrel_actors.journal")
 
 CORRUPT_DIR = ".corrupt"
 PROGRESS_BYTES = 10 * 1024 * 1024
-XID_MAX = 2**31 - 1
 
 
 class ReadBehindPosition(NamedTuple):
@@ -183,11 +182,7 @@ class _Replay:
             self.pop()
         elif op == OP_REMOVE_TENTATIVE_XID or op == OP_REMOVE_TENTATIVE:
             if op == OP_REMOVE_TENTATIVE:
-                xid = r.xid
-                while True:
-                    xid = xid + 1 if xid < XID_MAX else 1
-                    if xid not in r.open_items:
-                        break
+                xid = next_xid(r.xid, r.open_items)
             else:
                 xid = record.xid
             item = self.pop()

@@ -35,7 +35,6 @@ import gevent
 import gevent.event
 import gevent.lock
 import structlog
-from pykka import ActorDeadError
 
 __all__ = ["JournalWriter", "run_blocking", "NEVER", "ALWAYS", "PERIODIC"]
 
@@ -299,7 +298,5 @@ class JournalWriter:
             _target, callback = waiters.popleft()
             try:
                 callback()
-            except ActorDeadError:
-                log.debug("a durable reply found its receiver gone", queue=self.queue)
             except Exception:  # noqa: BLE001
                 log.exception("journal durability callback failed", queue=self.queue)

@@ -13,6 +13,8 @@ before a bad one still go out before the connection closes.
 
 from __future__ import annotations
 
+import time
+
 from ._commands import (
     Bad,
     Confirm,
@@ -42,6 +44,7 @@ __all__ = [
     "END",
     "ERROR",
     "MemcacheDecoder",
+    "expiry_from_exptime",
     "NOT_STORED",
     "SERVER_ERROR",
     "STORED",
@@ -283,3 +286,15 @@ def stats_reply(lines: list[tuple[str, object]]) -> bytes:
     """``STAT <name> <value>`` lines joined by CRLF, then ``END``."""
     body = "".join(f"STAT {name} {value}\r\n" for name, value in lines)
     return body.encode("latin-1") + END
+
+
+def expiry_from_exptime(exptime: int, now: int | None = None) -> int:
+    """Memcache expiry to absolute epoch ms: 0 never, < 1e6 relative seconds, else absolute.
+
+    ``now`` (epoch ms) is read from the clock only for a relative expiry, the rare case.
+    """
+    if exptime == 0:
+        return 0
+    if exptime < 1_000_000:
+        return (int(time.time() * 1000) if now is None else now) + exptime * 1000
+    return exptime * 1000

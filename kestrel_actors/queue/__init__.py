@@ -5,8 +5,15 @@
 implements it). Both ``journal/`` and ``actors/`` import this room; it imports neither.
 """
 
-from ._core import QueueCore, epoch_ms, expiry_from_exptime
-from ._journal import Item, Journal, MemoryJournal
+from ._core import QueueCore
+from ._journal import Item, Journal
+from ._rules import (
+    MAX_NAME_BYTES, XID_MAX, epoch_ms, fanout_master, is_fanout_child, name_problem, next_xid,
+    validate_queue_name,
+)
 from ._waitlist import Waiter, WaitList
 
-__all__ = ["Item", "Journal", "MemoryJournal", "QueueCore", "WaitList", "Waiter", "epoch_ms", "expiry_from_exptime"]
+__all__ = [
+    "MAX_NAME_BYTES", "XID_MAX", "Item", "Journal", "QueueCore", "WaitList", "Waiter", "epoch_ms",
+    "fanout_master", "is_fanout_child", "name_problem", "next_xid", "validate_queue_name",
+]

@@ -13,15 +13,16 @@ calling (queue actor) greenlet.
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-
-from ..config import QueueConfig
 from ._journal import Item, Journal
+from ._rules import epoch_ms, next_xid
 
-__all__ = ["QueueCore", "epoch_ms", "expiry_from_exptime"]
+if TYPE_CHECKING:  # the config module imports this room's rules
+    from ..config import QueueConfig
+
+__all__ = ["QueueCore", "epoch_ms"]
 
 STAT_NAMES = (
     "items",
@@ -41,23 +42,6 @@ STAT_NAMES = (
     "journal_rewrites",
     "journal_rotations",
 )
-
-
-def epoch_ms() -> int:
-    """The wall clock in epoch milliseconds, the unit of item times and expiries."""
-    return int(time.time() * 1000)
-
-
-def expiry_from_exptime(exptime: int, now: int | None = None) -> int:
-    """Memcache expiry to absolute epoch ms: 0 never, < 1e6 relative seconds, else absolute.
-
-    ``now`` (epoch ms) is read from the clock only for a relative expiry, the rare case.
-    """
-    if exptime == 0:
-        return 0
-    if exptime < 1_000_000:
-        return (epoch_ms() if now is None else now) + exptime * 1000
-    return exptime * 1000
 
 
 class QueueCore:
@@ -136,7 +120,7 @@ class QueueCore:
         item = self._pop_head()
         self.last_removed_add_time = item.add_time
         if transactional:
-            xid = self._next_xid()
+            xid = self._xid = next_xid(self._xid, self.open_reads)
             item.xid = xid
             self.open_reads[xid] = item
             self._open_since[xid] = now_ms
@@ -280,14 +264,6 @@ class QueueCore:
             self.items.append(item)
             self.mem_bytes += len(item.data)
 
-    def _next_xid(self) -> int:
-        xid = self._xid
-        while True:
-            xid = xid + 1 if xid < 2**31 - 1 else 1
-            if xid not in self.open_reads:
-                self._xid = xid
-                return xid
-
     def _time_out_oldest_open(self, now_ms: int) -> None:
         if not self._open_since:
             return
@@ -295,5 +271,3 @@ class QueueCore:
         timeout_ms = int(self.config.open_transaction_timeout * 1000)  # type: ignore[operator]
         if now_ms - since > timeout_ms:
             self.unremove(xid)
-
-

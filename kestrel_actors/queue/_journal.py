@@ -1,4 +1,4 @@
-"""What a queue needs from its journal, and the in-memory journal for queues without one.
+"""What a queue needs from its journal: the :class:`Journal` protocol and the :class:`Item` it writes.
 
 The queue calls one method per change, in the order the changes happen (these mirror
 Kestrel's journal records, §6.3). A journal may write lazily, but must keep that order, and
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-__all__ = ["Item", "Journal", "MemoryJournal"]
+__all__ = ["Item", "Journal"]
 
 
 class Item:
@@ -93,50 +93,3 @@ class Journal(Protocol):
 
     def read_behind(self) -> Item | None:
         """The next on-disk item to bring into memory; ``None`` ends read-behind."""
-
-
-class MemoryJournal:
-    """The journal of a queue that keeps nothing on disk (``keep_journal = false``)."""
-
-    def add(self, item: Item) -> None:
-        pass
-
-    def remove(self) -> None:
-        pass
-
-    def remove_tentative(self, xid: int) -> None:
-        pass
-
-    def unremove(self, xid: int) -> None:
-        pass
-
-    def confirm_remove(self, xid: int) -> None:
-        pass
-
-    def after_durable(self, callback: Callable[[], None]) -> None:
-        callback()
-
-    def size(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
-
-    def erase(self) -> None:
-        pass
-
-    in_read_behind = False
-    rewrites = 0
-    rotations = 0
-
-    def check_rotate(self, queue: Any) -> None:
-        pass
-
-    def rewrite(self, queue: Any) -> bool:
-        return False
-
-    def start_read_behind(self) -> None:
-        pass
-
-    def read_behind(self) -> Item | None:
-        return None

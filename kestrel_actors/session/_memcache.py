@@ -23,7 +23,6 @@ from ..actors._messages import (
     OP_REMOVE,
     OP_UNREMOVE,
 )
-from ..queue import expiry_from_exptime
 from ._actor import (
     _ERROR_CLOSE,
     _Answer,
@@ -153,7 +152,7 @@ class ConnectionActor(SessionActor):
                 self._refuse_now(p.SERVER_ERROR)
                 return
             self.server.stats.cmd_set += 1
-            expiry = expiry_from_exptime(command.exptime)
+            expiry = p.expiry_from_exptime(command.exptime)
             self.waiting = "alias_set"
             self.server.collection.tell(
                 AliasAdd(resolved.name, command.data, expiry, _ReplyTo(self.actor_ref, "alias_set"))
@@ -180,7 +179,7 @@ class ConnectionActor(SessionActor):
             if not server.writes_allowed(self.session):
                 return _SERVER_ERROR_CLOSE, True
             server.stats.cmd_set += 1
-            expiry = expiry_from_exptime(command.exptime)
+            expiry = p.expiry_from_exptime(command.exptime)
             ops.append((OP_ADD, command.data, expiry))
             return None, False
         if kind is p.Get:

@@ -1,0 +1,56 @@
+"""The journal of a queue that keeps nothing on disk (``keep_journal = false``)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..queue import Item
+
+__all__ = ["MemoryJournal"]
+
+
+class MemoryJournal:
+    """The journal of a queue that keeps nothing on disk (``keep_journal = false``)."""
+
+    def add(self, item: Item) -> None:
+        pass
+
+    def remove(self) -> None:
+        pass
+
+    def remove_tentative(self, xid: int) -> None:
+        pass
+
+    def unremove(self, xid: int) -> None:
+        pass
+
+    def confirm_remove(self, xid: int) -> None:
+        pass
+
+    def after_durable(self, callback: Callable[[], None]) -> None:
+        callback()
+
+    def size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+    def erase(self) -> None:
+        pass
+
+    in_read_behind = False
+    rewrites = 0
+    rotations = 0
+
+    def check_rotate(self, queue: Any) -> None:
+        pass
+
+    def rewrite(self, queue: Any) -> bool:
+        return False
+
+    def start_read_behind(self) -> None:
+        pass
+
+    def read_behind(self) -> Item | None:
+        return None
