@@ -21,7 +21,7 @@ from pykka import ActorRegistry
 
 from . import __version__
 from .actors import QueueCollection, ServerStats, Session
-from .actors._messages import IGNORE
+from .actors._session_queue import IGNORE
 from .actors._collection import ForAll, Load, QueueOpener, Reconfigure, memory_opener
 from .config import ServerConfig
 from .runtime import Dispatcher, ReplyFuture

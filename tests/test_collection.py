@@ -7,7 +7,7 @@ import gevent
 from kestrel_actors.actors import QueueBatch, QueueCollection, ServerStats
 from kestrel_actors.runtime import ReplyFuture
 from kestrel_actors.actors._collection import Resolve, memory_opener
-from kestrel_actors.actors._messages import OP_ADD, OP_REMOVE
+from kestrel_actors.actors._session_queue import OP_ADD, OP_REMOVE
 from kestrel_actors.config import ServerConfig
 
 

@@ -1,7 +1,7 @@
 """The server's actors: one per queue, and the collection that knows them by name."""
 
 from ._collection import QueueCollection, validate_queue_name
-from ._messages import BatchDone, QueueBatch, Session
+from ._session_queue import BatchDone, QueueBatch, Session
 from ._queue import QueueActor
 from ._stats import ServerStats
 

@@ -17,7 +17,7 @@ from pykka import ActorDeadError
 
 from ..config import QueueConfig
 from ..queue import Journal
-from ._messages import (
+from ._session_queue import (
     FETCH_OPS,
     OP_ADD,
     OP_CONFIRM,

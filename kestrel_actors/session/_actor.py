@@ -23,7 +23,7 @@ from pykka import ActorDeadError
 
 from .. import protocol as p
 from ..actors._collection import ForAll, Resolve
-from ..actors._messages import (
+from ..actors._session_queue import (
     OP_OPEN_MANY,
     OP_PEEK,
     OP_UNREMOVE,

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import protocol as p
 from ..actors._collection import AliasAdd, Delete, Resolved
-from ..actors._messages import (
+from ..actors._session_queue import (
     OP_ADD,
     OP_CONFIRM,
     OP_FLUSH,

@@ -16,7 +16,7 @@ from ..protocol import _text as t
 from ..protocol import _text_commands as tc
 from ..actors._collection import AliasAdd, Delete, Gather, Resolved
 from ._memcache import ConnectionActor
-from ..actors._messages import OP_ADD, OP_CONFIRM, OP_FLUSH, OP_OPEN, OP_PEEK
+from ..actors._session_queue import OP_ADD, OP_CONFIRM, OP_FLUSH, OP_OPEN, OP_PEEK
 from ..queue import epoch_ms
 from ._actor import _pop_oldest, _ReplyTo
 
