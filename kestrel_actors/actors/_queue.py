@@ -17,28 +17,12 @@ from pykka import ActorDeadError
 
 from ..config import QueueConfig
 from ..queue import Journal
+from ._collection_queue import (
+    AddCopy, CloseQueue, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep, Swept,
+)
 from ._session_queue import (
-    FETCH_OPS,
-    OP_ADD,
-    OP_CONFIRM,
-    OP_FLUSH,
-    OP_FLUSH_EXPIRED,
-    OP_OPEN,
-    OP_OPEN_MANY,
-    OP_PEEK,
-    OP_REMOVE,
-    OP_UNREMOVE,
-    AddCopy,
-    BatchDone,
-    CancelWaits,
-    CloseQueue,
-    DeleteQueue,
-    GetStats,
-    QueueBatch,
-    SetChildren,
-    SetConfig,
-    Sweep,
-    closed_result,
+    FETCH_OPS, Add, BatchDone, CancelWaits, Confirm, Flush, FlushExpired, Open, OpenMany, Peek, QueueBatch,
+    Remove, Unremove, closed_result, missed_result,
 )
 from ..queue import QueueCore, epoch_ms, is_fanout_child
 from ..runtime import Dispatcher
@@ -56,11 +40,6 @@ _FLUSH_REPLIES = object()
 
 _WAITERS_DUE = object()
 """A queue's message to itself: its deadline timer fired, some parked batches may be due."""
-
-
-def _missed(op: tuple) -> Any:
-    """The result of a fetch that found nothing."""
-    return [] if op[0] == OP_OPEN_MANY else None
 
 
 class QueueActor(GeventActor):
@@ -106,7 +85,7 @@ class QueueActor(GeventActor):
             except Exception:
                 # answered as a closed queue would, so the client is not left waiting
                 results += [closed_result(op) for op in message.ops[len(results):]]
-                self._replies.append((message.reply_to, BatchDone(message.tag, results, self.name)))
+                self._replies.append((message.reply_to, BatchDone(results)))
                 raise
         elif message is _FLUSH_REPLIES:
             self._flush_due = False
@@ -124,7 +103,7 @@ class QueueActor(GeventActor):
             count = self.core.discard_expired(now_ms)
             self._forward_expired()
             if message.reply_to is not None:
-                message.reply_to.tell((self.name, count, self._queue_expired(now_ms)))
+                message.reply_to.tell(Swept(self.name, count, self._queue_expired(now_ms)))
         elif kind is SetConfig:
             self.core.config = message.config
         elif kind is SetChildren:
@@ -150,12 +129,11 @@ class QueueActor(GeventActor):
     def on_inbox_empty(self) -> None:
         if not self._replies or self._flush_due:
             return
-        if not self._dispatcher.due:
-            self._send_replies()  # nothing else is due in this burst: no reason to wait
-            return
         # after the tells already due: every batch of this burst shares one journal write
-        self._flush_due = True
-        self._dispatcher.deliver(self.actor_ref, _FLUSH_REPLIES)
+        if self._dispatcher.after_burst(self.actor_ref, _FLUSH_REPLIES):
+            self._flush_due = True
+        else:
+            self._send_replies()  # nothing else is due in this burst: no reason to wait
 
     def _send_replies(self) -> None:
         """Answer every batch run since the last time, after one journal write covers them.
@@ -192,7 +170,7 @@ class QueueActor(GeventActor):
         elif kind is GetStats:
             message.reply_to.tell(None)
         elif kind in (Sweep, DeleteQueue, CloseQueue) and message.reply_to is not None:
-            message.reply_to.tell((self.name, 0, False) if kind is Sweep else True)
+            message.reply_to.tell(Swept(self.name, 0, False) if kind is Sweep else True)
 
     # -- batches --------------------------------------------------------------------------
 
@@ -203,13 +181,13 @@ class QueueActor(GeventActor):
         now_ms = epoch_ms()
         for index in range(start, len(ops)):
             op = ops[index]
-            code = op[0]
-            if code == OP_ADD:
-                results.append(self._add(op[1], op[2], now_ms))
-            elif code in FETCH_OPS:
-                result = self._fetch(op, now_ms)
+            kind = type(op)
+            if kind is Add:
+                results.append(self._add(op.data, op.expiry, now_ms))
+            elif kind in FETCH_OPS:
+                result = self._fetch(op, kind, now_ms)
                 if not result:
-                    deadline = op[-1]
+                    deadline = op.deadline
                     if (
                         deadline is not None
                         and not core.closed
@@ -220,25 +198,25 @@ class QueueActor(GeventActor):
                         return
                     stats.get_misses += 1
                 results.append(result)
-            elif code == OP_CONFIRM:
+            elif kind is Confirm:
                 confirmed = 0
-                for xid in op[1]:
+                for xid in op.xids:
                     confirmed += core.confirm(xid)
                 results.append(confirmed)
-            elif code == OP_UNREMOVE:
-                for xid in op[1]:
+            elif kind is Unremove:
+                for xid in op.xids:
                     if core.unremove(xid):
                         self._wake_one()
                 results.append(None)
-            elif code == OP_FLUSH:
+            elif kind is Flush:
                 core.flush(now_ms)
                 results.append(None)
-            elif code == OP_FLUSH_EXPIRED:
+            elif kind is FlushExpired:
                 results.append(core.discard_expired(now_ms))
             else:
                 raise ValueError(f"unknown queue operation {op!r}")
         self._forward_expired()
-        self._replies.append((batch.reply_to, BatchDone(batch.tag, results, self.name)))
+        self._replies.append((batch.reply_to, BatchDone(results)))
 
     def _add(self, data: bytes, expiry: int, now_ms: int) -> bool:
         if self.has_children:
@@ -266,21 +244,20 @@ class QueueActor(GeventActor):
             self._wake_one()
         self._forward_expired()
 
-    def _fetch(self, op: tuple, now_ms: int) -> Any:
-        code = op[0]
+    def _fetch(self, op: Any, kind: type, now_ms: int) -> Any:
         core = self.core
-        if code == OP_REMOVE or code == OP_OPEN:
-            item = core.remove(now_ms, transactional=code == OP_OPEN)
+        if kind is Remove or kind is Open:
+            item = core.remove(now_ms, transactional=kind is Open)
             if item is not None:
                 self.stats.get_hits += 1
             return item
-        if code == OP_PEEK:
+        if kind is Peek:
             item = core.peek(now_ms)
             if item is not None:
                 self.stats.get_hits += 1
             return item
         items = []
-        for _ in range(op[1]):
+        for _ in range(op.max_items):
             item = core.remove(now_ms, transactional=True)
             if item is None:
                 break
@@ -306,7 +283,7 @@ class QueueActor(GeventActor):
             waiters.remove(waiter)
             session = waiter.batch.session
             if session is not None and session.closed:
-                self._finish_missed(waiter)
+                self._finishmissed_result(waiter)
                 continue
             self._run(waiter.batch, waiter.index, waiter.results)
             return
@@ -315,19 +292,19 @@ class QueueActor(GeventActor):
         """The deadline timer fired: the batches parked past their deadline go on with a miss."""
         for waiter in self.waiters.take_due():
             self.stats.get_misses += 1
-            waiter.results.append(_missed(waiter.batch.ops[waiter.index]))
+            waiter.results.append(missed_result(waiter.batch.ops[waiter.index]))
             self._run(waiter.batch, waiter.index + 1, waiter.results)
 
-    def _finish_missed(self, waiter: Waiter) -> None:
+    def _finishmissed_result(self, waiter: Waiter) -> None:
         """Answer a parked batch with a miss and nothing after it (its client has gone)."""
-        waiter.results.append(_missed(waiter.batch.ops[waiter.index]))
-        waiter.batch.reply_to.tell(BatchDone(waiter.batch.tag, waiter.results, self.name))
+        waiter.results.append(missed_result(waiter.batch.ops[waiter.index]))
+        waiter.batch.reply_to.tell(BatchDone(waiter.results))
 
     def _cancel_waits(self, session: Any) -> None:
         waiter = self.waiters.of_session(session)
         if waiter is not None:
             self.waiters.remove(waiter)
-            self._finish_missed(waiter)
+            self._finishmissed_result(waiter)
 
     # -- the rest -------------------------------------------------------------------------
 
@@ -353,14 +330,14 @@ class QueueActor(GeventActor):
         lines = self.core.stats(epoch_ms(), len(self.waiters))
         if self.has_children:
             lines.append(("children", ",".join(self.children)))
-        reply_to.tell((self.name, lines))
+        reply_to.tell(QueueStats(self.name, lines))
 
     def _close(self, erase: bool) -> None:
         core = self.core
         self._send_replies()
         core.close()
         for waiter in self.waiters.clear():
-            self._finish_missed(waiter)
+            self._finishmissed_result(waiter)
         if erase:
             core.journal.erase()
         else:

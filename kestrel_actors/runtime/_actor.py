@@ -20,6 +20,9 @@ pykka exposes three hooks for a runtime, ``_create_actor_inbox``, ``_create_futu
   :meth:`GeventActor.on_dead_letter` instead of vanishing silently;
 * :meth:`GeventActor.on_inbox_empty`, called before an actor waits on an empty inbox.
 
+Both ways of running an actor, on its own greenlet and inline on a sender's, go through one
+drain (:meth:`GeventActor._drain`) with one set of rules.
+
 ``_dispatcher`` adds a :class:`~._dispatcher.Dispatcher`: hub callbacks (socket reads)
 cannot run handlers inline, so they hand their tells to a dispatcher greenlet.
 """
@@ -232,36 +235,17 @@ class GeventActor(pykka.Actor):
             mailbox.greenlet = gevent.spawn(self._actor_loop)
 
     def _actor_loop_running(self) -> None:
-        # pykka's loop, plus: before waiting on an empty inbox, on_inbox_empty() runs, so an
-        # actor can finish work for everything that arrived in one wake-up.
+        # pykka's loop is replaced by the one drain below: the actor's own greenlet runs every
+        # message, asks and pykka's control messages included, and parks when it is idle.
         mailbox = self.actor_inbox
-        items = mailbox.items
-        hub = mailbox.hub
-        stopped = self.actor_stopped
-        while not stopped._set:
-            if not items:
-                try:
-                    self.on_inbox_empty()
-                except Exception:  # noqa: BLE001
-                    self._fail()
-                if items or stopped._set:
-                    continue
-                mailbox.idle = True
-                hub.switch()  # until _Mailbox.wake
-                continue
-            envelope = items.popleft()
-            try:
-                response = self._handle_receive(envelope.message)
-                if envelope.reply_to is not None:
-                    envelope.reply_to.set(response)
-            except Exception:
-                if envelope.reply_to is not None:
-                    envelope.reply_to.set_exception()
-                else:
-                    self._fail()
-            except BaseException:  # noqa: BLE001
-                self._stop()
-                pykka.ActorRegistry.stop_all()
+        try:
+            while not self.actor_stopped._set:
+                if self._drain(inline=False):
+                    mailbox.idle = True
+                    mailbox.hub.switch()  # until _Mailbox.wake
+        except BaseException:  # noqa: BLE001 - pykka's rule: a fatal error stops every actor
+            self._stop()
+            pykka.ActorRegistry.stop_all()
         mailbox.idle = False
 
     def _run_inline(self, message: Any) -> None:
@@ -275,31 +259,8 @@ class GeventActor(pykka.Actor):
         items = mailbox.items
         stopped = self.actor_stopped
         try:
-            try:
-                self.on_receive(message)
-            except Exception:  # noqa: BLE001
-                self._fail()
-            while not stopped._set:
-                if items:
-                    envelope = items[0]
-                    kind = type(envelope.message)
-                    if envelope.reply_to is not None or (kind in _PYKKA_MESSAGES and kind is not _STOP):
-                        break
-                    items.popleft()
-                    if kind is _STOP:  # the actor's own stop(), told from its handler
-                        self._stop()
-                        break
-                    try:
-                        self.on_receive(envelope.message)
-                    except Exception:  # noqa: BLE001
-                        self._fail()
-                    continue
-                try:
-                    self.on_inbox_empty()
-                except Exception:  # noqa: BLE001
-                    self._fail()
-                if not items:
-                    break
+            self._handle(message, None)
+            self._drain(inline=True)
         finally:
             if stopped._set and mailbox.greenlet is None:
                 self._actor_loop_teardown()  # no greenlet to do it: the dead letters, here
@@ -307,6 +268,47 @@ class GeventActor(pykka.Actor):
                 mailbox.wake()  # its own greenlet runs the rest, or its teardown
             else:
                 mailbox.idle = True
+
+    def _drain(self, inline: bool) -> bool:
+        """Handle the inbox in order until it is empty (True: the actor is idle) or the actor
+        stops or, ``inline``, a message needs the actor's own greenlet (False).
+
+        One set of rules wherever it runs: ``on_inbox_empty`` before every wait; an ask
+        answers its future, a failed tell fails the actor. Inline, only tells run (the
+        actor's own ``stop()`` among them): an ask or another pykka message waits for the
+        actor's greenlet, which may block as pykka's handlers expect.
+        """
+        items = self.actor_inbox.items
+        stopped = self.actor_stopped
+        while not stopped._set:
+            if not items:
+                try:
+                    self.on_inbox_empty()
+                except Exception:  # noqa: BLE001
+                    self._fail()
+                if items or stopped._set:
+                    continue
+                return True
+            envelope = items[0]
+            if inline and envelope.reply_to is not None:
+                return False
+            kind = type(envelope.message)
+            if inline and kind in _PYKKA_MESSAGES and kind is not _STOP:
+                return False
+            items.popleft()
+            self._handle(envelope.message, envelope.reply_to)
+        return False
+
+    def _handle(self, message: Any, reply_to: Any) -> None:
+        try:
+            response = self._handle_receive(message)
+            if reply_to is not None:
+                reply_to.set(response)
+        except Exception:
+            if reply_to is not None:
+                reply_to.set_exception()
+            else:
+                self._fail()
 
     def _fail(self) -> None:
         self._handle_failure(*sys.exc_info())

@@ -62,6 +62,18 @@ class Dispatcher:
         else:
             gevent.spawn(self._run)
 
+    def after_burst(self, ref: Any, message: Any) -> bool:
+        """The end-of-burst hook: ``ref.tell(message)`` once the tells due now have been made.
+
+        Returns ``False``, doing nothing, when no tell is due: the burst is over, and the
+        caller does at once what it would have done then. A queue holds its answers this way
+        so that every batch of one burst shares one journal write.
+        """
+        if not self.due:
+            return False
+        self.deliver(ref, message)
+        return True
+
     def _run(self) -> None:
         me = getcurrent()
         due = self.due
