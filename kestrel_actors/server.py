@@ -1,8 +1,8 @@
-"""The server: gevent listeners and one connection actor per client.
+"""The server: the queue collection, the gevent listeners, and the server's life cycle.
 
-Connections are accepted on the hub. A client socket is read by a hub I/O watcher
-(``_transport``) that feeds the protocol decoder and hands the commands to the connection
-actor through the dispatcher; everything else happens in actors.
+Connections are accepted on the hub and handed to ``session.Connections``, which wires a
+transport (a hub I/O watcher feeding the protocol decoder) to a session actor; everything else
+happens in actors. Sessions reach the server only through their ``SessionContext``.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from gevent.server import StreamServer
 from pykka import ActorRegistry
 
 from . import __version__
-from .actors import QueueCollection, ServerStats, Session
+from .actors import QueueCollection, ServerStats
+from .actors._collection import QueueOpener, memory_opener
+from .actors._session_collection import ForAll, ForAllKind, Load, Reconfigure
 from .actors._session_queue import IGNORE
-from .actors._collection import ForAll, Load, QueueOpener, Reconfigure, memory_opener
 from .config import ServerConfig
-from .runtime import Dispatcher, ReplyFuture
-from .session import ConnectionActor, Disconnected, Received, TextConnectionActor
-from .status import ServerStatus, session_refusals
-from ._transport import SocketTransport
-from .protocol import END, MemcacheDecoder
+from .runtime import ReplyFuture
+from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler
+from .status import ServerStatus
+from .protocol import MemcacheDecoder
 from .protocol._text import TextDecoder
 
 __all__ = ["Server", "StartupError"]
@@ -77,17 +77,18 @@ class Server:
         self.config = config
         self.stats = ServerStats()
         self.status = ServerStatus.from_config(config)
-        self._next_session = 0
         self._stopped = gevent.event.Event()
         self._listeners: list[StreamServer] = []
         self._sweeper: Any = None
         self._shutting_down = False
         self._check_data_dir()
         self._discover = discover or list
-        self._connection_log = log.bind()
-        """Resolved once (logging is configured by now): a module logger is a lazy proxy that
-        binds anew on every call, and two of these calls come with every connection."""
         self.collection = QueueCollection.start(config, self.stats, opener or memory_opener)
+        self.context = SessionContext(
+            stats=self.stats, status=self.status, collection=self.collection, config=config,
+            version=self.version, control=_Control(self), closed=lambda session: self.connections.closed(session),
+        )
+        self.connections = Connections(self.context)
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -161,7 +162,7 @@ class Server:
         graceful = self.status.graceful_shutdown()
         self.status.shutdown()
         closed = ReplyFuture()
-        self.collection.tell(ForAll("close", closed, ("graceful",) if graceful else None))
+        self.collection.tell(ForAll(ForAllKind.CLOSE, closed, graceful=graceful))
         try:
             closed.get(timeout=30)
         except Exception:  # noqa: BLE001 - a stuck queue must not keep the process alive
@@ -173,75 +174,18 @@ class Server:
     def _sweep_forever(self, frequency: float) -> None:
         while True:
             gevent.sleep(frequency)
-            self.collection.tell(ForAll("sweep", IGNORE))
+            self.collection.tell(ForAll(ForAllKind.SWEEP, IGNORE))
 
     # -- connections ----------------------------------------------------------------------
 
     def _serve_memcache(self, sock: Any, address: Any) -> None:
         decoder = MemcacheDecoder(self.config.max_line_bytes, self.config.max_item_bytes)
-        self._serve(sock, address, decoder, ConnectionActor)
+        self.connections.accept(sock, address, decoder, MemcacheHandler)
 
     def _serve_text(self, sock: Any, address: Any) -> None:
-        self._serve(sock, address, TextDecoder(self.config.max_line_bytes), TextConnectionActor)
+        self.connections.accept(sock, address, TextDecoder(self.config.max_line_bytes), TextHandler)
 
-    def _serve(self, sock: Any, address: Any, decoder: Any, actor_class: type[ConnectionActor]) -> None:
-        """Accept one client: a session, a connection actor, and a transport feeding it."""
-        stats = self.stats
-        if stats.curr_connections >= self.config.max_connections:
-            log.warning("connection refused: too many connections", peer=_peer(address))
-            sock.close()
-            return
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        except OSError:  # gone already
-            sock.close()
-            return
-        self._next_session += 1
-        session = Session(self._next_session, _peer(address))
-        stats.curr_connections += 1
-        stats.total_connections += 1
-        config = self.config
-        session.refuse_writes, session.refuse_reads = session_refusals(
-            stats.curr_connections, config.connection_limit_refuse_writes, config.connection_limit_refuse_reads
-        )
-        holder: list[Any] = []
-        deliver = Dispatcher.current().deliver  # transport callbacks run on the hub
-
-        def on_commands(commands: list[Any]) -> None:
-            deliver(holder[0], Received(commands))
-
-        def on_eof() -> None:
-            session.closed = True  # at once: a queue must not hand this client an item now
-            deliver(holder[0], Disconnected())
-
-        def on_bytes(count: int) -> None:
-            stats.bytes_read += count
-
-        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, config.client_timeout)
-        holder.append(actor_class.start(self, transport, session))
-        self._connection_log.debug("connection opened", connection=session.id, peer=session.peer)
-        transport.start()
-
-    def connection_closed(self, connection: ConnectionActor) -> None:
-        self.stats.curr_connections -= 1
-        self._connection_log.debug("connection closed", connection=connection.session.id,
-                                   peer=connection.session.peer)
-
-    # -- server status (§7.2) -------------------------------------------------------------
-
-    def writes_allowed(self, session: Session) -> bool:
-        return not session.refuse_writes and not self.status.blocks_writes()
-
-    def reads_allowed(self, session: Session) -> bool:
-        return not session.refuse_reads and not self.status.blocks_reads()
-
-    def status_reply(self, name: str | None) -> bytes:
-        """``status`` replies the status; ``status <name>`` changes it (or silently not)."""
-        if name is None:
-            return self.status.status.reply_name.encode() + b"\r\n"
-        self.status.set(name)
-        return END
+    # -- what sessions ask of the server ----------------------------------------------------
 
     def reload(self, reply_to: Any) -> None:
         """Re-read the config file; only queue settings and aliases change (§2.3, §5.13).
@@ -258,7 +202,7 @@ class Server:
             except (ConfigError, OSError) as exc:
                 log.error("reload failed; keeping the running configuration", error=str(exc))
             else:
-                self.config = self.config.replace(
+                self.config = self.context.config = self.config.replace(
                     queue_defaults=new.queue_defaults, queues=new.queues, aliases=new.aliases
                 )
                 self.collection.tell(Reconfigure(self.config, reply_to))
@@ -267,8 +211,18 @@ class Server:
         reply_to.tell(True)
 
 
-def _peer(address: Any) -> str:
-    try:
-        return f"{address[0]}:{address[1]}"
-    except (TypeError, IndexError):
-        return str(address)
+class _Control:
+    """The server as sessions see it: it takes :class:`Shutdown` and :class:`Reload` by ``tell``."""
+
+    __slots__ = ("_server",)
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    def tell(self, message: Any) -> None:
+        if type(message) is Shutdown:
+            self._server.shutdown()
+        elif type(message) is Reload:
+            self._server.reload(message.reply_to)
+        else:
+            raise TypeError(f"the server takes no {type(message).__name__}")

@@ -23,7 +23,7 @@ import gevent
 
 from kestrel_actors.actors import Session
 from kestrel_actors.runtime import Dispatcher
-from kestrel_actors.session import ConnectionActor, Disconnected, Received
+from kestrel_actors.session import Disconnected, MemcacheHandler, Received, SessionActor
 from kestrel_actors.config import ServerConfig
 from kestrel_actors.journal import make_file_opener
 from kestrel_actors.logs import configure_logging
@@ -58,7 +58,7 @@ class _Client:
     def __init__(self, server: Server, number: int) -> None:
         self.transport = _Buffer()
         self.decoder = MemcacheDecoder()
-        self.ref = ConnectionActor.start(server, self.transport, Session(number, "bench"))
+        self.ref = SessionActor.start(server.context, self.transport, Session(number, "bench"), MemcacheHandler)
 
     def send(self, data: bytes) -> None:
         Dispatcher.current().deliver(self.ref, Received(self.decoder.feed(data)))

@@ -15,13 +15,15 @@ from pykka import ActorDeadError
 
 from ..config import ServerConfig
 from ..journal import MemoryJournal
-from ._session_queue import IGNORE, OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, SetConfig, Sweep
+from ._collection_queue import CloseQueue, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep
+from ._session_collection import AliasAdd, Delete, ForAll, ForAllKind, Gather, Load, Reconfigure, Resolve, Resolved
+from ._session_queue import FLUSH, IGNORE, Add, QueueBatch
 from ._queue import QueueActor
 from ..queue import QueueCore, fanout_master, is_fanout_child, validate_queue_name
 from ..runtime import GeventActor
 from ._stats import ServerStats
 
-__all__ = ["AliasAdd", "Delete", "ForAll", "Reconfigure", "Gather", "QueueCollection", "Resolve", "Resolved", "validate_queue_name"]
+__all__ = ["QueueCollection", "QueueOpener", "memory_opener"]
 
 log = structlog.get_logger("kestrel_actors.collection")
 
@@ -31,102 +33,6 @@ QueueOpener = Callable[[str, Any], QueueCore]
 
 def memory_opener(name: str, config: Any) -> QueueCore:
     return QueueCore(name, config, MemoryJournal())
-
-
-class Gather:
-    """A ``reply_to`` that collects ``expected`` answers, then calls ``done(answers)``."""
-
-    def __init__(self, expected: int, done: Callable[[list[Any]], None]) -> None:
-        self.answers: list[Any] = []
-        self.expected = expected
-        self.done = done
-        if expected == 0:
-            done([])
-
-    def tell(self, answer: Any) -> None:
-        self.answers.append(answer)
-        if len(self.answers) == self.expected:
-            self.done(self.answers)
-
-    def send(self, refs: list[Any], make_message: Callable[[Any], Any]) -> None:
-        """Send ``make_message(self)`` to every ref; a dead one answers ``None``."""
-        for ref in refs:
-            try:
-                ref.tell(make_message(self))
-            except ActorDeadError:
-                self.tell(None)
-
-
-class Resolved:
-    """The answer to a name lookup: a queue ref, an alias's destinations, or neither."""
-
-    __slots__ = ("name", "ref", "alias", "valid")
-
-    def __init__(self, name: str, ref: Any = None, alias: tuple[str, ...] | None = None, valid: bool = True):
-        self.name = name
-        self.ref = ref
-        self.alias = alias
-        self.valid = valid
-
-
-class Resolve:
-    __slots__ = ("name", "create", "reply_to", "tag")
-
-    def __init__(self, name: str, create: bool, reply_to: Any, tag: Any = None) -> None:
-        self.name = name
-        self.create = create
-        self.reply_to = reply_to
-        self.tag = tag
-
-
-class Delete:
-    __slots__ = ("name", "reply_to")
-
-    def __init__(self, name: str, reply_to: Any) -> None:
-        self.name = name
-        self.reply_to = reply_to
-
-
-class Load:
-    """Create the queues found on disk (asked, before the listeners start)."""
-
-    __slots__ = ("names",)
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-
-
-class Reconfigure:
-    """``reload``: answer ``reply_to`` once every queue has been told its new settings."""
-
-    __slots__ = ("config", "reply_to")
-
-    def __init__(self, config: ServerConfig, reply_to: Any) -> None:
-        self.config = config
-        self.reply_to = reply_to
-
-
-class AliasAdd:
-    """A SET to an alias: add to every destination; answer the list of their results."""
-
-    __slots__ = ("name", "data", "expiry", "reply_to")
-
-    def __init__(self, name: str, data: bytes, expiry: int, reply_to: Any) -> None:
-        self.name = name
-        self.data = data
-        self.expiry = expiry
-        self.reply_to = reply_to
-
-
-class ForAll:
-    """Run ``kind`` on every queue: 'flush', 'sweep', 'stats', 'config' or 'close'."""
-
-    __slots__ = ("kind", "reply_to", "names")
-
-    def __init__(self, kind: str, reply_to: Any, names: tuple[str, ...] | None = None) -> None:
-        self.kind = kind
-        self.reply_to = reply_to
-        self.names = names
 
 
 class QueueCollection(GeventActor):
@@ -150,7 +56,7 @@ class QueueCollection(GeventActor):
     def on_receive(self, message: Any) -> Any:
         kind = type(message)
         if kind is Resolve:
-            message.reply_to.tell((message.tag, self._resolve(message.name, message.create)))
+            message.reply_to.tell(self._resolve(message.name, message.create))
         elif kind is Delete:
             self._delete(message.name, message.reply_to)
         elif kind is ForAll:
@@ -264,9 +170,9 @@ class QueueCollection(GeventActor):
         for answer in answers:
             if answer is None:
                 continue
-            name, count, queue_expired = answer
-            counts.append(count)
-            if queue_expired and name in self.queues:
+            name = answer.name
+            counts.append(answer.expired)
+            if answer.queue_expired and name in self.queues:
                 log.info("queue expired", queue=name)
                 self.stats.queue_expires += 1
                 self._delete(name, IGNORE)
@@ -279,7 +185,7 @@ class QueueCollection(GeventActor):
         refs = [self._queue(name) for name in self._destinations(message.name, set())]
         reply_to = message.reply_to
         gather = Gather(len(refs), lambda done: reply_to.tell([d.results[0] for d in done]))
-        op = (OP_ADD, message.data, message.expiry)
+        op = Add(message.data, message.expiry)
         gather.send(refs, lambda g: QueueBatch([op], None, g))
 
     def _destinations(self, alias: str, seen: set[str]) -> list[str]:
@@ -294,7 +200,7 @@ class QueueCollection(GeventActor):
                 names.append(name)
         return names
 
-    def alias_stats(self, names: tuple[str, ...] | None) -> list[tuple[str, list[tuple[str, object]]]]:
+    def alias_stats(self, names: tuple[str, ...] | None) -> list[QueueStats]:
         chosen = self.config.aliases if names is None else [n for n in names if n in self.config.aliases]
         result = []
         for name in chosen:
@@ -304,40 +210,35 @@ class QueueCollection(GeventActor):
                 ("put_bytes", put_bytes),
                 ("children", ",".join(self.config.aliases[name])),
             ]
-            result.append((name, lines))
+            result.append(QueueStats(name, lines))
         return result
 
     def _for_all(self, message: ForAll) -> None:
         kind = message.kind
         reply_to = message.reply_to
-        if kind == "stats" and message.names is not None:
-            refs = [self.queues.get(name) for name in message.names]
-        else:
-            refs = list(self.queues.values())
-        if kind == "close":
-            self.shutting_down = True
-            self.queues.clear()
-        live = [ref for ref in refs if ref is not None]
-        if kind == "config":
+        if kind is ForAllKind.CONFIG:
             configs = [(name, self.config.queue_config(name)) for name in self.queues]
             reply_to.tell(configs + [(name, dests) for name, dests in self.config.aliases.items()])
             return
-        if kind == "stats":
-            aliases = self.alias_stats(message.names)
-            done = lambda answers: reply_to.tell([a for a in answers if a is not None] + aliases)  # noqa: E731
-        elif kind == "sweep":
-            done = lambda answers: reply_to.tell(self._after_sweep(answers))  # noqa: E731
+        if kind is ForAllKind.STATS and message.names is not None:
+            refs = [self.queues.get(name) for name in message.names]
         else:
-            done = reply_to.tell
-        gather = Gather(len(live), done)
-        if kind == "stats":
+            refs = list(self.queues.values())
+        if kind is ForAllKind.CLOSE:
+            self.shutting_down = True
+            self.queues.clear()
+        live = [ref for ref in refs if ref is not None]
+        if kind is ForAllKind.STATS:
+            aliases = self.alias_stats(message.names)
+            gather = Gather(len(live), lambda answers: reply_to.tell([a for a in answers if a is not None] + aliases))
             gather.send(live, GetStats)
-        elif kind == "sweep":
+        elif kind is ForAllKind.SWEEP:
+            gather = Gather(len(live), lambda answers: reply_to.tell(self._after_sweep(answers)))
             gather.send(live, Sweep)
-        elif kind == "close":
-            graceful = message.names == ("graceful",)
-            gather.send(live, lambda g: CloseQueue(g, graceful))
-        elif kind == "flush":
-            gather.send(live, lambda g: QueueBatch([(OP_FLUSH,)], None, g))
+        elif kind is ForAllKind.CLOSE:
+            graceful = message.graceful
+            Gather(len(live), reply_to.tell).send(live, lambda g: CloseQueue(g, graceful))
+        elif kind is ForAllKind.FLUSH:
+            Gather(len(live), reply_to.tell).send(live, lambda g: QueueBatch([FLUSH], None, g))
         else:
             raise ValueError(f"unknown collection operation {kind!r}")

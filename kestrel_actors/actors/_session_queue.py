@@ -1,8 +1,9 @@
-"""Messages between the connection, queue and collection actors.
+"""Messages between a session and a queue actor: a batch of operations and its answer.
 
-A connection sends a queue a :class:`QueueBatch` of operations, consecutive requests for one
+A session sends a queue a :class:`QueueBatch` of operations, consecutive requests for one
 queue, and gets one :class:`BatchDone` back, so an actor hop is paid per batch, not per
 request. ``reply_to`` is anything with ``tell()``: an ``ActorRef``, or a ``ReplyFuture``.
+Each operation is a small slotted record; its result is listed beside it.
 """
 
 from __future__ import annotations
@@ -10,68 +11,34 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "OP_ADD",
-    "OP_CONFIRM",
-    "OP_FLUSH",
-    "OP_FLUSH_EXPIRED",
-    "OP_OPEN",
-    "OP_OPEN_MANY",
-    "OP_PEEK",
-    "OP_REMOVE",
-    "OP_UNREMOVE",
+    "FETCH_OPS",
+    "FLUSH",
+    "FLUSH_EXPIRED",
     "IGNORE",
+    "Add",
     "BatchDone",
     "CancelWaits",
+    "Confirm",
+    "Flush",
+    "FlushExpired",
+    "Open",
+    "OpenMany",
+    "Peek",
     "QueueBatch",
+    "Remove",
     "Session",
+    "Unremove",
     "closed_result",
 ]
-
-# Operations in a batch are tuples whose first element is one of these codes:
-OP_ADD = 1  # (OP_ADD, data, expiry_ms) -> bool
-OP_REMOVE = 2  # (OP_REMOVE, deadline) -> Item | None
-OP_OPEN = 3  # (OP_OPEN, deadline) -> Item (with xid) | None
-OP_PEEK = 4  # (OP_PEEK, deadline) -> Item | None
-OP_CONFIRM = 5  # (OP_CONFIRM, xids) -> number confirmed
-OP_UNREMOVE = 6  # (OP_UNREMOVE, xids) -> None
-OP_FLUSH = 7  # (OP_FLUSH,) -> None
-OP_FLUSH_EXPIRED = 8  # (OP_FLUSH_EXPIRED,) -> number expired
-OP_OPEN_MANY = 9  # (OP_OPEN_MANY, max_items, deadline) -> list[Item] (empty on timeout)
-
-FETCH_OPS = frozenset((OP_REMOVE, OP_OPEN, OP_PEEK, OP_OPEN_MANY))
-"""Operations that may wait; ``deadline`` is ``time.monotonic()`` seconds or ``None``."""
-
-
-def closed_result(op: tuple) -> Any:
-    """What a closed (deleted) queue answers to ``op``."""
-    code = op[0]
-    if code == OP_ADD:
-        return False
-    if code == OP_OPEN_MANY:
-        return []
-    if code == OP_CONFIRM or code == OP_FLUSH_EXPIRED:
-        return 0
-    return None
-
-
-class _Ignore:
-    """A ``reply_to`` for answers nobody waits for (a fire-and-forget request)."""
-
-    __slots__ = ()
-
-    @staticmethod
-    def tell(_value: Any) -> None:
-        pass
-
-
-IGNORE = _Ignore()
 
 
 class Session:
     """What a queue may know of a client connection: whether it has gone, and who it is.
 
     A queue skips the waiters of a closed session, so a client that hung up never swallows an
-    item. Actors share it read-only but for ``closed``, which only the connection sets.
+    item. Actors share it read-only but for ``closed``, which only the session's own side (its
+    transport's hang-up callback, then the session actor) sets; see ADR 0003 for why it is
+    shared rather than told.
     """
 
     __slots__ = ("closed", "id", "peer", "refuse_reads", "refuse_writes")
@@ -85,29 +52,126 @@ class Session:
         """Set for the session's lifetime by ``connection_limit_refuse_*`` (reference §1)."""
 
 
+# -- operations (one per request, or two: a GET that confirms and opens) -------------------
+
+
+class Add:
+    """Append ``data`` (expiring at epoch ms ``expiry``, 0 never) -> ``bool`` stored."""
+
+    __slots__ = ("data", "expiry")
+
+    def __init__(self, data: bytes, expiry: int) -> None:
+        self.data = data
+        self.expiry = expiry
+
+
+class Remove:
+    """Take the head for good -> ``Item | None``. ``deadline``: ``time.monotonic()`` or None."""
+
+    __slots__ = ("deadline",)
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+
+
+class Open(Remove):
+    """Open the head under a new xid (a tentative read) -> ``Item | None``."""
+
+    __slots__ = ()
+
+
+class Peek(Remove):
+    """Look at the head -> ``Item | None``."""
+
+    __slots__ = ()
+
+
+class OpenMany:
+    """Open up to ``max_items`` (a monitor step) -> ``list[Item]`` (empty on timeout)."""
+
+    __slots__ = ("max_items", "deadline")
+
+    def __init__(self, max_items: int, deadline: float | None) -> None:
+        self.max_items = max_items
+        self.deadline = deadline
+
+
+class Confirm:
+    """Confirm the open items ``xids`` -> number confirmed."""
+
+    __slots__ = ("xids",)
+
+    def __init__(self, xids: tuple[int, ...]) -> None:
+        self.xids = xids
+
+
+class Unremove(Confirm):
+    """Put the open items ``xids`` back at the head -> ``None``."""
+
+    __slots__ = ()
+
+
+class Flush:
+    """Remove every ready item -> ``None``."""
+
+    __slots__ = ()
+
+
+class FlushExpired:
+    """Remove the expired items at the head -> number removed."""
+
+    __slots__ = ()
+
+
+FLUSH = Flush()
+FLUSH_EXPIRED = FlushExpired()
+
+FETCH_OPS = frozenset((Remove, Open, Peek, OpenMany))
+"""Operations that may wait, until their ``deadline``."""
+
+
+def closed_result(op: Any) -> Any:
+    """What a closed (deleted) queue answers to ``op``."""
+    kind = type(op)
+    if kind is Add:
+        return False
+    if kind is OpenMany:
+        return []
+    if kind is Confirm or kind is FlushExpired:
+        return 0
+    return None
+
+
+def missed_result(op: Any) -> Any:
+    """The result of a fetch that found nothing."""
+    return [] if type(op) is OpenMany else None
+
+
+# -- the batch and its answer ---------------------------------------------------------------
+
+
 class QueueBatch:
-    """Run ``ops`` in order; answer ``reply_to.tell(BatchDone(tag, results))``.
+    """Run ``ops`` in order; answer ``reply_to.tell(BatchDone(results))``.
 
     A fetch that finds nothing and has a future deadline waits in the queue's wait-list; the
     batch is answered when it gets an item, times out, or its session is cancelled.
     """
 
-    __slots__ = ("ops", "session", "reply_to", "tag")
+    __slots__ = ("ops", "session", "reply_to")
 
-    def __init__(self, ops: list[tuple], session: Session | None, reply_to: Any, tag: Any = None):
+    def __init__(self, ops: list[Any], session: Session | None, reply_to: Any) -> None:
         self.ops = ops
         self.session = session
         self.reply_to = reply_to
-        self.tag = tag
 
 
 class BatchDone:
-    __slots__ = ("tag", "results", "queue")
+    """The results of a batch's operations, one each, in order."""
 
-    def __init__(self, tag: Any, results: list[Any], queue: str) -> None:
-        self.tag = tag
+    __slots__ = ("results",)
+
+    def __init__(self, results: list[Any]) -> None:
         self.results = results
-        self.queue = queue
 
 
 class CancelWaits:
@@ -119,74 +183,14 @@ class CancelWaits:
         self.session = session
 
 
-class GetStats:
-    """Answer ``reply_to.tell((name, stats_lines, extra))`` with the per-queue stats."""
+class _Ignore:
+    """A ``reply_to`` for answers nobody waits for (a fire-and-forget request)."""
 
-    __slots__ = ("reply_to",)
+    __slots__ = ()
 
-    def __init__(self, reply_to: Any) -> None:
-        self.reply_to = reply_to
-
-
-class DeleteQueue:
-    """Close the queue, wake its waiters with a miss, erase its journal, stop the actor."""
-
-    __slots__ = ("reply_to",)
-
-    def __init__(self, reply_to: Any) -> None:
-        self.reply_to = reply_to
+    @staticmethod
+    def tell(_value: Any) -> None:
+        pass
 
 
-class CloseQueue:
-    """Shut down: close the queue (journal flushed, not erased), answer, stop.
-
-    With ``rewrite_empty`` an empty queue first rewrites its journal (§6.6, graceful shutdown).
-    """
-
-    __slots__ = ("reply_to", "rewrite_empty")
-
-    def __init__(self, reply_to: Any, rewrite_empty: bool = False) -> None:
-        self.reply_to = reply_to
-        self.rewrite_empty = rewrite_empty
-
-
-class Sweep:
-    """Expiry sweep: answers ``reply_to.tell((name, expired_count, queue_expired))``.
-
-    ``queue_expired`` is true when the queue is empty and older than ``max_queue_age``
-    (reference §5.12); the collection then deletes it.
-    """
-
-    __slots__ = ("reply_to",)
-
-    def __init__(self, reply_to: Any = None) -> None:
-        self.reply_to = reply_to
-
-
-class SetConfig:
-    """``reload``: the queue's settings changed; they apply from the next operation."""
-
-    __slots__ = ("config",)
-
-    def __init__(self, config: Any) -> None:
-        self.config = config
-
-
-class SetChildren:
-    """The fanout children of this queue changed: copies of every add go to ``children``."""
-
-    __slots__ = ("children",)
-
-    def __init__(self, children: dict[str, Any]) -> None:
-        self.children = children
-
-
-class AddCopy:
-    """An item added to this queue's fanout master or an ``expire_to_queue`` source."""
-
-    __slots__ = ("data", "expiry", "count_total")
-
-    def __init__(self, data: bytes, expiry: int, count_total: bool = True) -> None:
-        self.data = data
-        self.expiry = expiry
-        self.count_total = count_total
+IGNORE = _Ignore()

@@ -44,7 +44,12 @@ __all__ = [
     "END",
     "ERROR",
     "MemcacheDecoder",
+    "FLUSHED_ALL",
+    "RELOADED",
+    "count_reply",
     "expiry_from_exptime",
+    "status_reply",
+    "version_reply",
     "NOT_STORED",
     "SERVER_ERROR",
     "STORED",
@@ -61,6 +66,8 @@ DELETED = b"DELETED\r\n"
 ERROR = b"ERROR\r\n"
 CLIENT_ERROR = b"CLIENT_ERROR\r\n"
 SERVER_ERROR = b"SERVER_ERROR\r\n"
+FLUSHED_ALL = b"Flushed all queues.\r\n"
+RELOADED = b"Reloaded config.\r\n"
 
 CLIENT_ERROR_OPEN = Bad(CLIENT_ERROR, close=False)
 CLIENT_ERROR_CLOSE = Bad(CLIENT_ERROR, close=True)
@@ -298,3 +305,17 @@ def expiry_from_exptime(exptime: int, now: int | None = None) -> int:
     if exptime < 1_000_000:
         return (int(time.time() * 1000) if now is None else now) + exptime * 1000
     return exptime * 1000
+
+
+def count_reply(count: int) -> bytes:
+    """A bare number line (flush_expired, flush_all_expired)."""
+    return b"%d\r\n" % count
+
+
+def version_reply(version: str) -> bytes:
+    return b"VERSION %s\r\n" % version.encode()
+
+
+def status_reply(name: str) -> bytes:
+    """The reply to a bare ``status``: the server status's name."""
+    return name.encode() + b"\r\n"

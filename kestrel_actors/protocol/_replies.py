@@ -1,4 +1,4 @@
-"""STATS and DUMP_STATS replies, composed from the answers the queue actors gathered (§7.3)."""
+"""STATS, DUMP_STATS and DUMP_CONFIG replies, composed from the answers the queues gathered (§7.3)."""
 
 from __future__ import annotations
 
@@ -20,20 +20,19 @@ def _physical_memory() -> int:
         return 1 << 30
 
 
-def compose_stats(server: Any, queues: list[QueueStats]) -> bytes:
+def compose_stats(stats: Any, config: Any, version: str, queues: list[QueueStats]) -> bytes:
     """Global stats in Kestrel's order, then ``queue_<name>_<stat>`` for every queue and alias.
 
     ``reserved_memory_ratio`` divides the queues' ``max_memory_size`` by physical memory, the
     nearest thing a Python process has to the JVM's max heap.
     """
-    stats = server.stats
     real = [(name, dict(lines)) for name, lines in queues if "items" in dict(lines)]
-    reserved = sum(server.config.queue_config(name).max_memory_size for name, _ in real)
+    reserved = sum(config.queue_config(name).max_memory_size for name, _ in real)
     now = time.time()
     lines: list[tuple[str, object]] = [
         ("uptime", int(now - stats.start_time)),
         ("time", int(now)),
-        ("version", server.version),
+        ("version", version),
         ("curr_items", sum(values["items"] for _, values in real)),
         ("total_items", stats.total_items),
         ("bytes", sum(values["bytes"] for _, values in real)),

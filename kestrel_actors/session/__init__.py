@@ -1,7 +1,21 @@
-"""One client's session: the protocol-neutral session actor and the protocol handlers."""
+"""One client's session: the protocol-neutral session actor, its protocol handlers, its wiring.
 
-from ._actor import Disconnected, Received, SessionActor
-from ._memcache import ConnectionActor
-from ._text import TextConnectionActor
+* :class:`SessionActor` (``_actor``): request order, batches to queues, open reads, waits,
+  monitor streams and hang-up, for any protocol.
+* :class:`MemcacheHandler` (``_memcache``), :class:`TextHandler` (``_text``): one protocol
+  each, composed into the session (the :class:`Handler` protocol of ``_handler``).
+* :class:`SessionContext` (``_context``): what a session may ask of the server.
+* :class:`Connections` (``_connections``): a socket, a transport and a session, wired up.
+"""
 
-__all__ = ["ConnectionActor", "Disconnected", "Received", "SessionActor", "TextConnectionActor"]
+from ._actor import Answer, Disconnected, MonitorState, Received, SessionActor
+from ._connections import Connections
+from ._context import Reload, SessionContext, Shutdown
+from ._handler import Handler
+from ._memcache import MemcacheHandler
+from ._text import TextHandler
+
+__all__ = [
+    "Answer", "Connections", "Disconnected", "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload",
+    "SessionActor", "SessionContext", "Shutdown", "TextHandler",
+]

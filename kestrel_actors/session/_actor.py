@@ -1,19 +1,21 @@
-"""The protocol-independent part of a client session: the request loop and its bookkeeping.
+"""The protocol-neutral session of one client: the request loop and its bookkeeping.
 
 A transport hands decoded commands in as :class:`Received`. The actor answers them strictly in
 order: consecutive requests for one queue travel to that queue's actor as one
 :class:`QueueBatch`, and the next batch leaves only when the previous one is answered, so
 pipelined requests are answered in order, as Kestrel does. The session keeps its open
-(tentative) reads per queue; when the client goes, its waits are cancelled first and then
-every open read goes back to the head of its queue.
+(tentative) reads per queue, its wait for an answer, its monitor stream; when the client goes,
+its waits are cancelled first and then every open read goes back to the head of its queue.
+This is Kestrel's ``KestrelHandler``.
 
-What a command means and how its reply looks is the protocol's: :class:`SessionActor`
-subclasses (``ConnectionActor`` for memcache, ``TextConnectionActor``) supply ``_local``,
-``_answer``, ``_resolved``, ``_compile``, ``_reply`` and the hooks.
+What a command means and how its reply looks is the protocol's: the session is composed with
+one protocol handler (``_memcache.MemcacheHandler``, ``_text.TextHandler``), which turns
+commands into queue operations and results into bytes through ``protocol/``.
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from collections import deque
 from typing import Any
@@ -22,27 +24,33 @@ import structlog
 from pykka import ActorDeadError
 
 from .. import protocol as p
-from ..actors._collection import ForAll, Resolve
+from ..actors._session_collection import Delete, ForAll, ForAllKind, Resolve, Resolved
 from ..actors._session_queue import (
-    OP_OPEN_MANY,
-    OP_PEEK,
-    OP_UNREMOVE,
-    IGNORE,
     BatchDone,
     CancelWaits,
+    IGNORE,
+    Open,
+    OpenMany,
+    Peek,
     QueueBatch,
     Session,
+    Unremove,
     closed_result,
 )
 from ..runtime import GeventActor
+from ._context import Reload, SessionContext, Shutdown
+from ._handler import Handler
 
-__all__ = ["Disconnected", "Received", "SessionActor"]
+__all__ = ["Answer", "Disconnected", "MonitorState", "Received", "SessionActor"]
 
 log = structlog.get_logger("kestrel_actors.connection")
 
 MAX_BATCH = 256
 
+
 class Received:
+    """Commands the transport decoded, in order."""
+
     __slots__ = ("commands",)
 
     def __init__(self, commands: list[Any]) -> None:
@@ -55,30 +63,69 @@ class Disconnected:
     __slots__ = ()
 
 
-class _Answer:
+class Answer(enum.Enum):
+    """What the session waits for; the tag of an answer from the collection or the server."""
+
+    BATCH = "batch"
+    RESOLVE = "resolve"
+    DELETE = "delete"
+    STATS = "stats"
+    DUMP_STATS = "dump_stats"
+    DUMP_CONFIG = "dump_config"
+    FLUSH_ALL = "flush_all"
+    FLUSH_ALL_EXPIRED = "flush_all_expired"
+    RELOAD = "reload"
+    ALIAS_SET = "alias_set"
+    ALIAS_PUT = "alias_put"
+
+
+class _Answered:
+    """An answer the session waited for, as a message to itself."""
+
     __slots__ = ("tag", "value")
 
-    def __init__(self, tag: str, value: Any) -> None:
+    def __init__(self, tag: Answer, value: Any) -> None:
         self.tag = tag
         self.value = value
 
 
 class _ReplyTo:
-    """Turns a collection or gather answer into an :class:`_Answer` message to this actor."""
+    """Turns a collection or gather answer into an :class:`_Answered` message to this actor."""
 
     __slots__ = ("ref", "tag")
 
-    def __init__(self, ref: Any, tag: str) -> None:
+    def __init__(self, ref: Any, tag: Answer) -> None:
         self.ref = ref
         self.tag = tag
 
     def tell(self, value: Any) -> None:
         try:
-            self.ref.tell(_Answer(self.tag, value))
+            self.ref.tell(_Answered(self.tag, value))
         except ActorDeadError:
             pass
 
 
+class MonitorState:
+    """A monitor stream in progress: which queue, until when, how many items are still due."""
+
+    __slots__ = ("queue", "deadline", "remaining", "limit")
+
+    def __init__(self, queue: str, deadline: float, remaining: int, limit: int) -> None:
+        self.queue = queue
+        self.deadline = deadline
+        self.remaining = remaining
+        self.limit = limit
+        """At most this many reads open on the queue at once."""
+
+
+class _MonitorResume:
+    """A placeholder at the head of ``pending``: continue the monitor once the queue resolves."""
+
+    __slots__ = ()
+    queue = None
+
+
+_MONITOR_RESUME = _MonitorResume()
 _MISSING = object()
 
 
@@ -89,27 +136,26 @@ class SessionActor(GeventActor):
     """An idle session's messages (reads from the dispatcher, a queue's answers) run on the
     sender's greenlet: its handlers never wait (replies go to the transport's buffer)."""
 
-    QUEUE_KINDS: frozenset[type] = frozenset()
-    """Commands that run as operations on one queue (protocol hook)."""
-    MONITOR_END = b""
-    """What ends a monitor stream (protocol hook)."""
-    WRITE_REFUSALS: dict[type, p.Bad] = {}
-    """Writes refused while the server blocks writes, and how (protocol hook)."""
-
-    def __init__(self, server: Any, transport: Any, session: Session) -> None:
+    def __init__(self, context: SessionContext, transport: Any, session: Session,
+                 handler_class: type[Handler]) -> None:
         super().__init__()
-        self.server = server
+        self.context = context
         self.transport = transport
         self.session = session
+        self.handler = handler = handler_class(self)
+        self.queue_kinds = handler.QUEUE_KINDS
+        self.write_refusals = handler.WRITE_REFUSALS
         self.open_reads: dict[str, deque[int]] = {}
         self.refs: dict[str, Any] = {}
         self.pending: deque[Any] = deque()
         self.out: list[bytes] = []
-        self.waiting: str | None = None
-        self.batch: list[tuple[Any, int]] = []
+        self.waiting: Answer | None = None
+        self.batch: list[tuple[Any, int, p.Bad | None, bool]] = []
+        """The batch in flight: per command, its operation count, preset reply, and whether
+        its last operation opens an item."""
         self.batch_queue: str | None = None
         self.missing: str | None = None
-        self.monitor: list[Any] | None = None
+        self.monitor: MonitorState | None = None
         self.closing = False
         self.hung_up = False
         self.finished = False
@@ -127,8 +173,8 @@ class SessionActor(GeventActor):
         elif kind is BatchDone:
             self._batch_done(message)
             self._pump()
-        elif kind is _Answer:
-            self._answer(message)
+        elif kind is _Answered:
+            self._answered(message)
             self._pump()
         elif kind is Disconnected:
             self._hang_up()
@@ -142,13 +188,13 @@ class SessionActor(GeventActor):
         while pending and self.waiting is None and not self.closing and not transport.backed_up:
             command = pending[0]
             kind = type(command)
-            refusal = self.WRITE_REFUSALS.get(kind)
-            if refusal is not None and not self.server.writes_allowed(self.session):
+            refusal = self.write_refusals.get(kind)
+            if refusal is not None and not self.context.writes_allowed(self.session):
                 # checked before the queue is looked up: a missing queue is refused alike
                 pending.clear()
                 self._local(refusal)
                 break
-            if kind in self.QUEUE_KINDS and self._goes_to_queue(command):
+            if kind in self.queue_kinds and self.handler.goes_to_queue(command):
                 if not self._start_batch():
                     break
                 continue
@@ -160,9 +206,97 @@ class SessionActor(GeventActor):
         elif not pending:
             transport.resume()
 
-    def _ask_all(self, kind: str, tag: str, names: tuple[str, ...] | None = None) -> None:
+    def _local(self, command: Any) -> None:
+        kind = type(command)
+        if kind is p.Bad:
+            if command.reply is not None:
+                self.out.append(command.reply)
+            if command.close:
+                self.closing = True
+        elif kind is _MonitorResume:
+            self._monitor_next()
+        else:
+            self.handler.local(command)
+
+    # -- what a handler may ask of its session ---------------------------------------------
+
+    def reply_to(self, tag: Answer) -> _ReplyTo:
+        """Wait for an answer tagged ``tag``: the ``reply_to`` to hand whoever gives it."""
         self.waiting = tag
-        self.server.collection.tell(ForAll(kind, _ReplyTo(self.actor_ref, tag), names))
+        return _ReplyTo(self.actor_ref, tag)
+
+    def ask_all(self, kind: ForAllKind, tag: Answer, names: tuple[str, ...] | None = None) -> None:
+        self.context.collection.tell(ForAll(kind, self.reply_to(tag), names))
+
+    def delete_queue(self, name: str) -> None:
+        self.refs.pop(name, None)
+        self.context.collection.tell(Delete(name, self.reply_to(Answer.DELETE)))
+
+    def reload(self) -> None:
+        # answered once the collection has told every queue, so that what this client
+        # sends next reaches each queue after its new settings (actor inboxes are FIFO)
+        self.context.control.tell(Reload(self.reply_to(Answer.RELOAD)))
+
+    def shutdown(self) -> None:
+        self.context.control.tell(Shutdown())
+
+    def fetch(self, kind: type, timeout_ms: int | None, ops: list[Any]) -> bool:
+        """Append a fetch (``Peek``, ``Open`` or ``Remove``) and count it (§7.3).
+
+        Returns whether it may wait (a timeout was given).
+        """
+        stats = self.context.stats
+        if kind is Peek:
+            stats.cmd_peek += 1
+        else:
+            stats.cmd_get += 1
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        ops.append(kind(deadline))
+        return deadline is not None
+
+    def refuse_now(self, reply: bytes) -> None:
+        self.pending.clear()
+        self.out.append(reply)
+        self.closing = True
+
+    def start_monitor(self, queue: str, deadline: float, remaining: int, limit: int) -> None:
+        self.monitor = MonitorState(queue, deadline, remaining, limit)
+        self._monitor_next()
+
+    def tell_queue(self, name: str, op: Any) -> None:
+        """Send one operation whose answer nobody waits for (a deleted queue ignores it)."""
+        ref = self.refs.get(name)
+        if ref is None:
+            return
+        try:
+            ref.tell(QueueBatch([op], None, IGNORE))
+        except ActorDeadError:
+            pass
+
+    # -- answers ----------------------------------------------------------------------------
+
+    def _answered(self, answer: _Answered) -> None:
+        self.waiting = None
+        if answer.tag is Answer.RESOLVE:
+            self._resolved(answer.value)
+        else:
+            self.handler.answered(answer.tag, answer.value)
+
+    def _resolved(self, resolved: Resolved) -> None:
+        if not resolved.valid:
+            self.log.info("illegal queue name", queue=resolved.name)
+            self.pending.clear()
+            self.closing = True
+        elif resolved.ref is not None:
+            self.refs[resolved.name] = resolved.ref
+        elif resolved.alias is not None and self.monitor is not None:
+            self.pending.popleft()  # the monitor's resume marker: an alias has no items
+            self.monitor = None
+            self.out.append(self.handler.MONITOR_END)
+        elif resolved.alias is not None:
+            self.handler.alias_request(self.pending.popleft(), resolved)
+        else:
+            self.missing = resolved.name
 
     def _resolve(self, name: str, create: bool) -> Any:
         """For a queue whose live actor this session does not hold: ``_MISSING`` if the
@@ -170,35 +304,38 @@ class SessionActor(GeventActor):
         if self.missing == name:
             self.missing = None
             return _MISSING
-        self.waiting = "resolve"
-        self.server.collection.tell(Resolve(name, create, _ReplyTo(self.actor_ref, "resolve")))
+        self.context.collection.tell(Resolve(name, create, self.reply_to(Answer.RESOLVE)))
         return None
+
+    # -- batches ------------------------------------------------------------------------------
 
     def _start_batch(self) -> bool:
         """Compile the requests at the head of ``pending`` into one batch and send it."""
         first = self.pending[0]
         name = first.queue
+        handler = self.handler
         ref = self.refs.get(name)
         if ref is None or not ref.is_alive():
-            ref = self._resolve(name, self._creates(first))
+            ref = self._resolve(name, handler.creates(first))
         if ref is None:
             return False
         if ref is _MISSING:
             self.pending.popleft()
-            self.out.append(self._missing_queue_reply(first, self.open_reads.get(name)))
+            self.out.append(handler.missing_queue_reply(first, self.open_reads.get(name)))
             return True
-        ops: list[tuple] = []
-        entries: list[tuple[Any, int, p.Bad | None]] = []
+        ops: list[Any] = []
+        entries = []
         pending = self.pending
+        queue_kinds = self.queue_kinds
         while pending and len(entries) < MAX_BATCH:
             command = pending[0]
-            kind = type(command)
-            if kind not in self.QUEUE_KINDS or command.queue != name or not self._goes_to_queue(command):
+            if type(command) not in queue_kinds or command.queue != name or not handler.goes_to_queue(command):
                 break
             before = len(ops)
-            preset, last = self._compile(command, ops)
+            preset, last = handler.compile(command, ops)
             pending.popleft()
-            entries.append((command, len(ops) - before, preset))
+            count = len(ops) - before
+            entries.append((command, count, preset, count > 0 and type(ops[-1]) is Open))
             if preset is not None and preset.close:
                 pending.clear()
                 break
@@ -207,33 +344,14 @@ class SessionActor(GeventActor):
         self.batch = entries
         self.batch_queue = name
         if not ops:
-            self._batch_done(BatchDone(None, [], name))
+            self._batch_done(BatchDone([]))
             return True
-        self.waiting = "batch"
+        self.waiting = Answer.BATCH
         try:
             ref.tell(QueueBatch(ops, self.session, self.actor_ref))
         except ActorDeadError:  # deleted between the check and now: it answers as closed
-            self._batch_done(BatchDone(None, [closed_result(op) for op in ops], name))
+            self._batch_done(BatchDone([closed_result(op) for op in ops]))
         return True
-
-    def _fetch(self, code: int, timeout_ms: int | None, ops: list[tuple]) -> bool:
-        """Append a fetch (``OP_PEEK``, ``OP_OPEN`` or ``OP_REMOVE``) and count it (§7.3).
-
-        Returns whether it may wait (a timeout was given).
-        """
-        stats = self.server.stats
-        if code == OP_PEEK:
-            stats.cmd_peek += 1
-        else:
-            stats.cmd_get += 1
-        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
-        ops.append((code, deadline))
-        return deadline is not None
-
-    def _refuse_now(self, reply: bytes) -> None:
-        self.pending.clear()
-        self.out.append(reply)
-        self.closing = True
 
     def _batch_done(self, done: BatchDone) -> None:
         self.waiting = None
@@ -243,12 +361,17 @@ class SessionActor(GeventActor):
             return
         position = 0
         gone = self.session.closed
-        for command, count, preset in self.batch:
+        reply = self.handler.reply
+        for command, count, preset, opens in self.batch:
             mine = results[position : position + count]
             position += count
-            if gone:
-                if type(command) is p.Get and command.open and mine and mine[-1] is not None:
+            if opens and mine and mine[-1] is not None:
+                # the session, not the reply, records what the client now holds open
+                if gone:
                     self._give_back(command.queue, [mine[-1].xid])
+                else:
+                    self.open_reads.setdefault(command.queue, deque()).append(mine[-1].xid)
+            if gone:
                 continue
             if preset is not None:
                 if preset.reply is not None:
@@ -256,55 +379,62 @@ class SessionActor(GeventActor):
                 if preset.close:
                     self.closing = True
                 continue
-            self.out.append(self._reply(command, mine))
+            self.out.append(reply(command, mine))
         self.batch = []
 
+    # -- monitor --------------------------------------------------------------------------------
+
     def _monitor_next(self) -> None:
-        name, deadline, remaining, limit = self.monitor
+        monitor = self.monitor
+        name = monitor.queue
         opened = len(self.open_reads.get(name, ()))
         if (
-            remaining <= 0
-            or opened >= limit
-            or time.monotonic() >= deadline
+            monitor.remaining <= 0
+            or opened >= monitor.limit
+            or time.monotonic() >= monitor.deadline
             or self.session.closed
-            or not self.server.reads_allowed(self.session)
+            or not self.context.reads_allowed(self.session)
         ):
             self.monitor = None
-            self.out.append(self.MONITOR_END)
+            self.out.append(self.handler.MONITOR_END)
             return
         ref = self.refs.get(name)
         if ref is None:
-            self.pending.appendleft(_MonitorResume())
+            self.pending.appendleft(_MONITOR_RESUME)
             self._resolve(name, True)
             return
-        self.waiting = "batch"
+        self.waiting = Answer.BATCH
         self.batch_queue = name
-        op = (OP_OPEN_MANY, min(remaining, limit - opened), deadline)
+        op = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
         try:
             ref.tell(QueueBatch([op], self.session, self.actor_ref))
         except ActorDeadError:
             self.refs.pop(name, None)
             self.waiting = None
-            self.pending.appendleft(_MonitorResume())
+            self.pending.appendleft(_MONITOR_RESUME)
 
     def _monitor_step(self, items: list[Any]) -> None:
-        name = self.monitor[0]
+        monitor = self.monitor
+        name = monitor.queue
         if items:
             if self.session.closed:
                 self._give_back(name, [item.xid for item in items])
                 return
             opened = self.open_reads.setdefault(name, deque())
+            item_reply = self.handler.item_reply
             for item in items:
                 opened.append(item.xid)
-                self.out.append(self._item_reply(name, item.data))
-            self.monitor[2] -= len(items)
-        elif time.monotonic() < self.monitor[1]:
-            self.monitor[1] = 0  # the queue answered a miss: it closed, so the stream ends
+                self.out.append(item_reply(name, item.data))
+            monitor.remaining -= len(items)
+        elif time.monotonic() < monitor.deadline:
+            monitor.deadline = 0  # the queue answered a miss: it closed, so the stream ends
         self._flush()
         if self.transport.backed_up:  # go on once the client has taken what it was sent
-            self.pending.appendleft(_MonitorResume())
+            self.pending.appendleft(_MONITOR_RESUME)
             return
         self._monitor_next()
+
+    # -- output and the end ---------------------------------------------------------------------
 
     def _flush(self) -> None:
         if not self.out or self.session.closed:
@@ -312,7 +442,7 @@ class SessionActor(GeventActor):
             return
         data = b"".join(self.out)
         self.out.clear()
-        self.server.stats.bytes_written += len(data)
+        self.context.stats.bytes_written += len(data)
         try:
             self.transport.sendall(data)
         except OSError:
@@ -326,7 +456,7 @@ class SessionActor(GeventActor):
         self.session.closed = True
         self.pending.clear()
         self.closing = True
-        if self.waiting == "batch" and self.batch_queue in self.refs:
+        if self.waiting is Answer.BATCH and self.batch_queue in self.refs:
             try:
                 self.refs[self.batch_queue].tell(CancelWaits(self.session))
             except ActorDeadError:
@@ -339,17 +469,7 @@ class SessionActor(GeventActor):
             self._finish()
 
     def _give_back(self, name: str, xids: list[int]) -> None:
-        self._tell_queue(name, (OP_UNREMOVE, tuple(xids)))
-
-    def _tell_queue(self, name: str, op: tuple) -> None:
-        """Send one operation whose answer nobody waits for (a deleted queue ignores it)."""
-        ref = self.refs.get(name)
-        if ref is None:
-            return
-        try:
-            ref.tell(QueueBatch([op], None, IGNORE))
-        except ActorDeadError:
-            pass
+        self.tell_queue(name, Unremove(tuple(xids)))
 
     def _finish(self) -> None:
         if self.finished:
@@ -358,29 +478,17 @@ class SessionActor(GeventActor):
             self._hang_up()
             return
         self.finished = True
-        self.server.connection_closed(self)
+        self.context.closed(self.session)
         self.stop()
 
     def on_stop(self) -> None:
         self.transport.close()
 
 
-class _MonitorResume:
-    """A placeholder at the head of ``pending``: continue the monitor once the queue resolves."""
-
-    __slots__ = ()
-    queue = None
-
-
-def _pop_oldest(opened: deque[int] | None, count: int) -> bool:
+def pop_oldest(opened: deque[int] | None, count: int) -> bool:
     """Pop ``count`` open xids if that many are open (confirm of a missing queue), else none."""
     if count <= 0 or not opened or count > len(opened):
         return False
     for _ in range(count):
         opened.popleft()
     return True
-
-
-_ERROR_OPEN = p.Bad(p.ERROR, close=False)
-_ERROR_CLOSE = p.Bad(p.ERROR, close=True)
-_SERVER_ERROR_CLOSE = p.Bad(p.SERVER_ERROR, close=True)

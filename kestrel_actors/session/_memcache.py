@@ -1,8 +1,8 @@
-"""The memcache session: what each memcache command does to a queue, and its reply bytes.
+"""The memcache protocol handler: what each memcache command does to a queue, and its reply.
 
-The request loop, batching and hang-up are :class:`SessionActor`'s; this class supplies the
-memcache protocol's guards (reference §2.5: the open limit, a plain GET while a read is open)
-and replies, and is the base of the text protocol's session.
+The request loop, batching, open reads and hang-up are the :class:`~._actor.SessionActor`'s;
+this handler supplies the memcache protocol's guards (reference §2.5: the open limit, a plain
+GET while a read is open) and builds its replies through ``protocol/``.
 """
 
 from __future__ import annotations
@@ -12,45 +12,23 @@ from collections import deque
 from typing import Any
 
 from .. import protocol as p
-from ..actors._collection import AliasAdd, Delete, Resolved
-from ..actors._session_queue import (
-    OP_ADD,
-    OP_CONFIRM,
-    OP_FLUSH,
-    OP_FLUSH_EXPIRED,
-    OP_OPEN,
-    OP_PEEK,
-    OP_REMOVE,
-    OP_UNREMOVE,
-)
-from ._actor import (
-    _ERROR_CLOSE,
-    _Answer,
-    _ERROR_OPEN,
-    _SERVER_ERROR_CLOSE,
-    Disconnected,
-    Received,
-    SessionActor,
-    _MonitorResume,
-    _pop_oldest,
-    _ReplyTo,
-)
+from ..actors._session_collection import AliasAdd, ForAllKind, Resolved
+from ..actors._session_queue import FLUSH, FLUSH_EXPIRED, Add, Confirm, Open, Peek, Remove, Unremove
 from ..protocol._replies import compose_dump_config, compose_dump_stats, compose_stats
+from ._actor import Answer, pop_oldest
 
-__all__ = ["ConnectionActor", "Disconnected", "Received"]
+__all__ = ["MemcacheHandler"]
+
+_ERROR_OPEN = p.Bad(p.ERROR, close=False)
+_ERROR_CLOSE = p.Bad(p.ERROR, close=True)
+_SERVER_ERROR_CLOSE = p.Bad(p.SERVER_ERROR, close=True)
 
 
-class ConnectionActor(SessionActor):
-    """Session logic of one client: request order, open reads, waits and monitor streams.
-
-    This class speaks the memcache protocol's commands and replies; the text protocol's
-    session (``session._text``) overrides the hooks marked as such.
-    """
+class MemcacheHandler:
+    """Kestrel's ``MemcacheHandler``: memcache commands to queue operations, results to bytes."""
 
     QUEUE_KINDS: frozenset[type] = frozenset((p.Set, p.Get, p.Confirm, p.Flush, p.FlushExpired))
-    """Commands that run as operations on one queue (hook)."""
     MONITOR_END = p.END
-    """What ends a monitor stream (hook)."""
     WRITE_REFUSALS: dict[type, p.Bad] = {
         p.Set: p.Bad(p.SERVER_ERROR, close=True),
         p.Flush: p.Bad(p.SERVER_ERROR, close=True),
@@ -60,167 +38,138 @@ class ConnectionActor(SessionActor):
     }
     """Writes that ReadOnly/Quiescent (or the write connection limit) refuse, and how (§7.2)."""
 
-    def _local(self, command: Any) -> None:
+    def __init__(self, session: Any) -> None:
+        self.s = session
+        self.context = session.context
+        self.dump_names: tuple[str, ...] = ()
+
+    def local(self, command: Any) -> None:
         kind = type(command)
-        server = self.server
-        if kind is p.Bad:
-            if command.reply is not None:
-                self.out.append(command.reply)
-            if command.close:
-                self.closing = True
-        elif kind is p.Version:
-            self.out.append(b"VERSION %s\r\n" % server.version.encode())
+        s = self.s
+        context = self.context
+        if kind is p.Version:
+            s.out.append(p.version_reply(context.version))
         elif kind is p.Stats:
-            self._ask_all("stats", "stats")
+            s.ask_all(ForAllKind.STATS, Answer.STATS)
         elif kind is p.DumpStats:
-            self._ask_all("stats", "dump_stats", command.names or None)
+            s.ask_all(ForAllKind.STATS, Answer.DUMP_STATS, command.names or None)
             self.dump_names = command.names
         elif kind is p.FlushAll:
-            self._ask_all("flush", "flush_all")
+            s.ask_all(ForAllKind.FLUSH, Answer.FLUSH_ALL)
         elif kind is p.FlushAllExpired:
-            self._ask_all("sweep", "flush_all_expired")
+            s.ask_all(ForAllKind.SWEEP, Answer.FLUSH_ALL_EXPIRED)
         elif kind is p.Delete:
-            self.refs.pop(command.queue, None)
-            self.waiting = "delete"
-            server.collection.tell(Delete(command.queue, _ReplyTo(self.actor_ref, "delete")))
+            s.delete_queue(command.queue)
         elif kind is p.Monitor:
             self._start_monitor(command)
         elif kind is p.Status:
-            self.out.append(server.status_reply(command.name))
+            if command.name is None:
+                s.out.append(p.status_reply(context.status.status.reply_name))
+            else:
+                context.status.set(command.name)
+                s.out.append(p.END)
         elif kind is p.Reload:
-            # answered once the collection has told every queue, so that what this client
-            # sends next reaches each queue after its new settings (actor inboxes are FIFO)
-            self.waiting = "reload"
-            server.reload(_ReplyTo(self.actor_ref, "reload"))
+            s.reload()
         elif kind is p.DumpConfig:
-            self._ask_all("config", "dump_config")
+            s.ask_all(ForAllKind.CONFIG, Answer.DUMP_CONFIG)
         elif kind is p.Shutdown:
-            self.closing = True
-            server.shutdown()
+            s.closing = True
+            s.shutdown()
         elif kind is p.Quit:
-            self.closing = True
-        elif kind is _MonitorResume:
-            self._monitor_next()
+            s.closing = True
         else:  # a command this server does not implement
-            self.out.append(p.CLIENT_ERROR)
-            self.closing = True
+            s.out.append(p.CLIENT_ERROR)
+            s.closing = True
 
-    def _answer(self, answer: _Answer) -> None:
-        tag = answer.tag
-        self.waiting = None
-        if tag == "resolve":
-            _tag, resolved = answer.value
-            self._resolved(resolved)
-        elif tag == "delete":
-            self.out.append(p.DELETED)
-        elif tag == "stats":
-            self.out.append(compose_stats(self.server, answer.value))
-        elif tag == "dump_stats":
-            self.out.append(compose_dump_stats(self.dump_names, answer.value))
-        elif tag == "flush_all":
-            self.out.append(b"Flushed all queues.\r\n")
-        elif tag == "reload":
-            self.out.append(b"Reloaded config.\r\n")
-        elif tag == "alias_set":
-            self.out.append(p.STORED if all(answer.value) else p.NOT_STORED)
-        elif tag == "flush_all_expired":
-            self.out.append(b"%d\r\n" % sum(answer.value))
-        elif tag == "dump_config":
-            self.out.append(compose_dump_config(answer.value))
+    def answered(self, tag: Answer, value: Any) -> None:
+        out = self.s.out
+        if tag is Answer.DELETE:
+            out.append(p.DELETED)
+        elif tag is Answer.STATS:
+            context = self.context
+            out.append(compose_stats(context.stats, context.config, context.version, value))
+        elif tag is Answer.DUMP_STATS:
+            out.append(compose_dump_stats(self.dump_names, value))
+        elif tag is Answer.FLUSH_ALL:
+            out.append(p.FLUSHED_ALL)
+        elif tag is Answer.RELOAD:
+            out.append(p.RELOADED)
+        elif tag is Answer.ALIAS_SET:
+            out.append(p.STORED if all(value) else p.NOT_STORED)
+        elif tag is Answer.FLUSH_ALL_EXPIRED:
+            out.append(p.count_reply(sum(value)))
+        elif tag is Answer.DUMP_CONFIG:
+            out.append(compose_dump_config(value))
 
-    def _resolved(self, resolved: Resolved) -> None:
-        if not resolved.valid:
-            self.log.info("illegal queue name", queue=resolved.name)
-            self.pending.clear()
-            self.closing = True
-        elif resolved.ref is not None:
-            self.refs[resolved.name] = resolved.ref
-        elif resolved.alias is not None and self.monitor is not None:
-            self.pending.popleft()  # the monitor's resume marker: an alias has no items
-            self.monitor = None
-            self.out.append(self.MONITOR_END)
-        elif resolved.alias is not None:
-            self._alias_request(resolved)
-        else:
-            self.missing = resolved.name
-
-    def _alias_request(self, resolved: Resolved) -> None:
+    def alias_request(self, command: Any, resolved: Resolved) -> None:
         """An alias only takes SETs (forwarded to its destinations); reads find nothing."""
-        command = self.pending.popleft()
+        s = self.s
+        context = self.context
         if type(command) is p.Set:
-            if not self.server.writes_allowed(self.session):
-                self._refuse_now(p.SERVER_ERROR)
+            if not context.writes_allowed(s.session):
+                s.refuse_now(p.SERVER_ERROR)
                 return
-            self.server.stats.cmd_set += 1
+            context.stats.cmd_set += 1
             expiry = p.expiry_from_exptime(command.exptime)
-            self.waiting = "alias_set"
-            self.server.collection.tell(
-                AliasAdd(resolved.name, command.data, expiry, _ReplyTo(self.actor_ref, "alias_set"))
-            )
+            context.collection.tell(AliasAdd(resolved.name, command.data, expiry, s.reply_to(Answer.ALIAS_SET)))
         elif type(command) is p.Get and not command.abort and (command.open or not command.close):
             if command.peek:
-                self.server.stats.cmd_peek += 1
+                context.stats.cmd_peek += 1
             else:
-                self.server.stats.cmd_get += 1
-            self.out.append(p.END)
+                context.stats.cmd_get += 1
+            s.out.append(p.END)
         else:
-            self.out.append(self._missing_queue_reply(command, None))
+            s.out.append(self.missing_queue_reply(command, None))
 
-    def _compile(self, command: Any, ops: list[tuple]) -> tuple[p.Bad | None, bool]:
-        """Append ``command``'s operations to ``ops``.
-
-        Returns a preset reply (an error that replaces the normal one, maybe closing) and
-        whether the batch must end after this command (its result changes session state, or
-        it may wait).
-        """
+    def compile(self, command: Any, ops: list[Any]) -> tuple[p.Bad | None, bool]:
         kind = type(command)
-        server = self.server
+        s = self.s
+        context = self.context
         if kind is p.Set:
-            if not server.writes_allowed(self.session):
+            if not context.writes_allowed(s.session):
                 return _SERVER_ERROR_CLOSE, True
-            server.stats.cmd_set += 1
-            expiry = p.expiry_from_exptime(command.exptime)
-            ops.append((OP_ADD, command.data, expiry))
+            context.stats.cmd_set += 1
+            ops.append(Add(command.data, p.expiry_from_exptime(command.exptime)))
             return None, False
         if kind is p.Get:
-            opened = self.open_reads.get(command.queue)
+            opened = s.open_reads.get(command.queue)
             if command.abort:
                 if opened:
-                    ops.append((OP_UNREMOVE, (opened.popleft(),)))
+                    ops.append(Unremove((opened.popleft(),)))
                 return None, False
             if command.close and opened:
-                ops.append((OP_CONFIRM, (opened.popleft(),)))
+                ops.append(Confirm((opened.popleft(),)))
             if command.close and not command.open:
                 return None, False
             if not command.open and not command.peek and opened:
                 return _ERROR_CLOSE, True
-            if not server.reads_allowed(self.session):
+            if not context.reads_allowed(s.session):
                 return _SERVER_ERROR_CLOSE, True
-            if command.open and opened and len(opened) >= server.config.max_open_transactions:
+            if command.open and opened and len(opened) >= context.config.max_open_transactions:
                 return _ERROR_CLOSE, True
-            code = OP_PEEK if command.peek else OP_OPEN if command.open else OP_REMOVE
-            waits = self._fetch(code, command.timeout_ms, ops)
+            fetch = Peek if command.peek else Open if command.open else Remove
+            waits = s.fetch(fetch, command.timeout_ms, ops)
             return None, waits or command.open
         if kind is p.Confirm:
-            opened = self.open_reads.get(command.queue)
+            opened = s.open_reads.get(command.queue)
             count = command.count
             if count <= 0 or not opened or count > len(opened):
                 return _ERROR_OPEN, False
-            ops.append((OP_CONFIRM, tuple(opened.popleft() for _ in range(count))))
+            ops.append(Confirm(tuple(opened.popleft() for _ in range(count))))
             return None, False
         if kind is p.Flush:
-            if not server.writes_allowed(self.session):
+            if not context.writes_allowed(s.session):
                 return _SERVER_ERROR_CLOSE, True
-            ops.append((OP_FLUSH,))
+            ops.append(FLUSH)
             return None, False
         if kind is p.FlushExpired:
-            if not server.writes_allowed(self.session):
+            if not context.writes_allowed(s.session):
                 return p.DROP, True
-            ops.append((OP_FLUSH_EXPIRED,))
+            ops.append(FLUSH_EXPIRED)
             return None, False
         raise AssertionError(command)
 
-    def _reply(self, command: Any, results: list[Any]) -> bytes:
+    def reply(self, command: Any, results: list[Any]) -> bytes:
         kind = type(command)
         if kind is p.Set:
             return p.STORED if results[0] else p.NOT_STORED
@@ -230,51 +179,44 @@ class ConnectionActor(SessionActor):
             item = results[-1] if results else None
             if item is None:
                 return p.END
-            if command.open:
-                self.open_reads.setdefault(command.queue, deque()).append(item.xid)
             return p.value_reply(command.queue, item.data)
         if kind is p.Confirm or kind is p.Flush:
             return p.END
         if kind is p.FlushExpired:
-            return b"%d\r\n" % results[0]
+            return p.count_reply(results[0])
         raise AssertionError(command)
 
-    def _goes_to_queue(self, command: Any) -> bool:
-        """Whether a command of a ``QUEUE_KINDS`` type needs its queue at all (hook)."""
+    def goes_to_queue(self, command: Any) -> bool:
         return True
 
-    def _creates(self, command: Any) -> bool:
-        """Whether a request creates a missing queue (reference §5.2) (hook)."""
+    def creates(self, command: Any) -> bool:
         if type(command) is p.Get:
             return not command.abort and (command.open or not command.close)
         return type(command) is p.Set
 
-    def _missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
-        """The reply to a request on a queue that does not exist and is not created (hook)."""
+    def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
         kind = type(command)
         if kind is p.Confirm:
-            return p.END if _pop_oldest(opened, command.count) else p.ERROR
+            return p.END if pop_oldest(opened, command.count) else p.ERROR
         if kind is p.Get:
             if (command.close or command.abort) and opened:
                 opened.popleft()
             return p.END
         if kind is p.FlushExpired:
-            return b"0\r\n"
+            return p.count_reply(0)
         return p.END
 
-    def _item_reply(self, queue: str, data: bytes) -> bytes:
-        """One item of a monitor stream (hook)."""
+    def item_reply(self, queue: str, data: bytes) -> bytes:
         return p.value_reply(queue, data)
 
     def _start_monitor(self, command: p.Monitor) -> None:
-        server = self.server
-        if not server.reads_allowed(self.session):
-            self.pending.clear()
-            self.closing = True
+        s = self.s
+        context = self.context
+        if not context.reads_allowed(s.session):
+            s.pending.clear()
+            s.closing = True
             return
-        config = server.config
+        config = context.config
         max_items = command.max_items if command.max_items is not None else config.max_open_transactions
         limit = min(max(max_items, config.max_open_transactions), config.monitor_max_items)
-        deadline = time.monotonic() + command.seconds
-        self.monitor = [command.queue, deadline, max_items, limit]
-        self._monitor_next()
+        s.start_monitor(command.queue, time.monotonic() + command.seconds, max_items, limit)

@@ -1,0 +1,88 @@
+"""Accepting a client: a :class:`Session`, its transport and its session actor, wired up.
+
+The listeners (``server.py``) hand every accepted socket here with the protocol's decoder and
+handler. The transport's callbacks run on the hub, so they hand their messages to the
+dispatcher, which tells the session actor from a greenlet (ADR 0002).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import structlog
+
+from .._transport import SocketTransport
+from ..actors._session_queue import Session
+from ..runtime import Dispatcher
+from ..status import session_refusals
+from ._actor import Disconnected, Received, SessionActor
+from ._context import SessionContext
+from ._handler import Handler
+
+__all__ = ["Connections"]
+
+log = structlog.get_logger("kestrel_actors.server")
+
+
+class Connections:
+    """The server's clients: counts them, refuses past ``max_connections``, starts sessions."""
+
+    def __init__(self, context: SessionContext) -> None:
+        self.context = context
+        self._next_session = 0
+        self._log = log.bind()
+        """Resolved once (logging is configured by now): a module logger is a lazy proxy that
+        binds anew on every call, and two of these calls come with every connection."""
+
+    def accept(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler]) -> None:
+        """Accept one client: a session, a session actor, and a transport feeding it."""
+        context = self.context
+        stats = context.stats
+        config = context.config
+        if stats.curr_connections >= config.max_connections:
+            log.warning("connection refused: too many connections", peer=peer_name(address))
+            sock.close()
+            return
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        except OSError:  # gone already
+            sock.close()
+            return
+        self._next_session += 1
+        session = Session(self._next_session, peer_name(address))
+        stats.curr_connections += 1
+        stats.total_connections += 1
+        session.refuse_writes, session.refuse_reads = session_refusals(
+            stats.curr_connections, config.connection_limit_refuse_writes, config.connection_limit_refuse_reads
+        )
+        holder: list[Any] = []
+        deliver = Dispatcher.current().deliver  # transport callbacks run on the hub
+
+        def on_commands(commands: list[Any]) -> None:
+            deliver(holder[0], Received(commands))
+
+        def on_eof() -> None:
+            session.closed = True  # at once: a queue must not hand this client an item now
+            deliver(holder[0], Disconnected())
+
+        def on_bytes(count: int) -> None:
+            stats.bytes_read += count
+
+        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, config.client_timeout)
+        holder.append(SessionActor.start(context, transport, session, handler_class))
+        self._log.debug("connection opened", connection=session.id, peer=session.peer)
+        transport.start()
+
+    def closed(self, session: Session) -> None:
+        """A session finished (its actor calls this last)."""
+        self.context.stats.curr_connections -= 1
+        self._log.debug("connection closed", connection=session.id, peer=session.peer)
+
+
+def peer_name(address: Any) -> str:
+    try:
+        return f"{address[0]}:{address[1]}"
+    except (TypeError, IndexError):
+        return str(address)

@@ -1,0 +1,54 @@
+"""What a session may ask of its server, and nothing more.
+
+A session reads the server-wide counters and bumps them (``stats``), checks the server's
+status (§7.2) and reads config values, finds queues through the collection, and asks the
+server to shut down or reload by a message to ``control``. It never holds the ``Server``.
+The counters and the status are shared, not told: see ADR 0003 for why.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["Reload", "SessionContext", "Shutdown"]
+
+
+class Shutdown:
+    """Begin an orderly shutdown (§7.4)."""
+
+    __slots__ = ()
+
+
+class Reload:
+    """Re-read the config file; answer ``reply_to`` once every queue has its new settings."""
+
+    __slots__ = ("reply_to",)
+
+    def __init__(self, reply_to: Any) -> None:
+        self.reply_to = reply_to
+
+
+class SessionContext:
+    """One per server, shared by its sessions (the server updates ``config`` on reload)."""
+
+    __slots__ = ("stats", "status", "collection", "config", "version", "control", "closed")
+
+    def __init__(self, *, stats: Any, status: Any, collection: Any, config: Any, version: str,
+                 control: Any, closed: Callable[[Any], None]) -> None:
+        self.stats = stats
+        """``ServerStats``: the global counters of STATS."""
+        self.status = status
+        """``ServerStatus``: Up, ReadOnly, Quiescent... (§7.2)."""
+        self.collection = collection
+        self.config = config
+        self.version = version
+        self.control = control
+        """Takes :class:`Shutdown` and :class:`Reload` by ``tell``."""
+        self.closed = closed
+        """Called with the ``Session`` once a session has finished."""
+
+    def writes_allowed(self, session: Any) -> bool:
+        return not session.refuse_writes and not self.status.blocks_writes()
+
+    def reads_allowed(self, session: Any) -> bool:
+        return not session.refuse_reads and not self.status.blocks_reads()
