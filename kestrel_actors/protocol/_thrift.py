@@ -356,7 +356,8 @@ def _get(seqid: int, args) -> ThriftGet:
 
 def _ids(record: type[ThriftConfirm] | type[ThriftAbort]):
     def build(seqid: int, args) -> ThriftConfirm | ThriftAbort:
-        return record(seqid, _text(_required(args, "queue_name")), frozenset(_required(args, "ids")))
+        queue = _text(_required(args, "queue_name"))
+        return record(seqid, queue, frozenset(_required(args, "ids")))
 
     return build
 
