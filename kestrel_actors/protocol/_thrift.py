@@ -42,6 +42,7 @@ from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TMemoryBuffer
 
 from ._commands import Bad
+from ._memcache import DROP  # no reply, close: what Finagle does when a read fails
 
 __all__ = [
     "KESTREL_IDL",
@@ -197,10 +198,6 @@ def encode_thrift_exception(name: str, seqid: int, kind: int, message: str) -> b
 
 
 # -- decoder -----------------------------------------------------------------------------------
-
-DROP = Bad(None, close=True)
-"""A frame that cannot be answered: no reply, close (as Finagle does on a failed read)."""
-
 
 class _Malformed(Exception):
     """Bytes that are not what the binary protocol (or the IDL) allows; the text says why."""
