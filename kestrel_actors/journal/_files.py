@@ -71,7 +71,18 @@ def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
     reads and writes); anything that is not a regular file is closed again and raises
     :class:`NotRegularFile`. A missing file raises ``FileNotFoundError`` as ``os.open`` does.
     """
-    fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a pipe without a reader (ENXIO), a directory (EISDIR), ...
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except OSError:
+            raise exc from None
+        if regular:
+            raise
+        raise NotRegularFile(f"{path} is not a regular file") from exc
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(f"{path} is not a regular file")
