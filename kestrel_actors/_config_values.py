@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from ._names import name_problem
 from .config import INT_MAX, LONG_MAX
 
 __all__ = [
@@ -46,7 +47,6 @@ _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?:([kmgt])(?:i?b)?|b)?
 _SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION_HINT = 'a duration: seconds as a number, or a string like "100ms", "30s", "5m", "1h"'
 _SIZE_HINT = 'a size: bytes as an integer, or a string like "512KiB", "16MiB", "1GB"'
-_ILLEGAL_NAME = re.compile(r"[./~]")
 
 
 def _is_number(value: Any) -> bool:
@@ -186,7 +186,7 @@ def text(value: Any) -> str:
 
 
 def queue_name(value: Any) -> str:
-    """A legal queue name: non-empty, without ``.``, ``/`` or ``~`` (reference §5.2)."""
+    """A legal queue name (reference §5.2, plus the limits of :func:`~kestrel_actors._names.name_problem`)."""
     if not isinstance(value, str):
         raise BadValue(f"expected a queue name (a string); got {_describe(value)}")
     check_queue_name(value)
@@ -194,10 +194,10 @@ def queue_name(value: Any) -> str:
 
 
 def check_queue_name(name: str) -> None:
-    if not name:
-        raise BadValue("a queue name cannot be empty")
-    if _ILLEGAL_NAME.search(name):
-        raise BadValue(f"queue name {name!r} contains illegal characters (one of: ~ . /)")
+    """Raise :class:`BadValue` unless ``name`` can name a queue (the server's one rule)."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise BadValue(problem)
 
 
 def optional_queue_name(value: Any) -> str | None:

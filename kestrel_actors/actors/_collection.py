@@ -13,8 +13,9 @@ from typing import Any, Callable
 import structlog
 from pykka import ActorDeadError
 
+from .._names import is_queue_name
 from ..config import ServerConfig
-from ..journal import MemoryJournal
+from ..journal import MemoryJournal, NotRegularFile
 from ._messages import IGNORE, OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, SetConfig, Sweep
 from ._queue import QueueActor
 from ._queue_core import QueueCore
@@ -25,21 +26,9 @@ __all__ = ["AliasAdd", "Delete", "ForAll", "Reconfigure", "Gather", "QueueCollec
 
 log = structlog.get_logger("kestrel_actors.collection")
 
-MAX_NAME_BYTES = 200
-"""Leaves room in a 255-byte file name for ``.<epoch-ms>.pack`` and ``~~<epoch-ms>``."""
-
-_ILLEGAL = frozenset("/.~") | {chr(c) for c in range(32)} | {"\x7f"}
-
-
 def validate_queue_name(name: str) -> bool:
-    """True if ``name`` can name a queue: Kestrel's rule (no ``/ . ~``) plus safety limits.
-
-    Control bytes and over-long names are refused too, and a fanout child needs a master, so
-    a name can never reach outside the data directory or fail to become a file.
-    """
-    if not name or name.startswith("+") or len(name.encode("utf-8")) > MAX_NAME_BYTES:
-        return False
-    return not any(char in _ILLEGAL for char in name)
+    """True if ``name`` can name a queue (the rule is :func:`kestrel_actors._names.name_problem`)."""
+    return is_queue_name(name)
 
 
 QueueOpener = Callable[[str, Any], QueueCore]
@@ -192,10 +181,16 @@ class QueueCollection(GeventActor):
         copies of the very first SET to its master (Kestrel users were caught out otherwise).
         """
         for name in names:
-            if validate_queue_name(name):
-                self._queue(name)
-            else:
+            if not validate_queue_name(name):
                 log.warning("skipping journal with an illegal queue name", queue=name)
+                continue
+            try:
+                self._queue(name)
+            except NotRegularFile as exc:
+                # its archives stay untouched on disk; a stray in the journal's place must
+                # not stop the server (a crash loop under a supervisor)
+                log.error("cannot open a queue: its journal's path is not a regular file", queue=name,
+                          error=str(exc))
         self._create_configured_children()
 
     def _create_configured_children(self) -> None:

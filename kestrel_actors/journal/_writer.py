@@ -37,6 +37,8 @@ import gevent.lock
 import structlog
 from pykka import ActorDeadError
 
+from ._files import open_regular
+
 __all__ = ["JournalWriter", "run_blocking", "NEVER", "ALWAYS", "PERIODIC"]
 
 log = structlog.get_logger("kestrel_actors.journal")
@@ -106,7 +108,8 @@ class JournalWriter:
 
     @staticmethod
     def _open(path: str) -> int:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+        # a named pipe in the journal's place must raise, not wait for a reader for ever
+        return open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
     # -- called by the journal (on the hub thread) -----------------------------------------
 
