@@ -14,6 +14,7 @@ from typing import Any
 from .. import protocol as p
 from ._collection import AliasAdd, Delete, Resolved
 from ._messages import (
+    JournalFailure,
     OP_ADD,
     OP_CONFIRM,
     OP_FLUSH,
@@ -123,7 +124,11 @@ class ConnectionActor(SessionActor):
         elif tag == "reload":
             self.out.append(b"Reloaded config.\r\n")
         elif tag == "alias_set":
-            self.out.append(p.STORED if all(answer.value) else p.NOT_STORED)
+            failure = _first_failure(answer.value)
+            if failure is not None:
+                self.out.append(p.server_error(failure.message))
+            else:
+                self.out.append(p.STORED if all(answer.value) else p.NOT_STORED)
         elif tag == "flush_all_expired":
             self.out.append(b"%d\r\n" % sum(answer.value))
         elif tag == "dump_config":
@@ -224,7 +229,12 @@ class ConnectionActor(SessionActor):
     def _reply(self, command: Any, results: list[Any]) -> bytes:
         kind = type(command)
         if kind is p.Set:
-            return p.STORED if results[0] else p.NOT_STORED
+            stored = results[0]
+            if stored:
+                return p.STORED
+            if type(stored) is JournalFailure:
+                return p.server_error(stored.message)  # not acknowledged; the connection stays
+            return p.NOT_STORED
         if kind is p.Get:
             if command.abort or (command.close and not command.open):
                 return p.END
@@ -279,3 +289,11 @@ class ConnectionActor(SessionActor):
         deadline = time.monotonic() + command.seconds
         self.monitor = [command.queue, deadline, max_items, limit]
         self._monitor_next()
+
+
+def _first_failure(results: Any) -> JournalFailure | None:
+    """The first :class:`JournalFailure` among add results, if a journal failed one."""
+    for result in results:
+        if type(result) is JournalFailure:
+            return result
+    return None
