@@ -33,20 +33,30 @@ REPLY_TIMEOUT = 5.0
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """An 8 MiB tmpfs at ``tmp_path/data``, unmounted at teardown (skips if mount is refused)."""
-    mount_point = tmp_path / "data"
-    mount_point.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount_point)],
-        capture_output=True, text=True,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
+def mount_tmpfs(tmp_path):
+    """``mount_tmpfs(options)``: a tmpfs at ``tmp_path/data``, unmounted at teardown (the test
+    skips, saying why, if mounting is refused: it needs root)."""
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        mount_point = tmp_path / "data"
+        mount_point.mkdir()
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
+        mounted.append(mount_point)
+        return mount_point
+
+    yield mount
+    for mount_point in mounted:
         subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(mount_tmpfs):
+    """An 8 MiB tmpfs as a data directory."""
+    return mount_tmpfs("size=8m")
 
 
 def fill(disk: Path, leave: int) -> Path:
@@ -238,6 +248,31 @@ def test_full_disk_reads_succeed_and_replay_matches(small_disk):
         first = client.get("reads")
         assert first is not None and number(first) == 6, "the removes made on a full disk were lost"
         client.close()
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def test_queue_whose_file_cannot_be_created_answers(mount_tmpfs):
+    """No inode left for a new queue's journal: its SET gets SERVER_ERROR (the text protocol an
+    error line), and every other queue goes on."""
+    disk = mount_tmpfs("size=8m,nr_inodes=8")
+    text_port = free_port()
+    server = ServerProcess(disk, ("--text-port", str(text_port)))
+    server.start()
+    try:
+        client = server.client(REPLY_TIMEOUT)
+        replies = [client.set("q%d" % n, b"x") for n in range(12)]
+        assert replies[0] == b"STORED"
+        failed = [n for n, reply in enumerate(replies) if reply != b"STORED"]
+        assert failed, "the inodes never ran out"
+        assert all(replies[n] == b"SERVER_ERROR cannot open queue: No space left on device" for n in failed)
+        text = TextClient(server.host, text_port, REPLY_TIMEOUT)
+        assert text_put(text, "q%d" % failed[0], b"y") == b"-cannot open queue: No space left on device"
+        assert client.set("q0", b"again") == b"STORED"
+        assert client.stats()["queue_q0_items"] == "2"
+        assert client.get("q0") == b"x"
+        client.close()
+        text.close()
     finally:
         server.stop(signal.SIGKILL)
 

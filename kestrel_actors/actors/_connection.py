@@ -141,6 +141,13 @@ class ConnectionActor(SessionActor):
             self.closing = True
         elif resolved.ref is not None:
             self.refs[resolved.name] = resolved.ref
+        elif resolved.error is not None:
+            self.pending.popleft()  # the request (or a monitor's resume marker) is answered
+            if self.monitor is not None:
+                self.monitor = None
+                self.out.append(self.MONITOR_END)
+            else:
+                self.out.append(self._server_error_reply(resolved.error))
         elif resolved.alias is not None and self.monitor is not None:
             self.pending.popleft()  # the monitor's resume marker: an alias has no items
             self.monitor = None
@@ -276,6 +283,10 @@ class ConnectionActor(SessionActor):
     def _item_reply(self, queue: str, data: bytes) -> bytes:
         """One item of a monitor stream (hook)."""
         return p.value_reply(queue, data)
+
+    def _server_error_reply(self, message: str) -> bytes:
+        """The reply to a request the server could not carry out (a full disk) (hook)."""
+        return p.server_error(message)
 
     def _start_monitor(self, command: p.Monitor) -> None:
         server = self.server

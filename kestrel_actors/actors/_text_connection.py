@@ -51,6 +51,9 @@ class TextConnectionActor(ConnectionActor):
     def _item_reply(self, queue: str, data: bytes) -> bytes:
         return t.text_item(data)
 
+    def _server_error_reply(self, message: str) -> bytes:
+        return t.text_error(message)
+
     def _compile(self, command: Any, ops: list[tuple]) -> tuple[p.Bad | None, bool]:
         kind = type(command)
         server = self.server
