@@ -16,6 +16,7 @@ only after the target's ADD is durable (a journal hold).
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -451,24 +452,22 @@ class QueueActor(GeventActor):
         if not expired:
             return
         core.expired_out = []
-        holds, core.expired_holds = core.expired_holds, 0
+        holds, core.expired_holds = core.expired_holds, []
         target = self.expire_target
-        release = core.journal.release
-        for item in expired:
-            held = holds > 0
-            holds -= 1
-            if target is None:
-                if held:
-                    release()
-                continue
-            try:
-                target.tell(AddCopy(item.data, 0, count_total=False, release=release if held else None))
-            except ActorDeadError:  # the target was deleted: the item is dropped
-                target = None
-                if held:
-                    release()
-        for _ in range(holds):
-            release()
+        journal = core.journal
+        for index, item in enumerate(expired):
+            # holds are taken for every moved item, in order, unless it moves to this queue
+            release = functools.partial(journal.release, holds[index]) if index < len(holds) else None
+            if target is not None:
+                try:
+                    target.tell(AddCopy(item.data, 0, count_total=False, release=release))
+                    continue
+                except ActorDeadError:  # the target was deleted: the item is dropped
+                    target = None
+            if release is not None:
+                release()
+        for token in holds[len(expired):]:
+            journal.release(token)
 
     def _queue_expired(self, now_ms: int) -> bool:
         """§5.12: empty in memory (open reads are not checked) and older than max_queue_age."""

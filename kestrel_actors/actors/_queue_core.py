@@ -84,9 +84,9 @@ class QueueCore:
         self.closed = False
         self.expired_out: list[Item] = []
         """Expired items bound for ``expire_to_queue``; the owner drains and forwards them."""
-        self.expired_holds = 0
-        """Journal holds taken for ``expired_out`` (one per item moved to another queue): the
-        owner releases each once the target's ADD is durable."""
+        self.expired_holds: list[int] = []
+        """Journal hold tokens taken for ``expired_out`` (one per item moved to another
+        queue, in order): the owner releases each once the target's ADD is durable."""
 
     # -- adding ---------------------------------------------------------------------------
 
@@ -214,8 +214,7 @@ class QueueCore:
             if move and move != self.name:
                 # durable-before-remove: this REMOVE reaches the disk only after the target's
                 # ADD is durable (the queue actor releases the hold when the target says so)
-                self.journal.hold()
-                self.expired_holds += 1
+                self.expired_holds.append(self.journal.hold())
             self.journal.remove()
             self._fill_read_behind()
             self.expired_items += 1

@@ -109,11 +109,11 @@ class FileJournal:
                       on_error: Callable[[OSError], None] | None = None) -> None:
         self._writer.after_durable(callback, on_error)
 
-    def hold(self) -> None:
-        self._writer.hold()
+    def hold(self) -> int:
+        return self._writer.hold()
 
-    def release(self) -> None:
-        self._writer.release()
+    def release(self, token: int) -> None:
+        self._writer.release(token)
 
     def _writer_state(self, error: OSError | None) -> None:
         self.failure = error

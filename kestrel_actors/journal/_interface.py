@@ -71,11 +71,11 @@ class Journal(Protocol):
         for it to recover (the changes stay pending and are written once it does).
         """
 
-    def hold(self) -> None:
-        """Write nothing appended from now on until :meth:`release` (an expiry move's
-        REMOVE waits for the target's ADD to be durable)."""
+    def hold(self) -> int:
+        """Write nothing appended from now on until :meth:`release` gets the token returned
+        (an expiry move's REMOVE waits for the target's ADD to be durable)."""
 
-    def release(self) -> None:
+    def release(self, token: int) -> None:
         """End one :meth:`hold`."""
 
     def size(self) -> int:
@@ -133,10 +133,10 @@ class MemoryJournal:
                       on_error: Callable[[OSError], None] | None = None) -> None:
         callback()
 
-    def hold(self) -> None:
-        pass
+    def hold(self) -> int:
+        return 0
 
-    def release(self) -> None:
+    def release(self, token: int) -> None:
         pass
 
     def size(self) -> int:

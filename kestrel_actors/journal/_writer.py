@@ -35,7 +35,9 @@ did: nothing after an unwritten record can reach the disk before it.
 A *hold* (:meth:`hold`, :meth:`release`) keeps the records appended from now on off the disk
 until released: a queue that moves an expired item to ``expire_to_queue`` holds its REMOVE
 until the target's ADD is durable, so a crash can duplicate the item but never lose it. A
-hold that lasts longer than ``HOLD_PATIENCE`` seconds puts the writer in the failing state.
+hold still there after ``HOLD_PATIENCE`` seconds is dropped with a warning (two queues that
+expire into each other would otherwise wait on each other for ever); the replies that waited
+on it were held no longer than that.
 """
 
 from __future__ import annotations
@@ -64,11 +66,7 @@ clients pipelining 32 SETs of 1 KiB, up to 330 KiB, went to the threadpool)."""
 IOV_MAX = 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 HOLD_PATIENCE = 2.0
-"""Seconds a hold may keep records back before the writer counts as failing."""
-
-
-class HoldOverdue(OSError):
-    """The failure of a writer whose hold was not released in time (the target's journal fails)."""
+"""Seconds a hold may keep records back before it is dropped."""
 
 
 def run_blocking(fn: Callable, *args):  # type: ignore[no-untyped-def]
@@ -124,6 +122,8 @@ class JournalWriter:
         self._torn = False
         """A failed write may have left part of a record that ftruncate could not cut yet."""
         self._holds = 0
+        self._hold_round = 0
+        """Counts holds that ended all at once, so a release of an ended one is ignored."""
         self._held_at: int | None = None
         """While holds are active: the stream position from which nothing is written."""
         self._chunks: list[bytes] = []
@@ -206,28 +206,37 @@ class JournalWriter:
         else:
             self._waiters.append((target, callback, on_error))
 
-    def hold(self) -> None:
-        """Keep every record appended from now on off the disk until :meth:`release`."""
+    def hold(self) -> int:
+        """Keep every record appended from now on off the disk until :meth:`release` is
+        called with the token this returns."""
         if self.closed:
-            return
+            return -1
         self._holds += 1
         if self._held_at is None:
             self._held_at = self.appended
-            gevent.spawn_later(HOLD_PATIENCE, self._hold_overdue, self._held_at)
+            gevent.spawn_later(HOLD_PATIENCE, self._hold_overdue, self._hold_round)
+        return self._hold_round
 
-    def release(self) -> None:
+    def release(self, token: int) -> None:
         """End one :meth:`hold`; once none is left, the held records go to the file."""
-        if self._holds <= 0:
-            return
+        if token != self._hold_round or self._holds <= 0:
+            return  # that hold was dropped (overdue, or the file closed)
         self._holds -= 1
         if self._holds == 0:
-            self._held_at = None
-            if self._chunks and not self.closed:
-                self._wake.set()
+            self._end_holds()
 
-    def _hold_overdue(self, held_at: int) -> None:
-        if self._held_at == held_at and not self.closed:
-            self._failing(HoldOverdue(f"records held for {HOLD_PATIENCE}s waiting for another queue's journal"))
+    def _end_holds(self) -> None:
+        self._holds = 0
+        self._held_at = None
+        self._hold_round += 1
+        if self._chunks and not self.closed:
+            self._wake.set()
+
+    def _hold_overdue(self, hold_round: int) -> None:
+        if self._hold_round == hold_round and self._held_at is not None and not self.closed:
+            log.warning("journal hold overdue; writing the held records", queue=self.queue,
+                        holds=self._holds, seconds=HOLD_PATIENCE)
+            self._end_holds()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -274,7 +283,7 @@ class JournalWriter:
         if self.closed:
             return
         self.closed = True
-        self._holds, self._held_at = 0, None
+        self._end_holds()
         with self._io:
             for attempt in range(3):
                 if self._write_pending() or not sync:
@@ -314,8 +323,6 @@ class JournalWriter:
                         ok = self._sync_once()
                 elif ok and self.mode == PERIODIC and self.synced < self.written and self._timer is None:
                     self._timer = gevent.spawn_later(self.period, self._periodic_sync)
-                if ok and self.error is not None and not self._chunks and self._held_at is None:
-                    self._recovered()  # e.g. a hold that was overdue was released at last
                 if not ok:
                     self._fire()
                     self._back_off()  # outside ``_io``: a rotation or a close may go ahead
