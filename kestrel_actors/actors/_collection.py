@@ -16,7 +16,10 @@ from pykka import ActorDeadError
 from .._names import is_queue_name
 from ..config import ServerConfig
 from ..journal import MemoryJournal, NotRegularFile
-from ._messages import IGNORE, OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, SetConfig, Sweep
+from ._messages import (
+    IGNORE, OP_ADD, OP_FLUSH, BatchDone, CloseQueue, DeleteQueue, GetStats, JournalFailure, QueueBatch, SetChildren,
+    SetConfig, Sweep,
+)
 from ._queue import QueueActor
 from ._queue_core import QueueCore
 from ._runtime import GeventActor
@@ -64,15 +67,21 @@ class Gather:
 
 
 class Resolved:
-    """The answer to a name lookup: a queue ref, an alias's destinations, or neither."""
+    """The answer to a name lookup: a queue ref, an alias's destinations, or neither.
 
-    __slots__ = ("name", "ref", "alias", "valid")
+    ``error`` says why a queue that had to be created could not be opened (its journal file
+    could not be created on a full disk, say); the client gets a server error.
+    """
 
-    def __init__(self, name: str, ref: Any = None, alias: tuple[str, ...] | None = None, valid: bool = True):
+    __slots__ = ("name", "ref", "alias", "valid", "error")
+
+    def __init__(self, name: str, ref: Any = None, alias: tuple[str, ...] | None = None, valid: bool = True,
+                 error: str | None = None):
         self.name = name
         self.ref = ref
         self.alias = alias
         self.valid = valid
+        self.error = error
 
 
 class Resolve:
@@ -212,13 +221,16 @@ class QueueCollection(GeventActor):
         alias = self.config.aliases.get(name)
         if alias is not None:
             return Resolved(name, alias=alias)
-        if name in self.queues:
+        if name not in self.queues:
+            if not create or self.shutting_down:
+                return Resolved(name)
+            if not validate_queue_name(name):
+                return Resolved(name, valid=False)
+        try:
             return Resolved(name, self._queue(name))  # replayed anew if its actor had failed
-        if not create or self.shutting_down:
-            return Resolved(name)
-        if not validate_queue_name(name):
-            return Resolved(name, valid=False)
-        return Resolved(name, self._queue(name))
+        except OSError as exc:  # its journal cannot be opened or created (a full disk)
+            log.error("cannot open queue", queue=name, error=str(exc))
+            return Resolved(name, error=f"cannot open queue: {exc.strerror or exc}")
 
     def _queue(self, name: str) -> Any:
         """The queue's actor, created (and its journal replayed) if there is none.
@@ -288,9 +300,17 @@ class QueueCollection(GeventActor):
         counts = self.alias_counts.setdefault(message.name, [0, 0])
         counts[0] += 1
         counts[1] += len(message.data)
-        refs = [self._queue(name) for name in self._destinations(message.name, set())]
+        refs, failures = [], []
+        for name in self._destinations(message.name, set()):
+            try:
+                refs.append(self._queue(name))
+            except OSError as exc:  # not acknowledged: as if its journal had failed the add
+                log.error("cannot open queue", queue=name, error=str(exc))
+                failures.append(BatchDone(None, [JournalFailure(exc)], name))
         reply_to = message.reply_to
-        gather = Gather(len(refs), lambda done: reply_to.tell([d.results[0] for d in done]))
+        gather = Gather(len(refs) + len(failures), lambda done: reply_to.tell([d.results[0] for d in done]))
+        for failure in failures:
+            gather.tell(failure)
         op = (OP_ADD, message.data, message.expiry)
         gather.send(refs, lambda g: QueueBatch([op], None, g))
 

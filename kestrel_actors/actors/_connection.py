@@ -14,6 +14,7 @@ from typing import Any
 from .. import protocol as p
 from ._collection import AliasAdd, Delete, Resolved
 from ._messages import (
+    JournalFailure,
     OP_ADD,
     OP_CONFIRM,
     OP_FLUSH,
@@ -123,7 +124,11 @@ class ConnectionActor(SessionActor):
         elif tag == "reload":
             self.out.append(b"Reloaded config.\r\n")
         elif tag == "alias_set":
-            self.out.append(p.STORED if all(answer.value) else p.NOT_STORED)
+            failure = _first_failure(answer.value)
+            if failure is not None:
+                self.out.append(p.server_error(failure.message))
+            else:
+                self.out.append(p.STORED if all(answer.value) else p.NOT_STORED)
         elif tag == "flush_all_expired":
             self.out.append(b"%d\r\n" % sum(answer.value))
         elif tag == "dump_config":
@@ -136,6 +141,13 @@ class ConnectionActor(SessionActor):
             self.closing = True
         elif resolved.ref is not None:
             self.refs[resolved.name] = resolved.ref
+        elif resolved.error is not None:
+            self.pending.popleft()  # the request (or a monitor's resume marker) is answered
+            if self.monitor is not None:
+                self.monitor = None
+                self.out.append(self.MONITOR_END)
+            else:
+                self.out.append(self._server_error_reply(resolved.error))
         elif resolved.alias is not None and self.monitor is not None:
             self.pending.popleft()  # the monitor's resume marker: an alias has no items
             self.monitor = None
@@ -224,7 +236,12 @@ class ConnectionActor(SessionActor):
     def _reply(self, command: Any, results: list[Any]) -> bytes:
         kind = type(command)
         if kind is p.Set:
-            return p.STORED if results[0] else p.NOT_STORED
+            stored = results[0]
+            if stored:
+                return p.STORED
+            if type(stored) is JournalFailure:
+                return p.server_error(stored.message)  # not acknowledged; the connection stays
+            return p.NOT_STORED
         if kind is p.Get:
             if command.abort or (command.close and not command.open):
                 return p.END
@@ -267,6 +284,10 @@ class ConnectionActor(SessionActor):
         """One item of a monitor stream (hook)."""
         return p.value_reply(queue, data)
 
+    def _server_error_reply(self, message: str) -> bytes:
+        """The reply to a request the server could not carry out (a full disk) (hook)."""
+        return p.server_error(message)
+
     def _start_monitor(self, command: p.Monitor) -> None:
         server = self.server
         if not server.reads_allowed(self.session):
@@ -279,3 +300,11 @@ class ConnectionActor(SessionActor):
         deadline = time.monotonic() + command.seconds
         self.monitor = [command.queue, deadline, max_items, limit]
         self._monitor_next()
+
+
+def _first_failure(results: Any) -> JournalFailure | None:
+    """The first :class:`JournalFailure` among add results, if a journal failed one."""
+    for result in results:
+        if type(result) is JournalFailure:
+            return result
+    return None

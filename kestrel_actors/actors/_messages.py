@@ -21,6 +21,7 @@ __all__ = [
     "OP_UNREMOVE",
     "IGNORE",
     "BatchDone",
+    "JournalFailure",
     "CancelWaits",
     "QueueBatch",
     "Session",
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 # Operations in a batch are tuples whose first element is one of these codes:
-OP_ADD = 1  # (OP_ADD, data, expiry_ms) -> bool
+OP_ADD = 1  # (OP_ADD, data, expiry_ms) -> bool, or a JournalFailure
 OP_REMOVE = 2  # (OP_REMOVE, deadline) -> Item | None
 OP_OPEN = 3  # (OP_OPEN, deadline) -> Item (with xid) | None
 OP_PEEK = 4  # (OP_PEEK, deadline) -> Item | None
@@ -40,6 +41,22 @@ OP_OPEN_MANY = 9  # (OP_OPEN_MANY, max_items, deadline) -> list[Item] (empty on 
 
 FETCH_OPS = frozenset((OP_REMOVE, OP_OPEN, OP_PEEK, OP_OPEN_MANY))
 """Operations that may wait; ``deadline`` is ``time.monotonic()`` seconds or ``None``."""
+
+
+class JournalFailure:
+    """The result of an add that is not acknowledged because a journal could not write it
+    (its own, or a fanout child's); falsy, like a refusal. ``message`` is for the client."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, error: OSError) -> None:
+        self.message = f"journal write failed: {error.strerror or error}"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"JournalFailure({self.message!r})"
 
 
 def closed_result(op: tuple) -> Any:
@@ -90,15 +107,17 @@ class QueueBatch:
 
     A fetch that finds nothing and has a future deadline waits in the queue's wait-list; the
     batch is answered when it gets an item, times out, or its session is cancelled.
+    ``copies`` is the queue's: the fanout copies its adds are waiting for.
     """
 
-    __slots__ = ("ops", "session", "reply_to", "tag")
+    __slots__ = ("ops", "session", "reply_to", "tag", "copies")
 
     def __init__(self, ops: list[tuple], session: Session | None, reply_to: Any, tag: Any = None):
         self.ops = ops
         self.session = session
         self.reply_to = reply_to
         self.tag = tag
+        self.copies: Any = None
 
 
 class BatchDone:
@@ -182,11 +201,20 @@ class SetChildren:
 
 
 class AddCopy:
-    """An item added to this queue's fanout master or an ``expire_to_queue`` source."""
+    """An item added to this queue's fanout master or an ``expire_to_queue`` source.
 
-    __slots__ = ("data", "expiry", "count_total")
+    A fanout copy is acknowledged with ``ack.tell(BatchDone(index, [result], name))`` once it
+    is as durable as this queue's policy says (``index``: the master's result it belongs to);
+    an expiry move calls ``release()`` once its ADD is durable, or at once if it is dropped.
+    """
 
-    def __init__(self, data: bytes, expiry: int, count_total: bool = True) -> None:
+    __slots__ = ("data", "expiry", "count_total", "ack", "index", "release")
+
+    def __init__(self, data: bytes, expiry: int, count_total: bool = True, ack: Any = None,
+                 index: int = 0, release: Any = None) -> None:
         self.data = data
         self.expiry = expiry
         self.count_total = count_total
+        self.ack = ack
+        self.index = index
+        self.release = release

@@ -84,6 +84,9 @@ class QueueCore:
         self.closed = False
         self.expired_out: list[Item] = []
         """Expired items bound for ``expire_to_queue``; the owner drains and forwards them."""
+        self.expired_holds: list[int] = []
+        """Journal hold tokens taken for ``expired_out`` (one per item moved to another
+        queue, in order): the owner releases each once the target's ADD is durable."""
 
     # -- adding ---------------------------------------------------------------------------
 
@@ -94,9 +97,8 @@ class QueueCore:
             return False
         self.discard_expired(now_ms)
         while self.length >= config.max_items or self.bytes >= config.max_size:
-            if not config.discard_old_when_full or not self.length:
+            if not config.discard_old_when_full or not self.length or self._pop_head() is None:
                 return False
-            self._pop_head()
             self.journal.remove()
             self._fill_read_behind()
             self.discarded += 1
@@ -134,6 +136,8 @@ class QueueCore:
         if not self.length:
             return None
         item = self._pop_head()
+        if item is None:
+            return None  # read-behind waits for records the journal could not write yet
         self.last_removed_add_time = item.add_time
         if transactional:
             xid = self._next_xid()
@@ -180,8 +184,7 @@ class QueueCore:
 
     def flush(self, now_ms: int) -> None:
         """Remove every ready item (open reads stay open), one REMOVE each (§5.11)."""
-        while self.length:
-            self._pop_head()
+        while self.length and self._pop_head() is not None:
             self.journal.remove()
             self._fill_read_behind()
             self.journal.check_rotate(self)
@@ -207,11 +210,16 @@ class QueueCore:
             if expiry == 0 or expiry >= now_ms:
                 break
             self._pop_head()
+            move = self.config.expire_to_queue
+            if move and move != self.name:
+                # durable-before-remove: this REMOVE reaches the disk only after the target's
+                # ADD is durable (the queue actor releases the hold when the target says so)
+                self.expired_holds.append(self.journal.hold())
             self.journal.remove()
             self._fill_read_behind()
             self.expired_items += 1
             count += 1
-            if self.config.expire_to_queue:
+            if move:
                 self.expired_out.append(head)
         return count
 
@@ -257,9 +265,12 @@ class QueueCore:
             self._fill_read_behind()
         return self.items[0] if self.items else None
 
-    def _pop_head(self) -> Item:
+    def _pop_head(self) -> Item | None:
+        """The head, removed (``None`` only while read-behind waits for unwritten records)."""
         if not self.items:
             self._fill_read_behind()
+            if not self.items:
+                return None
         item = self.items.popleft()
         size = len(item.data)
         self.length -= 1

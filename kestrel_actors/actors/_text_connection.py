@@ -15,7 +15,7 @@ from .. import protocol as p
 from ..protocol import _text as t
 from ..protocol import _text_commands as tc
 from ._collection import AliasAdd, Delete, Gather, Resolved
-from ._connection import ConnectionActor
+from ._connection import ConnectionActor, _first_failure
 from ._messages import OP_ADD, OP_CONFIRM, OP_FLUSH, OP_OPEN, OP_PEEK
 from ._queue_core import epoch_ms
 from ._session import _pop_oldest, _ReplyTo
@@ -50,6 +50,9 @@ class TextConnectionActor(ConnectionActor):
 
     def _item_reply(self, queue: str, data: bytes) -> bytes:
         return t.text_item(data)
+
+    def _server_error_reply(self, message: str) -> bytes:
+        return t.text_error(message)
 
     def _compile(self, command: Any, ops: list[tuple]) -> tuple[p.Bad | None, bool]:
         kind = type(command)
@@ -87,6 +90,9 @@ class TextConnectionActor(ConnectionActor):
     def _reply(self, command: Any, results: list[Any]) -> bytes:
         kind = type(command)
         if kind is tc.TextPut:
+            failure = _first_failure(results)
+            if failure is not None:  # the text protocol's SERVER_ERROR: an error line
+                return t.text_error(failure.message)
             return t.text_count(sum(1 for stored in results if stored))
         if kind is tc.TextGet:
             item = results[-1] if results else None
@@ -136,7 +142,11 @@ class TextConnectionActor(ConnectionActor):
         elif answer.tag == "alias_put":
             # Kestrel counts an item when setItem returned true: every destination took it
             self.waiting = None
-            self.out.append(t.text_count(sum(1 for results in answer.value if all(results))))
+            failure = _first_failure(result for results in answer.value for result in results)
+            if failure is not None:
+                self.out.append(t.text_error(failure.message))
+            else:
+                self.out.append(t.text_count(sum(1 for results in answer.value if all(results))))
         else:
             super()._answer(answer)
 

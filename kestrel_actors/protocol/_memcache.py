@@ -52,6 +52,7 @@ __all__ = [
     "STORED",
     "parse_get_key",
     "parse_request_line",
+    "server_error",
     "stats_reply",
     "value_reply",
 ]
@@ -63,6 +64,15 @@ DELETED = b"DELETED\r\n"
 ERROR = b"ERROR\r\n"
 CLIENT_ERROR = b"CLIENT_ERROR\r\n"
 SERVER_ERROR = b"SERVER_ERROR\r\n"
+
+
+def server_error(message: str) -> bytes:
+    """``SERVER_ERROR <message>``: the server could not do it (a journal write failed).
+
+    Kestrel's own SERVER_ERROR carries no text; memcache's carries one, and Kestrel's clients
+    retry on any SERVER_ERROR. Other characters than ASCII become ``?``.
+    """
+    return b"SERVER_ERROR " + message.encode("ascii", "replace") + b"\r\n"
 
 CLIENT_ERROR_OPEN = Bad(CLIENT_ERROR, close=False)
 CLIENT_ERROR_CLOSE = Bad(CLIENT_ERROR, close=True)
