@@ -12,6 +12,7 @@ import os
 import resource
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,6 +50,8 @@ log = structlog.get_logger("kestrel_actors.server")
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 ACCEPT_PAUSE = 0.1
 """Seconds the listener stops accepting when not even its spare descriptor helps."""
+REFUSAL_BURST_GAP = 1.0
+"""Refusals closer together than this many seconds are one burst, logged once."""
 
 
 class _Listener(StreamServer):
@@ -63,13 +66,14 @@ class _Listener(StreamServer):
     the listener, level-triggered, fails again on every loop. So the listener holds one spare
     descriptor: out of descriptors, it frees the spare, accepts the client, closes it at once
     (the client sees the connection closed, not a hang) and takes the spare again. One
-    warning is logged per burst of refusals: the first refusal after one that succeeded.
+    warning is logged per burst of refusals (a burst ends after ``REFUSAL_BURST_GAP``
+    seconds without one).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._spare: int | None = _reserve_fd()
-        self._refused = 0
+        self._last_refusal = float("-inf")
 
     def do_read(self) -> tuple[Any, Any] | None:
         listening = self.socket
@@ -81,19 +85,17 @@ class _Listener(StreamServer):
             if exc.errno not in _OUT_OF_FDS:
                 raise
             return self._refuse(listening, exc)
-        if self._refused:
-            log.info("accepting connections again", refused=self._refused)
-            self._refused = 0
         sock = socket.socket(listening.family, listening.type, listening.proto, fileno=fd)
         sock.setblocking(False)
         return sock, address
 
     def _refuse(self, listening: Any, exc: OSError) -> None:
         """Accept one waiting client with the spare descriptor and close it."""
-        if not self._refused:
-            log.warning("connection refused: out of file descriptors", error=exc.strerror,
+        now = time.monotonic()
+        if now - self._last_refusal > REFUSAL_BURST_GAP:
+            log.warning("connections refused: out of file descriptors", error=exc.strerror,
                         limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-        self._refused += 1
+        self._last_refusal = now
         if self._spare is not None:
             os.close(self._spare)
             self._spare = None

