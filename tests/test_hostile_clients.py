@@ -274,3 +274,23 @@ def test_a_failing_handler_closes_its_connection_and_the_next_client_is_served(m
         assert server.client().call(b"version").startswith(b"VERSION")
     if not answered:
         assert "connection handler failed" in server.log()
+
+
+def test_pipelined_close_open_reads_answered_in_parts_confirm_each_item_once(server):
+    """A queue answering in parts may stop between a read's confirm and its fetch: the rest
+    of that read comes in the next part, and every item is delivered and confirmed once."""
+    queue = unique("parts")
+    items = [bytes([n]) * (400 * 1024) for n in range(30)]
+    writer = server.client(timeout=30)
+    for item in items:
+        fill(writer, queue, item)
+    client = raw_client(server, rcvbuf=4096)
+    client.sendall(b"get %s/close/open\r\n" % queue.encode() * 31 + b"get %s/close\r\n" % queue.encode())
+    time.sleep(0.5)
+    client.settimeout(20)
+    for item in items:
+        assert read_exactly(client, len(value(queue, item))) == value(queue, item)
+    assert read_exactly(client, 10) == b"END\r\nEND\r\n"
+    stats = stats_of(server)
+    assert (stats[f"queue_{queue}_items"], stats[f"queue_{queue}_open_transactions"]) == ("0", "0")
+    client.close()
