@@ -17,8 +17,10 @@ __all__ = [
     "OP_OPEN",
     "OP_OPEN_MANY",
     "OP_PEEK",
+    "OP_PUT_BACK",
     "OP_REMOVE",
     "OP_UNREMOVE",
+    "BATCH_FETCH_BYTES",
     "IGNORE",
     "BatchDone",
     "JournalFailure",
@@ -38,6 +40,13 @@ OP_UNREMOVE = 6  # (OP_UNREMOVE, xids) -> None
 OP_FLUSH = 7  # (OP_FLUSH,) -> None
 OP_FLUSH_EXPIRED = 8  # (OP_FLUSH_EXPIRED,) -> number expired
 OP_OPEN_MANY = 9  # (OP_OPEN_MANY, max_items, deadline) -> list[Item] (empty on timeout)
+OP_PUT_BACK = 10  # (OP_PUT_BACK, items) -> None: items a plain GET took but could not deliver
+
+BATCH_FETCH_BYTES = 1024 * 1024
+"""A queue stops running a batch before its next fetch once the batch's fetches have taken
+this many bytes, and answers with results for the operations it ran: the sender sends the
+rest again when it is ready for more output. ``OP_OPEN_MANY`` stops at this many bytes too.
+So one answer holds at most this much plus one item, whatever the client pipelined."""
 
 FETCH_OPS = frozenset((OP_REMOVE, OP_OPEN, OP_PEEK, OP_OPEN_MANY))
 """Operations that may wait; ``deadline`` is ``time.monotonic()`` seconds or ``None``."""

@@ -27,6 +27,7 @@ from pykka import ActorDeadError
 from ..config import QueueConfig
 from ..journal import Journal
 from ._messages import (
+    BATCH_FETCH_BYTES,
     FETCH_OPS,
     OP_ADD,
     OP_CONFIRM,
@@ -35,6 +36,7 @@ from ._messages import (
     OP_OPEN,
     OP_OPEN_MANY,
     OP_PEEK,
+    OP_PUT_BACK,
     OP_REMOVE,
     OP_UNREMOVE,
     AddCopy,
@@ -282,6 +284,7 @@ class QueueActor(GeventActor):
         stats = self.stats
         ops = batch.ops
         now_ms = epoch_ms()
+        fetched = 0
         for index in range(start, len(ops)):
             op = ops[index]
             code = op[0]
@@ -291,8 +294,12 @@ class QueueActor(GeventActor):
                 else:
                     results.append(self._add(op[1], op[2], now_ms))
             elif code in FETCH_OPS:
+                if fetched >= BATCH_FETCH_BYTES:
+                    break  # answered in parts: the sender asks for the rest when it can send it
                 result = self._fetch(op, now_ms)
-                if not result:
+                if result:
+                    fetched += len(result.data) if code != OP_OPEN_MANY else BATCH_FETCH_BYTES
+                else:
                     deadline = op[-1]
                     if (
                         deadline is not None
@@ -312,6 +319,11 @@ class QueueActor(GeventActor):
             elif code == OP_UNREMOVE:
                 for xid in op[1]:
                     if core.unremove(xid):
+                        self._wake_one()
+                results.append(None)
+            elif code == OP_PUT_BACK:
+                for item in op[1]:
+                    if core.put_back(item) and self.waiters:
                         self._wake_one()
                 results.append(None)
             elif code == OP_FLUSH:
@@ -395,11 +407,15 @@ class QueueActor(GeventActor):
                 self.stats.get_hits += 1
             return item
         items = []
+        size = 0
         for _ in range(op[1]):
             item = core.remove(now_ms, transactional=True)
             if item is None:
                 break
             items.append(item)
+            size += len(item.data)
+            if size >= BATCH_FETCH_BYTES:
+                break
         self.stats.get_hits += len(items)
         return items
 
@@ -436,7 +452,10 @@ class QueueActor(GeventActor):
     def _finish_missed(self, waiter: Waiter) -> None:
         """Answer a parked batch with a miss and nothing after it (its client has gone)."""
         waiter.results.append(_missed(waiter.batch.ops[waiter.index]))
-        _reply_to(waiter.batch).tell(BatchDone(waiter.batch.tag, waiter.results, self.name))
+        try:
+            _reply_to(waiter.batch).tell(BatchDone(waiter.batch.tag, waiter.results, self.name))
+        except ActorDeadError:  # its session ended (a failed handler stops it at once)
+            pass
 
     def _cancel_waits(self, session: Any) -> None:
         waiter = self.waiters.of_session(session)

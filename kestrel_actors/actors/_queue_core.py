@@ -151,6 +151,30 @@ class QueueCore:
         self.journal.check_rotate(self)
         return item
 
+    def put_back(self, item: Item) -> bool:
+        """Return an item a plain GET removed but could not deliver (its client had gone).
+
+        The journal has no record that adds at the head (its REMOVE takes the head, so memory
+        and journal must agree on the order): the item is journaled as an add, with its own
+        add time and expiry, and so goes back to the head when the queue is empty, the usual
+        case (it was handed to a waiter because the queue was empty), else to the tail.
+        Limits are not checked: the item was in the queue a moment ago.
+        """
+        if self.closed:
+            return False
+        item.xid = 0
+        journal = self.journal
+        journal.check_rotate(self)
+        behind = journal.in_read_behind
+        journal.add(item)
+        size = len(item.data)
+        if not behind:
+            self.items.append(item)
+            self.mem_bytes += size
+        self.length += 1
+        self.bytes += size
+        return True
+
     def peek(self, now_ms: int) -> Item | None:
         if self.closed:
             return None

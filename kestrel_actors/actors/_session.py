@@ -5,7 +5,15 @@ order: consecutive requests for one queue travel to that queue's actor as one
 :class:`QueueBatch`, and the next batch leaves only when the previous one is answered, so
 pipelined requests are answered in order, as Kestrel does. The session keeps its open
 (tentative) reads per queue; when the client goes, its waits are cancelled first and then
-every open read goes back to the head of its queue.
+every open read goes back to the head of its queue. An item that reaches the session after its
+client has gone, or whose reply could not be sent, goes back too: an open one as an abort, a
+plain GET's with ``OP_PUT_BACK``.
+
+Output is bounded: a queue answers a batch in parts once its fetches took
+``BATCH_FETCH_BYTES`` (``_messages``), and the session asks for the rest only once the
+transport is no longer backed up, so a client that pipelines fetches and never reads holds
+at most the transport's ``OUTPUT_HIGH`` plus one part's replies (see README, "Limits").
+A handler that raises closes its connection (logged), as a hang-up would.
 
 What a command means and how its reply looks is the protocol's: :class:`SessionActor`
 subclasses (``ConnectionActor`` for memcache, ``TextConnectionActor``) supply ``_local``,
@@ -24,8 +32,11 @@ from pykka import ActorDeadError
 from .. import protocol as p
 from ._collection import ForAll, Resolve
 from ._messages import (
+    OP_OPEN,
     OP_OPEN_MANY,
     OP_PEEK,
+    OP_PUT_BACK,
+    OP_REMOVE,
     OP_UNREMOVE,
     IGNORE,
     BatchDone,
@@ -106,7 +117,10 @@ class SessionActor(GeventActor):
         self.pending: deque[Any] = deque()
         self.out: list[bytes] = []
         self.waiting: str | None = None
-        self.batch: list[tuple[Any, int]] = []
+        self.batch: list[tuple[Any, int, p.Bad | None]] = []
+        self.batch_ops: list[tuple] = []
+        self.batch_results: list[Any] | None = None
+        """Results of a batch the queue answered in parts, kept until the rest comes."""
         self.batch_queue: str | None = None
         self.missing: str | None = None
         self.monitor: list[Any] | None = None
@@ -139,6 +153,8 @@ class SessionActor(GeventActor):
     def _pump(self) -> None:
         pending = self.pending
         transport = self.transport
+        if self.waiting == "more" and not transport.backed_up:
+            self._send_rest()
         while pending and self.waiting is None and not self.closing and not transport.backed_up:
             command = pending[0]
             kind = type(command)
@@ -205,6 +221,7 @@ class SessionActor(GeventActor):
             if last:
                 break
         self.batch = entries
+        self.batch_ops = ops
         self.batch_queue = name
         if not ops:
             self._batch_done(BatchDone(None, [], name))
@@ -241,23 +258,75 @@ class SessionActor(GeventActor):
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
             return
+        if self.batch_results is not None:  # the next part of a batch answered in parts
+            results = self.batch_results + results
+            self.batch_results = None
+        entries = self.batch
+        ops = self.batch_ops
+        self.batch = []
+        if self.session.closed:  # no item may stay with a client that has gone
+            self._return_items(ops, results, 0, len(results), opened=True)
+            return
         position = 0
-        gone = self.session.closed
-        for command, count, preset in self.batch:
-            mine = results[position : position + count]
-            position += count
-            if gone:
-                if type(command) is p.Get and command.open and mine and mine[-1] is not None:
-                    self._give_back(command.queue, [mine[-1].xid])
-                continue
+        answered = 0
+        total = len(results)
+        out = self.out
+        for command, count, preset in entries:
+            end = position + count
+            if end > total:  # the queue stopped before this one's fetch (its output budget)
+                break
+            answered += 1
             if preset is not None:
+                position = end
                 if preset.reply is not None:
-                    self.out.append(preset.reply)
+                    out.append(preset.reply)
                 if preset.close:
                     self.closing = True
                 continue
-            self.out.append(self._reply(command, mine))
-        self.batch = []
+            out.append(self._reply(command, results[position:end]))
+            position = end
+        if answered < len(entries):  # the rest once the client has taken these replies
+            self.batch = entries[answered:]
+            self.batch_ops = ops[position:]
+            self.batch_results = results[position:]
+            self.waiting = "more"
+        if out and not self._flush():
+            # the client is gone and these replies with it: their plain GETs' items go back
+            # (open ones were given back by the hang-up, from ``open_reads``)
+            self._return_items(ops, results, 0, position, opened=False)
+
+    def _send_rest(self) -> None:
+        """Ask the queue for the rest of a batch it answered in parts."""
+        name = self.batch_queue
+        rest = self.batch_ops[len(self.batch_results):]  # type: ignore[arg-type]
+        self.waiting = "batch"
+        try:
+            self.refs[name].tell(QueueBatch(rest, self.session, self.actor_ref))
+        except (ActorDeadError, KeyError):
+            self._batch_done(BatchDone(None, [closed_result(op) for op in rest], name))
+
+    def _return_items(self, ops: list[tuple], results: list[Any], start: int, end: int,
+                      opened: bool) -> None:
+        """Give the items fetched by ``ops[start:end]`` back to the batch's queue: open ones
+        (if ``opened``) as an abort, those a plain GET removed with ``OP_PUT_BACK``."""
+        plain = []
+        xids = []
+        for index in range(start, min(end, len(results))):
+            item = results[index]
+            if item is None:
+                continue
+            code = ops[index][0]
+            if code == OP_REMOVE:
+                plain.append(item)
+            elif code == OP_OPEN and opened:
+                xids.append(item.xid)
+        name = self.batch_queue
+        if xids:
+            self._give_back(name, xids)
+        if plain:
+            self.log.warning("client gone before its item was sent; the item goes back",
+                             queue=name, items=len(plain))
+            self._tell_queue(name, (OP_PUT_BACK, tuple(plain)))
 
     def _monitor_next(self) -> None:
         name, deadline, remaining, limit = self.monitor
@@ -306,10 +375,11 @@ class SessionActor(GeventActor):
             return
         self._monitor_next()
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
+        """Send what ``out`` holds; ``False`` if it could not be (the client has gone)."""
         if not self.out or self.session.closed:
             self.out.clear()
-            return
+            return not self.session.closed
         data = b"".join(self.out)
         self.out.clear()
         self.server.stats.bytes_written += len(data)
@@ -317,15 +387,27 @@ class SessionActor(GeventActor):
             self.transport.sendall(data)
         except OSError:
             self._hang_up()
+            return False
+        return True
 
     def _hang_up(self) -> None:
         """The client is gone: cancel waits first, then return every open read to its queue."""
         if self.hung_up:
             return
+        self._release()
+        if self.waiting is None:
+            self._finish()
+
+    def _release(self) -> None:
+        """Let go of everything this client holds in queues: its waits, its open reads."""
         self.hung_up = True
         self.session.closed = True
         self.pending.clear()
         self.closing = True
+        if self.waiting == "more":  # nothing of the rest was fetched: nothing to give back
+            self.waiting = None
+            self.batch = []
+            self.batch_results = None
         if self.waiting == "batch" and self.batch_queue in self.refs:
             try:
                 self.refs[self.batch_queue].tell(CancelWaits(self.session))
@@ -335,8 +417,6 @@ class SessionActor(GeventActor):
             if xids:
                 self._give_back(name, list(xids))
         self.open_reads.clear()
-        if self.waiting is None:
-            self._finish()
 
     def _give_back(self, name: str, xids: list[int]) -> None:
         self._tell_queue(name, (OP_UNREMOVE, tuple(xids)))
@@ -362,6 +442,21 @@ class SessionActor(GeventActor):
         self.stop()
 
     def on_stop(self) -> None:
+        self.transport.close()
+
+    def on_failure(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        """A handler raised (a bug): the client must not be left waiting for a reply that
+        will never come. Log it, then end the session as a hang-up does (waits cancelled,
+        open reads given back) and close the connection; the actor has stopped already."""
+        # the runtime has logged the traceback already; this line says which connection
+        self.log.error("connection handler failed; closing the connection",
+                       error=f"{exc_type.__name__}: {exc_value}")
+        self.out.clear()
+        if not self.hung_up:
+            self._release()
+        if not self.finished:
+            self.finished = True
+            self.server.connection_closed(self)
         self.transport.close()
 
 
