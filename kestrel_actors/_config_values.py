@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from ._names import name_problem
 from .config import INT_MAX, LONG_MAX
-from .queue._rules import name_problem
 
 __all__ = [
     "BadValue",
@@ -186,7 +186,7 @@ def text(value: Any) -> str:
 
 
 def queue_name(value: Any) -> str:
-    """A legal queue name (``queue.name_problem``: reference §5.2 plus safety limits)."""
+    """A legal queue name (reference §5.2, plus the limits of :func:`~kestrel_actors._names.name_problem`)."""
     if not isinstance(value, str):
         raise BadValue(f"expected a queue name (a string); got {_describe(value)}")
     check_queue_name(value)
@@ -194,6 +194,7 @@ def queue_name(value: Any) -> str:
 
 
 def check_queue_name(name: str) -> None:
+    """Raise :class:`BadValue` unless ``name`` can name a queue (the server's one rule)."""
     problem = name_problem(name)
     if problem is not None:
         raise BadValue(problem)

@@ -8,11 +8,20 @@ and sent by a write watcher, because the connection actor's handlers may run on 
 actor's greenlet (inline dispatch, ADR 0002) and must not suspend it. Reading pauses while
 the actor has a backlog of commands or the output buffer is large, so a client that
 pipelines without reading replies cannot make the server buffer without bound.
+
+A paused connection is not blind to its client hanging up: while reading is paused its socket
+is registered for ``EPOLLRDHUP`` (the peer's FIN or RST, however much unread data is queued
+before it) in one epoll set per hub, which the hub watches as a single descriptor. A hang-up
+seen there ends the session at once, so a fetch parked for a client that has gone is
+cancelled before an item can reach it. Nothing of this runs per request: a socket enters the
+set only when its reading pauses and leaves it when reading resumes.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
+
+import select
 
 import gevent
 import structlog
@@ -31,12 +40,64 @@ CLOSE_LINGER = 10.0
 """Seconds a closing connection may take to deliver its last unsent replies."""
 
 
+class _HangUpWatch:
+    """The paused sockets of one hub, watched for their peer hanging up (see the module docstring).
+
+    One epoll set, level-triggered on ``EPOLLRDHUP`` only (``EPOLLHUP`` and ``EPOLLERR`` come
+    with every registration): it becomes readable only when one of its sockets' clients has
+    gone, never for incoming requests. The hub watches the set's own descriptor.
+    """
+
+    _by_loop: dict[Any, _HangUpWatch] = {}
+
+    def __init__(self, loop: Any) -> None:
+        self.epoll = select.epoll()
+        self.transports: dict[int, SocketTransport] = {}
+        self.watcher = loop.io(self.epoll.fileno(), 1)
+        self.watcher.start(self._fired)
+
+    @classmethod
+    def of(cls, loop: Any) -> _HangUpWatch:
+        watch = cls._by_loop.get(loop)
+        if watch is None:
+            watch = cls._by_loop[loop] = cls(loop)
+        return watch
+
+    def add(self, transport: SocketTransport) -> None:
+        fd = transport.fd
+        if fd in self.transports:
+            return
+        try:
+            self.epoll.register(fd, select.EPOLLRDHUP)
+        except OSError:  # closed meanwhile: the actor learns it from its next send
+            return
+        self.transports[fd] = transport
+
+    def discard(self, transport: SocketTransport) -> None:
+        if self.transports.pop(transport.fd, None) is not None:
+            try:
+                self.epoll.unregister(transport.fd)
+            except OSError:
+                pass
+
+    def _fired(self) -> None:
+        try:
+            ready = self.epoll.poll(0)
+        except OSError:
+            return
+        for fd, _events in ready:
+            transport = self.transports.get(fd)
+            if transport is not None:
+                self.discard(transport)
+                transport.hung_up()
+
+
 class SocketTransport:
     """Owns one accepted, non-blocking socket; see the module docstring."""
 
-    __slots__ = ("sock", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
+    __slots__ = ("sock", "fd", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
                  "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_out",
-                 "_out_bytes", "_writer", "_closing", "_linger", "backed_up")
+                 "_out_bytes", "_writer", "_closing", "_linger", "backed_up", "_hang_ups")
 
     def __init__(
         self,
@@ -48,6 +109,7 @@ class SocketTransport:
         idle_timeout: float | None = None,
     ) -> None:
         self.sock = sock
+        self.fd = sock.fileno()
         self.decoder = decoder
         self.on_commands = on_commands
         self.on_eof = on_eof
@@ -64,7 +126,8 @@ class SocketTransport:
         self._closing = False
         self._linger: Any = None
         loop = gevent.get_hub().loop
-        self._watcher = loop.io(sock.fileno(), 1)
+        self._watcher = loop.io(self.fd, 1)
+        self._hang_ups = _HangUpWatch.of(loop)
         self._writer: Any = None
         """The write watcher, made the first time the kernel does not take a whole reply."""
         self._idle_timeout = idle_timeout
@@ -84,7 +147,7 @@ class SocketTransport:
             return
         if self._idle_timer.loop.now() - self._last_read >= self._idle_timeout:
             log.info("closing idle connection", idle_seconds=self._idle_timeout)
-            self._watcher.stop()
+            self._stop_reading()
             self._idle_timer.stop()
             self.on_eof()
 
@@ -99,7 +162,7 @@ class SocketTransport:
             log.exception("read failed")
             data = b""
         if not data:
-            self._watcher.stop()
+            self._stop_reading()
             self.on_eof()
             return
         if self._idle_timer is not None:
@@ -110,16 +173,40 @@ class SocketTransport:
             commands = decoder.feed(data)
         except Exception:  # noqa: BLE001 - a decoder bug must not kill the server
             log.exception("decoder failed")
-            self._watcher.stop()
+            self._stop_reading()
             self.on_eof()
             return
         if decoder.closed:
-            self._watcher.stop()  # the actor answers what came before, then closes
+            self._pause()  # the actor answers what came before, then closes
         if commands:
             self._handed += len(commands)
             self.on_commands(commands)
             if self._handed > BACKLOG_COMMANDS:
-                self._watcher.stop()
+                self._pause()
+
+    def _pause(self) -> None:
+        """Stop reading requests, but keep watching for the client hanging up."""
+        self._watcher.stop()
+        if not self.closed and not self._closing:
+            self._hang_ups.add(self)
+
+    def _read_again(self) -> None:
+        self._hang_ups.discard(self)
+        self._watcher.start(self._readable)
+
+    def _stop_reading(self) -> None:
+        self._watcher.stop()
+        self._hang_ups.discard(self)
+
+    def hung_up(self) -> None:
+        """The client hung up while reading was paused (called by the hang-up watch)."""
+        if self.closed:
+            return
+        if self._closing:
+            self._close_now()  # nobody is left to take the last replies
+            return
+        self._watcher.stop()
+        self.on_eof()
 
     def _may_read(self) -> bool:
         return (not self._closing and not self.decoder.closed and self._handed <= BACKLOG_COMMANDS
@@ -129,7 +216,7 @@ class SocketTransport:
         """The connection actor has caught up: read again if reading was paused."""
         self._handed = 0
         if not self._watcher.active and self._may_read():
-            self._watcher.start(self._readable)
+            self._read_again()
 
     def sendall(self, data: bytes) -> None:
         """Send ``data`` after anything still unsent; never waits. Raises ``OSError`` if the
@@ -152,7 +239,7 @@ class SocketTransport:
         self._out_bytes += len(data)
         if self._out_bytes > OUTPUT_HIGH:
             self._over = self.backed_up = True
-            self._watcher.stop()
+            self._pause()
 
     def _writable(self) -> None:
         out = self._out
@@ -169,7 +256,7 @@ class SocketTransport:
             if self._closing:
                 self._close_now()
             else:
-                self._watcher.stop()
+                self._stop_reading()
                 self.on_eof()
             return
         rest = data[sent:]
@@ -184,7 +271,7 @@ class SocketTransport:
         elif self._over:
             self._over = False
             if self._may_read():
-                self._watcher.start(self._readable)
+                self._read_again()
             self.on_commands([])  # the actor stopped producing while backed up: go on
 
     def close(self) -> None:
@@ -192,7 +279,7 @@ class SocketTransport:
         if self.closed or self._closing:
             return
         self._closing = True
-        self._watcher.stop()
+        self._stop_reading()
         if self._idle_timer is not None:
             self._idle_timer.stop()
         if not self._out:
@@ -205,7 +292,7 @@ class SocketTransport:
         if self.closed:
             return
         self.closed = True
-        self._watcher.stop()
+        self._stop_reading()
         self._watcher.close()
         if self._writer is not None:
             self._writer.stop()

@@ -7,9 +7,12 @@ happens in actors. Sessions reach the server only through their ``SessionContext
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,6 +39,13 @@ __all__ = ["Server", "StartupError"]
 log = structlog.get_logger("kestrel_actors.server")
 
 
+_OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
+ACCEPT_PAUSE = 0.1
+"""Seconds the listener stops accepting when not even its spare descriptor helps."""
+REFUSAL_BURST_GAP = 1.0
+"""Refusals closer together than this many seconds are one burst, logged once."""
+
+
 class _Listener(StreamServer):
     """Accepts on the hub and hands each socket to ``handle``, which sets the connection up
     and returns at once; the connection's transport owns and closes the socket.
@@ -43,7 +53,19 @@ class _Listener(StreamServer):
     gevent's default spawns a greenlet per connection that would only wait for the close, and
     wraps each socket in a gevent socket whose I/O the transport never uses (its own watchers
     do) but whose making and closing cost a fifth of a short connection's CPU time.
+
+    Out of file descriptors, ``accept`` fails and the client would wait in the backlog while
+    the listener, level-triggered, fails again on every loop. So the listener holds one spare
+    descriptor: out of descriptors, it frees the spare, accepts the client, closes it at once
+    (the client sees the connection closed, not a hang) and takes the spare again. One
+    warning is logged per burst of refusals (a burst ends after ``REFUSAL_BURST_GAP``
+    seconds without one).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._spare: int | None = _reserve_fd()
+        self._last_refusal = float("-inf")
 
     def do_read(self) -> tuple[Any, Any] | None:
         listening = self.socket
@@ -51,13 +73,66 @@ class _Listener(StreamServer):
             fd, address = listening._accept()
         except BlockingIOError:
             return None
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_FDS:
+                raise
+            return self._refuse(listening, exc)
         sock = socket.socket(listening.family, listening.type, listening.proto, fileno=fd)
         sock.setblocking(False)
         return sock, address
 
+    def _refuse(self, listening: Any, exc: OSError) -> None:
+        """Accept one waiting client with the spare descriptor and close it."""
+        now = time.monotonic()
+        if now - self._last_refusal > REFUSAL_BURST_GAP:
+            log.warning("connections refused: out of file descriptors", error=exc.strerror,
+                        limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        self._last_refusal = now
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+        try:
+            fd, _address = listening._accept()
+        except OSError:
+            fd = None
+        if fd is not None:
+            os.close(fd)
+        self._spare = _reserve_fd()
+        if fd is None or self._spare is None:
+            # no descriptor came free even so: stop accepting for a moment rather than
+            # spin on the backlog
+            self.stop_accepting()
+            self._timer = self.loop.timer(ACCEPT_PAUSE)
+            self._timer.start(self._start_accepting_if_started)
+        return None
+
     def do_close(self, sock: Any, *args: Any) -> None:
         pass  # the transport closes it (or ``handle`` did, refusing it)
 
+    def close(self) -> None:
+        super().close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+
+
+def _reserve_fd() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft limit on open files to the hard limit; returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open file limit", soft=soft, hard=hard, error=str(exc))
+    return soft
 
 class StartupError(Exception):
     """The server cannot start (unusable data directory, port in use, bad journal)."""
@@ -116,6 +191,7 @@ class Server:
     def start(self) -> None:
         """Replay the queues on disk, then listen (§7.1: nothing is served half-loaded)."""
         self.load(self._discover())
+        self.open_file_limit = raise_open_file_limit()
         listener = self._listen(self.config.host, self.config.port, self._serve_memcache)
         self._listeners.append(listener)
         if self.config.text_port:
@@ -126,7 +202,7 @@ class Server:
         if frequency:
             self._sweeper = gevent.spawn(self._sweep_forever, frequency)
         log.info("listening", protocol="memcache", host=self.config.host, port=listener.server_port,
-                 data_dir=str(self.config.data_dir))
+                 data_dir=str(self.config.data_dir), open_file_limit=self.open_file_limit)
 
     def _listen(self, host: str, port: int, handle: Callable[[Any, Any], None]) -> StreamServer:
         listener = _Listener((host, port), handle, backlog=1024, spawn=None)

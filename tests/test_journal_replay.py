@@ -224,3 +224,82 @@ def test_replay_leaves_read_behind_when_it_catches_up(tmp_path):
     write(tmp_path / "q", *records, *[encode_remove()] * 5)
     result = replay_queue(str(tmp_path), "q", max_memory_size=200)
     assert result.read_behind is None and datas(result.items) == [b"F" * 100]
+
+
+# -- damage in the middle: told from a torn tail, cut out, the records after it kept -----------
+
+NOW = 1_700_000_000_000
+
+
+def real(data: bytes, n: int = 0) -> bytes:
+    """An ADDX record with a real add time (resync only trusts a plausible one)."""
+    return addx(data, NOW + n)
+
+
+def test_an_impossible_opcode_in_the_middle_is_cut_out_and_the_rest_replayed(tmp_path):
+    before = real(b"a") + real(b"b") + encode_remove_tentative(1)
+    damage = b"\x0b\x00garbage"
+    after = real(b"c", 1) + encode_confirm_remove(1) + real(b"d", 2)
+    write(tmp_path / "q", before, damage, after)
+    result = replay_queue(str(tmp_path), "q", now_ms=NOW)
+    assert datas(result.items) == [b"b", b"c", b"d"] and result.open_items == {}
+    assert (tmp_path / "q").read_bytes() == before + after
+    assert result.current_size == len(before + after)
+    [(filename, problem)] = result.problems
+    assert filename == "q" and problem.kind == "corrupt" and problem.offset == len(before)
+    [saved] = os.listdir(tmp_path / ".corrupt")
+    assert saved.startswith(f"q@{len(before)}.") and (tmp_path / ".corrupt" / saved).read_bytes() == damage
+    assert not [f for f in os.listdir(tmp_path) if "~~" in f]
+
+
+def test_a_size_running_past_later_records_is_damage_not_a_torn_tail(tmp_path):
+    records = [real(b"item %d" % i, i) for i in range(8)]
+    broken = bytearray(records[3])
+    struct.pack_into("<i", broken, 1, 10_000)  # past every later record, within no record
+    write(tmp_path / "q.5", *records[:3], bytes(broken), *records[4:])
+    write(tmp_path / "q", real(b"current", 9))
+    result = replay_queue(str(tmp_path), "q", now_ms=NOW)
+    assert datas(result.items) == [b"item %d" % i for i in (0, 1, 2, 4, 5, 6, 7)] + [b"current"]
+    assert (tmp_path / "q.5").read_bytes() == b"".join(records[:3] + records[4:])
+    [saved] = os.listdir(tmp_path / ".corrupt")
+    assert (tmp_path / ".corrupt" / saved).read_bytes() == bytes(broken)
+
+
+def test_two_damaged_stretches_are_both_cut_out(tmp_path):
+    parts = [real(b"a"), b"\xff" * 7, real(b"b", 1) + real(b"c", 2) + real(b"d", 3) + real(b"e", 4),
+             b"\x0c\x0d", real(b"f", 5)]
+    write(tmp_path / "q", *parts)
+    result = replay_queue(str(tmp_path), "q", now_ms=NOW)
+    assert datas(result.items) == [b"a", b"b", b"c", b"d", b"e", b"f"]
+    assert (tmp_path / "q").read_bytes() == parts[0] + parts[2] + parts[4]
+    assert len(result.problems) == 2 and len(os.listdir(tmp_path / ".corrupt")) == 2
+
+
+def test_a_torn_tail_with_real_timestamps_is_still_only_cut(tmp_path):
+    good = real(b"one") + real(b"two", 1)
+    write(tmp_path / "q", good, real(b"three" * 100, 2)[:300])
+    result = replay_queue(str(tmp_path), "q", now_ms=NOW)
+    assert datas(result.items) == [b"one", b"two"] and (tmp_path / "q").read_bytes() == good
+    assert [p.kind for _f, p in result.problems] == ["torn"]
+    assert not (tmp_path / ".corrupt").exists()
+
+
+def test_resync_under_read_behind_gives_the_same_queue(tmp_path):
+    records = [real(bytes([65 + i]) * 100, i) for i in range(12)]
+    damaged = b"".join(records[:5]) + b"\x0f" * 9 + b"".join(records[5:]) + encode_remove() * 3
+    write(tmp_path / "q", damaged)
+    full = replay_queue(str(tmp_path), "q", now_ms=NOW)
+    write(tmp_path / "q", damaged)
+    behind = replay_queue(str(tmp_path), "q", now_ms=NOW, max_memory_size=300)
+    assert full.length == behind.length == 9 and behind.read_behind is not None
+    assert datas(behind.items) == datas(full.items)[:len(behind.items)]
+    assert datas(full.items) == [bytes([65 + i]) * 100 for i in range(3, 12)]
+
+
+def test_a_pipe_named_like_an_archive_is_never_opened(tmp_path):
+    write(tmp_path / "q", real(b"kept"))
+    os.mkfifo(tmp_path / "q.3000")
+    os.mkfifo(tmp_path / "p")
+    assert journal_files(str(tmp_path), "q") == ["q"] and queue_names(str(tmp_path)) == ["q"]
+    assert datas(replay_queue(str(tmp_path), "q").items) == [b"kept"]
+    assert datas(replay_queue(str(tmp_path), "p").items) == []  # the queue's own path: skipped

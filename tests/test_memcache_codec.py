@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kestrel_actors._names import name_bytes
 from kestrel_actors import protocol as p
 from kestrel_actors.protocol import MemcacheDecoder, parse_get_key, value_reply
 
@@ -184,8 +185,13 @@ def test_other_commands(line, expected):
     assert decode(line + b"\r\n") == [expected]
 
 
-def test_names_keep_their_case_and_latin1_bytes():
-    assert decode(b"get Q\xe9\r\n") == [p.Get("Q\xe9")]
+def test_names_keep_their_case_and_bytes():
+    """A name is its bytes: UTF-8 is read as text, any other byte survives the round trip."""
+    assert decode("get Qé/t=5\r\n".encode()) == [p.Get("Qé", 5)]
+    [latin1] = decode(b"get Q\xe9\r\n")
+    assert latin1.queue != "Q\xe9" and name_bytes(latin1.queue) == b"Q\xe9"
+    assert value_reply(latin1.queue, b"x").startswith(b"VALUE Q\xe9 0 1\r\n")
+    assert value_reply("jobs+漢", b"x").startswith("VALUE jobs+漢 0 1\r\n".encode())
 
 
 def test_value_reply_bytes():

@@ -1,6 +1,6 @@
 """The server's actors: one per queue, and the collection that knows them by name."""
 
-from ._collection import QueueCollection, validate_queue_name
+from ._collection import QueueCollection
 from ._session_queue import BatchDone, QueueBatch, Session
 from ._queue import QueueActor
 from ._stats import ServerStats
@@ -12,5 +12,4 @@ __all__ = [
     "QueueCollection",
     "ServerStats",
     "Session",
-    "validate_queue_name",
 ]

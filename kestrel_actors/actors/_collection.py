@@ -14,12 +14,12 @@ import structlog
 from pykka import ActorDeadError
 
 from ..config import ServerConfig
-from ..journal import MemoryJournal
+from ..journal import MemoryJournal, NotRegularFile
 from ._collection_queue import CloseQueue, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep
 from ._session_collection import AliasAdd, Delete, ForAll, ForAllKind, Gather, Load, Reconfigure, Resolve, Resolved
-from ._session_queue import FLUSH, IGNORE, Add, QueueBatch
+from ._session_queue import FLUSH, IGNORE, Add, BatchDone, JournalFailure, QueueBatch
 from ._queue import QueueActor
-from ..queue import QueueCore, fanout_master, is_fanout_child, validate_queue_name
+from ..queue import QueueCore, fanout_master, is_fanout_child, is_queue_name
 from ..runtime import GeventActor
 from ._stats import ServerStats
 
@@ -81,15 +81,21 @@ class QueueCollection(GeventActor):
         copies of the very first SET to its master (Kestrel users were caught out otherwise).
         """
         for name in names:
-            if validate_queue_name(name):
-                self._queue(name)
-            else:
+            if not is_queue_name(name):
                 log.warning("skipping journal with an illegal queue name", queue=name)
+                continue
+            try:
+                self._queue(name)
+            except NotRegularFile as exc:
+                # its archives stay untouched on disk; a stray in the journal's place must
+                # not stop the server (a crash loop under a supervisor)
+                log.error("cannot open a queue: its journal's path is not a regular file", queue=name,
+                          error=str(exc))
         self._create_configured_children()
 
     def _create_configured_children(self) -> None:
         for name in self.config.queues:
-            if is_fanout_child(name) and validate_queue_name(name):
+            if is_fanout_child(name) and is_queue_name(name):
                 self._queue(name)
 
     def _reconfigure(self, config: ServerConfig) -> None:
@@ -106,13 +112,16 @@ class QueueCollection(GeventActor):
         alias = self.config.aliases.get(name)
         if alias is not None:
             return Resolved(name, alias=alias)
-        if name in self.queues:
+        if name not in self.queues:
+            if not create or self.shutting_down:
+                return Resolved(name)
+            if not is_queue_name(name):
+                return Resolved(name, valid=False)
+        try:
             return Resolved(name, self._queue(name))  # replayed anew if its actor had failed
-        if not create or self.shutting_down:
-            return Resolved(name)
-        if not validate_queue_name(name):
-            return Resolved(name, valid=False)
-        return Resolved(name, self._queue(name))
+        except OSError as exc:  # its journal cannot be opened or created (a full disk)
+            log.error("cannot open queue", queue=name, error=str(exc))
+            return Resolved(name, error=f"cannot open queue: {exc.strerror or exc}")
 
     def _queue(self, name: str) -> Any:
         """The queue's actor, created (and its journal replayed) if there is none.
@@ -127,7 +136,7 @@ class QueueCollection(GeventActor):
             log.error("queue actor had failed; reopening the queue from its journal", queue=name)
         queue_config = self.config.queue_config(name)
         expire_target = None
-        if queue_config.expire_to_queue and validate_queue_name(queue_config.expire_to_queue):
+        if queue_config.expire_to_queue and is_queue_name(queue_config.expire_to_queue):
             expire_target = self._queue(queue_config.expire_to_queue)
         core = self.opener(name, queue_config)
         ref = QueueActor.start(name, queue_config, core.journal, self.stats, core, expire_target)
@@ -182,9 +191,17 @@ class QueueCollection(GeventActor):
         counts = self.alias_counts.setdefault(message.name, [0, 0])
         counts[0] += 1
         counts[1] += len(message.data)
-        refs = [self._queue(name) for name in self._destinations(message.name, set())]
+        refs, failures = [], []
+        for name in self._destinations(message.name, set()):
+            try:
+                refs.append(self._queue(name))
+            except OSError as exc:  # not acknowledged: as if its journal had failed the add
+                log.error("cannot open queue", queue=name, error=str(exc))
+                failures.append(BatchDone([JournalFailure(exc)]))
         reply_to = message.reply_to
-        gather = Gather(len(refs), lambda done: reply_to.tell([d.results[0] for d in done]))
+        gather = Gather(len(refs) + len(failures), lambda done: reply_to.tell([d.results[0] for d in done]))
+        for failure in failures:
+            gather.tell(failure)
         op = Add(message.data, message.expiry)
         gather.send(refs, lambda g: QueueBatch([op], None, g))
 
@@ -196,7 +213,7 @@ class QueueCollection(GeventActor):
             if name in self.config.aliases:
                 if name not in seen:
                     names.extend(self._destinations(name, seen))
-            elif validate_queue_name(name):
+            elif is_queue_name(name):
                 names.append(name)
         return names
 

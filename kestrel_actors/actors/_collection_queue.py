@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 __all__ = [
-    "AddCopy", "CloseQueue", "DeleteQueue", "GetStats", "QueueStats", "SetChildren", "SetConfig", "Sweep",
+    "AddCopy", "CloseQueue", "CopyDone", "DeleteQueue", "GetStats", "QueueStats", "SetChildren", "SetConfig", "Sweep",
     "Swept",
 ]
 
@@ -86,11 +86,28 @@ class SetChildren:
 
 
 class AddCopy:
-    """An item added to this queue's fanout master or an ``expire_to_queue`` source."""
+    """An item added to this queue's fanout master or an ``expire_to_queue`` source.
 
-    __slots__ = ("data", "expiry", "count_total")
+    A fanout copy is acknowledged with ``ack.tell(CopyDone(index, result))`` once it is as
+    durable as this queue's policy says (``index``: the master's result it belongs to); an
+    expiry move calls ``release()`` once its ADD is durable, or at once if it is dropped.
+    """
 
-    def __init__(self, data: bytes, expiry: int, count_total: bool = True) -> None:
+    __slots__ = ("data", "expiry", "count_total", "ack", "index", "release")
+
+    def __init__(self, data: bytes, expiry: int, count_total: bool = True, ack: Any = None,
+                 index: int = 0, release: Any = None) -> None:
         self.data = data
         self.expiry = expiry
         self.count_total = count_total
+        self.ack = ack
+        self.index = index
+        self.release = release
+
+
+class CopyDone(NamedTuple):
+    """A child's answer to a fanout :class:`AddCopy`: the result of its add."""
+
+    index: int
+    """Which of the master batch's results the copy belongs to."""
+    result: Any

@@ -4,10 +4,19 @@ It wraps a :class:`QueueCore` (the queue logic) and adds what needs time and oth
 fetchers that wait for an item (each a stored promise, answered later, kept in a
 :class:`~..queue.WaitList` with one timer for their deadlines), fanout copies to child
 queues, and expired items forwarded to ``expire_to_queue``. A handler never blocks.
+
+Durability of what an answer covers: a batch is answered once its records are as durable as
+the queue's ``sync_journal`` says, and, if its adds made fanout copies, once every child has
+said the same of its copy (:class:`_CopyJoin`), so ``STORED`` covers every copy. If a journal
+cannot write (a full disk), adds are answered with a :class:`JournalFailure` (the client gets
+``SERVER_ERROR``) instead of waiting; while it fails, new adds are refused before they touch
+the queue. An expired item moved to ``expire_to_queue`` is removed from this queue's journal
+only after the target's ADD is durable (a journal hold).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -16,19 +25,16 @@ import structlog
 from pykka import ActorDeadError
 
 from ..config import QueueConfig
-from ..queue import Journal
+from ..queue import Journal, QueueCore, Waiter, WaitList, epoch_ms, is_fanout_child
+from ..runtime import Dispatcher, GeventActor
 from ._collection_queue import (
-    AddCopy, CloseQueue, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep, Swept,
+    AddCopy, CloseQueue, CopyDone, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep, Swept,
 )
 from ._session_queue import (
-    FETCH_OPS, Add, BatchDone, CancelWaits, Confirm, Flush, FlushExpired, Open, OpenMany, Peek, QueueBatch,
-    Remove, Unremove, closed_result, missed_result,
+    BATCH_FETCH_BYTES, FETCH_OPS, Add, BatchDone, CancelWaits, Confirm, Flush, FlushExpired, JournalFailure, Open,
+    OpenMany, Peek, PutBack, QueueBatch, Remove, Unremove, closed_result, missed_result,
 )
-from ..queue import QueueCore, epoch_ms, is_fanout_child
-from ..runtime import Dispatcher
-from ..runtime import GeventActor
 from ._stats import ServerStats
-from ..queue import Waiter, WaitList
 
 __all__ = ["QueueActor"]
 
@@ -40,6 +46,67 @@ _FLUSH_REPLIES = object()
 
 _WAITERS_DUE = object()
 """A queue's message to itself: its deadline timer fired, some parked batches may be due."""
+
+
+def _reply_to(batch: QueueBatch) -> Any:
+    """Where a batch's answer goes: its sender, or the join waiting for its fanout copies."""
+    return batch.reply_to if batch.copies is None else batch.copies
+
+
+class _CopyJoin:
+    """A batch's answer, held until every fanout copy of its adds is durable in its child.
+
+    It counts the batch's own answer (told after the master's journal write) and one ack per
+    copy; a copy that a child's journal failed turns the master's result for that add into
+    the :class:`JournalFailure`, so the client is not told ``STORED``.
+    """
+
+    __slots__ = ("reply_to", "waiting", "done", "failures", "ack")
+
+    def __init__(self, reply_to: Any) -> None:
+        self.reply_to = reply_to
+        self.waiting = 1
+        self.done: BatchDone | None = None
+        self.failures: dict[int, JournalFailure] | None = None
+        self.ack = _CopyAck(self)
+
+    def tell(self, done: BatchDone) -> None:
+        """The batch's own answer."""
+        self.done = done
+        self._count_down()
+
+    def copy_done(self, ack: CopyDone) -> None:
+        result = ack.result
+        if type(result) is JournalFailure:
+            if self.failures is None:
+                self.failures = {}
+            self.failures[ack.index] = result
+        self._count_down()
+
+    def _count_down(self) -> None:
+        self.waiting -= 1
+        if self.waiting:
+            return
+        done = self.done
+        assert done is not None
+        if self.failures:
+            results = done.results
+            for index, failure in self.failures.items():
+                if index < len(results) and results[index] is True:
+                    results[index] = failure
+        self.reply_to.tell(done)
+
+
+class _CopyAck:
+    """The ``ack`` a child answers a fanout copy to."""
+
+    __slots__ = ("join",)
+
+    def __init__(self, join: _CopyJoin) -> None:
+        self.join = join
+
+    def tell(self, ack: CopyDone) -> None:
+        self.join.copy_done(ack)
 
 
 class QueueActor(GeventActor):
@@ -85,7 +152,7 @@ class QueueActor(GeventActor):
             except Exception:
                 # answered as a closed queue would, so the client is not left waiting
                 results += [closed_result(op) for op in message.ops[len(results):]]
-                self._replies.append((message.reply_to, BatchDone(results)))
+                self._replies.append((_reply_to(message), BatchDone(results)))
                 raise
         elif message is _FLUSH_REPLIES:
             self._flush_due = False
@@ -154,7 +221,15 @@ class QueueActor(GeventActor):
                 except ActorDeadError:  # that client's session ended meanwhile
                     pass
 
-        self.core.journal.after_durable(send)
+        def fail(error: OSError) -> None:
+            # the records stay pending and are written once the journal recovers; the adds
+            # among them are not acknowledged (an unacknowledged SET may or may not be kept)
+            failure = JournalFailure(error)
+            for _reply_to, reply in replies:
+                reply.results = [failure if result is True else result for result in reply.results]
+            send()
+
+        self.core.journal.after_durable(send, fail)
 
     def on_failure(self, *_exc_info: Any) -> None:
         """A handler raised (a bug, or a journal file gone): answer what is held and parked,
@@ -167,6 +242,8 @@ class QueueActor(GeventActor):
         if kind is QueueBatch:
             self._run(message, 0, [])
             self._send_replies()
+        elif kind is AddCopy:
+            self._acknowledge_copy(message, False)
         elif kind is GetStats:
             message.reply_to.tell(None)
         elif kind in (Sweep, DeleteQueue, CloseQueue) and message.reply_to is not None:
@@ -179,14 +256,22 @@ class QueueActor(GeventActor):
         stats = self.stats
         ops = batch.ops
         now_ms = epoch_ms()
+        fetched = 0
         for index in range(start, len(ops)):
             op = ops[index]
             kind = type(op)
             if kind is Add:
-                results.append(self._add(op.data, op.expiry, now_ms))
+                if self.has_children:
+                    results.append(self._add_with_copies(op.data, op.expiry, now_ms, batch, len(results)))
+                else:
+                    results.append(self._add(op.data, op.expiry, now_ms))
             elif kind in FETCH_OPS:
+                if fetched >= BATCH_FETCH_BYTES:
+                    break  # answered in parts: the sender asks for the rest when it can send it
                 result = self._fetch(op, kind, now_ms)
-                if not result:
+                if result:
+                    fetched += len(result.data) if kind is not OpenMany else BATCH_FETCH_BYTES
+                else:
                     deadline = op.deadline
                     if (
                         deadline is not None
@@ -208,6 +293,11 @@ class QueueActor(GeventActor):
                     if core.unremove(xid):
                         self._wake_one()
                 results.append(None)
+            elif kind is PutBack:
+                for item in op.items:
+                    if core.put_back(item) and self.waiters:
+                        self._wake_one()
+                results.append(None)
             elif kind is Flush:
                 core.flush(now_ms)
                 results.append(None)
@@ -216,19 +306,17 @@ class QueueActor(GeventActor):
             else:
                 raise ValueError(f"unknown queue operation {op!r}")
         self._forward_expired()
-        self._replies.append((batch.reply_to, BatchDone(results)))
+        self._replies.append((_reply_to(batch), BatchDone(results)))
 
-    def _add(self, data: bytes, expiry: int, now_ms: int) -> bool:
-        if self.has_children:
-            for child in self.children.values():
-                try:
-                    child.tell(AddCopy(data, expiry))
-                except Exception:  # noqa: BLE001 - a deleted child just stops receiving
-                    pass
+    def _add(self, data: bytes, expiry: int, now_ms: int) -> Any:
+        """Add to this queue: True, False (refused) or a :class:`JournalFailure`."""
         core = self.core
         if core.config.fanout_only and self.is_master:
             # the size check comes first; a child inherits fanout_only to no effect (§5.9)
             return not core.closed and len(data) <= core.config.max_item_size
+        failure = core.journal.failure
+        if failure is not None:
+            return JournalFailure(failure)  # refused before the queue changes
         if not core.add(data, expiry, now_ms):
             return False
         self.stats.total_items += 1
@@ -236,13 +324,46 @@ class QueueActor(GeventActor):
             self._wake_one()
         return True
 
+    def _add_with_copies(self, data: bytes, expiry: int, now_ms: int, batch: QueueBatch, index: int) -> Any:
+        """Kestrel's fanout (§5.9): a copy to every child first, then the item here. The
+        batch's answer waits for every child's ack (the copy is durable there)."""
+        join = batch.copies
+        if join is None:
+            join = batch.copies = _CopyJoin(batch.reply_to)
+        for child in self.children.values():
+            join.waiting += 1
+            try:
+                child.tell(AddCopy(data, expiry, ack=join.ack, index=index))
+            except ActorDeadError:  # a deleted child just stops receiving
+                join.waiting -= 1
+        return self._add(data, expiry, now_ms)
+
     def _add_copy(self, message: AddCopy) -> None:
-        now_ms = epoch_ms()
-        if message.count_total:
-            self._add(message.data, message.expiry, now_ms)
-        elif self.core.add(message.data, message.expiry, now_ms) and self.waiters:
-            self._wake_one()
-        self._forward_expired()
+        result: Any = False
+        try:
+            now_ms = epoch_ms()
+            if message.count_total:
+                result = self._add(message.data, message.expiry, now_ms)
+            else:
+                result = self.core.add(message.data, message.expiry, now_ms)
+                if result and self.waiters:
+                    self._wake_one()
+            self._forward_expired()
+        finally:
+            self._acknowledge_copy(message, result)
+
+    def _acknowledge_copy(self, message: AddCopy, result: Any) -> None:
+        """A fanout copy's ack goes out with this burst's answers (after the journal write);
+        an expiry move is released once its ADD is durable, whatever the wait."""
+        if message.ack is not None:
+            self._replies.append((message.ack, CopyDone(message.index, result)))
+            if self.actor_stopped.is_set():
+                self._send_replies()
+        if message.release is not None:
+            if result is True:
+                self.core.journal.after_durable(message.release)
+            else:
+                message.release()  # refused (a full or closed target): nothing to wait for
 
     def _fetch(self, op: Any, kind: type, now_ms: int) -> Any:
         core = self.core
@@ -257,11 +378,15 @@ class QueueActor(GeventActor):
                 self.stats.get_hits += 1
             return item
         items = []
+        size = 0
         for _ in range(op.max_items):
             item = core.remove(now_ms, transactional=True)
             if item is None:
                 break
             items.append(item)
+            size += len(item.data)
+            if size >= BATCH_FETCH_BYTES:
+                break
         self.stats.get_hits += len(items)
         return items
 
@@ -298,7 +423,10 @@ class QueueActor(GeventActor):
     def _finishmissed_result(self, waiter: Waiter) -> None:
         """Answer a parked batch with a miss and nothing after it (its client has gone)."""
         waiter.results.append(missed_result(waiter.batch.ops[waiter.index]))
-        waiter.batch.reply_to.tell(BatchDone(waiter.results))
+        try:
+            _reply_to(waiter.batch).tell(BatchDone(waiter.results))
+        except ActorDeadError:  # its session ended (a failed handler stops it at once)
+            pass
 
     def _cancel_waits(self, session: Any) -> None:
         waiter = self.waiters.of_session(session)
@@ -309,17 +437,27 @@ class QueueActor(GeventActor):
     # -- the rest -------------------------------------------------------------------------
 
     def _forward_expired(self) -> None:
-        expired = self.core.expired_out
+        core = self.core
+        expired = core.expired_out
         if not expired:
             return
-        self.core.expired_out = []
-        if self.expire_target is None:
-            return
-        for item in expired:
-            try:
-                self.expire_target.tell(AddCopy(item.data, 0, count_total=False))
-            except Exception:  # noqa: BLE001 - the target was deleted
-                return
+        core.expired_out = []
+        holds, core.expired_holds = core.expired_holds, []
+        target = self.expire_target
+        journal = core.journal
+        for index, item in enumerate(expired):
+            # holds are taken for every moved item, in order, unless it moves to this queue
+            release = functools.partial(journal.release, holds[index]) if index < len(holds) else None
+            if target is not None:
+                try:
+                    target.tell(AddCopy(item.data, 0, count_total=False, release=release))
+                    continue
+                except ActorDeadError:  # the target was deleted: the item is dropped
+                    target = None
+            if release is not None:
+                release()
+        for token in holds[len(expired):]:
+            journal.release(token)
 
     def _queue_expired(self, now_ms: int) -> bool:
         """§5.12: empty in memory (open reads are not checked) and older than max_queue_age."""

@@ -22,15 +22,21 @@ class Resolve:
 
 
 class Resolved:
-    """The answer to a name lookup: a queue ref, an alias's destinations, or neither."""
+    """The answer to a name lookup: a queue ref, an alias's destinations, or neither.
 
-    __slots__ = ("name", "ref", "alias", "valid")
+    ``error`` says why a queue that had to be created could not be opened (its journal file
+    could not be created on a full disk, say); the client gets a server error.
+    """
 
-    def __init__(self, name: str, ref: Any = None, alias: tuple[str, ...] | None = None, valid: bool = True):
+    __slots__ = ("name", "ref", "alias", "valid", "error")
+
+    def __init__(self, name: str, ref: Any = None, alias: tuple[str, ...] | None = None, valid: bool = True,
+                 error: str | None = None):
         self.name = name
         self.ref = ref
         self.alias = alias
         self.valid = valid
+        self.error = error
 
 
 class Delete:

@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BATCH_FETCH_BYTES",
     "FETCH_OPS",
     "FLUSH",
     "FLUSH_EXPIRED",
     "IGNORE",
+    "JournalFailure",
     "Add",
     "BatchDone",
     "CancelWaits",
@@ -24,11 +26,14 @@ __all__ = [
     "Open",
     "OpenMany",
     "Peek",
+    "PutBack",
     "QueueBatch",
     "Remove",
     "Session",
     "Unremove",
     "closed_result",
+    "first_failure",
+    "missed_result",
 ]
 
 
@@ -56,7 +61,8 @@ class Session:
 
 
 class Add:
-    """Append ``data`` (expiring at epoch ms ``expiry``, 0 never) -> ``bool`` stored."""
+    """Append ``data`` (expiring at epoch ms ``expiry``, 0 never) -> ``bool`` stored, or a
+    :class:`JournalFailure`."""
 
     __slots__ = ("data", "expiry")
 
@@ -111,6 +117,15 @@ class Unremove(Confirm):
     __slots__ = ()
 
 
+class PutBack:
+    """Put ``items`` a plain GET took but could not deliver back at the head -> ``None``."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: tuple[Any, ...]) -> None:
+        self.items = items
+
+
 class Flush:
     """Remove every ready item -> ``None``."""
 
@@ -128,6 +143,36 @@ FLUSH_EXPIRED = FlushExpired()
 
 FETCH_OPS = frozenset((Remove, Open, Peek, OpenMany))
 """Operations that may wait, until their ``deadline``."""
+
+BATCH_FETCH_BYTES = 1024 * 1024
+"""A queue stops running a batch before its next fetch once the batch's fetches have taken
+this many bytes, and answers with results for the operations it ran: the sender sends the
+rest again when it is ready for more output. ``OpenMany`` stops at this many bytes too.
+So one answer holds at most this much plus one item, whatever the client pipelined."""
+
+
+class JournalFailure:
+    """The result of an add that is not acknowledged because a journal could not write it
+    (its own, or a fanout child's); falsy, like a refusal. ``message`` is for the client."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, error: OSError) -> None:
+        self.message = f"journal write failed: {error.strerror or error}"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"JournalFailure({self.message!r})"
+
+
+def first_failure(results: Any) -> JournalFailure | None:
+    """The first :class:`JournalFailure` among add results, if a journal failed one."""
+    for result in results:
+        if type(result) is JournalFailure:
+            return result
+    return None
 
 
 def closed_result(op: Any) -> Any:
@@ -155,14 +200,16 @@ class QueueBatch:
 
     A fetch that finds nothing and has a future deadline waits in the queue's wait-list; the
     batch is answered when it gets an item, times out, or its session is cancelled.
+    ``copies`` is the queue's: the fanout copies its adds are waiting for.
     """
 
-    __slots__ = ("ops", "session", "reply_to")
+    __slots__ = ("ops", "session", "reply_to", "copies")
 
     def __init__(self, ops: list[Any], session: Session | None, reply_to: Any) -> None:
         self.ops = ops
         self.session = session
         self.reply_to = reply_to
+        self.copies: Any = None
 
 
 class BatchDone:

@@ -12,7 +12,7 @@ The parts that need gevent are imported on first use, so offline tools stay ligh
 
 from typing import Any
 
-from ._files import archived_files, erase_files, journal_files, queue_names
+from ._files import NotRegularFile, archived_files, erase_files, journal_files, queue_names
 from ._format import (
     CORRUPT, TORN, Problem, Record, RecordReader, encode_add, encode_confirm_remove, encode_continue,
     encode_remove, encode_remove_tentative, encode_unremove,
@@ -31,7 +31,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "CORRUPT", "TORN", "FileJournal", "Item", "Journal", "JournalWriter", "MemoryJournal", "Problem",
+    "CORRUPT", "TORN", "FileJournal", "NotRegularFile", "Item", "Journal", "JournalWriter", "MemoryJournal", "Problem",
     "ReadBehindPosition", "Record", "RecordReader", "ReplayResult", "archived_files", "encode_add",
     "encode_confirm_remove", "encode_continue", "encode_remove", "encode_remove_tentative",
     "encode_unremove", "erase_files", "journal_files", "make_file_opener", "open_file_journal",

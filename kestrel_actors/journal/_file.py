@@ -67,7 +67,9 @@ class FileJournal:
         self.name = name
         self.config = config
         self.path = os.path.join(data_dir, name)
-        self._writer = JournalWriter(self.path, config.sync_journal, name)
+        self.failure: OSError | None = None
+        """The writer's failure while it is failing (a plain attribute: read on every add)."""
+        self._writer = JournalWriter(self.path, config.sync_journal, name, on_state=self._writer_state)
         if archived_size is None:
             archives = archived_files(data_dir, name)
             archived_size = total_size(data_dir, archives)
@@ -103,8 +105,18 @@ class FileJournal:
     def confirm_remove(self, xid: int) -> None:
         self._writer.append(encode_confirm_remove(xid))
 
-    def after_durable(self, callback: Callable[[], None]) -> None:
-        self._writer.after_durable(callback)
+    def after_durable(self, callback: Callable[[], None],
+                      on_error: Callable[[OSError], None] | None = None) -> None:
+        self._writer.after_durable(callback, on_error)
+
+    def hold(self) -> int:
+        return self._writer.hold()
+
+    def release(self, token: int) -> None:
+        self._writer.release(token)
+
+    def _writer_state(self, error: OSError | None) -> None:
+        self.failure = error
 
     def size(self) -> int:
         """Bytes of the current file, counting records not yet written (``logsize``)."""
@@ -147,11 +159,15 @@ class FileJournal:
         """Current plus archived bytes (Kestrel's ``journal_size`` gauge)."""
         return self.size() + self.archived_size
 
-    def flush(self) -> None:
-        """Write the pending records now (blocks the calling greenlet, not the hub)."""
+    def flush(self) -> bool:
+        """Write the pending records now (blocks the calling greenlet, not the hub).
+
+        False if some are still unwritten (the writer is failing, or a hold keeps them).
+        """
         if not self.closed:
             with self._writer.exclusive():
                 pass
+        return not self._writer.unwritten
 
     def check_rotate(self, queue: Any) -> None:
         """Kestrel's ``checkRotateJournal`` (§6.6): rewrite, rotate, or nothing.
@@ -160,8 +176,8 @@ class FileJournal:
         (only when an item was removed). The limits come from ``queue.config`` when it has one,
         so a reload applies at once, as in Kestrel.
         """
-        if self.closed:
-            return
+        if self.closed or self._writer.error is not None:
+            return  # failing: no rotation or rewrite until the records in hand are written
         config = getattr(queue, "config", None) or self.config
         size = self.size()
         total = size + self.archived_size
@@ -248,6 +264,8 @@ class FileJournal:
         data_dir = self.data_dir
         writer = self._writer
         with writer.exclusive():
+            if writer.unwritten and writer.error is None:
+                return False  # a hold keeps records back: a snapshot would make them durable early
             writer.sync_now()
             rotated = unique_file(data_dir, self.name, ".", min_ts=self._max_ts + 1)
             rotated_path = os.path.join(data_dir, rotated)
@@ -269,6 +287,8 @@ class FileJournal:
             os.replace(rotated_path, self.path)
             run_blocking(fsync_dir, data_dir)
             writer.switch_file(self.path)
+            if writer.unwritten:
+                writer.discard_unwritten()  # the snapshot holds what they say, and is durable
         self._max_ts = file_timestamp(rotated, self.name) or self._max_ts
         self.archived_size = total_size(data_dir, archived_files(data_dir, self.name))
         self.rewrites += 1
@@ -294,6 +314,9 @@ class FileJournal:
         if reader is None:
             return None
         item = reader.next_item()
+        if item is None and reader.stalled:
+            reader.stalled = False
+            return None  # the next records are not written yet: still in read-behind
         if item is None:
             self._end_read_behind()
             log.info("coming out of read-behind", queue=self.name)

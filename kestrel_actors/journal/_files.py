@@ -11,12 +11,15 @@
 
 Queue names never contain ``.``, ``/`` or ``~``, so the part of a file name before the first
 ``.`` (or ``~~``) is the queue's name. Unlike Kestrel, a stray ``<name>.<not-a-number>`` file
-does not stop the server: it is logged and ignored.
+does not stop the server: it is logged and ignored. So is anything that is not a regular file
+(a directory, a named pipe, a socket, a device), whatever its name: it is looked at with
+``stat`` only and never opened, since opening a named pipe waits for a writer for ever.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 
@@ -25,6 +28,7 @@ import structlog
 __all__ = [
     "TEMP_MARK", "PACK_SUFFIX", "archived_files", "journal_files", "queue_names", "delete_temp_files",
     "erase_files", "unique_file", "fsync_dir", "file_timestamp", "total_size", "file_size",
+    "NotRegularFile", "is_regular", "open_regular",
 ]
 
 log = structlog.get_logger("kestrel_actors.journal")
@@ -39,6 +43,53 @@ def _warn_stray(name: str, filename: str) -> None:
     if filename not in _warned:
         _warned.add(filename)
         log.warning("ignoring a stray file in the journal directory", queue=name, file=filename)
+
+
+class NotRegularFile(OSError):
+    """A journal's path names something other than a regular file (a directory, a pipe, ...)."""
+
+
+def _warn_not_regular(filename: str) -> None:
+    if filename not in _warned:
+        _warned.add(filename)
+        log.warning("ignoring something in the journal directory that is not a regular file",
+                    file=filename)
+
+
+def is_regular(data_dir: str, filename: str) -> bool:
+    """True if ``filename`` is a regular file (a symlink is followed); never opens it."""
+    try:
+        return stat.S_ISREG(os.stat(os.path.join(data_dir, filename)).st_mode)
+    except OSError:
+        return False
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """``os.open`` that never blocks on a named pipe and only ever hands back a regular file.
+
+    ``O_NONBLOCK`` makes opening a pipe return at once (it has no effect on a regular file's
+    reads and writes); anything that is not a regular file is closed again and raises
+    :class:`NotRegularFile`. A missing file raises ``FileNotFoundError`` as ``os.open`` does.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a pipe without a reader (ENXIO), a directory (EISDIR), ...
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except OSError:
+            raise exc from None
+        if regular:
+            raise
+        raise NotRegularFile(f"{path} is not a regular file") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(f"{path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _parse_suffix(rest: str) -> tuple[int, bool] | None:
@@ -75,6 +126,9 @@ def _timed_files(data_dir: str, name: str) -> list[tuple[int, bool, str]]:
         parsed = _parse_suffix(filename[len(prefix):])
         if parsed is None:
             _warn_stray(name, filename)
+            continue
+        if not is_regular(data_dir, filename):
+            _warn_not_regular(filename)
             continue
         found.append((parsed[0], parsed[1], filename))
     found.sort()
@@ -125,13 +179,16 @@ def journal_files(data_dir: str, name: str) -> list[str]:
 def queue_names(data_dir: str) -> list[str]:
     """The queues that have journal files in ``data_dir`` (sorted), as Kestrel finds them at startup.
 
-    Only regular files count; temporary ``~~`` files and strays are skipped.
+    Only regular files count; temporary ``~~`` files and strays are skipped. A name may hold
+    any bytes (see :mod:`kestrel_actors._names`); whether it can name a queue is the
+    collection's call.
     """
     names = set()
     for filename in _listdir(data_dir):
         if TEMP_MARK in filename or not filename or filename.startswith("."):
             continue
-        if not os.path.isfile(os.path.join(data_dir, filename)):
+        if not is_regular(data_dir, filename):
+            _warn_not_regular(filename)
             continue
         name, dot, rest = filename.partition(".")
         if dot and _parse_suffix(rest) is None:

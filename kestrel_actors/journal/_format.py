@@ -10,7 +10,8 @@ The reader reports how it stopped through :attr:`RecordReader.problem`:
 
 * ``None`` — a clean end (the data ended exactly where an opcode would start);
 * kind :data:`TORN` — the data ends inside a record: an append interrupted by a crash, the
-  normal way a journal ends badly (the caller logs a warning);
+  normal way a journal ends badly, or a damaged size that runs past the records after it
+  (replay looks past the stop to tell the two apart: see :mod:`._repair`);
 * kind :data:`CORRUPT` — bytes that cannot be a record: an unknown opcode, an add whose body is
   too short to hold its header, or a negative size (the caller logs an error).
 

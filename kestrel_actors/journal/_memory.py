@@ -27,8 +27,17 @@ class MemoryJournal:
     def confirm_remove(self, xid: int) -> None:
         pass
 
-    def after_durable(self, callback: Callable[[], None]) -> None:
+    failure = None
+
+    def after_durable(self, callback: Callable[[], None],
+                      on_error: Callable[[OSError], None] | None = None) -> None:
         callback()
+
+    def hold(self) -> int:
+        return 0
+
+    def release(self, token: int) -> None:
+        pass
 
     def size(self) -> int:
         return 0

@@ -38,14 +38,15 @@ from typing import Iterator
 import structlog
 
 from ._files import (
-    PACK_SUFFIX, archived_files, delete_temp_files, file_timestamp, fsync_dir, journal_files, unique_file,
+    PACK_SUFFIX, archived_files, delete_temp_files, file_timestamp, fsync_dir, journal_files, open_regular,
+    unique_file,
 )
 from ._format import (
     ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID,
     OP_SAVE_XID, OP_UNREMOVE, Record, RecordReader, encode_add, encode_remove_tentative,
 )
 from ..queue import Item, next_xid
-from ._replay import repair_file
+from ._repair import repair_file
 
 __all__ = ["PackError", "commit_pack", "pack_archives", "pack_queue", "prepare_pack", "write_snapshot"]
 
@@ -90,19 +91,23 @@ def write_snapshot(path: str, open_items: list[tuple[int, Item]], items: list[It
 def _records(data_dir: str, name: str, files: list[str], repair: bool, now_ms: int) -> Iterator[Record]:
     for filename in files:
         path = os.path.join(data_dir, filename)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            reader = RecordReader(fd, now_ms=now_ms)
-            yield from reader
-        finally:
-            os.close(fd)
-        if reader.problem is not None:
+        start = 0
+        while start is not None:
+            try:
+                fd = open_regular(path)
+            except FileNotFoundError:
+                break
+            try:
+                reader = RecordReader(fd, start, now_ms=now_ms)
+                yield from reader
+            finally:
+                os.close(fd)
+            problem = reader.problem
+            if problem is None:
+                break
             if not repair:
-                raise PackError(f"{filename}: {reader.problem.message} at offset {reader.problem.offset}")
-            repair_file(data_dir, name, filename, reader.problem)
+                raise PackError(f"{filename}: {problem.message} at offset {problem.offset}")
+            start = repair_file(data_dir, name, filename, problem, now_ms)
 
 
 class _Plan:

@@ -37,8 +37,8 @@ class WrittenFile(Protocol):
     def written_size(self) -> int:
         """Bytes of the current file that are on disk (readable)."""
 
-    def flush(self) -> None:
-        """Write what is pending."""
+    def flush(self) -> bool:
+        """Write what is pending; ``False`` if it could not be written."""
 
     def reader_moved(self, filename: str) -> None:
         """The reader went on to ``filename`` (the journal may pack what is behind it)."""
@@ -61,6 +61,9 @@ class ReadBehindReader:
         self.offset = offset
         self._fd: int | None = None
         self._reader: RecordReader | None = None
+        self.stalled = False
+        """Set when the next record could not be written (a failing writer, a hold): the
+        reader returns ``None`` without having caught up, and read-behind goes on."""
 
     @property
     def in_current_file(self) -> bool:
@@ -84,7 +87,9 @@ class ReadBehindReader:
                 if self.offset >= journal.written_size():
                     # what is left to read is still pending (not every read: a remove just
                     # journaled is always pending, and a write per read would undo batching)
-                    journal.flush()
+                    if not journal.flush() and self.offset >= journal.written_size():
+                        self.stalled = True
+                        return None
                 reader.set_end(journal.written_size())
             record = reader.next()
             if record is not None:
@@ -98,8 +103,12 @@ class ReadBehindReader:
                           reason=reader.problem.message)
                 return None
             if current:
-                if journal.written_size() < journal.size():
-                    journal.flush()  # a record runs past what is written
+                written = journal.written_size()
+                if written < journal.size():
+                    # a record runs past what is written
+                    if not journal.flush() and journal.written_size() == written:
+                        self.stalled = True
+                        return None
                 continue
             if not self._advance():
                 return None

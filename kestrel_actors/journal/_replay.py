@@ -10,10 +10,12 @@ empty queue, exactly as Kestrel's ``PersistentQueue.replayJournal`` does:
 * SAVE_XID sets the counter; UNREMOVE puts an open item back at the head; CONFIRM drops it;
 * no expiry sweep runs during replay.
 
-A file that ends inside a record (torn tail) or holds something that is not a record
-(corrupt) is truncated at its last whole record — the file that is actually broken, not the
-current one as Kestrel does — and replay goes on with the next file. A corrupt tail is first
-copied to ``<data_dir>/.corrupt/`` so nothing is destroyed silently.
+A file that ends inside a record (torn tail) is cut at its last whole record — the file that
+is actually broken, not the current one as Kestrel does. Damage in the middle of a file (an
+impossible opcode, a size that runs past the records after it) is copied to
+``<data_dir>/.corrupt/`` (bounded) and cut out, and replay goes on with the whole records
+after it: see :mod:`._repair`, which tells the two apart. Anything in a file's place that is
+not a regular file is skipped with a warning, never opened (a named pipe would block).
 
 With ``max_memory_size`` set, replay keeps memory bounded the way Kestrel does (§5.8): once
 the queue's bytes reach the limit, later items are only counted, and a second cursor re-reads
@@ -34,18 +36,18 @@ from typing import NamedTuple
 
 import structlog
 
-from ._files import delete_temp_files, file_size, file_timestamp, journal_files
+from ._files import NotRegularFile, delete_temp_files, file_size, file_timestamp, journal_files, open_regular
 from ._format import (
-    ADD_OPS, CORRUPT, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
-    OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, Problem, Record, RecordReader,
+    ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
+    OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, Record, RecordReader,
 )
 from ..queue import Item, next_xid
+from ._repair import repair_file
 
-__all__ = ["ReadBehindPosition", "ReplayResult", "replay_queue", "repair_file"]
+__all__ = ["ReadBehindPosition", "ReplayResult", "replay_queue"]
 
 log = structlog.get_logger("kestrel_actors.journal")
 
-CORRUPT_DIR = ".corrupt"
 PROGRESS_BYTES = 10 * 1024 * 1024
 
 
@@ -76,42 +78,10 @@ class ReplayResult:
     archived_size: int = 0
     files: list = field(default_factory=list)
     problems: list = field(default_factory=list)
-    """``(file name, Problem)`` for each file that was cut."""
+    """``(file name, Problem)`` for each place a file was cut or repaired."""
     read_behind: ReadBehindPosition | None = None
     max_timestamp: int = 0
     """The newest archive's timestamp (new archive names must sort after it)."""
-
-
-def repair_file(data_dir: str, name: str, filename: str, problem: Problem) -> None:
-    """Cut ``filename`` at ``problem.offset``, saving a corrupt tail under ``.corrupt/`` first."""
-    path = os.path.join(data_dir, filename)
-    size = file_size(path)
-    saved = None
-    if problem.kind == CORRUPT and size > problem.offset:
-        saved = _save_tail(data_dir, filename, path, problem.offset)
-    os.truncate(path, problem.offset)
-    event = dict(queue=name, file=filename, offset=problem.offset, dropped_bytes=size - problem.offset,
-                 reason=problem.message)
-    if problem.kind == CORRUPT:
-        log.error("corrupt journal record; DATA MAY HAVE BEEN LOST! The rest of the file was cut",
-                  saved_to=saved, **event)
-    else:
-        log.warning("journal ends inside a record (interrupted write); truncated entry deleted", **event)
-
-
-def _save_tail(data_dir: str, filename: str, path: str, offset: int) -> str | None:
-    target_dir = os.path.join(data_dir, CORRUPT_DIR)
-    target = os.path.join(target_dir, f"{filename}@{offset}.{int(time.time() * 1000)}")
-    try:
-        os.makedirs(target_dir, exist_ok=True)
-        with open(path, "rb") as src, open(target, "wb") as dst:
-            src.seek(offset)
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-        return target
-    except OSError as exc:
-        log.error("could not save the corrupt part of a journal", file=filename, error=str(exc))
-        return None
 
 
 class _Behind:
@@ -133,8 +103,8 @@ class _Behind:
             if self._reader is None:
                 path = os.path.join(self.data_dir, self.files[self.index])
                 try:
-                    self._fd = os.open(path, os.O_RDONLY)
-                except FileNotFoundError:
+                    self._fd = open_regular(path)
+                except (FileNotFoundError, NotRegularFile):
                     self._fd = None
                 if self._fd is not None:
                     self._reader = RecordReader(self._fd, self.offset, now_ms=self.now_ms)
@@ -279,28 +249,40 @@ def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None
 def _replay_file(data_dir: str, name: str, filename: str, replay: _Replay, now_ms: int,
                  result: ReplayResult) -> int:
     path = os.path.join(data_dir, filename)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return 0
-    try:
-        reader = RecordReader(fd, now_ms=now_ms)
-        next_report = PROGRESS_BYTES
-        read, apply = reader.next, replay.apply
-        while (record := read()) is not None:
-            position = replay.position = reader.position
-            apply(record)
-            if position > next_report:
-                log.info("still replaying journal", queue=name, file=filename, bytes_so_far=position)
-                next_report += PROGRESS_BYTES
-        problem = reader.problem
-        position = reader.position
-    except OSError as exc:
-        log.error("cannot read journal file; DATA MAY HAVE BEEN LOST!", queue=name, file=filename, error=str(exc))
-        return file_size(path)
-    finally:
-        os.close(fd)
-    if problem is not None:
-        repair_file(data_dir, name, filename, problem)
+    start = 0
+    while True:
+        try:
+            fd = open_regular(path)
+        except FileNotFoundError:
+            return 0
+        except NotRegularFile:
+            log.warning("a queue's journal is not a regular file; not read", queue=name, file=filename)
+            return 0
+        try:
+            reader = RecordReader(fd, start, now_ms=now_ms)
+            next_report = start + PROGRESS_BYTES
+            read, apply = reader.next, replay.apply
+            replay.position = start
+            while (record := read()) is not None:
+                position = replay.position = reader.position
+                apply(record)
+                if position > next_report:
+                    log.info("still replaying journal", queue=name, file=filename, bytes_so_far=position)
+                    next_report += PROGRESS_BYTES
+            problem = reader.problem
+            position = reader.position
+        except OSError as exc:
+            log.error("cannot read journal file; DATA MAY HAVE BEEN LOST!", queue=name, file=filename, error=str(exc))
+            return file_size(path)
+        finally:
+            os.close(fd)
+        if problem is None:
+            return position
         result.problems.append((filename, problem))
-    return position
+        resume = repair_file(data_dir, name, filename, problem, now_ms)
+        if resume is None:
+            return position
+        start = resume
+        behind = replay.behind
+        if behind is not None and behind.index == replay.index:
+            behind.close()  # it holds the old file open; offsets before the damage are unchanged

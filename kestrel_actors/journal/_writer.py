@@ -22,11 +22,28 @@ Sync policies (Kestrel's ``syncJournal``, reference §6.7), as positions in the 
 
 Callbacks always run on the hub thread, in the writer greenlet, in the order they were
 registered; they must not block.
+
+A write or fsync that fails (``ENOSPC``, ``EIO``) never blocks a caller: the writer enters the
+*failing* state (logged once), keeps the unwritten records in order, cuts any half-written
+record off the file, and retries them from its own greenlet with a back-off, leaving ``_io``
+free meanwhile. Callers that gave :meth:`after_durable` an ``on_error`` are answered with the
+error at once (a client gets ``SERVER_ERROR`` in bounded time); those without one wait until
+their bytes are durable. The first write that succeeds again ends the state (logged once).
+Since records are only ever written in order, the file is always a prefix of what the queue
+did: nothing after an unwritten record can reach the disk before it.
+
+A *hold* (:meth:`hold`, :meth:`release`) keeps the records appended from now on off the disk
+until released: a queue that moves an expired item to ``expire_to_queue`` holds its REMOVE
+until the target's ADD is durable, so a crash can duplicate the item but never lose it. A
+hold still there after ``HOLD_PATIENCE`` seconds is dropped with a warning (two queues that
+expire into each other would otherwise wait on each other for ever); the replies that waited
+on it were held no longer than that.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -35,6 +52,8 @@ import gevent
 import gevent.event
 import gevent.lock
 import structlog
+
+from ._files import open_regular
 
 __all__ = ["JournalWriter", "run_blocking", "NEVER", "ALWAYS", "PERIODIC"]
 
@@ -47,6 +66,8 @@ microseconds at most, cheaper than the threadpool's hand-off (with 256 KiB, burs
 clients pipelining 32 SETs of 1 KiB, up to 330 KiB, went to the threadpool)."""
 IOV_MAX = 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
+HOLD_PATIENCE = 2.0
+"""Seconds a hold may keep records back before it is dropped."""
 
 
 def run_blocking(fn: Callable, *args):  # type: ignore[no-untyped-def]
@@ -75,7 +96,8 @@ def write_all(fd: int, chunks: list[bytes]) -> None:
 class JournalWriter:
     """Appends to the current journal file of one queue, from its own greenlet."""
 
-    def __init__(self, path: str, sync_journal: float | None, queue: str) -> None:
+    def __init__(self, path: str, sync_journal: float | None, queue: str,
+                 on_state: Callable[[OSError | None], None] | None = None) -> None:
         self.path = path
         self.queue = queue
         if sync_journal is None:
@@ -93,8 +115,20 @@ class JournalWriter:
         self.fsyncs = 0
         self.writes = 0
         self.error: OSError | None = None
+        """Set while the writer is failing (a write or fsync failed and is being retried)."""
+        self._on_state = on_state
+        self._failed_at = 0.0
+        self._attempt = 0
+        self._sync_failing = False
+        self._torn = False
+        """A failed write may have left part of a record that ftruncate could not cut yet."""
+        self._holds = 0
+        self._hold_round = 0
+        """Counts holds that ended all at once, so a release of an ended one is ignored."""
+        self._held_at: int | None = None
+        """While holds are active: the stream position from which nothing is written."""
         self._chunks: list[bytes] = []
-        self._waiters: deque[tuple[int, Callable[[], None]]] = deque()
+        self._waiters: deque[tuple[int, Callable[[], None], Callable[[OSError], None] | None]] = deque()
         self._wake = gevent.event.Event()
         self._kicked = False
         self._loop = gevent.get_hub().loop
@@ -105,7 +139,8 @@ class JournalWriter:
 
     @staticmethod
     def _open(path: str) -> int:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+        # a named pipe in the journal's place must raise, not wait for a reader for ever
+        return open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
     # -- called by the journal (on the hub thread) -----------------------------------------
 
@@ -137,17 +172,29 @@ class JournalWriter:
         """Bytes handed over but not yet written."""
         return self.appended - self.written
 
-    def after_durable(self, callback: Callable[[], None]) -> None:
+    @property
+    def unwritten(self) -> bool:
+        """Whether records are still waiting for the file (a failure or a hold keeps them)."""
+        return bool(self._chunks)
+
+    def after_durable(self, callback: Callable[[], None],
+                      on_error: Callable[[OSError], None] | None = None) -> None:
         """Call ``callback`` once everything appended so far is as durable as the policy says.
 
         Without ``always``, only ``write()`` must have returned: when the file is free and the
         batch small, the caller writes it now (a page-cache copy) rather than wait a greenlet
         switch for the writer, which takes a hop off every reply's path.
+
+        With ``on_error``, a failing writer calls ``on_error(exc)`` instead, at once (or when
+        the failure happens), and ``callback`` never; without it the wait lasts until the
+        bytes are durable, however long the failure lasts.
         """
         target = self.appended
         if (
             self.mode != ALWAYS
             and self.written < target <= self.written + INLINE_WRITE_MAX
+            and self.error is None
+            and self._held_at is None
             and not self.closed
             and not self._io.locked()
         ):
@@ -156,15 +203,50 @@ class JournalWriter:
         done = self.synced if self.mode == ALWAYS else self.written
         if done >= target or self.closed:
             callback()
+        elif on_error is not None and self.error is not None:
+            on_error(self.error)
         else:
-            self._waiters.append((target, callback))
+            self._waiters.append((target, callback, on_error))
+
+    def hold(self) -> int:
+        """Keep every record appended from now on off the disk until :meth:`release` is
+        called with the token this returns."""
+        if self.closed:
+            return -1
+        self._holds += 1
+        if self._held_at is None:
+            self._held_at = self.appended
+            gevent.spawn_later(HOLD_PATIENCE, self._hold_overdue, self._hold_round)
+        return self._hold_round
+
+    def release(self, token: int) -> None:
+        """End one :meth:`hold`; once none is left, the held records go to the file."""
+        if token != self._hold_round or self._holds <= 0:
+            return  # that hold was dropped (overdue, or the file closed)
+        self._holds -= 1
+        if self._holds == 0:
+            self._end_holds()
+
+    def _end_holds(self) -> None:
+        self._holds = 0
+        self._held_at = None
+        self._hold_round += 1
+        if self._chunks and not self.closed:
+            self._wake.set()
+
+    def _hold_overdue(self, hold_round: int) -> None:
+        if self._hold_round == hold_round and self._held_at is not None and not self.closed:
+            log.warning("journal hold overdue; writing the held records", queue=self.queue,
+                        holds=self._holds, seconds=HOLD_PATIENCE)
+            self._end_holds()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the file: pending records are written first, and no I/O runs meanwhile.
 
         The journal uses it to rotate or rewrite; it blocks the calling greenlet (never the
-        hub) while an fdatasync or a large write in flight finishes.
+        hub) while an fdatasync or a large write in flight finishes. A failing writer (or a
+        hold) may leave records unwritten (:attr:`unwritten`).
         """
         with self._io:
             self._write_pending()
@@ -185,14 +267,34 @@ class JournalWriter:
         self.path = path
         self._fd = self._open(path)
         self.file_written = os.fstat(self._fd).st_size
+        self._torn = False
+
+    def discard_unwritten(self) -> None:
+        """Drop the unwritten records: a snapshot just made durable holds what they say
+        (a rewrite; call inside :meth:`exclusive`, after :meth:`switch_file`)."""
+        self._chunks = []
+        self.written = self.synced = self.appended
+        self._recovered()
 
     def close(self, sync: bool = True) -> None:
-        """Write what is pending, fsync (unless ``sync`` is false), close; fire every callback."""
+        """Write what is pending, fsync (unless ``sync`` is false), close; fire every callback.
+
+        Holds are ignored: the queue that would release them is closing too. If the disk
+        still refuses the records after a few tries, they are lost (and logged).
+        """
         if self.closed:
             return
         self.closed = True
+        self._end_holds()
         with self._io:
-            self._write_pending(give_up=True)
+            for attempt in range(3):
+                if self._write_pending() or not sync:
+                    break
+                gevent.sleep(RETRY_DELAYS[attempt])
+            if self._chunks:
+                log.error("journal closed with unwritten records; DATA MAY HAVE BEEN LOST!",
+                          queue=self.queue, bytes=self.appended - self.written)
+                self._chunks = []
             if sync:
                 try:
                     self.sync_now()
@@ -214,25 +316,53 @@ class JournalWriter:
             if self.closed:
                 return
             try:
-                if self._chunks:
+                ok = True
+                if self._chunks and self._held_at != self.written:
                     with self._io:
-                        self._write_pending()
-                if self.mode == ALWAYS and self.synced < self.written:
+                        ok = self._write_pending()
+                if ok and self.mode == ALWAYS and self.synced < self.written:
                     with self._io:
-                        self._sync_with_retry()
-                elif self.mode == PERIODIC and self.synced < self.written and self._timer is None:
+                        ok = self._sync_once()
+                elif ok and self.mode == PERIODIC and self.synced < self.written and self._timer is None:
                     self._timer = gevent.spawn_later(self.period, self._periodic_sync)
+                if not ok:
+                    self._fire()
+                    self._back_off()  # outside ``_io``: a rotation or a close may go ahead
+                    continue
             except Exception:  # noqa: BLE001 - the writer must outlive any one failure
                 log.exception("journal writer failed", queue=self.queue)
                 gevent.sleep(RETRY_DELAYS[-1])
                 self._wake.set()
             self._fire()
 
-    def _write_pending(self, give_up: bool = False) -> None:
-        """Write the pending records (the caller holds ``_io``), retrying on I/O errors."""
-        attempt = 0
+    def _back_off(self) -> None:
+        gevent.sleep(RETRY_DELAYS[min(self._attempt, len(RETRY_DELAYS) - 1)])
+        self._attempt += 1
+        self._wake.set()
+
+    def _write_pending(self) -> bool:
+        """One try at writing the pending records (the caller holds ``_io``).
+
+        Returns False if a write failed: the records stay pending, in order, and the writer
+        is failing; a caller never waits here for the disk to recover.
+        """
+        if self._torn and not self._undo_partial_write():
+            return False
         while self._chunks:
-            chunks, self._chunks = self._chunks, []
+            chunks = self._chunks
+            held_at = self._held_at
+            if held_at is not None:
+                if self.written >= held_at:
+                    return True
+                chunks, position = [], self.written
+                for chunk in self._chunks:
+                    if position + len(chunk) > held_at:
+                        break
+                    chunks.append(chunk)
+                    position += len(chunk)
+                self._chunks = self._chunks[len(chunks):]
+            else:
+                self._chunks = []
             target = self.written + sum(map(len, chunks))
             try:
                 if target - self.written <= INLINE_WRITE_MAX:
@@ -241,41 +371,72 @@ class JournalWriter:
                     run_blocking(write_all, self._fd, chunks)
             except OSError as exc:
                 self._chunks[:0] = chunks
-                self.error = exc
+                self._torn = True
                 self._undo_partial_write()
-                log.error("journal write failed; will retry", queue=self.queue, error=str(exc), attempt=attempt)
-                if give_up and attempt >= 2:
-                    log.error("journal closed with unwritten records; DATA MAY HAVE BEEN LOST!",
-                              queue=self.queue, bytes=self.appended - self.written)
-                    self._chunks = []
-                    return
-                gevent.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
-                attempt += 1
-                continue
+                self._failing(exc)
+                return False
             self.writes += 1
             self.file_written += target - self.written
             self.written = target
-            self.error = None
+            if self.error is not None and self._held_at is None and self.mode != ALWAYS:
+                self._recovered()
+        return True
 
-    def _undo_partial_write(self) -> None:
-        """Cut a half-written batch off, so a retry cannot leave a torn record mid-file."""
+    def _undo_partial_write(self) -> bool:
+        """Cut a half-written batch off, so no record is ever torn in the middle of the file."""
         try:
             os.ftruncate(self._fd, self.file_written)
-        except OSError:
-            pass
+        except OSError as exc:
+            log.debug("journal truncate failed; will retry", queue=self.queue, error=str(exc))
+            return False
+        self._torn = False
+        return True
 
-    def _sync_with_retry(self) -> None:
-        attempt = 0
-        while not self.closed:
-            try:
-                self.sync_now()
-                self.error = None
-                return
-            except OSError as exc:
-                self.error = exc
-                log.error("journal fsync failed; will retry", queue=self.queue, error=str(exc), attempt=attempt)
-                gevent.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
-                attempt += 1
+    def _sync_once(self) -> bool:
+        try:
+            self.sync_now()
+        except OSError as exc:
+            self._failing(exc)
+            return False
+        if self.error is not None and not self._chunks and self._held_at is None:
+            self._recovered()
+        return True
+
+    def _failing(self, exc: OSError) -> None:
+        """A write or fsync failed: answer the callers that asked to know, log a change once."""
+        if self.error is None:
+            self._failed_at = time.monotonic()
+            log.error("journal write failing; writes to this queue get SERVER_ERROR until it recovers",
+                      queue=self.queue, error=str(exc), errno=exc.errno, pending_bytes=self.pending)
+            if self._on_state is not None:
+                self._on_state(exc)
+        self.error = exc
+        waiters = self._waiters
+        if any(on_error is not None for _t, _c, on_error in waiters):
+            kept: deque[tuple[int, Callable[[], None], Callable[[OSError], None] | None]] = deque()
+            for waiter in waiters:
+                on_error = waiter[2]
+                if on_error is None:
+                    kept.append(waiter)
+                    continue
+                try:
+                    on_error(exc)
+                except ActorDeadError:
+                    pass
+                except Exception:  # noqa: BLE001
+                    log.exception("journal failure callback failed", queue=self.queue)
+            self._waiters = kept
+        self._wake.set()  # the writer greenlet retries, with a back-off
+
+    def _recovered(self) -> None:
+        self._attempt = 0
+        if self.error is None:
+            return
+        self.error = None
+        log.warning("journal write recovered", queue=self.queue,
+                    failed_seconds=round(time.monotonic() - self._failed_at, 3))
+        if self._on_state is not None:
+            self._on_state(None)
 
     def _periodic_sync(self) -> None:
         """One run of the periodic fsync; reschedules itself while writes keep coming."""
@@ -283,9 +444,14 @@ class JournalWriter:
             with self._io:
                 if not self.closed:
                     self.sync_now()
+            if self._sync_failing:
+                self._sync_failing = False
+                log.warning("periodic journal fsync recovered", queue=self.queue)
         except OSError as exc:
-            self.error = exc
-            log.error("periodic journal fsync failed", queue=self.queue, error=str(exc))
+            # replies never wait for a periodic fsync: nothing to fail, one line per change
+            if not self._sync_failing:
+                self._sync_failing = True
+                log.error("periodic journal fsync failing", queue=self.queue, error=str(exc))
         finally:
             self._timer = None
         if not self.closed and self.synced < self.appended:
@@ -295,7 +461,7 @@ class JournalWriter:
         done = self.synced if self.mode == ALWAYS else self.written
         waiters = self._waiters
         while waiters and waiters[0][0] <= done:
-            _target, callback = waiters.popleft()
+            _target, callback, _on_error = waiters.popleft()
             try:
                 callback()
             except Exception:  # noqa: BLE001

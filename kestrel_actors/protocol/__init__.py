@@ -1,7 +1,8 @@
 """Wire protocols, sans I/O: codecs turn bytes into commands and replies into bytes.
 
 Nothing here touches a socket or a queue; a session actor feeds a decoder and writes what the
-encoders return. ``_memcache`` is Kestrel's memcache protocol, ``_text`` its text protocol.
+encoders return. ``_memcache`` is Kestrel's memcache protocol, ``_text`` its text protocol,
+``_thrift`` its thrift protocol (framed, binary; the IDL ``kestrel.thrift`` ships beside it).
 """
 
 from ._commands import *  # noqa: F403
@@ -12,5 +13,7 @@ from ._text import *  # noqa: F403
 from ._text import __all__ as _text_all
 from ._text_commands import *  # noqa: F403
 from ._text_commands import __all__ as _text_commands_all
+from ._thrift import *  # noqa: F403
+from ._thrift import __all__ as _thrift_all
 
-__all__ = [*_commands_all, *_memcache_all, *_text_all, *_text_commands_all]
+__all__ = [*_commands_all, *_memcache_all, *_text_all, *_text_commands_all, *_thrift_all]

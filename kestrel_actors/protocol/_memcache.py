@@ -1,11 +1,15 @@
 """Kestrel's memcache text protocol, sans I/O: bytes in, commands out; replies to bytes.
 
 Framing follows naggati's ``MemcacheCodec`` (reference §2.1): a request line ends at ``\\n``
-(a ``\\r`` before it is dropped), is decoded ISO-8859-1 and split on single spaces; a storage
+(a ``\\r`` before it is dropped) and is split on single spaces; a storage
 command is followed by a data block of the declared length plus two bytes that are skipped
 unchecked. Two limits Kestrel lacks guard the server: a line longer than ``max_line_bytes`` or
 a declared length over ``max_item_bytes`` gets ``CLIENT_ERROR`` and a close, before anything of
 that size is buffered.
+
+Queue names (and the other tokens) are decoded by :func:`kestrel_actors._names.name_from_wire`
+and every reply that carries one is encoded back by its inverse, ``name_bytes``: a name is the
+same bytes in a request, in a reply and as a file name (Kestrel decodes ISO-8859-1).
 
 Errors are commands too (:class:`Bad`), emitted in stream order, so replies to the requests
 before a bad one still go out before the connection closes.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import time
 
+from .._names import name_bytes, name_from_wire
 from ._commands import (
     Bad,
     Confirm,
@@ -55,6 +60,7 @@ __all__ = [
     "STORED",
     "parse_get_key",
     "parse_request_line",
+    "server_error",
     "stats_reply",
     "value_reply",
 ]
@@ -68,6 +74,15 @@ CLIENT_ERROR = b"CLIENT_ERROR\r\n"
 SERVER_ERROR = b"SERVER_ERROR\r\n"
 FLUSHED_ALL = b"Flushed all queues.\r\n"
 RELOADED = b"Reloaded config.\r\n"
+
+
+def server_error(message: str) -> bytes:
+    """``SERVER_ERROR <message>``: the server could not do it (a journal write failed).
+
+    Kestrel's own SERVER_ERROR carries no text; memcache's carries one, and Kestrel's clients
+    retry on any SERVER_ERROR. Other characters than ASCII become ``?``.
+    """
+    return b"SERVER_ERROR " + message.encode("ascii", "replace") + b"\r\n"
 
 CLIENT_ERROR_OPEN = Bad(CLIENT_ERROR, close=False)
 CLIENT_ERROR_CLOSE = Bad(CLIENT_ERROR, close=True)
@@ -123,11 +138,11 @@ def parse_request_line(tokens: list[bytes]) -> object:
     if command == b"get" or command == b"gets":
         if argc < 2:
             return CLIENT_ERROR_OPEN
-        return parse_get_key(tokens[1].decode("latin-1"))
+        return parse_get_key(name_from_wire(tokens[1]))
     if command == b"delete" or command == b"flush":
         if argc < 2:
             return CLIENT_ERROR_OPEN
-        name = tokens[1].decode("latin-1")
+        name = name_from_wire(tokens[1])
         return Delete(name) if command == b"delete" else Flush(name)
     if command == b"monitor":
         if argc < 2:
@@ -136,18 +151,18 @@ def parse_request_line(tokens: list[bytes]) -> object:
         max_items = int32(tokens[3]) if argc > 3 else None
         if seconds is None or (argc > 3 and max_items is None):
             return DROP
-        return Monitor(tokens[1].decode("latin-1"), seconds, max_items)
+        return Monitor(name_from_wire(tokens[1]), seconds, max_items)
     if command == b"confirm":
         if argc < 3:
             return CLIENT_ERROR_OPEN
         count = int32(tokens[2])
         if count is None:
             return DROP
-        return Confirm(tokens[1].decode("latin-1"), count)
+        return Confirm(name_from_wire(tokens[1]), count)
     if command == b"stats":
         return Stats()
     if command == b"dump_stats":
-        return DumpStats(tuple(token.decode("latin-1") for token in tokens[1:]))
+        return DumpStats(tuple(name_from_wire(token) for token in tokens[1:]))
     if command == b"version":
         return Version()
     if command == b"flush_all":
@@ -155,13 +170,13 @@ def parse_request_line(tokens: list[bytes]) -> object:
     if command == b"flush_expired":
         if argc < 2:
             return DROP
-        return FlushExpired(tokens[1].decode("latin-1"))
+        return FlushExpired(name_from_wire(tokens[1]))
     if command == b"flush_all_expired":
         return FlushAllExpired()
     if command == b"status":
         if argc < 2:
             return Status(None)
-        name = tokens[1].decode("latin-1").lower()
+        name = name_from_wire(tokens[1]).lower()
         return Status(name) if name in STATUS_NAMES else CLIENT_ERROR_CLOSE
     if command == b"shutdown":
         return Shutdown()
@@ -184,7 +199,7 @@ def _storage_header(tokens: list[bytes]) -> tuple[str, int] | Bad:
         return DROP
     if int32(tokens[2]) is None:
         return CLIENT_ERROR_OPEN
-    return tokens[1].decode("latin-1"), exptime
+    return name_from_wire(tokens[1]), exptime
 
 
 def _remember(line: bytes, parsed: Get | tuple[tuple[str, int], int]) -> None:
@@ -285,14 +300,14 @@ class MemcacheDecoder:
 def value_reply(queue: str, data: bytes) -> bytes:
     """``VALUE <queue> 0 <len>`` + data + ``END``: a hit on a GET or one monitor item."""
     return b"".join(
-        (b"VALUE ", queue.encode("latin-1"), b" 0 ", b"%d" % len(data), b"\r\n", data, b"\r\nEND\r\n")
+        (b"VALUE ", name_bytes(queue), b" 0 ", b"%d" % len(data), b"\r\n", data, b"\r\nEND\r\n")
     )
 
 
 def stats_reply(lines: list[tuple[str, object]]) -> bytes:
     """``STAT <name> <value>`` lines joined by CRLF, then ``END``."""
     body = "".join(f"STAT {name} {value}\r\n" for name, value in lines)
-    return body.encode("latin-1") + END
+    return name_bytes(body) + END
 
 
 def expiry_from_exptime(exptime: int, now: int | None = None) -> int:

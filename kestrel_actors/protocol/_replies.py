@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+from .._names import name_bytes
 from ._memcache import END, stats_reply
 
 __all__ = ["compose_dump_config", "compose_dump_stats", "compose_stats"]
@@ -63,7 +64,7 @@ def compose_dump_stats(names: tuple[str, ...], queues: list[QueueStats]) -> byte
     for name in chosen:
         body = "\r\n  ".join(f"{stat}={value}" for stat, value in by_name.get(name, ()))
         blocks.append(f"queue '{name}' {{\r\n  {body}\r\n}}")
-    return "\r\n".join(blocks).encode("latin-1") + b"\r\n" + END
+    return name_bytes("\r\n".join(blocks)) + b"\r\n" + END
 
 
 def compose_dump_config(configs: list[tuple[str, Any]]) -> bytes:
@@ -82,7 +83,7 @@ def compose_dump_config(configs: list[tuple[str, Any]]) -> bytes:
             kind = "queue"
         body = "\r\n  ".join(f"{key}={value}" for key, value in settings)
         blocks.append(f"{kind} '{name}' {{\r\n  {body}\r\n}}")
-    return "\r\n".join(blocks).encode("utf-8") + b"\r\n" + END
+    return name_bytes("\r\n".join(blocks)) + b"\r\n" + END
 
 
 def _config_value(value: object) -> str:

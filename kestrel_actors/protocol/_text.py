@@ -1,8 +1,9 @@
 """Kestrel's text protocol (port 2222), sans I/O: bytes in, commands out; replies to bytes.
 
 Framing follows Kestrel's ``TextCodec`` (reference §3): a request is a line ending at ``\\n``
-(a ``\\r`` before it is dropped), decoded ISO-8859-1 and split on single spaces, with the
-command lower-cased. A first line ending in ``:`` collects the following lines as items until
+(a ``\\r`` before it is dropped), decoded as queue names are (UTF-8, any bytes kept:
+:func:`kestrel_actors._names.name_from_wire`) and split on single spaces, with the command
+lower-cased. A first line ending in ``:`` collects the following lines as items until
 an empty line or until ``MAX_PUT_BUFFER`` items have been read; after that many, the next line
 is taken as the terminator whatever it holds (Kestrel's quirk: the line is lost). Each item is
 its line decoded ISO-8859-1 and re-encoded UTF-8, as Kestrel does, so bytes >= 0x80 grow.
@@ -18,6 +19,7 @@ One limit Kestrel lacks guards the server: a line longer than ``max_line_bytes``
 from __future__ import annotations
 
 
+from .._names import name_from_wire
 from ._commands import Bad
 from ._lines import STATUS_NAMES, TOO_LONG, int32_text, next_line
 from ._text_commands import (
@@ -223,7 +225,7 @@ class TextDecoder:
                 else:
                     items.append(line.decode("latin-1").encode("utf-8"))
                 continue
-            text = line.decode("latin-1")
+            text = name_from_wire(line)
             if text.endswith(":"):
                 self._block = (_split(text[:-1]), [])
                 continue

@@ -9,11 +9,11 @@ from ._core import QueueCore
 from ._journal import Item, Journal
 from ._rules import (
     MAX_NAME_BYTES, XID_MAX, epoch_ms, fanout_master, is_fanout_child, name_problem, next_xid,
-    validate_queue_name,
+    is_queue_name,
 )
 from ._waitlist import Waiter, WaitList
 
 __all__ = [
     "MAX_NAME_BYTES", "XID_MAX", "Item", "Journal", "QueueCore", "WaitList", "Waiter", "epoch_ms",
-    "fanout_master", "is_fanout_child", "name_problem", "next_xid", "validate_queue_name",
+    "fanout_master", "is_fanout_child", "name_problem", "next_xid", "is_queue_name",
 ]

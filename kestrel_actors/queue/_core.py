@@ -68,6 +68,9 @@ class QueueCore:
         self.closed = False
         self.expired_out: list[Item] = []
         """Expired items bound for ``expire_to_queue``; the owner drains and forwards them."""
+        self.expired_holds: list[int] = []
+        """Journal hold tokens taken for ``expired_out`` (one per item moved to another
+        queue, in order): the owner releases each once the target's ADD is durable."""
 
     # -- adding ---------------------------------------------------------------------------
 
@@ -78,9 +81,8 @@ class QueueCore:
             return False
         self.discard_expired(now_ms)
         while self.length >= config.max_items or self.bytes >= config.max_size:
-            if not config.discard_old_when_full or not self.length:
+            if not config.discard_old_when_full or not self.length or self._pop_head() is None:
                 return False
-            self._pop_head()
             self.journal.remove()
             self._fill_read_behind()
             self.discarded += 1
@@ -118,6 +120,8 @@ class QueueCore:
         if not self.length:
             return None
         item = self._pop_head()
+        if item is None:
+            return None  # read-behind waits for records the journal could not write yet
         self.last_removed_add_time = item.add_time
         if transactional:
             xid = self._xid = next_xid(self._xid, self.open_reads)
@@ -130,6 +134,30 @@ class QueueCore:
         self._fill_read_behind()
         self.journal.check_rotate(self)
         return item
+
+    def put_back(self, item: Item) -> bool:
+        """Return an item a plain GET removed but could not deliver (its client had gone).
+
+        The journal has no record that adds at the head (its REMOVE takes the head, so memory
+        and journal must agree on the order): the item is journaled as an add, with its own
+        add time and expiry, and so goes back to the head when the queue is empty, the usual
+        case (it was handed to a waiter because the queue was empty), else to the tail.
+        Limits are not checked: the item was in the queue a moment ago.
+        """
+        if self.closed:
+            return False
+        item.xid = 0
+        journal = self.journal
+        journal.check_rotate(self)
+        behind = journal.in_read_behind
+        journal.add(item)
+        size = len(item.data)
+        if not behind:
+            self.items.append(item)
+            self.mem_bytes += size
+        self.length += 1
+        self.bytes += size
+        return True
 
     def peek(self, now_ms: int) -> Item | None:
         if self.closed:
@@ -164,8 +192,7 @@ class QueueCore:
 
     def flush(self, now_ms: int) -> None:
         """Remove every ready item (open reads stay open), one REMOVE each (§5.11)."""
-        while self.length:
-            self._pop_head()
+        while self.length and self._pop_head() is not None:
             self.journal.remove()
             self._fill_read_behind()
             self.journal.check_rotate(self)
@@ -191,11 +218,16 @@ class QueueCore:
             if expiry == 0 or expiry >= now_ms:
                 break
             self._pop_head()
+            move = self.config.expire_to_queue
+            if move and move != self.name:
+                # durable-before-remove: this REMOVE reaches the disk only after the target's
+                # ADD is durable (the queue actor releases the hold when the target says so)
+                self.expired_holds.append(self.journal.hold())
             self.journal.remove()
             self._fill_read_behind()
             self.expired_items += 1
             count += 1
-            if self.config.expire_to_queue:
+            if move:
                 self.expired_out.append(head)
         return count
 
@@ -241,9 +273,12 @@ class QueueCore:
             self._fill_read_behind()
         return self.items[0] if self.items else None
 
-    def _pop_head(self) -> Item:
+    def _pop_head(self) -> Item | None:
+        """The head, removed (``None`` only while read-behind waits for unwritten records)."""
         if not self.items:
             self._fill_read_behind()
+            if not self.items:
+                return None
         item = self.items.popleft()
         size = len(item.data)
         self.length -= 1

@@ -58,11 +58,25 @@ class Journal(Protocol):
     def confirm_remove(self, xid: int) -> None:
         """Open item ``xid`` was confirmed (CONFIRM_REMOVE)."""
 
-    def after_durable(self, callback: Callable[[], None]) -> None:
+    failure: OSError | None
+    """Set while the journal cannot write (a full disk, an I/O error); ``None`` otherwise.
+    A queue refuses adds meanwhile; changes already made are written once it recovers."""
+
+    def after_durable(self, callback: Callable[[], None],
+                      on_error: Callable[[OSError], None] | None = None) -> None:
         """Call ``callback`` once every change so far is as durable as the policy promises.
 
         It may be called at once (no fsync policy, or nothing pending) or later, on the hub.
+        With ``on_error``, a failing journal calls ``on_error(exc)`` instead, without waiting
+        for it to recover (the changes stay pending and are written once it does).
         """
+
+    def hold(self) -> int:
+        """Write nothing appended from now on until :meth:`release` gets the token returned
+        (an expiry move's REMOVE waits for the target's ADD to be durable)."""
+
+    def release(self, token: int) -> None:
+        """End one :meth:`hold`."""
 
     def size(self) -> int:
         """Bytes in the current journal file (the ``logsize`` stat)."""

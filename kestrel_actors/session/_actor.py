@@ -6,7 +6,15 @@ order: consecutive requests for one queue travel to that queue's actor as one
 pipelined requests are answered in order, as Kestrel does. The session keeps its open
 (tentative) reads per queue, its wait for an answer, its monitor stream; when the client goes,
 its waits are cancelled first and then every open read goes back to the head of its queue.
-This is Kestrel's ``KestrelHandler``.
+An item that reaches the session after its client has gone, or whose reply could not be sent,
+goes back too: an open one as an abort, a plain GET's with ``PutBack``. This is Kestrel's
+``KestrelHandler``.
+
+Output is bounded: a queue answers a batch in parts once its fetches took
+``BATCH_FETCH_BYTES`` (``actors/_session_queue``), and the session asks for the rest only once
+the transport is no longer backed up, so a client that pipelines fetches and never reads holds
+at most the transport's ``OUTPUT_HIGH`` plus one part's replies (see README, "Limits").
+A handler that raises closes its connection (logged), as a hang-up would.
 
 What a command means and how its reply looks is the protocol's: the session is composed with
 one protocol handler (``_memcache.MemcacheHandler``, ``_text.TextHandler``), which turns
@@ -32,7 +40,9 @@ from ..actors._session_queue import (
     Open,
     OpenMany,
     Peek,
+    PutBack,
     QueueBatch,
+    Remove,
     Session,
     Unremove,
     closed_result,
@@ -67,6 +77,8 @@ class Answer(enum.Enum):
     """What the session waits for; the tag of an answer from the collection or the server."""
 
     BATCH = "batch"
+    MORE = "more"
+    """A batch answered in parts: the rest is asked for once the client has taken these."""
     RESOLVE = "resolve"
     DELETE = "delete"
     STATS = "stats"
@@ -153,6 +165,9 @@ class SessionActor(GeventActor):
         self.batch: list[tuple[Any, int, p.Bad | None, bool]] = []
         """The batch in flight: per command, its operation count, preset reply, and whether
         its last operation opens an item."""
+        self.batch_ops: list[Any] = []
+        self.batch_results: list[Any] | None = None
+        """Results of a batch the queue answered in parts, kept until the rest comes."""
         self.batch_queue: str | None = None
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
@@ -185,6 +200,8 @@ class SessionActor(GeventActor):
     def _pump(self) -> None:
         pending = self.pending
         transport = self.transport
+        if self.waiting is Answer.MORE and not transport.backed_up:
+            self._send_rest()
         while pending and self.waiting is None and not self.closing and not transport.backed_up:
             command = pending[0]
             kind = type(command)
@@ -289,6 +306,13 @@ class SessionActor(GeventActor):
             self.closing = True
         elif resolved.ref is not None:
             self.refs[resolved.name] = resolved.ref
+        elif resolved.error is not None:
+            self.pending.popleft()  # the request (or a monitor's resume marker) is answered
+            if self.monitor is not None:
+                self.monitor = None
+                self.out.append(self.handler.MONITOR_END)
+            else:
+                self.out.append(self.handler.server_error_reply(resolved.error))
         elif resolved.alias is not None and self.monitor is not None:
             self.pending.popleft()  # the monitor's resume marker: an alias has no items
             self.monitor = None
@@ -342,6 +366,7 @@ class SessionActor(GeventActor):
             if last:
                 break
         self.batch = entries
+        self.batch_ops = ops
         self.batch_queue = name
         if not ops:
             self._batch_done(BatchDone([]))
@@ -359,28 +384,79 @@ class SessionActor(GeventActor):
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
             return
+        if self.batch_results is not None:  # the next part of a batch answered in parts
+            results = self.batch_results + results
+            self.batch_results = None
+        entries = self.batch
+        ops = self.batch_ops
+        self.batch = []
+        if self.session.closed:  # no item may stay with a client that has gone
+            self._return_items(ops, results, 0, len(results), opened=True)
+            return
         position = 0
-        gone = self.session.closed
+        answered = 0
+        total = len(results)
+        out = self.out
         reply = self.handler.reply
-        for command, count, preset, opens in self.batch:
-            mine = results[position : position + count]
-            position += count
-            if opens and mine and mine[-1] is not None:
-                # the session, not the reply, records what the client now holds open
-                if gone:
-                    self._give_back(command.queue, [mine[-1].xid])
-                else:
-                    self.open_reads.setdefault(command.queue, deque()).append(mine[-1].xid)
-            if gone:
-                continue
+        for command, count, preset, opens in entries:
+            end = position + count
+            if end > total:  # the queue stopped before this one's fetch (its output budget)
+                break
+            answered += 1
             if preset is not None:
+                position = end
                 if preset.reply is not None:
-                    self.out.append(preset.reply)
+                    out.append(preset.reply)
                 if preset.close:
                     self.closing = True
                 continue
-            self.out.append(reply(command, mine))
-        self.batch = []
+            mine = results[position:end]
+            if opens and mine[-1] is not None:
+                # the session, not the reply, records what the client now holds open
+                self.open_reads.setdefault(command.queue, deque()).append(mine[-1].xid)
+            out.append(reply(command, mine))
+            position = end
+        if answered < len(entries):  # the rest once the client has taken these replies
+            self.batch = entries[answered:]
+            self.batch_ops = ops[position:]
+            self.batch_results = results[position:]
+            self.waiting = Answer.MORE
+        if out and not self._flush():
+            # the client is gone and these replies with it: their plain GETs' items go back
+            # (open ones were given back by the hang-up, from ``open_reads``)
+            self._return_items(ops, results, 0, position, opened=False)
+
+    def _send_rest(self) -> None:
+        """Ask the queue for the rest of a batch it answered in parts."""
+        name = self.batch_queue
+        rest = self.batch_ops[len(self.batch_results):]  # type: ignore[arg-type]
+        self.waiting = Answer.BATCH
+        try:
+            self.refs[name].tell(QueueBatch(rest, self.session, self.actor_ref))
+        except (ActorDeadError, KeyError):
+            self._batch_done(BatchDone([closed_result(op) for op in rest]))
+
+    def _return_items(self, ops: list[Any], results: list[Any], start: int, end: int, opened: bool) -> None:
+        """Give the items fetched by ``ops[start:end]`` back to the batch's queue: open ones
+        (if ``opened``) as an abort, those a plain GET removed with ``PutBack``."""
+        plain = []
+        xids = []
+        for index in range(start, min(end, len(results))):
+            item = results[index]
+            if item is None:
+                continue
+            kind = type(ops[index])
+            if kind is Remove:
+                plain.append(item)
+            elif kind is Open and opened:
+                xids.append(item.xid)
+        name = self.batch_queue
+        if xids:
+            self._give_back(name, xids)
+        if plain:
+            self.log.warning("client gone before its item was sent; the item goes back",
+                             queue=name, items=len(plain))
+            self.tell_queue(name, PutBack(tuple(plain)))
 
     # -- monitor --------------------------------------------------------------------------------
 
@@ -436,10 +512,11 @@ class SessionActor(GeventActor):
 
     # -- output and the end ---------------------------------------------------------------------
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
+        """Send what ``out`` holds; ``False`` if it could not be (the client has gone)."""
         if not self.out or self.session.closed:
             self.out.clear()
-            return
+            return not self.session.closed
         data = b"".join(self.out)
         self.out.clear()
         self.context.stats.bytes_written += len(data)
@@ -447,15 +524,27 @@ class SessionActor(GeventActor):
             self.transport.sendall(data)
         except OSError:
             self._hang_up()
+            return False
+        return True
 
     def _hang_up(self) -> None:
         """The client is gone: cancel waits first, then return every open read to its queue."""
         if self.hung_up:
             return
+        self._release()
+        if self.waiting is None:
+            self._finish()
+
+    def _release(self) -> None:
+        """Let go of everything this client holds in queues: its waits, its open reads."""
         self.hung_up = True
         self.session.closed = True
         self.pending.clear()
         self.closing = True
+        if self.waiting is Answer.MORE:  # nothing of the rest was fetched: nothing to give back
+            self.waiting = None
+            self.batch = []
+            self.batch_results = None
         if self.waiting is Answer.BATCH and self.batch_queue in self.refs:
             try:
                 self.refs[self.batch_queue].tell(CancelWaits(self.session))
@@ -465,8 +554,6 @@ class SessionActor(GeventActor):
             if xids:
                 self._give_back(name, list(xids))
         self.open_reads.clear()
-        if self.waiting is None:
-            self._finish()
 
     def _give_back(self, name: str, xids: list[int]) -> None:
         self.tell_queue(name, Unremove(tuple(xids)))
@@ -482,6 +569,21 @@ class SessionActor(GeventActor):
         self.stop()
 
     def on_stop(self) -> None:
+        self.transport.close()
+
+    def on_failure(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        """A handler raised (a bug): the client must not be left waiting for a reply that
+        will never come. Log it, then end the session as a hang-up does (waits cancelled,
+        open reads given back) and close the connection; the actor has stopped already."""
+        # the runtime has logged the traceback already; this line says which connection
+        self.log.error("connection handler failed; closing the connection",
+                       error=f"{exc_type.__name__}: {exc_value}")
+        self.out.clear()
+        if not self.hung_up:
+            self._release()
+        if not self.finished:
+            self.finished = True
+            self.context.closed(self.session)
         self.transport.close()
 
 

@@ -47,6 +47,9 @@ class Handler(Protocol):
     def item_reply(self, queue: str, data: bytes) -> bytes:
         """One item of a monitor stream."""
 
+    def server_error_reply(self, message: str) -> bytes:
+        """The reply to a request the server could not carry out (a full disk)."""
+
     def alias_request(self, command: Any, resolved: Any) -> None:
         """A request on an alias (§5.10)."""
 

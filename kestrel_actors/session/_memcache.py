@@ -13,7 +13,9 @@ from typing import Any
 
 from .. import protocol as p
 from ..actors._session_collection import AliasAdd, ForAllKind, Resolved
-from ..actors._session_queue import FLUSH, FLUSH_EXPIRED, Add, Confirm, Open, Peek, Remove, Unremove
+from ..actors._session_queue import (
+    FLUSH, FLUSH_EXPIRED, Add, Confirm, JournalFailure, Open, Peek, Remove, Unremove, first_failure,
+)
 from ..protocol._replies import compose_dump_config, compose_dump_stats, compose_stats
 from ._actor import Answer, pop_oldest
 
@@ -95,7 +97,11 @@ class MemcacheHandler:
         elif tag is Answer.RELOAD:
             out.append(p.RELOADED)
         elif tag is Answer.ALIAS_SET:
-            out.append(p.STORED if all(value) else p.NOT_STORED)
+            failure = first_failure(value)
+            if failure is not None:
+                out.append(p.server_error(failure.message))
+            else:
+                out.append(p.STORED if all(value) else p.NOT_STORED)
         elif tag is Answer.FLUSH_ALL_EXPIRED:
             out.append(p.count_reply(sum(value)))
         elif tag is Answer.DUMP_CONFIG:
@@ -172,7 +178,12 @@ class MemcacheHandler:
     def reply(self, command: Any, results: list[Any]) -> bytes:
         kind = type(command)
         if kind is p.Set:
-            return p.STORED if results[0] else p.NOT_STORED
+            stored = results[0]
+            if stored:
+                return p.STORED
+            if type(stored) is JournalFailure:
+                return p.server_error(stored.message)  # not acknowledged; the connection stays
+            return p.NOT_STORED
         if kind is p.Get:
             if command.abort or (command.close and not command.open):
                 return p.END
@@ -208,6 +219,9 @@ class MemcacheHandler:
 
     def item_reply(self, queue: str, data: bytes) -> bytes:
         return p.value_reply(queue, data)
+
+    def server_error_reply(self, message: str) -> bytes:
+        return p.server_error(message)
 
     def _start_monitor(self, command: p.Monitor) -> None:
         s = self.s

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import protocol as p
 from ..actors._session_collection import AliasAdd, Gather, Resolved
-from ..actors._session_queue import FLUSH, Add, Confirm, Open, Peek
+from ..actors._session_queue import FLUSH, Add, Confirm, Open, Peek, first_failure
 from ..protocol import _text as t
 from ..protocol import _text_commands as tc
 from ..queue import epoch_ms
@@ -52,6 +52,9 @@ class TextHandler:
     def item_reply(self, queue: str, data: bytes) -> bytes:
         return t.text_item(data)
 
+    def server_error_reply(self, message: str) -> bytes:
+        return t.text_error(message)
+
     def compile(self, command: Any, ops: list[Any]) -> tuple[p.Bad | None, bool]:
         kind = type(command)
         s = self.s
@@ -89,6 +92,9 @@ class TextHandler:
     def reply(self, command: Any, results: list[Any]) -> bytes:
         kind = type(command)
         if kind is tc.TextPut:
+            failure = first_failure(results)
+            if failure is not None:  # the text protocol's SERVER_ERROR: an error line
+                return t.text_error(failure.message)
             return t.text_count(sum(1 for stored in results if stored))
         if kind is tc.TextGet:
             item = results[-1] if results else None
@@ -134,7 +140,11 @@ class TextHandler:
             self.s.out.append(t.TEXT_ZERO)
         elif tag is Answer.ALIAS_PUT:
             # Kestrel counts an item when setItem returned true: every destination took it
-            self.s.out.append(t.text_count(sum(1 for results in value if all(results))))
+            failure = first_failure(result for results in value for result in results)
+            if failure is not None:
+                self.s.out.append(t.text_error(failure.message))
+            else:
+                self.s.out.append(t.text_count(sum(1 for results in value if all(results))))
 
     def alias_request(self, command: Any, resolved: Resolved) -> None:
         """Text requests on an alias (§5.10): put adds each item to every destination; get

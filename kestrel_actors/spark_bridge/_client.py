@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .._names import name_bytes, name_from_wire
+
 __all__ = [
     "KestrelClient",
     "KestrelConnectionError",
@@ -235,7 +237,7 @@ class KestrelClient:
                 line = self._read_line()
                 if line == _END:
                     return result
-                parts = line.decode("latin-1").split(" ", 2)
+                parts = name_from_wire(line).split(" ", 2)
                 if len(parts) != 3 or parts[0] != "STAT":
                     self._raise_reply("stats", line)
                 result[parts[1]] = parts[2]
@@ -317,7 +319,7 @@ class _Guard:
 
 
 def _key(name: str) -> bytes:
-    key = name.encode("latin-1")
+    key = name_bytes(name)  # the server's rule: a name is the same bytes everywhere
     if not key or any(ch in key for ch in b" \r\n\t"):
         raise ValueError(f"bad queue name {name!r}")
     return key
