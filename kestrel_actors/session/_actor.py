@@ -587,10 +587,9 @@ class SessionActor(GeventActor):
         self.transport.close()
 
 
-def pop_oldest(opened: deque[int] | None, count: int) -> bool:
-    """Pop ``count`` open xids if that many are open (confirm of a missing queue), else none."""
+def take_oldest(opened: deque[int] | None, count: int) -> tuple[int, ...] | None:
+    """The confirm guard of both protocols: pop the ``count`` oldest open xids if that many
+    are open, else pop none and return ``None``."""
     if count <= 0 or not opened or count > len(opened):
-        return False
-    for _ in range(count):
-        opened.popleft()
-    return True
+        return None
+    return tuple(opened.popleft() for _ in range(count))

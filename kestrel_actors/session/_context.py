@@ -52,3 +52,11 @@ class SessionContext:
 
     def reads_allowed(self, session: Any) -> bool:
         return not session.refuse_reads and not self.status.blocks_reads()
+
+    def status_command(self, name: str | None) -> str | None:
+        """``status`` (``name`` None) answers the status's name; ``status <name>`` sets it
+        (or silently not, if ``name`` is no status) and answers ``None``."""
+        if name is None:
+            return self.status.status.reply_name
+        self.status.set(name)
+        return None

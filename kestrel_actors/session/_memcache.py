@@ -17,7 +17,7 @@ from ..actors._session_queue import (
     FLUSH, FLUSH_EXPIRED, Add, Confirm, JournalFailure, Open, Peek, Remove, Unremove, first_failure,
 )
 from ..protocol._replies import compose_dump_config, compose_dump_stats, compose_stats
-from ._actor import Answer, pop_oldest
+from ._actor import Answer, take_oldest
 
 __all__ = ["MemcacheHandler"]
 
@@ -65,11 +65,8 @@ class MemcacheHandler:
         elif kind is p.Monitor:
             self._start_monitor(command)
         elif kind is p.Status:
-            if command.name is None:
-                s.out.append(p.status_reply(context.status.status.reply_name))
-            else:
-                context.status.set(command.name)
-                s.out.append(p.END)
+            name = context.status_command(command.name)
+            s.out.append(p.END if name is None else p.status_reply(name))
         elif kind is p.Reload:
             s.reload()
         elif kind is p.DumpConfig:
@@ -157,11 +154,10 @@ class MemcacheHandler:
             waits = s.fetch(fetch, command.timeout_ms, ops)
             return None, waits or command.open
         if kind is p.Confirm:
-            opened = s.open_reads.get(command.queue)
-            count = command.count
-            if count <= 0 or not opened or count > len(opened):
+            xids = take_oldest(s.open_reads.get(command.queue), command.count)
+            if xids is None:
                 return _ERROR_OPEN, False
-            ops.append(Confirm(tuple(opened.popleft() for _ in range(count))))
+            ops.append(Confirm(xids))
             return None, False
         if kind is p.Flush:
             if not context.writes_allowed(s.session):
@@ -208,7 +204,7 @@ class MemcacheHandler:
     def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
         kind = type(command)
         if kind is p.Confirm:
-            return p.END if pop_oldest(opened, command.count) else p.ERROR
+            return p.ERROR if take_oldest(opened, command.count) is None else p.END
         if kind is p.Get:
             if (command.close or command.abort) and opened:
                 opened.popleft()

@@ -17,7 +17,7 @@ from ..actors._session_queue import FLUSH, Add, Confirm, Open, Peek, first_failu
 from ..protocol import _text as t
 from ..protocol import _text_commands as tc
 from ..queue import epoch_ms
-from ._actor import Answer, pop_oldest
+from ._actor import Answer, take_oldest
 
 __all__ = ["TextHandler"]
 
@@ -42,7 +42,9 @@ class TextHandler:
 
     def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
         if type(command) is tc.TextConfirm:
-            return t.text_count(command.count) if pop_oldest(opened, command.count) else t.TEXT_NOT_THAT_MANY
+            if take_oldest(opened, command.count) is None:
+                return t.TEXT_NOT_THAT_MANY
+            return t.text_count(command.count)
         if type(command) is tc.TextFlush and not self.context.writes_allowed(self.s.session):
             # Kestrel checks the status before it looks the queue up (§3, §7.2): a flush of a
             # missing queue is refused like any other, not answered +0
@@ -76,11 +78,10 @@ class TextHandler:
             s.fetch(Peek if command.peek else Open, command.timeout_ms, ops)
             return None, True
         if kind is tc.TextConfirm:
-            opened = s.open_reads.get(command.queue)
-            count = command.count
-            if count <= 0 or not opened or count > len(opened):
+            xids = take_oldest(s.open_reads.get(command.queue), command.count)
+            if xids is None:
                 return p.Bad(t.TEXT_NOT_THAT_MANY, close=False), False
-            ops.append(Confirm(tuple(opened.popleft() for _ in range(count))))
+            ops.append(Confirm(xids))
             return None, False
         if kind is tc.TextFlush:
             if not context.writes_allowed(s.session):
@@ -119,11 +120,8 @@ class TextHandler:
                 return
             s.delete_queue(command.queue)
         elif kind is tc.TextStatus:
-            if command.name is None:
-                s.out.append(t.text_string(context.status.status.reply_name))
-            else:
-                context.status.set(command.name)
-                s.out.append(t.TEXT_ZERO)
+            name = context.status_command(command.name)
+            s.out.append(t.TEXT_ZERO if name is None else t.text_string(name))
         elif kind is tc.TextVersion:
             s.out.append(t.text_string(context.version))
         elif kind is tc.TextShutdown:
