@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from .._transport import SocketTransport
+from ._transport import SocketTransport
 from ..actors._session_queue import Session
 from ..runtime import Dispatcher
 from ..status import session_refusals
