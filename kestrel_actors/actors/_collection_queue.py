@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -27,64 +28,53 @@ class Swept(NamedTuple):
     """Empty and older than ``max_queue_age`` (reference §5.12): the collection deletes it."""
 
 
+@dataclass(slots=True, eq=False)
 class GetStats:
     """Answer ``reply_to.tell(QueueStats)`` with the per-queue stats."""
 
-    __slots__ = ("reply_to",)
-
-    def __init__(self, reply_to: Any) -> None:
-        self.reply_to = reply_to
+    reply_to: Any
 
 
+@dataclass(slots=True, eq=False)
 class DeleteQueue:
     """Close the queue, wake its waiters with a miss, erase its journal, stop the actor."""
 
-    __slots__ = ("reply_to",)
-
-    def __init__(self, reply_to: Any) -> None:
-        self.reply_to = reply_to
+    reply_to: Any
 
 
+@dataclass(slots=True, eq=False)
 class CloseQueue:
     """Shut down: close the queue (journal flushed, not erased), answer, stop.
 
     With ``rewrite_empty`` an empty queue first rewrites its journal (§6.6, graceful shutdown).
     """
 
-    __slots__ = ("reply_to", "rewrite_empty")
-
-    def __init__(self, reply_to: Any, rewrite_empty: bool = False) -> None:
-        self.reply_to = reply_to
-        self.rewrite_empty = rewrite_empty
+    reply_to: Any
+    rewrite_empty: bool = False
 
 
+@dataclass(slots=True, eq=False)
 class Sweep:
     """Expiry sweep: answers ``reply_to.tell(Swept)`` if there is a ``reply_to``."""
 
-    __slots__ = ("reply_to",)
-
-    def __init__(self, reply_to: Any = None) -> None:
-        self.reply_to = reply_to
+    reply_to: Any = None
 
 
+@dataclass(slots=True, eq=False)
 class SetConfig:
     """``reload``: the queue's settings changed; they apply from the next operation."""
 
-    __slots__ = ("config",)
-
-    def __init__(self, config: Any) -> None:
-        self.config = config
+    config: Any
 
 
+@dataclass(slots=True, eq=False)
 class SetChildren:
     """The fanout children of this queue changed: copies of every add go to ``children``."""
 
-    __slots__ = ("children",)
-
-    def __init__(self, children: dict[str, Any]) -> None:
-        self.children = children
+    children: dict[str, Any]
 
 
+@dataclass(slots=True, eq=False)
 class AddCopy:
     """An item added to this queue's fanout master or an ``expire_to_queue`` source.
 
@@ -93,16 +83,12 @@ class AddCopy:
     expiry move calls ``release()`` once its ADD is durable, or at once if it is dropped.
     """
 
-    __slots__ = ("data", "expiry", "count_total", "ack", "index", "release")
-
-    def __init__(self, data: bytes, expiry: int, count_total: bool = True, ack: Any = None,
-                 index: int = 0, release: Any = None) -> None:
-        self.data = data
-        self.expiry = expiry
-        self.count_total = count_total
-        self.ack = ack
-        self.index = index
-        self.release = release
+    data: bytes
+    expiry: int
+    count_total: bool = True
+    ack: Any = None
+    index: int = 0
+    release: Any = None
 
 
 class CopyDone(NamedTuple):

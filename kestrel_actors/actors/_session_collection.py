@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import enum
 from typing import Any, Callable
 
@@ -10,17 +12,16 @@ from pykka import ActorDeadError
 __all__ = ["AliasAdd", "Delete", "ForAll", "ForAllKind", "Gather", "Load", "Reconfigure", "Resolve", "Resolved"]
 
 
+@dataclass(slots=True, eq=False)
 class Resolve:
     """Look a name up (creating the queue if ``create`` and it is legal); answer :class:`Resolved`."""
 
-    __slots__ = ("name", "create", "reply_to")
-
-    def __init__(self, name: str, create: bool, reply_to: Any) -> None:
-        self.name = name
-        self.create = create
-        self.reply_to = reply_to
+    name: str
+    create: bool
+    reply_to: Any
 
 
+@dataclass(slots=True, eq=False)
 class Resolved:
     """The answer to a name lookup: a queue ref, an alias's destinations, or neither.
 
@@ -28,37 +29,29 @@ class Resolved:
     could not be created on a full disk, say); the client gets a server error.
     """
 
-    __slots__ = ("name", "ref", "alias", "valid", "error")
-
-    def __init__(self, name: str, ref: Any = None, alias: tuple[str, ...] | None = None, valid: bool = True,
-                 error: str | None = None):
-        self.name = name
-        self.ref = ref
-        self.alias = alias
-        self.valid = valid
-        self.error = error
+    name: str
+    ref: Any = None
+    alias: tuple[str, ...] | None = None
+    valid: bool = True
+    error: str | None = None
 
 
+@dataclass(slots=True, eq=False)
 class Delete:
     """Delete queue ``name`` (and its journal); answer ``True``."""
 
-    __slots__ = ("name", "reply_to")
-
-    def __init__(self, name: str, reply_to: Any) -> None:
-        self.name = name
-        self.reply_to = reply_to
+    name: str
+    reply_to: Any
 
 
+@dataclass(slots=True, eq=False)
 class AliasAdd:
     """A SET to an alias: add to every destination; answer the list of their results."""
 
-    __slots__ = ("name", "data", "expiry", "reply_to")
-
-    def __init__(self, name: str, data: bytes, expiry: int, reply_to: Any) -> None:
-        self.name = name
-        self.data = data
-        self.expiry = expiry
-        self.reply_to = reply_to
+    name: str
+    data: bytes
+    expiry: int
+    reply_to: Any
 
 
 class ForAllKind(enum.Enum):
@@ -74,37 +67,30 @@ class ForAllKind(enum.Enum):
     """Shutdown: closes every queue; answers once all have closed."""
 
 
+@dataclass(slots=True, eq=False)
 class ForAll:
     """Run ``kind`` on every queue and answer ``reply_to`` once all have answered."""
 
-    __slots__ = ("kind", "reply_to", "names", "graceful")
-
-    def __init__(self, kind: ForAllKind, reply_to: Any, names: tuple[str, ...] | None = None,
-                 graceful: bool = False) -> None:
-        self.kind = kind
-        self.reply_to = reply_to
-        self.names = names
-        self.graceful = graceful
-        """For CLOSE: empty queues rewrite their journals first (ReadOnly/Quiescent shutdown)."""
+    kind: ForAllKind
+    reply_to: Any
+    names: tuple[str, ...] | None = None
+    graceful: bool = False
+    """For CLOSE: empty queues rewrite their journals first (ReadOnly/Quiescent shutdown)."""
 
 
+@dataclass(slots=True, eq=False)
 class Load:
     """Create the queues found on disk (asked, before the listeners start)."""
 
-    __slots__ = ("names",)
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
+    names: list[str]
 
 
+@dataclass(slots=True, eq=False)
 class Reconfigure:
     """``reload``: answer ``reply_to`` once every queue has been told its new settings."""
 
-    __slots__ = ("config", "reply_to")
-
-    def __init__(self, config: Any, reply_to: Any) -> None:
-        self.config = config
-        self.reply_to = reply_to
+    config: Any
+    reply_to: Any
 
 
 class Gather:

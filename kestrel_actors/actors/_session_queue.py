@@ -8,6 +8,7 @@ Each operation is a small slotted record; its result is listed beside it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 
+@dataclass(slots=True, eq=False)
 class Session:
     """What a queue may know of a client connection: whether it has gone, and who it is.
 
@@ -46,38 +48,31 @@ class Session:
     shared rather than told.
     """
 
-    __slots__ = ("closed", "id", "peer", "refuse_reads", "refuse_writes")
-
-    def __init__(self, session_id: int, peer: str) -> None:
-        self.id = session_id
-        self.peer = peer
-        self.closed = False
-        self.refuse_reads = False
-        self.refuse_writes = False
-        """Set for the session's lifetime by ``connection_limit_refuse_*`` (reference §1)."""
+    id: int
+    peer: str
+    closed: bool = False
+    refuse_reads: bool = False
+    """Set for the session's lifetime by ``connection_limit_refuse_*`` (reference §1)."""
+    refuse_writes: bool = False
 
 
 # -- operations (one per request, or two: a GET that confirms and opens) -------------------
 
 
+@dataclass(slots=True, eq=False)
 class Add:
     """Append ``data`` (expiring at epoch ms ``expiry``, 0 never) -> ``bool`` stored, or a
     :class:`JournalFailure`."""
 
-    __slots__ = ("data", "expiry")
-
-    def __init__(self, data: bytes, expiry: int) -> None:
-        self.data = data
-        self.expiry = expiry
+    data: bytes
+    expiry: int
 
 
+@dataclass(slots=True, eq=False)
 class Remove:
     """Take the head for good -> ``Item | None``. ``deadline``: ``time.monotonic()`` or None."""
 
-    __slots__ = ("deadline",)
-
-    def __init__(self, deadline: float | None) -> None:
-        self.deadline = deadline
+    deadline: float | None
 
 
 class Open(Remove):
@@ -92,23 +87,19 @@ class Peek(Remove):
     __slots__ = ()
 
 
+@dataclass(slots=True, eq=False)
 class OpenMany:
     """Open up to ``max_items`` (a monitor step) -> ``list[Item]`` (empty on timeout)."""
 
-    __slots__ = ("max_items", "deadline")
-
-    def __init__(self, max_items: int, deadline: float | None) -> None:
-        self.max_items = max_items
-        self.deadline = deadline
+    max_items: int
+    deadline: float | None
 
 
+@dataclass(slots=True, eq=False)
 class Confirm:
     """Confirm the open items ``xids`` -> number confirmed."""
 
-    __slots__ = ("xids",)
-
-    def __init__(self, xids: tuple[int, ...]) -> None:
-        self.xids = xids
+    xids: tuple[int, ...]
 
 
 class Unremove(Confirm):
@@ -117,13 +108,11 @@ class Unremove(Confirm):
     __slots__ = ()
 
 
+@dataclass(slots=True, eq=False)
 class PutBack:
     """Put ``items`` a plain GET took but could not deliver back at the head -> ``None``."""
 
-    __slots__ = ("items",)
-
-    def __init__(self, items: tuple[Any, ...]) -> None:
-        self.items = items
+    items: tuple[Any, ...]
 
 
 class Flush:
@@ -195,6 +184,7 @@ def missed_result(op: Any) -> Any:
 # -- the batch and its answer ---------------------------------------------------------------
 
 
+@dataclass(slots=True, eq=False)
 class QueueBatch:
     """Run ``ops`` in order; answer ``reply_to.tell(BatchDone(results))``.
 
@@ -203,31 +193,24 @@ class QueueBatch:
     ``copies`` is the queue's: the fanout copies its adds are waiting for.
     """
 
-    __slots__ = ("ops", "session", "reply_to", "copies")
-
-    def __init__(self, ops: list[Any], session: Session | None, reply_to: Any) -> None:
-        self.ops = ops
-        self.session = session
-        self.reply_to = reply_to
-        self.copies: Any = None
+    ops: list[Any]
+    session: Session | None
+    reply_to: Any
+    copies: Any = None
 
 
+@dataclass(slots=True, eq=False)
 class BatchDone:
     """The results of a batch's operations, one each, in order."""
 
-    __slots__ = ("results",)
-
-    def __init__(self, results: list[Any]) -> None:
-        self.results = results
+    results: list[Any]
 
 
+@dataclass(slots=True, eq=False)
 class CancelWaits:
     """The session has gone: drop its waiters (their batches are answered with a miss)."""
 
-    __slots__ = ("session",)
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    session: Session
 
 
 class _Ignore:

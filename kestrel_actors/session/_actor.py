@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -58,13 +59,11 @@ log = structlog.get_logger("kestrel_actors.connection")
 MAX_BATCH = 256
 
 
+@dataclass(slots=True, eq=False)
 class Received:
     """Commands the transport decoded, in order."""
 
-    __slots__ = ("commands",)
-
-    def __init__(self, commands: list[Any]) -> None:
-        self.commands = commands
+    commands: list[Any]
 
 
 class Disconnected:
@@ -91,14 +90,12 @@ class Answer(enum.Enum):
     ALIAS_PUT = "alias_put"
 
 
+@dataclass(slots=True, eq=False)
 class _Answered:
     """An answer the session waited for, as a message to itself."""
 
-    __slots__ = ("tag", "value")
-
-    def __init__(self, tag: Answer, value: Any) -> None:
-        self.tag = tag
-        self.value = value
+    tag: Answer
+    value: Any
 
 
 class _ReplyTo:
@@ -117,17 +114,15 @@ class _ReplyTo:
             pass
 
 
+@dataclass(slots=True, eq=False)
 class MonitorState:
     """A monitor stream in progress: which queue, until when, how many items are still due."""
 
-    __slots__ = ("queue", "deadline", "remaining", "limit")
-
-    def __init__(self, queue: str, deadline: float, remaining: int, limit: int) -> None:
-        self.queue = queue
-        self.deadline = deadline
-        self.remaining = remaining
-        self.limit = limit
-        """At most this many reads open on the queue at once."""
+    queue: str
+    deadline: float
+    remaining: int
+    limit: int
+    """At most this many reads open on the queue at once."""
 
 
 class _MonitorResume:

@@ -8,6 +8,7 @@ The counters and the status are shared, not told: see ADR 0003 for why.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["Reload", "SessionContext", "Shutdown"]
@@ -19,33 +20,28 @@ class Shutdown:
     __slots__ = ()
 
 
+@dataclass(slots=True, eq=False)
 class Reload:
     """Re-read the config file; answer ``reply_to`` once every queue has its new settings."""
 
-    __slots__ = ("reply_to",)
-
-    def __init__(self, reply_to: Any) -> None:
-        self.reply_to = reply_to
+    reply_to: Any
 
 
+@dataclass(slots=True, eq=False, kw_only=True)
 class SessionContext:
     """One per server, shared by its sessions (the server updates ``config`` on reload)."""
 
-    __slots__ = ("stats", "status", "collection", "config", "version", "control", "closed")
-
-    def __init__(self, *, stats: Any, status: Any, collection: Any, config: Any, version: str,
-                 control: Any, closed: Callable[[Any], None]) -> None:
-        self.stats = stats
-        """``ServerStats``: the global counters of STATS."""
-        self.status = status
-        """``ServerStatus``: Up, ReadOnly, Quiescent... (§7.2)."""
-        self.collection = collection
-        self.config = config
-        self.version = version
-        self.control = control
-        """Takes :class:`Shutdown` and :class:`Reload` by ``tell``."""
-        self.closed = closed
-        """Called with the ``Session`` once a session has finished."""
+    stats: Any
+    """``ServerStats``: the global counters of STATS."""
+    status: Any
+    """``ServerStatus``: Up, ReadOnly, Quiescent... (§7.2)."""
+    collection: Any
+    config: Any
+    version: str
+    control: Any
+    """Takes :class:`Shutdown` and :class:`Reload` by ``tell``."""
+    closed: Callable[[Any], None]
+    """Called with the ``Session`` once a session has finished."""
 
     def writes_allowed(self, session: Any) -> bool:
         return not session.refuse_writes and not self.status.blocks_writes()
