@@ -15,6 +15,7 @@ from pykka import ActorDeadError
 
 from ..config import ServerConfig
 from ..journal import MemoryJournal
+from ..protocol import validate_queue_name
 from ._messages import IGNORE, OP_ADD, OP_FLUSH, CloseQueue, DeleteQueue, GetStats, QueueBatch, SetChildren, SetConfig, Sweep
 from ._queue import QueueActor
 from ._queue_core import QueueCore
@@ -24,23 +25,6 @@ from ._stats import ServerStats
 __all__ = ["AliasAdd", "Delete", "ForAll", "Reconfigure", "Gather", "QueueCollection", "Resolve", "Resolved", "validate_queue_name"]
 
 log = structlog.get_logger("kestrel_actors.collection")
-
-MAX_NAME_BYTES = 200
-"""Leaves room in a 255-byte file name for ``.<epoch-ms>.pack`` and ``~~<epoch-ms>``."""
-
-_ILLEGAL = frozenset("/.~") | {chr(c) for c in range(32)} | {"\x7f"}
-
-
-def validate_queue_name(name: str) -> bool:
-    """True if ``name`` can name a queue: Kestrel's rule (no ``/ . ~``) plus safety limits.
-
-    Control bytes and over-long names are refused too, and a fanout child needs a master, so
-    a name can never reach outside the data directory or fail to become a file.
-    """
-    if not name or name.startswith("+") or len(name.encode("utf-8")) > MAX_NAME_BYTES:
-        return False
-    return not any(char in _ILLEGAL for char in name)
-
 
 QueueOpener = Callable[[str, Any], QueueCore]
 """``opener(name, queue_config)`` builds a queue's core, replaying its journal if it has one."""

@@ -8,9 +8,11 @@ from ._commands import *  # noqa: F403
 from ._commands import __all__ as _commands_all
 from ._memcache import *  # noqa: F403
 from ._memcache import __all__ as _memcache_all
+from ._names import *  # noqa: F403
+from ._names import __all__ as _names_all
 from ._text import *  # noqa: F403
 from ._text import __all__ as _text_all
 from ._text_commands import *  # noqa: F403
 from ._text_commands import __all__ as _text_commands_all
 
-__all__ = [*_commands_all, *_memcache_all, *_text_all, *_text_commands_all]
+__all__ = [*_commands_all, *_memcache_all, *_names_all, *_text_all, *_text_commands_all]
