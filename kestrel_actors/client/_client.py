@@ -392,7 +392,7 @@ class Client:
         def call(c: Connection) -> bytes | None:
             c.send(request)
             with c.waiting(wait):
-                return c.read_value("get", key)
+                return c.read_value(key)
 
         if not keep:
             return self._use(server, conn, call)
@@ -464,7 +464,7 @@ class Client:
         try:
             conn.send(monitor_request(queue, seconds, max_items))
             with conn.waiting(seconds):
-                return conn.read_values("monitor", key, max_items)
+                return conn.read_values(key, max_items)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, ConnectionLost):

@@ -82,7 +82,8 @@ class Connection:
     def connect(self, attempts: int = 1, pause: float = 0.01) -> Connection:
         """Connect, trying up to ``attempts`` times ``pause`` apart (Kestrel's load tests
         retry like its ``tryHard``); :class:`ConnectFailed` when none succeeds."""
-        self.close()
+        if self.sock is not None:
+            self.close()
         socket_module = self._socket_module()
         for attempt in range(1, attempts + 1):
             try:
@@ -277,10 +278,15 @@ class Connection:
         del self.buf[:n]
         return data
 
+    def exchange(self, request: bytes, expected: bytes) -> None:
+        """Send ``request`` and require exactly ``expected`` back."""
+        self.send(request)
+        self.expect(expected)
+
     # -- replies ------------------------------------------------------------------------
 
-    def read_value(self, command: str, key: bytes) -> bytes | None:
-        """One GET reply for queue ``key``: the item, or None for ``END``."""
+    def read_value(self, key: bytes | None = None, command: str = "get") -> bytes | None:
+        """One GET reply (for queue ``key``; None: any): the item, or None for ``END``."""
         length = parse_value_header(command, self.read_line(), key)
         if length is None:
             return None
@@ -295,7 +301,7 @@ class Connection:
             raise UnexpectedReply(f"expected END after a value, got {end[:200]!r}")
         return block[:-2]
 
-    def read_values(self, command: str, key: bytes, limit: int) -> list[bytes]:
+    def read_values(self, key: bytes, limit: int, command: str = "monitor") -> list[bytes]:
         """A monitor stream: ``VALUE`` blocks (each with its ``END``), then a final ``END``."""
         items: list[bytes] = []
         while True:

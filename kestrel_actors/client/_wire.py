@@ -88,16 +88,17 @@ def get_options(wait: int = 0, open: bool = False, close: bool = False,  # noqa:
     return options
 
 
-def parse_value_header(command: str, line: bytes, key: bytes) -> int | None:
+def parse_value_header(command: str, line: bytes, key: bytes | None) -> int | None:
     """The data length of a ``VALUE <key> <flags> <len>`` line, or None for ``END``.
 
-    Kestrel answers with the bare queue name whatever options the key carried (§2.5)."""
+    Kestrel answers with the bare queue name whatever options the key carried (§2.5); a
+    ``key`` of None accepts any."""
     if line == _END:
         return None
     parts = line.split(b" ")
     if parts[0] != b"VALUE":
         raise reply_error(command, line)
-    if len(parts) != 4 or parts[1] != key or not parts[3].isdigit():
+    if len(parts) != 4 or (key is not None and parts[1] != key) or not parts[3].isdigit():
         raise UnexpectedReply(f"{command}: bad VALUE line {line[:200]!r} (key {key!r})")
     return int(parts[3])
 
