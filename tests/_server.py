@@ -88,6 +88,12 @@ class ServerProcess:
         self.stop(sig)
         return self.start()
 
+    @property
+    def address(self) -> str:
+        """``host:port`` of the memcache listener, as :class:`kestrel_actors.client.Client`
+        takes it."""
+        return f"{self.host}:{self.port}"
+
     def client(self, timeout: float = 5.0) -> Client:
         return Client(self.host, self.port, timeout)
 
