@@ -54,7 +54,7 @@ def _guard(action: Callable[[], int]) -> None:
     except KestrelError as exc:
         raise _Failed(str(exc)) from None
     except BrokenPipeError:  # the reader went away: the open item was aborted
-        sys.stderr.close()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         code = 1
     except KeyboardInterrupt:
         code = 130

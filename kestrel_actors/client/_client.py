@@ -413,8 +413,8 @@ class Client:
         """Open up to ``max_items`` items of ``queue`` within ``seconds`` (``monitor``): a
         :class:`MonitorBatch` to confirm or abort. The server counts whole seconds and ends a
         monitor early only when it is full, so each server asked costs at least a second
-        unless it fills the batch; a pool asks its servers in turn until the batch is full
-        or the time is up."""
+        unless it fills the batch; a pool asks first the servers whose queue has items, then
+        the others in turn, until the batch is full or the time is up."""
         if seconds < 0 or max_items < 1:
             raise ValueError("monitor needs seconds >= 0 and max_items >= 1")
         key = queue_key(queue)
@@ -427,7 +427,8 @@ class Client:
         try:
             while len(items) < max_items:
                 answered = False
-                for server in self._healthy(self._reads):
+                servers = self._healthy(self._reads)
+                for server in self._holding_first(queue, key, servers) if pool else servers:
                     left = deadline - time.monotonic()
                     if asked and left <= 0:
                         return MonitorBatch(self, queue, items, list(parts.values()))
@@ -460,6 +461,24 @@ class Client:
                 part.conn.close()
             raise
         return MonitorBatch(self, queue, items, list(parts.values()))
+
+    def _holding_first(self, queue: str, key: bytes, servers: list[_Server]) -> list[_Server]:
+        """``servers`` with those whose queue has a head item (a peek each) first: a monitor
+        holds its server until it is full or its time is up, so the time goes first where
+        items are."""
+        request = get_request(queue, "/peek")
+
+        def peek(conn: Connection) -> bytes | None:
+            conn.send(request)
+            return conn.read_value(key)
+
+        holding, others = [], []
+        for server in servers:
+            try:
+                (holding if self._call(server, peek) is not None else others).append(server)
+            except (ConnectionLost, ServerError):
+                others.append(server)  # the monitor will meet the failure again and say so
+        return holding + others
 
     def _monitor_one(self, server: _Server, conn: Connection, queue: str, key: bytes,
                      seconds: int, max_items: int, held: bool) -> list[bytes]:
