@@ -37,7 +37,10 @@ def cooperative() -> Any | None:
     gevent_hub = sys.modules.get("gevent.hub")
     if gevent_hub is None:
         return None
-    hub = gevent_hub._get_hub()  # None when this thread has none (never creates one)
+    get_hub_if_exists = getattr(gevent_hub, "_get_hub", None)  # never creates a hub
+    if get_hub_if_exists is None:
+        from gevent._hub_local import get_hub_if_exists
+    hub = get_hub_if_exists()
     if hub is not None:
         return hub
     monkey = sys.modules.get("gevent.monkey")
