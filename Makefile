@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 22133
 DATA_DIR ?= ./data
 
-.PHONY: run test bench install clean
+.PHONY: run test bench install clean memcached-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -24,7 +24,15 @@ run: $(STAMP)
 	mkdir -p $(DATA_DIR)
 	$(BIN)/kestrel-actors serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
 
-test: $(STAMP)
+# libmemcached's memcstat/memcping, which the client tests run against the server: Debian's
+# libmemcached-tools, installed only when memcstat is missing (needs root and apt-get).
+memcached-tools:
+	@command -v memcstat >/dev/null 2>&1 || { \
+		echo "installing libmemcached-tools (memcstat, memcping)"; \
+		apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmemcached-tools >/dev/null; }
+
+test: $(STAMP) memcached-tools
 	$(BIN)/python -m pytest -q -rfE
 
 bench: $(STAMP)

@@ -22,7 +22,7 @@ import structlog
 from gevent.server import StreamServer
 from pykka import ActorRegistry
 
-from . import __version__
+from . import KESTREL_VERSION
 from .actors import (
     ConnectionActor,
     Disconnected,
@@ -149,7 +149,7 @@ class StartupError(Exception):
 class Server:
     """One kestrel-actors server: a queue collection and its listeners."""
 
-    version = __version__
+    version = KESTREL_VERSION
 
     def __init__(
         self,
