@@ -7,7 +7,7 @@ request. ``reply_to`` is anything with ``tell()``: an ``ActorRef``, or a ``Reply
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "OP_ADD",
@@ -23,6 +23,7 @@ __all__ = [
     "BatchDone",
     "CancelWaits",
     "QueueBatch",
+    "QueueStats",
     "Session",
     "closed_result",
 ]
@@ -92,13 +93,15 @@ class QueueBatch:
     batch is answered when it gets an item, times out, or its session is cancelled.
     """
 
-    __slots__ = ("ops", "session", "reply_to", "tag")
+    __slots__ = ("ops", "session", "reply_to", "tag", "parked")
 
     def __init__(self, ops: list[tuple], session: Session | None, reply_to: Any, tag: Any = None):
         self.ops = ops
         self.session = session
         self.reply_to = reply_to
         self.tag = tag
+        self.parked = False
+        """Set by the queue when the batch waited in its wait-list (latency figures)."""
 
 
 class BatchDone:
@@ -119,8 +122,19 @@ class CancelWaits:
         self.session = session
 
 
+class QueueStats(NamedTuple):
+    """A queue's (or an alias's) answer to :class:`GetStats`."""
+
+    name: str
+    lines: list[tuple[str, object]]
+    """The memcache per-queue stats, in Kestrel's order (§7.3)."""
+    extra: dict[str, int] | None
+    """Figures only ostrich showed (``create_time``, ``max_items``, ``max_bytes``,
+    ``journal_size``, ``put_bytes``); ``None`` for an alias."""
+
+
 class GetStats:
-    """Answer ``reply_to.tell((name, stats_lines, extra))`` with the per-queue stats."""
+    """Answer ``reply_to.tell(QueueStats(...))`` with the per-queue stats."""
 
     __slots__ = ("reply_to",)
 

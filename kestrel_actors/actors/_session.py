@@ -35,6 +35,7 @@ from ._messages import (
     closed_result,
 )
 from ._runtime import GeventActor
+from ._stats import record_batch
 
 __all__ = ["Disconnected", "Received", "SessionActor"]
 
@@ -108,6 +109,9 @@ class SessionActor(GeventActor):
         self.waiting: str | None = None
         self.batch: list[tuple[Any, int]] = []
         self.batch_queue: str | None = None
+        self.sent: QueueBatch | None = None
+        self.sent_at = 0.0
+        """The batch awaiting its answer, and when it left (``perf_counter``): latency figures."""
         self.missing: str | None = None
         self.monitor: list[Any] | None = None
         self.closing = False
@@ -210,9 +214,12 @@ class SessionActor(GeventActor):
             self._batch_done(BatchDone(None, [], name))
             return True
         self.waiting = "batch"
+        self.sent = QueueBatch(ops, self.session, self.actor_ref)
+        self.sent_at = time.perf_counter()
         try:
-            ref.tell(QueueBatch(ops, self.session, self.actor_ref))
+            ref.tell(self.sent)
         except ActorDeadError:  # deleted between the check and now: it answers as closed
+            self.sent = None
             self._batch_done(BatchDone(None, [closed_result(op) for op in ops], name))
         return True
 
@@ -238,6 +245,9 @@ class SessionActor(GeventActor):
     def _batch_done(self, done: BatchDone) -> None:
         self.waiting = None
         results = done.results
+        if self.sent is not None:
+            record_batch(self.server.stats, done.queue, self.sent, results, self.sent_at)
+            self.sent = None
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
             return
@@ -280,9 +290,13 @@ class SessionActor(GeventActor):
         self.waiting = "batch"
         self.batch_queue = name
         op = (OP_OPEN_MANY, min(remaining, limit - opened), deadline)
+        self.server.stats.cmd_monitor_get += 1
+        self.sent = QueueBatch([op], self.session, self.actor_ref)
+        self.sent_at = time.perf_counter()
         try:
-            ref.tell(QueueBatch([op], self.session, self.actor_ref))
+            ref.tell(self.sent)
         except ActorDeadError:
+            self.sent = None
             self.refs.pop(name, None)
             self.waiting = None
             self.pending.appendleft(_MonitorResume())
@@ -333,6 +347,7 @@ class SessionActor(GeventActor):
                 pass
         for name, xids in self.open_reads.items():
             if xids:
+                self.server.stats.cmd_get_open_dropped += len(xids)
                 self._give_back(name, list(xids))
         self.open_reads.clear()
         if self.waiting is None:
