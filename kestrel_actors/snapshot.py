@@ -22,7 +22,7 @@ from typing import Any
 from .actors._messages import QueueStats
 from .actors._stats import LATENCIES, Histogram, QueueMetrics, ServerStats
 
-__all__ = ["QUEUE_COUNTERS", "QUEUE_GAUGES", "StatsSnapshot", "take_snapshot"]
+__all__ = ["QUEUE_COUNTERS", "QUEUE_GAUGES", "StatsSnapshot", "gather_snapshot", "take_snapshot"]
 
 QUEUE_COUNTERS = (
     "total_items", "put_items", "put_bytes", "get_items_hit", "get_items_miss", "transactions",
@@ -180,3 +180,14 @@ def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = Tr
                 whole.merge(metrics)
         snapshot.metrics[None] = whole  # type: ignore[index]
     return snapshot
+
+
+def gather_snapshot(server: Any, timeout: float = 10.0) -> StatsSnapshot:
+    """Ask the collection for every queue's figures and wait for them (a greenlet's wait: the
+    hub goes on serving). For callers outside the actors: the admin HTTP service."""
+    from .actors import ReplyFuture
+    from .actors._collection import ForAll
+
+    answers = ReplyFuture()
+    server.collection.tell(ForAll("stats", answers))
+    return take_snapshot(server, answers.get(timeout=timeout))
