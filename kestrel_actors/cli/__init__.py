@@ -1,4 +1,4 @@
-"""The ``kestrel-actors`` command line: ``serve``, ``journal``, ``load`` and ``bridge``.
+"""The ``kestrel-actors`` command line: ``serve``, ``stats``, ``journal``, ``load`` and ``bridge``.
 
 Each subcommand lives in its own module and imports its heavy dependencies (gevent, pyspark)
 only when it runs, so ``kestrel-actors --help`` stays fast and the Spark bridge never loads
@@ -11,6 +11,7 @@ from ._bridge import bridge
 from ._journal import journal
 from ._load import load
 from ._serve import serve
+from ._stats import stats
 
 __all__ = ["main"]
 
@@ -25,3 +26,4 @@ main.add_command(serve)
 main.add_command(journal)
 main.add_command(load)
 main.add_command(bridge)
+main.add_command(stats)
