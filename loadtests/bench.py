@@ -110,7 +110,8 @@ class Server:
         self.tmp = tempfile.TemporaryDirectory(prefix="kestrel-bench-")
         self.port = free_port()
         self.log = Path(self.tmp.name) / "server.log"
-        command = [sys.executable, "-m", "kestrel_actors.cli", "serve", "--text-port", "0", "--host", "127.0.0.1",
+        command = [sys.executable, "-m", "kestrel_actors.cli", "serve", "--text-port", "0", "--admin-port", "0",
+                   "--host", "127.0.0.1",
                    "--port", str(self.port), "--data-dir", str(Path(self.tmp.name) / "data"),
                    "--log-level", "warning", *extra]
         with open(self.log, "wb") as log:

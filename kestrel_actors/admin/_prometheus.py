@@ -24,7 +24,8 @@ from ..snapshot import StatsSnapshot
 
 __all__ = ["CONTENT_TYPE", "SnapshotCollector", "exposition"]
 
-from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The text format every Prometheus reads (our names need none of format 1.0.0's escaping)."""
 
 PROMETHEUS_BOUNDS = tuple(4**power for power in range(0, 16))
 """1, 4, 16, … 4**15 (about 18 minutes in µs): each is a bound of the histogram's buckets."""
