@@ -150,20 +150,29 @@ def _bound(index: int) -> int:
 class QueueMetrics:
     """One queue's latency histograms and hit/miss counters (ostrich-only figures).
 
-    Histograms are made on their first value: most queues never see most of them.
+    Histograms are made on their first value: most queues never see most of them. The
+    request path reaches the bucket lists of the four it records most through slots.
     """
 
-    __slots__ = ("histograms", "get_items_hit", "get_items_miss")
+    __slots__ = ("histograms", "get_items_hit", "get_items_miss", "set_buckets", "hit_buckets", "miss_buckets",
+                 "delivery_buckets")
 
     def __init__(self) -> None:
         self.histograms: dict[str, Histogram] = {}
         self.get_items_hit = 0
         self.get_items_miss = 0
+        self.set_buckets: list[int] | None = None
+        self.hit_buckets: list[int] | None = None
+        self.miss_buckets: list[int] | None = None
+        self.delivery_buckets: list[int] | None = None
 
     def histogram(self, name: str) -> Histogram:
         histogram = self.histograms.get(name)
         if histogram is None:
             histogram = self.histograms[name] = Histogram()
+            slot = _SLOTS.get(name)
+            if slot is not None:
+                setattr(self, slot, histogram.buckets)
         return histogram
 
     def merge(self, other: QueueMetrics) -> None:
@@ -176,6 +185,14 @@ class QueueMetrics:
         other = QueueMetrics()
         other.merge(self)
         return other
+
+
+_SLOTS = {
+    "set_latency_usec": "set_buckets",
+    "get_hit_latency_usec": "hit_buckets",
+    "get_miss_latency_usec": "miss_buckets",
+    "delivery_latency_msec": "delivery_buckets",
+}
 
 
 class ServerStats:
@@ -230,16 +247,42 @@ def record_batch(stats: ServerStats, queue: str, batch: Any, results: list[Any],
 
     As in Kestrel, a fetch's hit or miss latency counts only a fetch answered at once; a
     batch that waited in the queue's wait-list (``batch.parked``) adds its misses to
-    ``get_timeout_msec`` instead. This runs once per batch on the request path: the
-    operations are counted first, and each histogram gets one update per batch.
+    ``get_timeout_msec`` instead. This runs once per batch on the request path: a batch of
+    one SET or one GET (the common case) takes a short way; otherwise the operations are
+    counted first, and each histogram gets one update per batch.
     """
     metrics = stats.queues.get(queue)
     if metrics is None:
         return
     usec = int((_perf_counter() - started) * 1e6)
+    ops = batch.ops
+    if len(ops) == 1 and not batch.parked:
+        code = ops[0][0]
+        if code == OP_ADD:
+            buckets = metrics.set_buckets or metrics.histogram("set_latency_usec").buckets
+            buckets[bisect_left(BOUNDS, usec)] += 1
+            buckets[SUM] += usec
+            return
+        if code == OP_REMOVE or code == OP_OPEN:
+            item = results[0]
+            if item is None:
+                metrics.get_items_miss += 1
+                buckets = metrics.miss_buckets or metrics.histogram("get_miss_latency_usec").buckets
+            else:
+                metrics.get_items_hit += 1
+                msec = int(_time() * 1000) - item.add_time
+                if msec < 0:
+                    msec = 0
+                buckets = metrics.delivery_buckets or metrics.histogram("delivery_latency_msec").buckets
+                buckets[bisect_left(BOUNDS, msec)] += 1
+                buckets[SUM] += msec
+                buckets = metrics.hit_buckets or metrics.histogram("get_hit_latency_usec").buckets
+            buckets[bisect_left(BOUNDS, usec)] += 1
+            buckets[SUM] += usec
+            return
     sets = hits = misses = 0
     delivered = None
-    for op, result in zip(batch.ops, results):
+    for op, result in zip(ops, results):
         code = op[0]
         if code == OP_ADD:
             sets += 1
@@ -256,32 +299,20 @@ def record_batch(stats: ServerStats, queue: str, batch: Any, results: list[Any],
             metrics.get_items_hit += len(result)
             if result:
                 delivered = (delivered or []) + result
-    index = bisect_left(BOUNDS, usec)
-    histograms = metrics.histograms
     if sets:
-        buckets = (histograms.get("set_latency_usec") or metrics.histogram("set_latency_usec")).buckets
-        buckets[index] += sets
-        buckets[SUM] += usec * sets
+        metrics.histogram("set_latency_usec").add(usec, sets)
     if hits:
         metrics.get_items_hit += hits
         if not batch.parked:
-            buckets = (histograms.get("get_hit_latency_usec") or metrics.histogram("get_hit_latency_usec")).buckets
-            buckets[index] += hits
-            buckets[SUM] += usec * hits
+            metrics.histogram("get_hit_latency_usec").add(usec, hits)
     if misses:
         metrics.get_items_miss += misses
         if batch.parked:
             metrics.histogram("get_timeout_msec").add(usec // 1000, misses)
         else:
-            buckets = (histograms.get("get_miss_latency_usec") or metrics.histogram("get_miss_latency_usec")).buckets
-            buckets[index] += misses
-            buckets[SUM] += usec * misses
+            metrics.histogram("get_miss_latency_usec").add(usec, misses)
     if delivered:
         now_ms = int(_time() * 1000)
-        buckets = (histograms.get("delivery_latency_msec") or metrics.histogram("delivery_latency_msec")).buckets
+        delivery = metrics.histogram("delivery_latency_msec")
         for item in delivered:
-            msec = now_ms - item.add_time
-            if msec < 0:
-                msec = 0
-            buckets[bisect_left(BOUNDS, msec)] += 1
-            buckets[SUM] += msec
+            delivery.add(now_ms - item.add_time)

@@ -274,15 +274,17 @@ def test_admin_port_defaults_to_2223_and_0_disables_it(tmp_path):
     assert "--admin-port" in help_text and "2223" in help_text
     from .._server import ServerProcess
 
+    # the memcache listener's line is logged last, once every listener is up
     server = ServerProcess(tmp_path / "data").start()  # --admin-port 0
     try:
-        server.client().set("q", b"x")
+        wait_for(lambda: '"protocol": "memcache"' in server.log(), what="the listening lines")
         assert "admin http" not in server.log()
     finally:
         server.stop()
     server = ServerProcess(tmp_path / "data2", admin_port=True).start()
     try:
-        assert '"protocol": "admin http"' in server.log() and f'"port": {server.admin_port}' in server.log()
-        assert '"host": "127.0.0.1"' in server.log()
+        wait_for(lambda: '"protocol": "memcache"' in server.log(), what="the listening lines")
+        admin_line = next(line for line in server.log().splitlines() if '"protocol": "admin http"' in line)
+        assert f'"port": {server.admin_port}' in admin_line and '"host": "127.0.0.1"' in admin_line
     finally:
         server.stop()

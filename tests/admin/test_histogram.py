@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from kestrel_actors.actors._stats import BOUNDS, Histogram
+from kestrel_actors.actors._stats import BOUNDS, SUM, Histogram
 
 
 def test_memory_is_fixed_whatever_is_recorded():
@@ -15,7 +15,7 @@ def test_memory_is_fixed_whatever_is_recorded():
         histogram.add(int(rng.lognormvariate(6, 2)))
     histogram.add(2**40)  # beyond the last bound: the overflow bucket
     histogram.add(-5)  # a clock step backwards counts as 0
-    assert len(histogram.buckets) == size == len(BOUNDS) + 1
+    assert len(histogram.buckets) == size == len(BOUNDS) + 2 == SUM + 1  # the buckets, overflow, the sum
     assert histogram.count == 100_002
 
 
