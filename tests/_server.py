@@ -26,11 +26,17 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """A server subprocess; ``args`` are extra ``serve`` options (e.g. ``--config``)."""
+    """A server subprocess; ``args`` are extra ``serve`` options (e.g. ``--config``).
 
-    def __init__(self, data_dir: Path, args: tuple[str, ...] = (), port: int | None = None):
+    The admin HTTP port is off (``--admin-port 0``) unless ``admin_port`` names one (``True``:
+    a free one), so that parallel servers never compete for the default 2223.
+    """
+
+    def __init__(self, data_dir: Path, args: tuple[str, ...] = (), port: int | None = None,
+                 admin_port: int | bool | None = None):
         self.host = "127.0.0.1"
         self.port = port or free_port()
+        self.admin_port = free_port() if admin_port is True else admin_port or None
         self.data_dir = Path(data_dir)
         self.args = tuple(args)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -39,9 +45,10 @@ class ServerProcess:
     def command(self) -> list[str]:
         # the text listener is on by default (port 2222); tests that want it name a free port
         text = () if "--text-port" in self.args else ("--text-port", "0")
+        admin = () if "--admin-port" in self.args else ("--admin-port", str(self.admin_port or 0))
         return [
             sys.executable, "-m", "kestrel_actors.cli", "serve",
-            "--host", self.host, "--port", str(self.port), *text,
+            "--host", self.host, "--port", str(self.port), *text, *admin,
             "--data-dir", str(self.data_dir), "--log-format", "json", *self.args,
         ]
 
@@ -56,6 +63,8 @@ class ServerProcess:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
             try:
                 socket.create_connection((self.host, self.port), timeout=0.2).close()
+                if self.admin_port:  # listening before the memcache port, but be sure
+                    socket.create_connection((self.host, self.admin_port), timeout=0.2).close()
                 return self
             except OSError:
                 time.sleep(0.05)
@@ -93,6 +102,10 @@ class ServerProcess:
         """``host:port`` of the memcache listener, as :class:`kestrel_actors.client.Client`
         takes it."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
 
     def client(self, timeout: float = 5.0) -> Client:
         return Client(self.host, self.port, timeout)

@@ -17,8 +17,8 @@ from .._names import is_queue_name
 from ..config import ServerConfig
 from ..journal import MemoryJournal, NotRegularFile
 from ._messages import (
-    IGNORE, OP_ADD, OP_FLUSH, BatchDone, CloseQueue, DeleteQueue, GetStats, JournalFailure, QueueBatch, SetChildren,
-    SetConfig, Sweep,
+    IGNORE, OP_ADD, OP_FLUSH, BatchDone, CloseQueue, DeleteQueue, GetStats, JournalFailure, QueueBatch, QueueStats,
+    SetChildren, SetConfig, Sweep,
 )
 from ._queue import QueueActor
 from ._queue_core import QueueCore
@@ -250,6 +250,7 @@ class QueueCollection(GeventActor):
         core = self.opener(name, queue_config)
         ref = QueueActor.start(name, queue_config, core.journal, self.stats, core, expire_target)
         self.queues[name] = ref
+        self.stats.open_queue(name)
         self.stats.queue_creates += 1
         master, plus, _ = name.partition("+")
         if plus:
@@ -276,6 +277,7 @@ class QueueCollection(GeventActor):
         if ref is None:
             reply_to.tell(True)
             return
+        self.stats.forget_queue(name)
         self.stats.queue_deletes += 1
         try:
             ref.tell(DeleteQueue(reply_to))
@@ -326,7 +328,7 @@ class QueueCollection(GeventActor):
                 names.append(name)
         return names
 
-    def alias_stats(self, names: tuple[str, ...] | None) -> list[tuple[str, list[tuple[str, object]]]]:
+    def alias_stats(self, names: tuple[str, ...] | None) -> list[QueueStats]:
         chosen = self.config.aliases if names is None else [n for n in names if n in self.config.aliases]
         result = []
         for name in chosen:
@@ -336,7 +338,7 @@ class QueueCollection(GeventActor):
                 ("put_bytes", put_bytes),
                 ("children", ",".join(self.config.aliases[name])),
             ]
-            result.append((name, lines))
+            result.append(QueueStats(name, lines, None))
         return result
 
     def _for_all(self, message: ForAll) -> None:

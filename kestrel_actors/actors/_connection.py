@@ -298,6 +298,7 @@ class ConnectionActor(SessionActor):
         max_items = command.max_items if command.max_items is not None else config.max_open_transactions
         limit = min(max(max_items, config.max_open_transactions), config.monitor_max_items)
         deadline = time.monotonic() + command.seconds
+        server.stats.cmd_monitor += 1
         self.monitor = [command.queue, deadline, max_items, limit]
         self._monitor_next()
 

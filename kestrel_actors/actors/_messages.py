@@ -7,7 +7,7 @@ request. ``reply_to`` is anything with ``tell()``: an ``ActorRef``, or a ``Reply
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "OP_ADD",
@@ -26,6 +26,7 @@ __all__ = [
     "JournalFailure",
     "CancelWaits",
     "QueueBatch",
+    "QueueStats",
     "Session",
     "closed_result",
 ]
@@ -119,7 +120,7 @@ class QueueBatch:
     ``copies`` is the queue's: the fanout copies its adds are waiting for.
     """
 
-    __slots__ = ("ops", "session", "reply_to", "tag", "copies")
+    __slots__ = ("ops", "session", "reply_to", "tag", "copies", "parked")
 
     def __init__(self, ops: list[tuple], session: Session | None, reply_to: Any, tag: Any = None):
         self.ops = ops
@@ -127,6 +128,8 @@ class QueueBatch:
         self.reply_to = reply_to
         self.tag = tag
         self.copies: Any = None
+        self.parked = False
+        """Set by the queue when the batch waited in its wait-list (latency figures)."""
 
 
 class BatchDone:
@@ -147,8 +150,19 @@ class CancelWaits:
         self.session = session
 
 
+class QueueStats(NamedTuple):
+    """A queue's (or an alias's) answer to :class:`GetStats`."""
+
+    name: str
+    lines: list[tuple[str, object]]
+    """The memcache per-queue stats, in Kestrel's order (§7.3)."""
+    extra: dict[str, int] | None
+    """Figures only ostrich showed (``create_time``, ``max_items``, ``max_bytes``,
+    ``journal_size``, ``put_bytes``); ``None`` for an alias."""
+
+
 class GetStats:
-    """Answer ``reply_to.tell((name, stats_lines, extra))`` with the per-queue stats."""
+    """Answer ``reply_to.tell(QueueStats(...))`` with the per-queue stats."""
 
     __slots__ = ("reply_to",)
 

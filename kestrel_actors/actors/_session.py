@@ -46,6 +46,7 @@ from ._messages import (
     closed_result,
 )
 from ._runtime import GeventActor
+from ._stats import record_batch
 
 __all__ = ["Disconnected", "Received", "SessionActor"]
 
@@ -122,6 +123,9 @@ class SessionActor(GeventActor):
         self.batch_results: list[Any] | None = None
         """Results of a batch the queue answered in parts, kept until the rest comes."""
         self.batch_queue: str | None = None
+        self.sent: QueueBatch | None = None
+        self.sent_at = 0.0
+        """The batch awaiting its answer, and when it left (``perf_counter``): latency figures."""
         self.missing: str | None = None
         self.monitor: list[Any] | None = None
         self.closing = False
@@ -227,9 +231,12 @@ class SessionActor(GeventActor):
             self._batch_done(BatchDone(None, [], name))
             return True
         self.waiting = "batch"
+        self.sent = QueueBatch(ops, self.session, self.actor_ref)
+        self.sent_at = time.perf_counter()
         try:
-            ref.tell(QueueBatch(ops, self.session, self.actor_ref))
+            ref.tell(self.sent)
         except ActorDeadError:  # deleted between the check and now: it answers as closed
+            self.sent = None
             self._batch_done(BatchDone(None, [closed_result(op) for op in ops], name))
         return True
 
@@ -255,6 +262,9 @@ class SessionActor(GeventActor):
     def _batch_done(self, done: BatchDone) -> None:
         self.waiting = None
         results = done.results
+        if self.sent is not None:
+            record_batch(self.server.stats, done.queue, self.sent, results, self.sent_at)
+            self.sent = None
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
             return
@@ -349,9 +359,13 @@ class SessionActor(GeventActor):
         self.waiting = "batch"
         self.batch_queue = name
         op = (OP_OPEN_MANY, min(remaining, limit - opened), deadline)
+        self.server.stats.cmd_monitor_get += 1
+        self.sent = QueueBatch([op], self.session, self.actor_ref)
+        self.sent_at = time.perf_counter()
         try:
-            ref.tell(QueueBatch([op], self.session, self.actor_ref))
+            ref.tell(self.sent)
         except ActorDeadError:
+            self.sent = None
             self.refs.pop(name, None)
             self.waiting = None
             self.pending.appendleft(_MonitorResume())
@@ -415,6 +429,7 @@ class SessionActor(GeventActor):
                 pass
         for name, xids in self.open_reads.items():
             if xids:
+                self.server.stats.cmd_get_open_dropped += len(xids)
                 self._give_back(name, list(xids))
         self.open_reads.clear()
 

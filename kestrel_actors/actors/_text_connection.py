@@ -200,6 +200,7 @@ class TextConnectionActor(ConnectionActor):
             return
         limit = self.server.config.max_open_transactions
         deadline = time.monotonic() + command.timeout_ms / 1000.0
+        self.server.stats.cmd_monitor += 1
         self.monitor = [command.queue, deadline, limit, limit]
         self._monitor_next()
 

@@ -1,5 +1,5 @@
-"""The ``kestrel-actors`` command line: ``serve``, ``journal``, ``load``, ``bridge`` and the
-client commands ``put``, ``get``, ``peek`` and ``tail``.
+"""The ``kestrel-actors`` command line: ``serve``, ``stats``, ``journal``, ``load``, ``bridge`` and
+the client commands ``put``, ``get``, ``peek`` and ``tail``.
 
 Each subcommand lives in its own module and imports its heavy dependencies (gevent, pyspark)
 only when it runs, so ``kestrel-actors --help`` stays fast and the Spark bridge never loads
@@ -13,6 +13,7 @@ from ._client import get, peek, put, tail
 from ._journal import journal
 from ._load import load
 from ._serve import serve
+from ._stats import stats
 
 __all__ = ["main"]
 
@@ -29,3 +30,4 @@ main.add_command(load)
 main.add_command(bridge)
 for _command in (put, get, peek, tail):
     main.add_command(_command)
+main.add_command(stats)
