@@ -68,6 +68,7 @@ SERVER_SETTINGS: dict[str, v.Parser] = {
     "host": v.text,
     "port": v.port,
     "text_port": v.port,
+    "admin_port": v.port,
     "data_dir": v.text,
     "max_open_transactions": v.count(0),
     "max_item_bytes": v.size,

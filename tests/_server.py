@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from kestrel_actors.client import Connection, set_request
+
 __all__ = ["Client", "ServerProcess", "free_port"]
 
 
@@ -24,11 +26,17 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """A server subprocess; ``args`` are extra ``serve`` options (e.g. ``--config``)."""
+    """A server subprocess; ``args`` are extra ``serve`` options (e.g. ``--config``).
 
-    def __init__(self, data_dir: Path, args: tuple[str, ...] = (), port: int | None = None):
+    The admin HTTP port is off (``--admin-port 0``) unless ``admin_port`` names one (``True``:
+    a free one), so that parallel servers never compete for the default 2223.
+    """
+
+    def __init__(self, data_dir: Path, args: tuple[str, ...] = (), port: int | None = None,
+                 admin_port: int | bool | None = None):
         self.host = "127.0.0.1"
         self.port = port or free_port()
+        self.admin_port = free_port() if admin_port is True else admin_port or None
         self.data_dir = Path(data_dir)
         self.args = tuple(args)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -37,9 +45,10 @@ class ServerProcess:
     def command(self) -> list[str]:
         # the text listener is on by default (port 2222); tests that want it name a free port
         text = () if "--text-port" in self.args else ("--text-port", "0")
+        admin = () if "--admin-port" in self.args else ("--admin-port", str(self.admin_port or 0))
         return [
             sys.executable, "-m", "kestrel_actors.cli", "serve",
-            "--host", self.host, "--port", str(self.port), *text,
+            "--host", self.host, "--port", str(self.port), *text, *admin,
             "--data-dir", str(self.data_dir), "--log-format", "json", *self.args,
         ]
 
@@ -54,6 +63,8 @@ class ServerProcess:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
             try:
                 socket.create_connection((self.host, self.port), timeout=0.2).close()
+                if self.admin_port:  # listening before the memcache port, but be sure
+                    socket.create_connection((self.host, self.admin_port), timeout=0.2).close()
                 return self
             except OSError:
                 time.sleep(0.05)
@@ -86,43 +97,47 @@ class ServerProcess:
         self.stop(sig)
         return self.start()
 
+    @property
+    def address(self) -> str:
+        """``host:port`` of the memcache listener, as :class:`kestrel_actors.client.Client`
+        takes it."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
+
     def client(self, timeout: float = 5.0) -> Client:
         return Client(self.host, self.port, timeout)
 
 
-class Client:
-    """A raw memcache-protocol client that sends bytes and reads exact replies."""
+class Client(Connection):
+    """A raw memcache-protocol connection for tests: send bytes, read exact replies.
 
-    EOL = b"\r\n"
+    It is :class:`kestrel_actors.client.Connection` (plain blocking sockets) plus what tests
+    want: the first reply line of a request, a SET's reply line, ``buffer`` as bytes, and
+    whether the server closed the connection.
+    """
 
     def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buffer = b""
+        super().__init__(host, port, timeout, use_gevent=False)
+        self.connect()
 
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+    @property
+    def buffer(self) -> bytes:
+        return bytes(self.buf)
+
+    @buffer.setter
+    def buffer(self, data: bytes) -> None:
+        self.buf[:] = data
 
     def _fill(self) -> bool:
+        """Receive one chunk into the buffer; False when the server closed the connection."""
         chunk = self.sock.recv(1 << 20)
         if not chunk:
             return False
-        self.buffer += chunk
+        self.buf += chunk
         return True
-
-    def read_line(self) -> bytes:
-        while self.EOL not in self.buffer:
-            if not self._fill():
-                raise ConnectionError(f"closed; buffered {self.buffer!r}")
-        line, _, self.buffer = self.buffer.partition(self.EOL)
-        return line
-
-    def read_exact(self, n: int) -> bytes:
-        while len(self.buffer) < n:
-            if not self._fill():
-                raise ConnectionError(f"closed; buffered {self.buffer!r}")
-        data, self.buffer = self.buffer[:n], self.buffer[n:]
-        return data
 
     def call(self, request: bytes) -> bytes:
         """Send one request line (the terminator added) and return the first reply line."""
@@ -130,35 +145,17 @@ class Client:
         return self.read_line()
 
     def set(self, queue: str, data: bytes, exptime: int = 0) -> bytes:
-        self.send(b"set %s 0 %d %d\r\n%s\r\n" % (queue.encode(), exptime, len(data), data))
+        self.send(set_request(queue, data, exptime))
         return self.read_line()
 
     def get(self, key: str) -> bytes | None:
         """``get key``: the item's bytes, or None on ``END``."""
         self.send(b"get %s\r\n" % key.encode())
-        return self.read_value()
-
-    def read_value(self) -> bytes | None:
-        line = self.read_line()
-        if line == b"END":
-            return None
-        if not line.startswith(b"VALUE "):
-            raise AssertionError(f"unexpected reply {line!r}")
-        length = int(line.split()[3])
-        data = self.read_exact(length + 2)[:-2]
-        end = self.read_line()
-        assert end == b"END", end
-        return data
+        return self.read_value(key.split("/", 1)[0].encode())
 
     def stats(self) -> dict[str, str]:
         self.send(b"stats\r\n")
-        result = {}
-        while True:
-            line = self.read_line()
-            if line == b"END":
-                return result
-            _stat, name, value = line.decode("latin-1").split(" ", 2)
-            result[name] = value
+        return self.read_stats()
 
     def is_closed(self, timeout: float = 2.0) -> bool:
         """True if the server closed the connection (nothing more arrives, EOF)."""
@@ -169,6 +166,3 @@ class Client:
             return True
         except socket.timeout:
             return False
-
-    def close(self) -> None:
-        self.sock.close()

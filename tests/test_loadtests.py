@@ -141,7 +141,7 @@ def test_get_many_detects_foreign_bytes(server):
 
 
 def test_order_checker_rejects_reordering():
-    from loadtests.client import UnexpectedReply
+    from kestrel_actors.client import UnexpectedReply
     from loadtests.scenarios.flood import OrderChecker
 
     checker = OrderChecker([0, 10, 20])  # backlog 0-9, producer A 10-19, producer B 20-29
@@ -156,7 +156,7 @@ def test_order_checker_rejects_reordering():
 
 
 def test_hit_checker_rejects_corruption_and_foreign_ids():
-    from loadtests.client import UnexpectedReply, value_reply
+    from kestrel_actors.client import UnexpectedReply, value_reply
     from loadtests.scenarios._stamped import HitChecker
 
     check = HitChecker("q", 64, limit=10)

@@ -571,7 +571,7 @@ def test_dump_config_lists_each_queue_with_its_effective_settings(make_server, t
 def test_unknown_key_at_start_up_exits_1_naming_the_key_and_line(tmp_path):
     bad = write(tmp_path / "bad.toml", "# a comment\n[queues.jobs]\nmax_items = 3\nmax_itemz = 5\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "kestrel_actors.cli", "serve", "--config", str(bad),
+        [sys.executable, "-m", "kestrel_actors.cli", "serve", "--config", str(bad), "--admin-port", "0",
          "--port", str(free_port()), "--data-dir", str(tmp_path / "data")],
         capture_output=True, timeout=30,
     )

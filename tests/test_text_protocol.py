@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from kestrel_actors import __version__
+from kestrel_actors import KESTREL_VERSION
 
 from ._server import Client, ServerProcess, free_port
 
@@ -50,9 +50,6 @@ class TextClient(Client):
             self.sock.settimeout(5.0)
         self.buffer += data
         return False
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def start_text_server(data_dir, *args: str) -> ServerProcess:
@@ -228,7 +225,7 @@ def test_delete_replies_plus_zero_and_removes_the_queue(t, m):
 
 
 def test_version(t):
-    assert t.call(b"version") == b":" + __version__.encode()
+    assert t.call(b"version") == b":" + KESTREL_VERSION.encode()
 
 
 @pytest.mark.parametrize(("request_line", "reply"), [
@@ -239,7 +236,7 @@ def test_version(t):
 ])
 def test_unknown_command_is_an_error_and_the_connection_stays_open(t, request_line, reply):
     assert t.call(request_line) == reply
-    assert t.call(b"version") == b":" + __version__.encode()
+    assert t.call(b"version") == b":" + KESTREL_VERSION.encode()
 
 
 @pytest.mark.parametrize(("request_line", "reply"), [
@@ -253,7 +250,7 @@ def test_argument_errors(t, request_line, reply):
         assert t.read_line() == reply
     else:
         assert t.call(request_line) == reply
-    assert t.call(b"version") == b":" + __version__.encode()
+    assert t.call(b"version") == b":" + KESTREL_VERSION.encode()
 
 
 def test_put_with_a_bad_expiry(t):
