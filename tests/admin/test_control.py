@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from .._server import ServerProcess
+from ..helpers import ServerProcess
 from ._http import get_json, request
 
 

@@ -272,7 +272,7 @@ def test_admin_port_defaults_to_2223_and_0_disables_it(tmp_path):
     help_text = subprocess.run([sys.executable, "-m", "kestrel_actors.cli", "serve", "--help"],
                                capture_output=True, text=True, timeout=60).stdout
     assert "--admin-port" in help_text and "2223" in help_text
-    from .._server import ServerProcess
+    from ..helpers import ServerProcess
 
     # the memcache listener's line is logged last, once every listener is up
     server = ServerProcess(tmp_path / "data").start()  # --admin-port 0

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from .._server import free_port
+from ..helpers import free_port
 
 
 def run_stats(*args: str) -> subprocess.CompletedProcess:

@@ -64,7 +64,7 @@ def test_follow_waits_for_new_items(module_server):
 
 
 def test_unreachable_server_exits_3(tmp_path):
-    from .._server import free_port
+    from ..helpers import free_port
 
     proc = subprocess.run([sys.executable, "-m", "kestrel_actors.cli", "get", "q", "-s",
                            f"127.0.0.1:{free_port()}", "--timeout", "0.5"], capture_output=True, timeout=60)

@@ -20,7 +20,7 @@ from kestrel_actors.client import (
 )
 from kestrel_actors.client._wire import get_options, parse_stat, parse_stored, parse_value_header, wait_ms
 
-from .._server import free_port
+from ..helpers import free_port
 
 
 @pytest.fixture

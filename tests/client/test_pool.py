@@ -9,7 +9,7 @@ import pytest
 
 from kestrel_actors.client import Client, ConnectionLost
 
-from .._server import ServerProcess
+from ..helpers import ServerProcess
 
 
 @pytest.fixture

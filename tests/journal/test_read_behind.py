@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from ._pipeline import Pipeline, number_of, numbered, read_rss_kib
-from ._server import Client, ServerProcess
+from .._pipeline import Pipeline, number_of, numbered, read_rss_kib
+from ..helpers import Client, ServerProcess
 from .test_durability import assert_numbered, drain, queue_files, stat, write_config
 
 KIB = 1024

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ._server import Client, ServerProcess, free_port
+from ..helpers import Client, ServerProcess, free_port
 
 POLICY_CONFIG = """\
 [queues.maxi]

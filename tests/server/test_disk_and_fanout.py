@@ -23,7 +23,7 @@ import pytest
 
 from kestrel_actors.journal import RecordReader
 
-from ._server import Client, ServerProcess, free_port
+from ..helpers import Client, ServerProcess, free_port
 
 REPLY_TIMEOUT = 5.0
 """Every reply must come within this (a hang fails the test instead of stalling it)."""

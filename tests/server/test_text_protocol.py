@@ -17,7 +17,7 @@ import pytest
 
 from kestrel_actors import KESTREL_VERSION
 
-from ._server import Client, ServerProcess, free_port
+from ..helpers import Client, ServerProcess, free_port
 
 
 class TextClient(Client):

@@ -31,7 +31,7 @@ from kestrel_actors.spark_bridge import (
     run_bridge,
 )
 
-from ._server import free_port
+from ..helpers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = "kestrel_actors.spark_bridge.jobs"
@@ -399,7 +399,7 @@ def test_bridge_sigkill_mid_job_loses_nothing(server, tmp_path):
     out, markers, log = tmp_path / "out", tmp_path / "markers", tmp_path / "bridge.log"
     markers.mkdir()
     common = ["--servers", f"127.0.0.1:{server.port}", "--queue", "killme",
-              "--job", "tests._spark_jobs:slow_identity", "--batch-size", "1000",
+              "--job", "tests.bridge._spark_jobs:slow_identity", "--batch-size", "1000",
               "--partitions", "2", "--master", "local[2]", "--output-path", str(out),
               "--job-arg", f"markers={markers}", "--conf", "spark.driver.memory=512m"]
     first = start_bridge(*common, "--job-arg", "sleep=4", log=log)

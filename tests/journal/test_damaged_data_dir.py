@@ -20,7 +20,7 @@ import pytest
 from kestrel_actors.journal._format import OP_ADDX, read_file_records
 from kestrel_actors.journal._repair import SAVE_LIMIT
 
-from ._server import Client, ServerProcess, free_port
+from ..helpers import Client, ServerProcess, free_port
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from ._server import Client, ServerProcess
+from ..helpers import Client, ServerProcess
 
 # -- shared helpers ---------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ._server import ServerProcess
+from ..helpers import ServerProcess
 from .test_memcache_conformance import (
     assert_dropped,
     assert_silent,

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from ._server import Client, ServerProcess
-from .test_memcache_conformance import fill, stats_of, unique, value, wait_for
+from ..helpers import Client, ServerProcess
+from ..server.test_memcache_conformance import fill, stats_of, unique, value, wait_for
 
 
 def rss_bytes(server: ServerProcess) -> int:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from ._pipeline import Pipeline, number_of, numbered
-from ._server import Client, ServerProcess, free_port
+from .._pipeline import Pipeline, number_of, numbered
+from ..helpers import Client, ServerProcess, free_port
 
 SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGKILL, id="SIGKILL")]
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from ._server import Client, ServerProcess
+from ..helpers import Client, ServerProcess
 from .test_text_protocol import start_text_server, text_client
 
 
