@@ -99,7 +99,7 @@ def ship_job_code(spark: SparkSession, job: str | Callable[..., Any],
     top = job_module_name(job).split(".")[0]
     module = sys.modules.get(top)
     origin = getattr(module, "__file__", None)
-    if not top or top == "kestrel_actors" or not origin or _installed(origin):
+    if top in ("", "__main__", "kestrel_actors") or not origin or _installed(origin):
         return shipped
     if hasattr(module, "__path__"):  # a package: ship the whole directory as a zip
         archive = _zip_package(Path(origin).parent, top)

@@ -68,7 +68,8 @@ def test_poison_batch_goes_to_the_dead_letter_queue_and_the_bridge_goes_on(
 
     first = f"orders-127.0.0.1-{server.port}-00000000"
     assert report.parked == [first] and not report.ok
-    assert report.failures == 2 and report.items == 100 and report.batches == 2
+    # one failure retried, the second parked; then the good batches
+    assert report.failures == 1 and report.items == 100 and report.batches == 2
     assert seen[:3] == [(first, 0), (first, 1), (first, 0)]  # the id is reused, attempts reset
     assert sorted(drain(server, "orders_failed")) == sorted(bad)
     assert sorted(output_values(out)) == sorted(g.decode() for g in good)
@@ -100,7 +101,7 @@ def test_job_timeout_cancels_the_job_and_returns_the_batch(server, spark, tmp_pa
 
     stop = threading.Event()
     report = run_bridge(config(server, tmp_path, queue="stuck", job=hangs_once,
-                               output_path=str(out), job_timeout=3.0), spark=spark,
+                               output_path=str(out), job_timeout=15.0), spark=spark,
                         stop_event=stop)
     assert opened_during_first == [(0, 60)]
     assert report.ok and report.failures == 1 and report.items == 60
