@@ -134,7 +134,8 @@ def main(items, item_bytes, batch_size, partitions, master, address, target) -> 
         "wall_seconds": round(wall, 3),
         "items_per_second": round(report.items / busy) if busy else 0,
         "fetch_seconds": round(sum(r.fetch_seconds for r in report.results), 3),
-        "job_seconds": round(sum(r.job_seconds + r.write_seconds for r in report.results), 3),
+        "job_seconds": round(sum(r.job_seconds for r in report.results), 3),
+        "commit_seconds": round(sum(r.commit_seconds for r in report.results), 3),
         "confirm_seconds": round(sum(r.confirm_seconds for r in report.results), 3),
     }
     click.echo(f"bridge: {report.items:,} items in {report.batches} batches, "

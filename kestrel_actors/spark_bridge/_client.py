@@ -1,4 +1,4 @@
-"""A small blocking-socket memcache client for the bridge: set, monitor, confirm, stats.
+"""A small blocking-socket memcache client for the bridge: set, monitor, confirm, stats, version.
 
 Why not pymemcache: ``monitor`` streams many ``VALUE`` blocks (each with its own ``END``)
 before a final ``END``, and ``confirm`` is Kestrel-only, so a general memcache client cannot
@@ -227,6 +227,15 @@ class KestrelClient:
             line = self._read_line()
             if line != _END:
                 self._raise_reply("confirm", line)
+
+    def version(self) -> str:
+        """``version``: a harmless round trip (the bridge's keep-alive and liveness check)."""
+        with self._guard("version"):
+            self._sock.sendall(b"version\r\n")
+            line = self._read_line()
+            if not line.startswith(b"VERSION "):
+                self._raise_reply("version", line)
+        return line[8:].decode("latin-1")
 
     def stats(self) -> dict[str, str]:
         """``stats`` as a name → value mapping."""
