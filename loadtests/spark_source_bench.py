@@ -37,9 +37,8 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
              .start())
     try:
         while True:
-            stats = client.stats()
-            if (int(stats.get(f"queue_{queue}_items", 0)) == 0
-                    and int(stats.get(f"queue_{queue}_open_transactions", 0)) == 0):
+            stats = client.queue_stats(queue)
+            if stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0:
                 return time.perf_counter() - started
             if query.exception() is not None:
                 raise click.ClickException(str(query.exception()))
@@ -64,19 +63,18 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
     """Measure the kestrel data source's items/s through a trivial streaming query."""
     import logging
 
+    from kestrel_actors.client import Client, ServerAddress
     from kestrel_actors.logs import configure_logging
-    from kestrel_actors.spark_bridge import (
-        KestrelClient, KestrelDataSource, ServerAddress, create_spark_session)
+    from kestrel_actors.spark_bridge import KestrelDataSource, create_spark_session
 
     configure_logging("console", "warning")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     with _server(address) as where, tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
         server = ServerAddress.parse(where)
-        with KestrelClient(server) as client:
+        with Client(server) as client:
             for queue in (QUEUE, WARM_QUEUE):
                 client.get(queue)  # create it
-                client._sock.sendall(b"flush %s\r\n" % queue.encode())
-                assert client._read_line() == b"END"
+                client.flush(queue)
             fill_seconds = _fill(client, QUEUE, items, item_bytes)
             _fill(client, WARM_QUEUE, min(max_items_per_batch, items), item_bytes)
             click.echo(f"filled {items:,} items of {item_bytes} B in {fill_seconds:.2f}s "

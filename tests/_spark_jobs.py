@@ -61,14 +61,15 @@ def _text(data: bytes) -> str:
 
 
 def client(server):
-    from kestrel_actors.spark_bridge import KestrelClient, ServerAddress
+    """The project's client (``kestrel_actors.client``) for one test server."""
+    from kestrel_actors.client import Client, ServerAddress
 
-    return KestrelClient(ServerAddress(server.host, server.port)).connect()
+    return Client(ServerAddress(server.host, server.port))
 
 
 def load(server, queue: str, items: list[bytes]) -> None:
     with client(server) as c:
-        assert c.set_many(queue, items) == len(items)
+        assert c.put_many(queue, items) == len(items)
 
 
 def drain(server, queue: str) -> list[bytes]:
@@ -82,9 +83,8 @@ def drain(server, queue: str) -> list[bytes]:
 def queue_stats(server, queue: str) -> tuple[int, int]:
     """(items waiting, items open) on ``queue``."""
     with client(server) as c:
-        stats = c.stats()
-    return (int(stats.get(f"queue_{queue}_items", 0)),
-            int(stats.get(f"queue_{queue}_open_transactions", 0)))
+        stats = c.queue_stats(queue)
+    return stats.get("items", 0), stats.get("open_transactions", 0)
 
 
 # -- bridge output ---------------------------------------------------------------------------

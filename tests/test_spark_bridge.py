@@ -17,10 +17,13 @@ from collections import Counter
 
 import pytest
 
+from kestrel_actors.client import ClientError, ServerError
 from kestrel_actors.spark_bridge import (
     BatchLedger,
     BridgeConfig,
-    KestrelReplyError,
+    Connection,
+    ConnectionLost,
+    KeepAlive,
     LedgerLockedError,
     ServerAddress,
     parse_duration,
@@ -98,19 +101,65 @@ def test_ledger_is_exclusive_and_durable(tmp_path):
     again.close()
 
 
-def test_client_monitor_and_confirm(server):
+def test_seam_opens_confirms_and_never_reconnects_while_holding(server):
     load(server, "mon", [b"a", b"", b"c\r\nd"])
-    with client(server) as c:
-        items = c.fetch_batch("mon", 10, 0.2)  # sub-second wait: one whole second on the wire
-        assert items == [b"a", b"", b"c\r\nd"]
-        with pytest.raises(KestrelReplyError):
-            c.confirm("mon", 4)  # more than are open: ERROR, nothing confirmed
-        c.connect()
-        # The close gave them back, at the head in reverse opening order (reference §2.6).
-        assert c.fetch_batch("mon", 10, 0.2) == [b"c\r\nd", b"", b"a"]
-        c.confirm("mon", 3)
-        assert c.fetch_batch("mon", 10, 0.2) == []
-    assert queue_stats(server, "mon") == (0, 0)
+    conn = Connection(ServerAddress(server.host, server.port))
+    try:
+        items = conn.open_items("mon", 10, 0.2)  # sub-second wait: one whole second on the wire
+        assert items == [b"a", b"", b"c\r\nd"] and conn.holding == 3
+        conn.check()
+        with pytest.raises(ClientError):
+            conn.confirm("mon", 4)  # more than are open: ERROR, nothing confirmed
+        # The failure closed the connection, so the server took the items back: the seam says
+        # so instead of reconnecting behind the caller's back.
+        assert not conn.connected
+        with pytest.raises(ConnectionLost):
+            conn.check()
+        with pytest.raises(ConnectionLost):
+            conn.confirm("mon", 3)
+        with pytest.raises(ConnectionLost):
+            conn.put_many("elsewhere", [b"x"])
+        # A new open starts afresh: the items are back at the head in reverse opening order
+        # (reference §2.6).
+        assert conn.open_items("mon", 10, 0.2) == [b"c\r\nd", b"", b"a"]
+        conn.confirm("mon", 3)
+        assert conn.holding == 0 and conn.open_items("mon", 10, 0.2) == []
+        assert conn.put_many("mon2", [b"p", b"q"]) == 2 and conn.depth("mon2") == 2
+        assert conn.open_available("mon2", 10) == [b"p", b"q"]
+        conn.confirm("mon2", 2)
+    finally:
+        conn.close()
+    assert queue_stats(server, "mon") == (0, 0) and queue_stats(server, "mon2") == (0, 0)
+
+
+def test_seam_raises_when_a_queue_refuses_an_item(make_server, tmp_path):
+    config = tmp_path / "full.toml"
+    config.write_text("[queues.full]\nmax_items = 2\n")
+    server = make_server("--config", str(config))
+    conn = Connection(ServerAddress(server.host, server.port))
+    try:
+        with pytest.raises(ServerError, match="refused 1 of 3"):
+            conn.put_many("full", [b"1", b"2", b"3"])
+    finally:
+        conn.close()
+    assert queue_stats(server, "full") == (2, 0)
+
+
+def test_seam_pings_from_another_thread_between_commands(server):
+    load(server, "ka", [b"x"])
+    conn = Connection(ServerAddress(server.host, server.port))
+    try:
+        assert conn.open_items("ka", 1, 1) == [b"x"]
+        pinger = KeepAlive(0.05)
+        pinger.add(conn)
+        for _ in range(20):
+            conn.check()
+            time.sleep(0.01)
+        pinger.stop()
+        conn.confirm("ka", 1)
+    finally:
+        conn.close()
+    assert queue_stats(server, "ka") == (0, 0)
 
 
 # -- in-process bridge on the shared SparkSession --------------------------------------------

@@ -14,7 +14,9 @@ Any failure drops the connection (the server puts the open items back at the hea
 queue) and the batch is retried with backoff under the same batch id; after ``max_failures``
 failed jobs the batch goes to the dead-letter queue instead. See ``_ledger`` for the
 exactly-once argument with path output, ``_output`` for what each destination promises, and
-``_kestrel`` for the one seam through which all of this talks to a server.
+``_kestrel`` for the one seam through which all of this talks to a server (over
+:mod:`kestrel_actors.client`, the project's one memcache client; ``ServerAddress`` and
+``KestrelError`` here are that client's).
 
 The package also offers ``KestrelDataSource`` (``format("kestrel")``), a PySpark Python Data
 Source: a Structured Streaming source and a batch/stream sink (see ``_source``).
@@ -23,15 +25,8 @@ Importing this package does not import pyspark (that happens when a bridge start
 ``KestrelDataSource`` is first used), and the bridge never imports gevent.
 """
 
+from ..client import KestrelError, ServerAddress
 from ._batch import BatchRunner, JobFailed, JobTimedOut
-from ._client import (
-    KestrelClient,
-    KestrelConnectionError,
-    KestrelError,
-    KestrelProtocolError,
-    KestrelReplyError,
-    ServerAddress,
-)
 from ._config import (
     BridgeConfig,
     default_state_dir,
@@ -61,11 +56,7 @@ __all__ = [
     "JobFailed",
     "JobTimedOut",
     "KeepAlive",
-    "KestrelClient",
-    "KestrelConnectionError",
     "KestrelError",
-    "KestrelProtocolError",
-    "KestrelReplyError",
     "LedgerLockedError",
     "NullSink",
     "PathSink",

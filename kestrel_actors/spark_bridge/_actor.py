@@ -25,7 +25,7 @@ import pykka
 import structlog
 
 from ._batch import BatchRunner, JobFailed
-from ._client import KestrelError
+from ..client import KestrelError
 from ._config import BridgeConfig
 from ._meta import BatchResult
 from ._progress import Tally

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ._client import KestrelError, ServerAddress
+from ..client import KestrelError, ServerAddress
 from ._config import BridgeConfig, load_job
 from ._kestrel import Connection, keep_alive
 from ._ledger import BatchLedger

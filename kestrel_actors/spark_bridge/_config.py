@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ._client import ServerAddress
+from ..client import ServerAddress
 
 __all__ = [
     "BridgeConfig",

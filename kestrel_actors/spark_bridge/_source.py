@@ -46,7 +46,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ._client import KestrelError, ServerAddress
+from ..client import KestrelError, ServerAddress
 from ._config import parse_duration, parse_servers
 from ._kestrel import Connection, KeepAlive
 
