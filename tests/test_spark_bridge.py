@@ -66,6 +66,12 @@ def test_cli_help_does_not_import_pyspark_or_gevent():
         "assert r.exit_code == 0 and '--output-path' in r.output, r.output\n"
         "import kestrel_actors.spark_bridge, kestrel_actors.spark_bridge._runner\n"
         "import kestrel_actors.spark_bridge.jobs\n"
+        # Using the seam (a connection attempt to a closed port) does not load gevent either.
+        "from kestrel_actors.spark_bridge import Connection, ConnectionLost, ServerAddress\n"
+        "try:\n"
+        "    Connection(ServerAddress('127.0.0.1', 1), 0.5).stats()\n"
+        "except ConnectionLost:\n"
+        "    pass\n"
         "print(sorted(m for m in ('pyspark', 'gevent') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

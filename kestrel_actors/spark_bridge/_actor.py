@@ -24,8 +24,8 @@ from typing import Any
 import pykka
 import structlog
 
-from ._batch import BatchRunner, JobFailed
 from ..client import KestrelError
+from ._batch import BatchRunner, JobFailed
 from ._config import BridgeConfig
 from ._meta import BatchResult
 from ._progress import Tally
