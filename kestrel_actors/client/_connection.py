@@ -63,8 +63,8 @@ class Connection:
 
     EOL = b"\r\n"
 
-    __slots__ = ("host", "port", "timeout", "connect_timeout", "watched", "use_gevent", "sock", "raw", "buf",
-                 "retries", "waiting_since", "hub", "_wait", "_readable", "_sleep")
+    __slots__ = ("host", "port", "timeout", "connect_timeout", "watched", "use_gevent", "sock",
+                 "raw", "buf", "retries", "waiting_since", "hub", "_wait", "_readable", "_sleep")
 
     def __init__(self, host: str, port: int, timeout: float = 30.0, watched: bool = False,
                  use_gevent: bool | None = None, connect_timeout: float | None = None) -> None:
