@@ -70,7 +70,7 @@ def _fill(client, queue: str, count: int, size: int) -> float:
     sent = 0
     while sent < count:
         chunk = min(10_000, count - sent)
-        client.set_many(queue, (b"%08d" % (sent + i) + body[8:] for i in range(chunk)))
+        client.put_many(queue, [b"%08d" % (sent + i) + body[8:] for i in range(chunk)])
         sent += chunk
     return time.perf_counter() - started
 
@@ -88,19 +88,18 @@ def main(items, item_bytes, batch_size, partitions, master, address, target) -> 
     """Measure the Spark bridge's items/s on a trivial job."""
     import logging
 
+    from kestrel_actors.client import Client, ServerAddress
     from kestrel_actors.logs import configure_logging
-    from kestrel_actors.spark_bridge import (
-        BridgeConfig, KestrelClient, ServerAddress, create_spark_session, run_bridge)
+    from kestrel_actors.spark_bridge import BridgeConfig, create_spark_session, run_bridge
 
     configure_logging("console", "warning")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     with _server(address) as where, tempfile.TemporaryDirectory(prefix="bridge-state-") as state:
         server = ServerAddress.parse(where)
-        with KestrelClient(server) as client:
+        with Client(server) as client:
             for queue in (QUEUE, WARM_QUEUE):
                 client.get(queue)  # create it
-                client._sock.sendall(b"flush %s\r\n" % queue.encode())
-                assert client._read_line() == b"END"
+                client.flush(queue)
             fill_seconds = _fill(client, QUEUE, items, item_bytes)
             _fill(client, WARM_QUEUE, min(batch_size, items), item_bytes)
         click.echo(f"filled {items:,} items of {item_bytes} B in {fill_seconds:.2f}s "
@@ -134,7 +133,8 @@ def main(items, item_bytes, batch_size, partitions, master, address, target) -> 
         "wall_seconds": round(wall, 3),
         "items_per_second": round(report.items / busy) if busy else 0,
         "fetch_seconds": round(sum(r.fetch_seconds for r in report.results), 3),
-        "job_seconds": round(sum(r.job_seconds + r.write_seconds for r in report.results), 3),
+        "job_seconds": round(sum(r.job_seconds for r in report.results), 3),
+        "commit_seconds": round(sum(r.commit_seconds for r in report.results), 3),
         "confirm_seconds": round(sum(r.confirm_seconds for r in report.results), 3),
     }
     click.echo(f"bridge: {report.items:,} items in {report.batches} batches, "

@@ -1,4 +1,5 @@
-"""Shared fixtures: real server processes on loopback with data in a temp dir."""
+"""Shared fixtures: real server processes on loopback with data in a temp dir, and unique queue
+names. The Spark fixtures are the bridge room's (``tests/bridge/conftest.py``)."""
 
 from __future__ import annotations
 

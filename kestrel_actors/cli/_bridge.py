@@ -74,8 +74,22 @@ def bridge() -> None:
               help="Exit after this many non-empty batches per server (0: no limit).")
 @click.option("--until-empty", is_flag=True,
               help="Exit once a batch wait passes with the queue empty.")
-@click.option("--max-failures", default=0, type=click.IntRange(min=0),
-              help="Give up after this many consecutive failed attempts (0: retry for ever).")
+@click.option("--max-failures", default=5, show_default=True, type=click.IntRange(min=0),
+              help="After this many failed job attempts of one batch, move its items to the "
+                   "dead-letter queue and go on (0: retry for ever). Unreachable servers and "
+                   "job timeouts are always retried.")
+@click.option("--dead-letter-queue", default=None,
+              help="Where a batch goes after --max-failures [default: QUEUE_failed, same "
+                   "server].")
+@click.option("--job-timeout", default="0s", show_default=True, type=_Duration(),
+              help="Cancel a batch's Spark jobs after this long and return its items to the "
+                   "queue (0: no limit).")
+@click.option("--keep-alive", default="1s", show_default=True, type=_Duration(),
+              help="Ping the server this often while Spark works, so --client-timeout on the "
+                   "server never takes a batch back mid-job (0: never).")
+@click.option("--py-files", default="",
+              help="Comma-separated .py/.zip/.egg files shipped to the executors (the job's "
+                   "own module is shipped too when it is not installed).")
 @click.option("--retry-max", default="30s", show_default=True, type=_Duration(),
               help="Longest backoff between attempts.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
@@ -84,9 +98,11 @@ def bridge() -> None:
               default="info", show_default=True)
 def run(servers, queue, job, job_args, batch_size, batch_wait, partitions, master, spark_conf,
         output_queue, output_path, output_format, state_dir, once, max_batches, until_empty,
-        max_failures, retry_max, log_format, log_level) -> None:
+        max_failures, dead_letter_queue, job_timeout, keep_alive, py_files, retry_max,
+        log_format, log_level) -> None:
     """Run the bridge in the foreground until stopped (SIGINT/SIGTERM finish the batch in
-    flight; a second signal exits at once, leaving unconfirmed items to the server)."""
+    flight; a second signal exits at once, leaving unconfirmed items to the server). Exit code
+    1 if some batch was moved to the dead-letter queue."""
     import logging
 
     from ..logs import configure_logging
@@ -103,7 +119,9 @@ def run(servers, queue, job, job_args, batch_size, batch_wait, partitions, maste
             spark_conf=spark_conf, output_queue=output_queue, output_path=output_path,
             output_format=output_format, state_dir=state_dir,
             max_batches=1 if once else max_batches, until_empty=until_empty or once,
-            max_failures=max_failures, retry_max=retry_max,
+            max_failures=max_failures, dead_letter_queue=dead_letter_queue,
+            job_timeout=job_timeout, keep_alive=keep_alive, py_files=py_files,
+            retry_max=retry_max,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

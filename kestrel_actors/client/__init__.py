@@ -41,6 +41,8 @@ from ._wire import (
     get_options,
     get_request,
     monitor_request,
+    parse_version,
+    queue_key,
     set_request,
     value_reply,
 )
@@ -64,6 +66,8 @@ __all__ = [
     "get_options",
     "get_request",
     "monitor_request",
+    "parse_version",
+    "queue_key",
     "reply_error",
     "set_request",
     "value_reply",

@@ -38,7 +38,6 @@ __all__ = ["Client", "MonitorBatch", "ServerAddress"]
 T = TypeVar("T")
 
 DEFAULT_PORT = 22133
-_PIPELINE = 256  # pipelined SETs per round trip: neither side's socket buffer fills
 _DELETED = DELETED[:-2]
 
 
@@ -296,16 +295,7 @@ class Client:
         if not requests:
             return 0
 
-        def call(conn: Connection) -> int:
-            stored = 0
-            for start in range(0, len(requests), _PIPELINE):
-                chunk = requests[start:start + _PIPELINE]
-                conn.send(b"".join(chunk))
-                for _ in chunk:
-                    stored += parse_stored("set", conn.read_line())
-            return stored
-
-        return self._write(call)
+        return self._write(lambda conn: conn.store(requests))
 
     def _write(self, call: Callable[[Connection], T]) -> T:
         failure: KestrelError | None = None

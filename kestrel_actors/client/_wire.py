@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .._names import is_queue_name
+from .._names import is_queue_name, name_from_wire
 from ..protocol import DELETED, END, NOT_STORED, STORED, value_reply
 from ._errors import UnexpectedReply, reply_error
 
@@ -117,7 +117,7 @@ def parse_stat(line: bytes) -> tuple[str, str] | None:
     """``STAT <name> <value>`` → (name, value); None for the final ``END``."""
     if line == _END:
         return None
-    parts = line.decode("latin-1").split(" ", 2)
+    parts = name_from_wire(line).split(" ", 2)  # stat names hold queue names: UTF-8
     if len(parts) != 3 or parts[0] != "STAT":
         raise reply_error("stats", line)
     return parts[1], parts[2]

@@ -8,7 +8,11 @@ servers except the thread-safe SparkContext and the :class:`Tally`.
 The loop is message-driven: each ``_NEXT`` message runs one batch attempt, then the actor
 tells itself ``_NEXT`` again, so a ``stop()`` queued meanwhile is handled between batches.
 On a failure the connection is dropped (the server puts the open items back) and the next
-attempt waits an exponential backoff with jitter, cut short by the shared stop event.
+attempt waits an exponential backoff with jitter, cut short by the shared stop event. A batch
+whose *job* failed ``max_failures`` times in a row is parked instead: its items are stored in
+the dead-letter queue and confirmed, and the loop goes on with the next batch. Failures that
+are not the job's (a server that cannot be reached, a job timeout, which more often means a
+cluster without free executors than a poison item) are retried for ever.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from typing import Any
 import pykka
 import structlog
 
-from ._batch import BatchResult, BatchRunner
+from ..client import KestrelError
+from ._batch import BatchRunner, JobFailed
 from ._config import BridgeConfig
+from ._meta import BatchResult
 from ._progress import Tally
 
 __all__ = ["BridgeActor", "backoff_delay"]
@@ -105,7 +111,7 @@ class BridgeActor(pykka.ThreadingActor):
             output=result.output,
             fetch_seconds=round(result.fetch_seconds, 3),
             job_seconds=round(result.job_seconds, 3),
-            write_seconds=round(result.write_seconds, 3),
+            commit_seconds=round(result.commit_seconds, 3),
             confirm_seconds=round(result.confirm_seconds, 3),
             items_per_second=round(result.items / max(result.total_seconds, 1e-9)),
         ))
@@ -113,20 +119,49 @@ class BridgeActor(pykka.ThreadingActor):
             self.halt()
 
     def _failed(self, exc: Exception) -> None:
-        self.runner.abandon()
+        runner, config = self.runner, self.config
+        job_failed = isinstance(exc, JobFailed)
         self.failures += 1
-        config = self.config
-        give_up = bool(config.max_failures) and self.failures >= config.max_failures
-        delay = 0.0 if give_up else backoff_delay(self.failures, config.retry_initial,
-                                                  config.retry_max)
-        self.tally.failure(self.server, give_up, lambda: log.error(
+        if job_failed and config.max_failures and runner.attempt + 1 >= config.max_failures:
+            if self._park(exc):
+                return
+        runner.abandon(job_failed)
+        delay = backoff_delay(self.failures, config.retry_initial, config.retry_max)
+        self.tally.failure(lambda: log.error(
             "batch_failed",
             queue=config.queue,
             server=self.server,
-            error=f"{type(exc).__name__}: {exc}"[:2000],
+            batch_id=runner.ledger.current_id,
+            error=_describe(exc),
+            attempt=runner.attempt,
             consecutive_failures=self.failures,
-            retry_in_seconds=None if give_up else round(delay, 2),
-            gave_up=give_up,
+            retry_in_seconds=round(delay, 2),
         ))
-        if give_up or self.stop_event.wait(delay):
+        if self.stop_event.wait(delay):
             self.halt()
+
+    def _park(self, exc: Exception) -> bool:
+        """Move the failing batch to the dead-letter queue; False if that failed too."""
+        runner, config = self.runner, self.config
+        try:
+            batch_id, items = runner.park(config.dead_letter_queue)
+        except KestrelError as park_error:
+            log.error("park_failed", queue=config.queue, server=self.server,
+                      dead_letter_queue=config.dead_letter_queue, error=_describe(park_error))
+            return False
+        self.failures = 0
+        self.tally.parked(batch_id, lambda: log.error(
+            "batch_parked",
+            queue=config.queue,
+            server=self.server,
+            batch_id=batch_id,
+            items=items,
+            dead_letter_queue=config.dead_letter_queue,
+            attempts=config.max_failures,
+            error=_describe(exc),
+        ))
+        return True
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]

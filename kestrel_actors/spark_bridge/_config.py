@@ -10,16 +10,18 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ._client import ServerAddress
+from ..client import ServerAddress
 
 __all__ = [
     "BridgeConfig",
+    "job_module_name",
     "default_state_dir",
     "load_job",
     "parse_duration",
@@ -71,13 +73,27 @@ def parse_servers(text: str | Any) -> tuple[ServerAddress, ...]:
     return tuple(result)
 
 
+def job_module_name(spec: str | Callable[..., Any]) -> str:
+    """The module a job comes from (``package.module`` of ``package.module:function``)."""
+    if callable(spec):
+        return getattr(spec, "__module__", "") or ""
+    return spec.partition(":")[0]
+
+
 def load_job(spec: str | Callable[..., Any]) -> Callable[..., Any]:
-    """Resolve ``package.module:function`` (dotted attributes allowed after the colon)."""
+    """Resolve ``package.module:function`` (dotted attributes allowed after the colon).
+
+    The module is imported like ``python -m`` would: from ``sys.path`` *and* the current
+    directory, which the ``kestrel-actors`` entry point leaves off ``sys.path``.
+    """
     if callable(spec):
         return spec
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"job must look like package.module:function, got {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
     target: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         target = getattr(target, part)
@@ -118,8 +134,15 @@ class BridgeConfig:
     At most one of ``output_queue`` and ``output_path`` may be set.
 
     Stopping: ``max_batches`` (``once`` is ``max_batches=1``) counts non-empty batches per
-    server; ``until_empty`` stops a server's loop at its first empty batch; ``max_failures``
-    stops after that many consecutive failed attempts (0 retries for ever).
+    server; ``until_empty`` stops a server's loop at its first empty batch.
+
+    Failures: a batch whose job (or output) fails ``max_failures`` times in a row is moved to
+    ``dead_letter_queue`` (default ``<queue>_failed``, same server) and the bridge goes on;
+    0 retries for ever. A server that cannot be reached is retried for ever with backoff.
+    ``job_timeout`` (0: none) cancels a batch's Spark jobs and returns its items to the queue.
+    ``keep_alive`` is how often the connection is pinged while Spark works (0: never).
+    ``py_files`` are shipped to the executors (``SparkContext.addPyFile``), and so is the
+    job's own module when it is not installed (see ``_spark.ship_job_code``).
     """
 
     queue: str
@@ -138,7 +161,11 @@ class BridgeConfig:
     state_dir: str | None = None
     max_batches: int = 0
     until_empty: bool = False
-    max_failures: int = 0
+    max_failures: int = 5
+    dead_letter_queue: str | None = None
+    job_timeout: float = 0.0
+    keep_alive: float = 1.0
+    py_files: tuple[str, ...] = ()
     retry_initial: float = 0.5
     retry_max: float = 30.0
     connect_timeout: float = 5.0
@@ -150,6 +177,13 @@ class BridgeConfig:
             object.__setattr__(self, "servers", parse_servers(self.servers))
         object.__setattr__(self, "job_args", parse_key_values(self.job_args, "job arg"))
         object.__setattr__(self, "spark_conf", parse_key_values(self.spark_conf, "conf"))
+        if isinstance(self.py_files, str):
+            object.__setattr__(self, "py_files", tuple(
+                p for p in self.py_files.split(",") if p.strip()))
+        else:
+            object.__setattr__(self, "py_files", tuple(self.py_files))
+        if self.dead_letter_queue is None:
+            object.__setattr__(self, "dead_letter_queue", f"{self.queue}_failed")
         if not self.queue or any(ch in self.queue for ch in " /.~\r\n\t"):
             raise ValueError(f"bad queue name {self.queue!r}")
         if self.output_queue is not None and self.output_path is not None:
@@ -159,6 +193,12 @@ class BridgeConfig:
             raise ValueError(f"bad output queue name {self.output_queue!r}")
         if self.output_queue == self.queue:
             raise ValueError("the output queue must differ from the input queue")
+        if not self.dead_letter_queue or self.dead_letter_queue == self.queue or any(
+                ch in self.dead_letter_queue for ch in " /.~\r\n\t"):
+            raise ValueError(f"bad dead-letter queue name {self.dead_letter_queue!r} (it must "
+                             "be a queue name other than the input queue)")
+        if self.job_timeout < 0 or self.keep_alive < 0:
+            raise ValueError("job_timeout and keep_alive cannot be negative")
         if self.output_format not in OUTPUT_FORMATS:
             raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}")
         if self.batch_size < 1 or self.partitions < 1:

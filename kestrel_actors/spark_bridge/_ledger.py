@@ -31,7 +31,7 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ._client import ServerAddress
+from ..client import ServerAddress
 
 __all__ = ["BatchLedger", "LedgerLockedError", "format_batch_id"]
 

@@ -11,6 +11,8 @@ return before its output would survive a crash:
 * :class:`QueueSink` — each result becomes one item SET on the output queue of the same
   server; ``STORED`` is durable as far as the server's journal promises. SETs are not
   idempotent, so a retried batch may store its results twice (at-least-once).
+* A batch parked in the dead-letter queue has its partial output removed (:meth:`Sink.discard`)
+  for a local path, so giving up leaves no empty or half-written ``batch=<id>/`` behind.
 * :class:`NullSink` — no destination: the job itself must make its effects durable before it
   returns; lazy results (RDD, DataFrame) are counted so that their work actually runs.
 
@@ -34,8 +36,8 @@ from ._ledger import fsync_dir
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ._batch import BatchMeta
-    from ._client import KestrelClient
+    from ._kestrel import Connection
+    from ._meta import BatchMeta
 
 __all__ = ["NullSink", "PathSink", "QueueSink", "Sink", "make_sink"]
 
@@ -46,8 +48,12 @@ class Sink:
     description = "none"
 
     def write(self, result: Any, meta: BatchMeta, spark: SparkSession,
-              client: KestrelClient) -> int | None:
+              client: Connection) -> int | None:
         raise NotImplementedError
+
+    def discard(self, batch_id: str) -> None:
+        """A batch was parked in the dead-letter queue: remove what its attempts wrote
+        where that is possible (nothing for a queue: SETs cannot be taken back)."""
 
 
 class NullSink(Sink):
@@ -75,7 +81,7 @@ class QueueSink(Sink):
             records = [encode_record(row) for row in result]
         else:
             records = [encode_record(result)]
-        return client.set_many(self.queue, records)
+        return client.put_many(self.queue, records)
 
 
 class PathSink(Sink):
@@ -87,6 +93,13 @@ class PathSink(Sink):
 
     def batch_path(self, batch_id: str) -> str:
         return f"{self.path}/batch={batch_id}"
+
+    def discard(self, batch_id: str) -> None:
+        if self.local:
+            target = local_path(self.batch_path(batch_id))
+            if target.exists():
+                shutil.rmtree(target)
+                fsync_dir(target.parent)
 
     def write(self, result, meta, spark, client):
         if result is None:

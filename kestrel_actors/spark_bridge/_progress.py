@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from ._batch import BatchResult
+    from ._meta import BatchResult
 
 __all__ = ["BridgeReport", "ProgressLine", "Tally"]
 
@@ -28,14 +28,14 @@ class BridgeReport:
     batches: int = 0
     items: int = 0
     failures: int = 0
-    gave_up: list[str] = field(default_factory=list)
+    parked: list[str] = field(default_factory=list)
     results: list[BatchResult] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        """False if some server's loop stopped because of ``max_failures``."""
-        return not self.gave_up
+        """False if some batch was moved to the dead-letter queue (``parked`` has their ids)."""
+        return not self.parked
 
 
 class ProgressLine:
@@ -82,11 +82,14 @@ class Tally:
         with self._lock:
             self._redraw()
 
-    def failure(self, server: str, gave_up: bool, emit: Callable[[], None]) -> None:
+    def failure(self, emit: Callable[[], None]) -> None:
         with self._lock:
             self.report.failures += 1
-            if gave_up:
-                self.report.gave_up.append(server)
+            self._emit(emit)
+
+    def parked(self, batch_id: str, emit: Callable[[], None]) -> None:
+        with self._lock:
+            self.report.parked.append(batch_id)
             self._emit(emit)
 
     def finish(self) -> BridgeReport:
@@ -106,5 +109,6 @@ class Tally:
         self.progress.show(
             f"bridge: {report.items:,} items in {report.batches:,} batches, "
             f"{report.items / elapsed:,.0f} items/s, {report.failures} failures, "
+            f"{len(report.parked)} parked, "
             f"{elapsed:,.0f}s"
         )

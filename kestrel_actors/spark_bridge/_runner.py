@@ -21,7 +21,7 @@ from ._batch import BatchRunner
 from ._config import BridgeConfig, load_job
 from ._output import make_sink
 from ._progress import BridgeReport, ProgressLine, Tally
-from ._session import create_spark_session
+from ._spark import create_spark_session, ship_job_code
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,13 +30,15 @@ __all__ = ["run_bridge"]
 
 log = structlog.get_logger("kestrel_actors.spark_bridge")
 
+_MONITOR_CAP = 10_000  # the server's default --monitor-max-items
+
 
 def run_bridge(config: BridgeConfig, *, spark: SparkSession | None = None,
                stop_event: threading.Event | None = None,
                progress: ProgressLine | None = None,
                handle_signals: bool = False) -> BridgeReport:
     """Run until every server's loop has stopped (``max_batches``, ``until_empty``,
-    ``max_failures``) or ``stop_event`` is set; the batch in flight then finishes first.
+    or ``stop_event`` is set; the batch in flight then finishes first.
 
     ``handle_signals`` (main thread only): SIGINT/SIGTERM set ``stop_event``, a second one
     exits at once. They are installed after Spark starts because SparkContext replaces the
@@ -65,10 +67,18 @@ def run_bridge(config: BridgeConfig, *, spark: SparkSession | None = None,
                                          config.partitions)
             log.info("spark_started", master=config.master,
                      seconds=round(time.perf_counter() - started, 2))
+        shipped = ship_job_code(spark, config.job, config.py_files)
+        if config.batch_size > _MONITOR_CAP:
+            log.warning("batch_size_above_monitor_cap", queue=config.queue,
+                        batch_size=config.batch_size, monitor_max_items=_MONITOR_CAP,
+                        detail="a server opens at most --monitor-max-items (default 10,000) "
+                               "items per connection; batches will be that size at most")
         log.info("bridge_started", queue=config.queue, servers=[str(s) for s in config.servers],
                  job=_job_name(config.job), output=runners[0].sink.description,
                  batch_size=config.batch_size, batch_wait=config.batch_wait,
-                 partitions=config.partitions, state_dir=str(config.resolved_state_dir))
+                 partitions=config.partitions, state_dir=str(config.resolved_state_dir),
+                 shipped=shipped, dead_letter_queue=config.dead_letter_queue,
+                 max_failures=config.max_failures, job_timeout=config.job_timeout)
         tally = Tally(progress)  # rates count from here, not from the Spark start
         with _graceful_signals(stop_event, handle_signals):
             for runner in runners:
@@ -86,7 +96,7 @@ def run_bridge(config: BridgeConfig, *, spark: SparkSession | None = None,
             spark.stop()
     report = tally.finish()
     log.info("bridge_stopped", queue=config.queue, batches=report.batches, items=report.items,
-             failures=report.failures, gave_up=report.gave_up, seconds=round(report.seconds, 2))
+             failures=report.failures, parked=report.parked, seconds=round(report.seconds, 2))
     return report
 
 

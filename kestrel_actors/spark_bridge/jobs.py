@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark import RDD
 
-    from ._batch import BatchMeta
+    from ._meta import BatchMeta
 
 __all__ = ["count", "identity", "json_field_sum", "word_count"]
 

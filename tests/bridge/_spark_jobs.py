@@ -1,4 +1,13 @@
-"""Bridge jobs for tests that run the bridge as a subprocess (so they must be importable).
+"""Spark test helpers of the bridge room (tests/bridge/): the jobs Spark's workers import, and
+helpers for servers and subprocesses.
+
+Two kinds of things live here, both importable by Spark's Python workers (``PYTHONPATH`` holds
+the repository, so ``tests.*`` imports on executors):
+
+* bridge jobs for tests that run the bridge (``slow_identity``);
+* helpers that talk to servers and subprocesses (``load``, ``drain``, ``queue_stats``,
+  ``start_bridge``, ``wait_for``...), and ``python -m tests.bridge._spark_jobs stream ...``, a
+  streaming query in its own driver process (for killing a driver mid-query).
 
 ``slow_identity`` is ``jobs.identity`` with two hooks driven by ``--job-arg``:
 ``markers=DIR`` — touch ``DIR/<batch_id>.<attempt>`` when a batch's job starts (the test
@@ -8,11 +17,27 @@ seconds inside the Spark tasks, so the job is really running when the kill lands
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
 
-__all__ = ["slow_identity"]
+__all__ = [
+    "REPO", "client", "drain", "kill_group", "listening", "load", "output_values",
+    "queue_stats", "read_json_output", "slow_identity", "spark_env", "start_bridge",
+    "wait_for",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- bridge jobs -----------------------------------------------------------------------------
 
 
 def slow_identity(rdd, meta):
@@ -31,3 +56,150 @@ def _slow(delay, items):
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8")
+
+
+# -- servers ---------------------------------------------------------------------------------
+
+
+def client(server):
+    """The project's client (``kestrel_actors.client``) for one test server."""
+    from kestrel_actors.client import Client, ServerAddress
+
+    return Client(ServerAddress(server.host, server.port))
+
+
+def load(server, queue: str, items: list[bytes]) -> None:
+    with client(server) as c:
+        assert c.put_many(queue, items) == len(items)
+
+
+def drain(server, queue: str) -> list[bytes]:
+    out = []
+    with client(server) as c:
+        while (item := c.get(queue)) is not None:
+            out.append(item)
+    return out
+
+
+def queue_stats(server, queue: str) -> tuple[int, int]:
+    """(items waiting, items open) on ``queue``."""
+    with client(server) as c:
+        stats = c.queue_stats(queue)
+    return stats.get("items", 0), stats.get("open_transactions", 0)
+
+
+# -- bridge output ---------------------------------------------------------------------------
+
+
+def read_json_output(path: Path) -> dict[str, list[dict]]:
+    """Rows of every complete (``_SUCCESS``) batch directory under ``path``."""
+    batches = {}
+    for directory in sorted(path.glob("batch=*")):
+        assert (directory / "_SUCCESS").exists(), f"incomplete batch {directory}"
+        rows = []
+        for part in sorted(directory.glob("part-*")):
+            rows.extend(json.loads(line) for line in part.read_text().splitlines() if line)
+        batches[directory.name.removeprefix("batch=")] = rows
+    return batches
+
+
+def output_values(path: Path) -> list[str]:
+    return [row["value"] for rows in read_json_output(path).values() for row in rows]
+
+
+# -- subprocesses ----------------------------------------------------------------------------
+
+
+def spark_env() -> dict[str, str]:
+    """Environment for Spark workers and subprocesses: the repo importable (tests.*)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def start_bridge(*args: str, log: Path, cwd: Path = REPO) -> subprocess.Popen:
+    with open(log, "ab") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kestrel_actors.cli", "bridge", "run", "--log-format", "json",
+             *args],
+            stdout=sink, stderr=subprocess.STDOUT, env=spark_env(), cwd=cwd,
+            start_new_session=True,
+        )
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill what is left of a subprocess's session (JVM, Python workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None,
+             log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    detail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{detail}")
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+# -- a streaming query in its own driver process ---------------------------------------------
+
+
+def _stream_main(argv: list[str]) -> None:
+    """Copy ``--queue`` to ``--out`` through a streaming query (kestrel source → a slow map →
+    kestrel sink) with ``--checkpoint``, until killed or ``--seconds`` pass."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--servers", required=True)
+    parser.add_argument("--queue", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--max-items", type=int, default=500)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--seconds", type=float, default=600.0)
+    args = parser.parse_args(argv)
+
+    from kestrel_actors.spark_bridge import KestrelDataSource, create_spark_session
+
+    spark = create_spark_session("local[2]", {"spark.driver.memory": "512m"},
+                                 "kestrel-stream-test", partitions=2)
+    spark.dataSource.register(KestrelDataSource)
+    source = (spark.readStream.format("kestrel").option("servers", args.servers)
+              .option("queue", args.queue).option("maxItemsPerBatch", args.max_items)
+              .option("itemsPerPartition", max(1, args.max_items // 2)).load())
+    slow = source.select("data").mapInArrow(partial(_slow_arrow, args.sleep), "data binary")
+    query = (slow.writeStream.format("kestrel").option("servers", args.servers)
+             .option("queue", args.out).option("checkpointLocation", args.checkpoint)
+             .trigger(processingTime="200 milliseconds").start())
+    print("query started", flush=True)
+    query.awaitTermination(args.seconds)
+    query.stop()
+    spark.stop()
+
+
+def _slow_arrow(delay, batches):
+    for batch in batches:
+        if delay:
+            time.sleep(delay)
+        yield batch
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["stream"]:
+        _stream_main(sys.argv[2:])
+    else:
+        raise SystemExit("usage: python -m tests.bridge._spark_jobs stream --servers ... --queue ...")

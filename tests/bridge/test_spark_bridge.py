@@ -7,69 +7,43 @@ bridge or need another master start ``kestrel-actors bridge run`` subprocesses.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
+from kestrel_actors.client import ClientError, ServerError
 from kestrel_actors.spark_bridge import (
     BatchLedger,
     BridgeConfig,
-    KestrelClient,
-    KestrelReplyError,
+    Connection,
+    ConnectionLost,
+    KeepAlive,
     LedgerLockedError,
     ServerAddress,
     parse_duration,
     run_bridge,
 )
 
-from ..helpers import REPO, free_port
+from ._spark_jobs import (
+    client,
+    drain,
+    kill_group,
+    load,
+    output_values,
+    queue_stats,
+    spark_env,
+    start_bridge,
+    wait_for,
+)
 
 JOBS = "kestrel_actors.spark_bridge.jobs"
 VOCAB = [f"w{i}" for i in range(50)] + ["kestrel", "queue", "spark", "actor"]
-
-
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def _env() -> dict[str, str]:
-    """Environment for Spark workers and bridge subprocesses: the repo importable (tests.*)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    return env
-
-
-def client(server) -> KestrelClient:
-    return KestrelClient(ServerAddress(server.host, server.port)).connect()
-
-
-def load(server, queue: str, items: list[bytes]) -> None:
-    with client(server) as c:
-        assert c.set_many(queue, items) == len(items)
-
-
-def drain(server, queue: str) -> list[bytes]:
-    out = []
-    with client(server) as c:
-        while (item := c.get(queue)) is not None:
-            out.append(item)
-    return out
-
-
-def queue_stats(server, queue: str) -> tuple[int, int]:
-    """(items waiting, items open) on ``queue``."""
-    with client(server) as c:
-        stats = c.stats()
-    return (int(stats.get(f"queue_{queue}_items", 0)),
-            int(stats.get(f"queue_{queue}_open_transactions", 0)))
 
 
 def config(server, tmp_path, **changes) -> BridgeConfig:
@@ -82,65 +56,6 @@ def config(server, tmp_path, **changes) -> BridgeConfig:
     return BridgeConfig(**settings)
 
 
-def read_json_output(path: Path) -> dict[str, list[dict]]:
-    """Rows of every complete (``_SUCCESS``) batch directory under ``path``."""
-    batches = {}
-    for directory in sorted(path.glob("batch=*")):
-        assert (directory / "_SUCCESS").exists(), f"incomplete batch {directory}"
-        rows = []
-        for part in sorted(directory.glob("part-*")):
-            rows.extend(json.loads(line) for line in part.read_text().splitlines() if line)
-        batches[directory.name.removeprefix("batch=")] = rows
-    return batches
-
-
-def output_values(path: Path) -> list[str]:
-    return [row["value"] for rows in read_json_output(path).values() for row in rows]
-
-
-def start_bridge(*args: str, log: Path) -> subprocess.Popen:
-    with open(log, "ab") as sink:
-        return subprocess.Popen(
-            [sys.executable, "-m", "kestrel_actors.cli", "bridge", "run", "--log-format", "json",
-             *args],
-            stdout=sink, stderr=subprocess.STDOUT, env=_env(), cwd=REPO, start_new_session=True,
-        )
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill what is left of a subprocess's session (JVM, Python workers)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(10)
-
-
-def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None,
-             log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if proc is not None and proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    detail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
-    raise AssertionError(f"timed out waiting for {what}\n{detail}")
-
-
-@pytest.fixture(scope="session")
-def spark():
-    """One local[2] SparkSession for every in-process bridge test of the session."""
-    from kestrel_actors.spark_bridge import create_spark_session
-
-    os.environ["PYTHONPATH"] = _env()["PYTHONPATH"]  # Python workers import tests.* jobs
-    session = create_spark_session("local[2]", {"spark.driver.memory": "768m"},
-                                   "kestrel-bridge-tests", partitions=2)
-    yield session
-    session.stop()
-
-
 # -- fast checks: no Spark -------------------------------------------------------------------
 
 
@@ -151,10 +66,16 @@ def test_cli_help_does_not_import_pyspark_or_gevent():
         "assert r.exit_code == 0 and '--output-path' in r.output, r.output\n"
         "import kestrel_actors.spark_bridge, kestrel_actors.spark_bridge._runner\n"
         "import kestrel_actors.spark_bridge.jobs\n"
+        # Using the seam (a connection attempt to a closed port) does not load gevent either.
+        "from kestrel_actors.spark_bridge import Connection, ConnectionLost, ServerAddress\n"
+        "try:\n"
+        "    Connection(ServerAddress('127.0.0.1', 1), 0.5).stats()\n"
+        "except ConnectionLost:\n"
+        "    pass\n"
         "print(sorted(m for m in ('pyspark', 'gevent') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=_env(), check=True).stdout
+                         env=spark_env(), check=True).stdout
     assert out.strip() == "[]"
 
 
@@ -186,19 +107,65 @@ def test_ledger_is_exclusive_and_durable(tmp_path):
     again.close()
 
 
-def test_client_monitor_and_confirm(server):
+def test_seam_opens_confirms_and_never_reconnects_while_holding(server):
     load(server, "mon", [b"a", b"", b"c\r\nd"])
-    with client(server) as c:
-        items = c.fetch_batch("mon", 10, 0.2)  # sub-second wait: one whole second on the wire
-        assert items == [b"a", b"", b"c\r\nd"]
-        with pytest.raises(KestrelReplyError):
-            c.confirm("mon", 4)  # more than are open: ERROR, nothing confirmed
-        c.connect()
-        # The close gave them back, at the head in reverse opening order (reference §2.6).
-        assert c.fetch_batch("mon", 10, 0.2) == [b"c\r\nd", b"", b"a"]
-        c.confirm("mon", 3)
-        assert c.fetch_batch("mon", 10, 0.2) == []
-    assert queue_stats(server, "mon") == (0, 0)
+    conn = Connection(ServerAddress(server.host, server.port))
+    try:
+        items = conn.open_items("mon", 10, 0.2)  # sub-second wait: one whole second on the wire
+        assert items == [b"a", b"", b"c\r\nd"] and conn.holding == 3
+        conn.check()
+        with pytest.raises(ClientError):
+            conn.confirm("mon", 4)  # more than are open: ERROR, nothing confirmed
+        # The failure closed the connection, so the server took the items back: the seam says
+        # so instead of reconnecting behind the caller's back.
+        assert not conn.connected
+        with pytest.raises(ConnectionLost):
+            conn.check()
+        with pytest.raises(ConnectionLost):
+            conn.confirm("mon", 3)
+        with pytest.raises(ConnectionLost):
+            conn.put_many("elsewhere", [b"x"])
+        # A new open starts afresh: the items are back at the head in reverse opening order
+        # (reference §2.6).
+        assert conn.open_items("mon", 10, 0.2) == [b"c\r\nd", b"", b"a"]
+        conn.confirm("mon", 3)
+        assert conn.holding == 0 and conn.open_items("mon", 10, 0.2) == []
+        assert conn.put_many("mon2", [b"p", b"q"]) == 2 and conn.depth("mon2") == 2
+        assert conn.open_available("mon2", 10) == [b"p", b"q"]
+        conn.confirm("mon2", 2)
+    finally:
+        conn.close()
+    assert queue_stats(server, "mon") == (0, 0) and queue_stats(server, "mon2") == (0, 0)
+
+
+def test_seam_raises_when_a_queue_refuses_an_item(make_server, tmp_path):
+    config = tmp_path / "full.toml"
+    config.write_text("[queues.full]\nmax_items = 2\n")
+    server = make_server("--config", str(config))
+    conn = Connection(ServerAddress(server.host, server.port))
+    try:
+        with pytest.raises(ServerError, match="refused 1 of 3"):
+            conn.put_many("full", [b"1", b"2", b"3"])
+    finally:
+        conn.close()
+    assert queue_stats(server, "full") == (2, 0)
+
+
+def test_seam_pings_from_another_thread_between_commands(server):
+    load(server, "ka", [b"x"])
+    conn = Connection(ServerAddress(server.host, server.port))
+    try:
+        assert conn.open_items("ka", 1, 1) == [b"x"]
+        pinger = KeepAlive(0.05)
+        pinger.add(conn)
+        for _ in range(20):
+            conn.check()
+            time.sleep(0.01)
+        pinger.stop()
+        conn.confirm("ka", 1)
+    finally:
+        conn.close()
+    assert queue_stats(server, "ka") == (0, 0)
 
 
 # -- in-process bridge on the shared SparkSession --------------------------------------------
@@ -254,35 +221,6 @@ def test_json_field_sum_to_parquet_in_batches(server, spark, tmp_path):
     assert json.loads((out / "_kestrel_bridge" / f"orders@127.0.0.1_{server.port}.json")
                       .read_text())["next_batch"] == 3
     assert queue_stats(server, "orders") == (0, 0)
-
-
-@pytest.mark.spark
-def test_failing_job_confirms_nothing_and_a_later_run_processes(server, spark, tmp_path):
-    items = [f"item-{i}".encode() for i in range(300)]
-    load(server, "flaky", items)
-    out = tmp_path / "out"
-    seen = []
-
-    def broken(rdd, meta):
-        seen.append((meta.batch_id, meta.attempt))
-        return rdd.map(_explode)  # fails inside the Spark tasks, while the sink writes
-
-    report = run_bridge(config(server, tmp_path, queue="flaky", job=broken, output_path=str(out),
-                               max_failures=2), spark=spark)
-    assert not report.ok and report.failures == 2 and report.items == 0
-    assert seen[0][0] == seen[1][0] and [a for _, a in seen] == [0, 1]  # same batch id
-    assert queue_stats(server, "flaky") == (300, 0)  # nothing confirmed, all given back
-
-    report = run_bridge(config(server, tmp_path, queue="flaky", output_path=str(out)), spark=spark)
-    assert report.ok and report.items == 300
-    batches = read_json_output(out)
-    assert list(batches) == [seen[0][0]]  # the retry overwrote the failed attempt's directory
-    assert sorted(output_values(out)) == sorted(i.decode() for i in items)
-    assert queue_stats(server, "flaky") == (0, 0)
-
-
-def _explode(item):
-    raise RuntimeError(f"job failed on {item!r}")
 
 
 @pytest.mark.spark
@@ -346,13 +284,20 @@ def test_two_servers_and_a_dataframe_job(make_server, spark, tmp_path):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_server_restart_mid_batch(server, spark, tmp_path):
-    """SIGTERM restart while a batch's job runs: its items come back and are processed."""
+    """SIGTERM restart while a batch's job runs: the items survive the restart (journal), the
+    bridge sees its connection is gone *before* committing the batch, and the retry rewrites
+    the same batch id — no item lost and, with a path output, none duplicated.
+
+    Deterministic: the first attempt's job blocks until the restart is over, so the restart
+    always lands between opening the items and the commit."""
     items = [f"r{i}".encode() for i in range(2000)]
     load(server, "restart", items)
     out = tmp_path / "out"
     started, proceed = threading.Event(), threading.Event()
+    attempts = []
 
     def blocking_identity(rdd, meta):
+        attempts.append((meta.batch_id, meta.attempt))
         if not started.is_set():
             started.set()
             assert proceed.wait(60)
@@ -360,7 +305,7 @@ def test_server_restart_mid_batch(server, spark, tmp_path):
 
     stop = threading.Event()
     cfg = config(server, tmp_path, queue="restart", job=blocking_identity, batch_size=500,
-                 output_path=str(out))
+                 output_path=str(out), keep_alive=0)
     reports = []
     thread = threading.Thread(target=lambda: reports.append(
         run_bridge(cfg, spark=spark, stop_event=stop)))
@@ -369,17 +314,21 @@ def test_server_restart_mid_batch(server, spark, tmp_path):
         assert started.wait(60), "first batch never started"
         assert queue_stats(server, "restart") == (1500, 500)
         server.restart()  # SIGTERM: graceful shutdown with 500 items open
-        survived = sum(queue_stats(server, "restart"))
+        assert queue_stats(server, "restart") == (2000, 0)  # the open ones came back
         proceed.set()
-        assert survived == 2000  # every item was journaled: the restart lost none
         thread.join(120)
+        assert not thread.is_alive()
     finally:
         proceed.set()
         stop.set()
         thread.join(60)
-    assert reports and reports[0].ok and reports[0].failures >= 1
+    assert reports and reports[0].ok and reports[0].failures == 1 and reports[0].items == 2000
+    first = f"restart-127.0.0.1-{server.port}-00000000"
+    # Not committed: retried under the same id. A lost connection is not the job's failure,
+    # so the retry's meta.attempt is 0 again.
+    assert attempts[:2] == [(first, 0), (first, 0)]
     values = output_values(out)
-    assert set(values) == {i.decode() for i in items}  # none lost (duplicates allowed)
+    assert sorted(values) == sorted(i.decode() for i in items)  # none lost, none duplicated
     assert queue_stats(server, "restart") == (0, 0)
 
 
@@ -421,62 +370,6 @@ def test_bridge_sigkill_mid_job_loses_nothing(server, tmp_path):
     assert queue_stats(server, "killme") == (0, 0)
     events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     assert sum(e["items"] for e in events if e.get("event") == "batch") >= 3000
-
-
-@pytest.fixture
-def standalone_cluster(tmp_path):
-    """A Spark standalone master and one worker from the installed pyspark, on loopback."""
-    import pyspark
-
-    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    port, ui_port, worker_ui = free_port(), free_port(), free_port()
-    env = _env()
-    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_MASTER_HOST="127.0.0.1",
-               SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
-    procs, log = [], tmp_path / "cluster.log"
-
-    def spawn(*args: str) -> subprocess.Popen:
-        with open(log, "ab") as sink:
-            proc = subprocess.Popen([str(spark_class), *args], stdout=sink,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        procs.append(proc)
-        return proc
-
-    def alive_workers() -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
-                return int(json.load(r).get("aliveworkers", 0))
-        except OSError:
-            return 0
-
-    try:
-        master = spawn("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                       "--port", str(port), "--webui-port", str(ui_port))
-        wait_for(lambda: _listening(port), 60, "the master", master, log)
-        worker = spawn("org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
-                       "--host", "127.0.0.1", "--webui-port", str(worker_ui),
-                       "--cores", "2", "--memory", "1g", "--work-dir", str(tmp_path / "work"))
-        wait_for(lambda: alive_workers() >= 1, 60, "a registered worker", worker, log)
-        yield f"spark://127.0.0.1:{port}"
-    finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-
-
-def _listening(port: int) -> bool:
-    import socket
-
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 @pytest.mark.spark

@@ -174,6 +174,15 @@ def test_stats_version_flush_delete(client, qname, module_server):
     assert f"queue_{qname}_items" not in client.stats()[module_server.address]
 
 
+def test_stats_of_a_non_ascii_queue_name(client, qname):
+    # Stat names carry queue names in the server's bytes (UTF-8): they must read back as the
+    # name the caller spelled, or queue_stats (and the Spark source's depth) would miss them.
+    name = f"{qname}-caf\u00e9"
+    client.put_many(name, [b"1", b"2"])
+    assert client.queue_stats(name)["items"] == 2
+    client.delete(name)
+
+
 def test_bad_queue_names_are_refused_before_sending(client):
     for name in ("", "a/b", "a b", "dots.here", "+child", "x" * 201):
         with pytest.raises(ValueError):

@@ -1,4 +1,5 @@
-"""Create the bridge's SparkSession with settings that work on one small, offline machine.
+"""The bridge's SparkSession: settings that work on one small, offline machine, and the
+shipping of job code to the executors.
 
 Why these defaults: the Python workers must run this interpreter (it has the bridge and the
 user's jobs installed), the driver must bind to loopback (no other interface may exist or be
@@ -10,13 +11,19 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import sysconfig
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._config import job_module_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["create_spark_session", "spark_defaults", "prepare_spark_env"]
+__all__ = ["create_spark_session", "prepare_spark_env", "ship_job_code", "spark_defaults"]
 
 
 def spark_defaults(partitions: int = 4) -> dict[str, str]:
@@ -70,3 +77,56 @@ def _quiet_task_size_warning(spark: SparkSession) -> None:
             "org.apache.spark.scheduler.TaskSetManager", jvm.org.apache.logging.log4j.Level.ERROR)
     except Exception:  # noqa: BLE001 - purely cosmetic
         pass
+
+
+def ship_job_code(spark: SparkSession, job: str | Callable[..., Any],
+                  py_files: Iterable[str] = ()) -> list[str]:
+    """Make the job importable on every executor; returns what was shipped.
+
+    Spark pickles a job's functions *by reference* when their module is importable on the
+    driver, so an executor must import that module too — on a cluster it usually cannot, and a
+    module-level helper then fails with ``ModuleNotFoundError``. ``py_files`` (``--py-files``:
+    ``.py``, ``.zip`` or ``.egg``) are added as they are; the job's own top-level module or
+    package is added too unless it is installed (site-packages, the standard library) or is
+    this project (which must be installed wherever executors run the bridge's jobs): a module
+    file as it is, a package zipped.
+    """
+    sc = spark.sparkContext
+    shipped: list[str] = []
+    for path in py_files:
+        sc.addPyFile(path)
+        shipped.append(path)
+    top = job_module_name(job).split(".")[0]
+    module = sys.modules.get(top)
+    origin = getattr(module, "__file__", None)
+    if top in ("", "__main__", "kestrel_actors") or not origin or _installed(origin):
+        return shipped
+    if hasattr(module, "__path__"):  # a package: ship the whole directory as a zip
+        archive = _zip_package(Path(origin).parent, top)
+        sc.addPyFile(str(archive))
+        shipped.append(str(archive))
+    elif origin.endswith(".py"):
+        sc.addPyFile(origin)
+        shipped.append(origin)
+    return shipped
+
+
+def _installed(path: str) -> bool:
+    resolved = Path(path).resolve()
+    paths = sysconfig.get_paths()
+    for key in ("purelib", "platlib", "stdlib", "platstdlib"):
+        root = paths.get(key)
+        if root and resolved.is_relative_to(Path(root).resolve()):
+            return True
+    return False
+
+
+def _zip_package(directory: Path, name: str) -> Path:
+    """``<tmp>/<name>.zip`` holding ``name/**.py`` (a fresh temp dir per call: Spark refuses
+    to add a second, different file under a name it has already shipped)."""
+    archive = Path(tempfile.mkdtemp(prefix="kestrel-job-")) / f"{name}.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for file in sorted(directory.rglob("*.py")):
+            if "__pycache__" not in file.parts:
+                zf.write(file, Path(name) / file.relative_to(directory))
+    return archive

@@ -1,0 +1,381 @@
+"""``kestrel``: a PySpark Python Data Source — a Structured Streaming source and a sink.
+
+Register it, then read and write queues like any other format::
+
+    from kestrel_actors.spark_bridge import KestrelDataSource
+    spark.dataSource.register(KestrelDataSource)
+    events = (spark.readStream.format("kestrel").option("servers", "h1:22133,h2:22133")
+              .option("queue", "events").load())               # data binary, queue, server
+    df.write.format("kestrel").option("queue", "out").mode("append").save()
+
+How the source delivers (the reasoning is in docs/adr/0003-spark-data-source.md):
+
+* Spark keeps the stream reader in one long-lived Python process beside the driver JVM and
+  calls ``latestOffset``, ``partitions`` and ``commit`` there, one at a time. That process
+  holds one connection per server; memcache reliable reads are tied to a connection.
+* ``latestOffset(start)`` first confirms every batch up to ``start`` — Spark asks for the
+  next offset only after it has written the previous batch to its commit log — then opens
+  what is waiting on each server (at most ``maxItemsPerBatch`` per server) and keeps those
+  items in memory under a new sequence number. The offset is ``{"seq": n, "items": {server:
+  count}}`` in Spark's checkpoint. ``commit(end)`` confirms too (it comes later, only once a
+  further batch is planned, so it cannot be the only place: a drained queue would keep its
+  last batch open for good).
+* ``partitions(start, end)`` hands the opened items themselves to the executors inside the
+  pickled partitions, so ``read`` is a pure function of its partition: an executor retry
+  reads the same rows and never touches a server.
+* A driver that dies drops its connections; each server puts the unconfirmed items back at
+  the head of its queue. A restarted query (same checkpoint) replays an uncommitted batch as
+  empty — its items are not held by the new process, and they come again in the next batch.
+  Duplicates are therefore bounded by one micro-batch; nothing is lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from ..client import KestrelError, ServerAddress
+from ._config import parse_duration, parse_servers
+from ._kestrel import Connection, KeepAlive
+
+__all__ = ["KestrelDataSource", "KestrelPartition", "SourceOptions"]
+
+log = structlog.get_logger("kestrel_actors.spark_bridge.source")
+
+SCHEMA = "data binary, queue string, server string"
+_RECONNECT_AFTER = 1.0  # seconds before a server that failed is tried again
+_IDLE_RECHECK = 0.05  # an empty look at the servers is not repeated sooner than this
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The data source's options, parsed once (names are case-insensitive, as Spark's are)."""
+
+    servers: tuple[ServerAddress, ...]
+    queue: str
+    max_items_per_batch: int = 10_000
+    items_per_partition: int = 5_000
+    keep_alive: float = 1.0
+    column: str = "data"
+    connect_timeout: float = 5.0
+    io_timeout: float = 30.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        lower = {str(k).lower(): str(v) for k, v in options.items()}
+        queue = lower.get("queue", "")
+        if not queue or any(ch in queue for ch in " /\r\n\t"):
+            raise ValueError(f"kestrel: option queue is required and must be a queue name, "
+                             f"got {queue!r}")
+        parsed = cls(
+            servers=parse_servers(lower.get("servers", "127.0.0.1:22133")),
+            queue=queue,
+            max_items_per_batch=int(lower.get("maxitemsperbatch", 10_000)),
+            items_per_partition=int(lower.get("itemsperpartition", 5_000)),
+            keep_alive=parse_duration(lower.get("keepaliveinterval", "1s")),
+            column=lower.get("column", "data"),
+            connect_timeout=parse_duration(lower.get("connecttimeout", "5s")),
+            io_timeout=parse_duration(lower.get("iotimeout", "30s")),
+        )
+        if parsed.max_items_per_batch < 1 or parsed.items_per_partition < 1:
+            raise ValueError("kestrel: maxItemsPerBatch and itemsPerPartition must be >= 1")
+        return parsed
+
+
+class KestrelDataSource(DataSource):
+    """``format("kestrel")``: stream source (``readStream``), batch and stream sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kestrel"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return KestrelStreamReader(SourceOptions.parse(self.options))
+
+    def writer(self, schema, overwrite: bool) -> KestrelWriter:
+        if overwrite:
+            raise ValueError("kestrel: a queue can only be appended to; use mode('append')")
+        options = SourceOptions.parse(self.options)
+        return KestrelWriter(options, _column_index(schema, options.column))
+
+    def streamWriter(self, schema, overwrite: bool) -> KestrelStreamWriter:
+        # ``overwrite`` is set for the complete output mode: every micro-batch then sends the
+        # whole result table again, which for a queue is simply more items.
+        options = SourceOptions.parse(self.options)
+        return KestrelStreamWriter(options, _column_index(schema, options.column))
+
+
+# -- the stream source -----------------------------------------------------------------------
+
+
+class KestrelPartition(InputPartition):
+    """One task's share of a micro-batch: the opened items themselves (so ``read`` is pure)."""
+
+    def __init__(self, server: str, queue: str, items: list[bytes]) -> None:
+        super().__init__(None)
+        self.server = server
+        self.queue = queue
+        self.items = items
+
+    def __repr__(self) -> str:
+        return f"KestrelPartition({self.server}, {self.queue}, {len(self.items)} items)"
+
+
+@dataclass
+class _ReaderState:
+    """What the planner process holds between Spark's calls: connections, opened batches."""
+
+    connections: dict[str, Connection]
+    keep_alive: KeepAlive
+    open: dict[int, _OpenBatch] = field(default_factory=dict)
+    retry_at: dict[str, float] = field(default_factory=dict)
+    idle_until: float = 0.0
+
+    @classmethod
+    def start(cls, options: SourceOptions) -> _ReaderState:
+        connections = {str(a): Connection(a, options.connect_timeout, options.io_timeout)
+                       for a in options.servers}
+        keep_alive = KeepAlive(options.keep_alive)
+        for connection in connections.values():
+            keep_alive.add(connection)
+        return cls(connections, keep_alive)
+
+
+@dataclass
+class _OpenBatch:
+    """Items opened for one offset sequence number, per server, waiting for Spark's commit."""
+
+    seq: int
+    items: dict[str, list[bytes]]
+
+
+class KestrelStreamReader(DataSourceStreamReader):
+    """Runs in Spark's Python planner process on the driver; see the module docstring."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._live: _ReaderState | None = None
+
+    def __getstate__(self) -> dict:
+        # Spark also builds a reader in a short-lived planner process and pickles it to ship
+        # ``read`` to the executors: only the options travel, connections are made on use.
+        return {"options": self.options, "_live": None}
+
+    @property
+    def live(self) -> _ReaderState:
+        if self._live is None:
+            self._live = _ReaderState.start(self.options)
+        return self._live
+
+    # Spark's API ------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        return {"seq": 0, "items": {}}
+
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+        """Confirm what Spark has committed, then open the next batch (or return ``start``)."""
+        live = self.live
+        done = int(start.get("seq", 0))
+        self._confirm_through(done)
+        if live.open:  # asked again before that batch ran: the same answer
+            return _offset(live.open[max(live.open)])
+        now = time.monotonic()
+        if now < live.idle_until:
+            return start
+        budget = getattr(limit, "max_rows", None)
+        opened: dict[str, list[bytes]] = {}
+        for name, connection in live.connections.items():
+            cap = self.options.max_items_per_batch
+            if budget is not None:
+                cap = min(cap, budget - sum(len(v) for v in opened.values()))
+                if cap <= 0:
+                    break
+            items = self._open(name, connection, cap, now)
+            if items:
+                opened[name] = items
+        if not opened:
+            live.idle_until = time.monotonic() + _IDLE_RECHECK
+            return start
+        batch = _OpenBatch(done + 1, opened)
+        live.open[batch.seq] = batch
+        return _offset(batch)
+
+    def partitions(self, start: dict, end: dict) -> list[KestrelPartition]:
+        seq = int(end.get("seq", 0))
+        if seq == int(start.get("seq", 0)):
+            return []
+        batch = self.live.open.get(seq)
+        if batch is None:
+            # A restarted query replays its last uncommitted batch. This process never opened
+            # those items: the old driver's connections dropped and the servers put them back,
+            # so they come again in the next batch. Replaying nothing loses nothing.
+            log.warning("replayed_batch_not_held", queue=self.options.queue, seq=seq,
+                        items=end.get("items"))
+            return []
+        step = self.options.items_per_partition
+        return [KestrelPartition(server, self.options.queue, items[i:i + step])
+                for server, items in batch.items.items()
+                for i in range(0, len(items), step)]
+
+    def read(self, partition: KestrelPartition) -> Iterator[Any]:
+        import pyarrow as pa
+
+        n = len(partition.items)
+        if not n:
+            return
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(partition.items, pa.binary()),
+             pa.array([partition.queue] * n, pa.string()),
+             pa.array([partition.server] * n, pa.string())],
+            names=["data", "queue", "server"])
+
+    def commit(self, end: dict) -> None:
+        self._confirm_through(int(end.get("seq", 0)))
+
+    def stop(self) -> None:
+        """The query ended: unconfirmed items go back to their servers with the connections."""
+        live, self._live = self._live, None
+        if live is None:
+            return
+        live.keep_alive.stop()
+        for connection in live.connections.values():
+            connection.close()
+
+    # helpers -------------------------------------------------------------------------------
+
+    def _open(self, name: str, connection: Connection, cap: int, now: float) -> list[bytes]:
+        if now < self.live.retry_at.get(name, 0.0):
+            return []
+        try:
+            return connection.open_available(self.options.queue, cap)
+        except KestrelError as exc:
+            connection.close()
+            self.live.retry_at[name] = now + _RECONNECT_AFTER
+            log.warning("server_unavailable", queue=self.options.queue, server=name,
+                        error=str(exc)[:300])
+            return []
+
+    def _confirm_through(self, seq: int) -> None:
+        live = self.live
+        for number in sorted(n for n in live.open if n <= seq):
+            batch = live.open.pop(number)
+            for name, items in batch.items.items():
+                connection = live.connections[name]
+                try:
+                    connection.confirm(self.options.queue, len(items))
+                except KestrelError as exc:
+                    # The server already took them back (restart, idle timeout): they will be
+                    # read again — at-least-once, the duplicates are this one batch.
+                    connection.close()
+                    log.warning("confirm_failed", queue=self.options.queue, server=name,
+                                seq=number, items=len(items), error=str(exc)[:300])
+
+
+def _offset(batch: _OpenBatch) -> dict:
+    return {"seq": batch.seq, "items": {name: len(v) for name, v in batch.items.items()}}
+
+
+# -- the sink --------------------------------------------------------------------------------
+
+
+@dataclass
+class KestrelCommit(WriterCommitMessage):
+    server: str
+    items: int
+
+
+def _column_index(schema, column: str) -> int:
+    from pyspark.sql.types import BinaryType, StringType
+
+    names = [f.name for f in schema.fields]
+    if column not in names:
+        raise ValueError(f"kestrel sink: no column {column!r} in {names} (each row's "
+                         f"{column!r} becomes one item; choose another with option('column'))")
+    field = schema.fields[names.index(column)]
+    if not isinstance(field.dataType, BinaryType | StringType):
+        raise ValueError(f"kestrel sink: column {column!r} must be binary or string, "
+                         f"not {field.dataType.simpleString()}")
+    return names.index(column)
+
+
+def _write_items(options: SourceOptions, column: int, batches: Iterator[Any]) -> KestrelCommit:
+    """One task: every row's column value becomes one item, pipelined SETs on one server
+    (tasks spread over the servers by partition id)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    index = context.partitionId() if context is not None else 0
+    address = options.servers[index % len(options.servers)]
+    connection = Connection(address, options.connect_timeout, options.io_timeout)
+    stored = 0
+    try:
+        for batch in batches:
+            values = batch.column(column).to_pylist()
+            if any(v is None for v in values):
+                raise ValueError(f"kestrel sink: a null in column {options.column!r} "
+                                 "cannot become an item")
+            stored += connection.put_many(
+                options.queue, (v.encode("utf-8") if isinstance(v, str) else v for v in values))
+    finally:
+        connection.close()
+    return KestrelCommit(str(address), stored)
+
+
+class KestrelWriter(DataSourceArrowWriter):
+    """``df.write.format("kestrel")``: at least once — a retried task stores its rows again."""
+
+    def __init__(self, options: SourceOptions, column: int) -> None:
+        self.options = options
+        self.column = column
+
+    def write(self, iterator):
+        return _write_items(self.options, self.column, iterator)
+
+    def commit(self, messages) -> None:
+        _log_commit(self.options, messages, None)
+
+    def abort(self, messages) -> None:
+        _log_abort(self.options, messages, None)
+
+
+class KestrelStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("kestrel")``: items are stored as each task writes them; a failed
+    or replayed micro-batch may store some twice (at least once)."""
+
+    def __init__(self, options: SourceOptions, column: int) -> None:
+        self.options = options
+        self.column = column
+
+    def write(self, iterator):
+        return _write_items(self.options, self.column, iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        _log_commit(self.options, messages, batchId)
+
+    def abort(self, messages, batchId: int) -> None:
+        _log_abort(self.options, messages, batchId)
+
+
+def _log_commit(options: SourceOptions, messages, batch_id: int | None) -> None:
+    """Nothing to do: every item was stored when its task wrote it."""
+
+
+def _log_abort(options: SourceOptions, messages, batch_id: int | None) -> None:
+    # SETs cannot be taken back: what the successful tasks stored stays (at least once).
+    log.warning("sink_aborted", queue=options.queue, batch_id=batch_id,
+                stored=sum(m.items for m in messages if m is not None))

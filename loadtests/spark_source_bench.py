@@ -1,0 +1,112 @@
+"""``kestrel`` data source throughput: items/s through a streaming query with a trivial sink.
+
+``python -m loadtests.spark_source_bench [--items 200000] [--item-bytes 1024] [--master local[2]]``
+
+The queue is filled first (pipelined SETs), Spark is started and one small query warms the
+Python workers up; then ``spark.readStream.format("kestrel")`` drains the queue into the
+``noop`` sink (Spark's "write nothing" sink: every row is still read, converted and handed to
+it). The figure is items divided by the time from the query's start until the queue is empty
+with no item left open (the last batch confirmed). Prints report lines, then one JSON line.
+
+By default a server is started on a free loopback port with a temporary data directory;
+``--server host:port`` uses a running one instead (its queue ``bench_source`` is flushed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+
+import click
+
+from .spark_bridge_bench import _fill, _server
+
+QUEUE = "bench_source"
+WARM_QUEUE = "bench_source_warm"
+
+
+def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, count: int,
+           checkpoint: str, client) -> float:
+    """Run a query until ``queue`` is empty with nothing open; return its seconds."""
+    started = time.perf_counter()
+    query = (spark.readStream.format("kestrel").option("servers", where).option("queue", queue)
+             .option("maxItemsPerBatch", max_items).option("itemsPerPartition", per_partition)
+             .load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .start())
+    try:
+        while True:
+            stats = client.queue_stats(queue)
+            if stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0:
+                return time.perf_counter() - started
+            if query.exception() is not None:
+                raise click.ClickException(str(query.exception()))
+            time.sleep(0.02)
+    finally:
+        query.stop()
+
+
+@click.command(context_settings={"max_content_width": 100})
+@click.option("--items", default=200_000, show_default=True, type=click.IntRange(min=1))
+@click.option("--item-bytes", default=1024, show_default=True, type=click.IntRange(min=8))
+@click.option("--max-items-per-batch", default=10_000, show_default=True,
+              type=click.IntRange(min=1))
+@click.option("--items-per-partition", default=5_000, show_default=True,
+              type=click.IntRange(min=1))
+@click.option("--master", default="local[2]", show_default=True)
+@click.option("--server", "address", default=None, help="host:port of a running server.")
+@click.option("--target", default=20_000, show_default=True, type=int,
+              help="items/s the run must reach for exit code 0.")
+def main(items, item_bytes, max_items_per_batch, items_per_partition, master, address,
+         target) -> None:
+    """Measure the kestrel data source's items/s through a trivial streaming query."""
+    import logging
+
+    from kestrel_actors.client import Client, ServerAddress
+    from kestrel_actors.logs import configure_logging
+    from kestrel_actors.spark_bridge import KestrelDataSource, create_spark_session
+
+    configure_logging("console", "warning")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    with _server(address) as where, tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
+        server = ServerAddress.parse(where)
+        with Client(server) as client:
+            for queue in (QUEUE, WARM_QUEUE):
+                client.get(queue)  # create it
+                client.flush(queue)
+            fill_seconds = _fill(client, QUEUE, items, item_bytes)
+            _fill(client, WARM_QUEUE, min(max_items_per_batch, items), item_bytes)
+            click.echo(f"filled {items:,} items of {item_bytes} B in {fill_seconds:.2f}s "
+                       f"({items / fill_seconds:,.0f} sets/s)")
+
+            started = time.perf_counter()
+            spark = create_spark_session(master, {}, "kestrel-source-bench", 2)
+            spark.dataSource.register(KestrelDataSource)
+            click.echo(f"spark {master} started in {time.perf_counter() - started:.1f}s")
+            try:
+                _drain(spark, where, WARM_QUEUE, max_items_per_batch, items_per_partition,
+                       items, f"{tmp}/warm", client)
+                seconds = _drain(spark, where, QUEUE, max_items_per_batch,
+                                 items_per_partition, items, f"{tmp}/run", client)
+            finally:
+                spark.stop()
+
+    figures = {
+        "scenario": "spark_source",
+        "master": master,
+        "items": items,
+        "item_bytes": item_bytes,
+        "max_items_per_batch": max_items_per_batch,
+        "items_per_partition": items_per_partition,
+        "seconds": round(seconds, 3),
+        "items_per_second": round(items / seconds),
+    }
+    click.echo(f"source: {items:,} items drained and confirmed in {seconds:.2f}s "
+               f"({figures['items_per_second']:,} items/s)")
+    click.echo(json.dumps(figures))
+    sys.exit(0 if figures["items_per_second"] >= target else 2)
+
+
+if __name__ == "__main__":
+    main()

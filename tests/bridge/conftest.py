@@ -1,0 +1,79 @@
+"""The bridge room's fixtures: one shared SparkSession and a standalone Spark cluster
+(pyspark imported on use)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ..helpers import free_port
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every in-process Spark test of the run (a JVM costs
+    5–9 s and up to 1 GiB). The ``kestrel`` data source is registered on it."""
+    from kestrel_actors.spark_bridge import KestrelDataSource, create_spark_session
+
+    from ._spark_jobs import spark_env
+
+    os.environ["PYTHONPATH"] = spark_env()["PYTHONPATH"]  # Python workers import tests.* jobs
+    session = create_spark_session("local[2]", {"spark.driver.memory": "768m"},
+                                   "kestrel-spark-tests", partitions=2)
+    session.dataSource.register(KestrelDataSource)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path):
+    """A Spark standalone master and one worker from the installed pyspark, on loopback."""
+    import pyspark
+
+    from ._spark_jobs import kill_group, listening, spark_env, wait_for
+
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    port, ui_port, worker_ui = free_port(), free_port(), free_port()
+    env = spark_env()
+    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_MASTER_HOST="127.0.0.1",
+               SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
+    procs, log = [], tmp_path / "cluster.log"
+
+    def spawn(*args: str) -> subprocess.Popen:
+        with open(log, "ab") as sink:
+            proc = subprocess.Popen([str(spark_class), *args], stdout=sink,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    def alive_workers() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
+                return int(json.load(r).get("aliveworkers", 0))
+        except OSError:
+            return 0
+
+    try:
+        master = spawn("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                       "--port", str(port), "--webui-port", str(ui_port))
+        wait_for(lambda: listening(port), 60, "the master", master, log)
+        worker = spawn("org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
+                       "--host", "127.0.0.1", "--webui-port", str(worker_ui),
+                       "--cores", "2", "--memory", "1g", "--work-dir", str(tmp_path / "work"))
+        wait_for(lambda: alive_workers() >= 1, 60, "a registered worker", worker, log)
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)

@@ -1,0 +1,160 @@
+"""Bridge fixes of issue 15: keep-alive past ``--client-timeout``, ``--job-timeout``, the
+dead-letter queue after ``--max-failures``, and job code shipped to a standalone cluster."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+
+import pytest
+
+from kestrel_actors.spark_bridge import BridgeConfig, ServerAddress, run_bridge
+
+from ._spark_jobs import (
+    drain,
+    kill_group,
+    load,
+    output_values,
+    queue_stats,
+    start_bridge,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def config(server, tmp_path, **changes) -> BridgeConfig:
+    settings = dict(
+        queue="work", job="kestrel_actors.spark_bridge.jobs:identity",
+        servers=(ServerAddress(server.host, server.port),), batch_size=100, batch_wait=1.0,
+        partitions=2, state_dir=str(tmp_path / "state"), until_empty=True,
+        retry_initial=0.1, retry_max=0.3,
+    )
+    settings.update(changes)
+    return BridgeConfig(**settings)
+
+
+def test_client_timeout_shorter_than_the_job_finishes_without_a_repeated_batch(
+        make_server, spark, tmp_path):
+    """The server closes connections idle for 2 s; each job runs ~4 s. The keep-alive pings
+    the connection meanwhile, so every batch is confirmed once (before the fix each batch was
+    written, its confirm failed, and it came back for ever)."""
+    server = make_server("--client-timeout", "2")
+    items = [f"t{i}".encode() for i in range(200)]
+    load(server, "slow", items)
+    out = tmp_path / "out"
+    report = run_bridge(config(server, tmp_path, queue="slow", job="tests.bridge._spark_jobs:slow_identity",
+                               job_args={"sleep": "4"}, output_path=str(out)), spark=spark)
+    assert report.ok and report.failures == 0
+    assert report.batches == 2 and report.items == 200
+    assert sorted(output_values(out)) == sorted(i.decode() for i in items)  # exactly once
+    assert queue_stats(server, "slow") == (0, 0)
+
+
+def test_poison_batch_goes_to_the_dead_letter_queue_and_the_bridge_goes_on(
+        server, spark, tmp_path):
+    bad = [f"bad-{i}".encode() for i in range(50)]
+    good = [f"good-{i}".encode() for i in range(100)]
+    load(server, "orders", bad + good)  # the first batch of 50 is all poison
+    out = tmp_path / "out"
+    seen = []
+
+    def fussy(rdd, meta):
+        seen.append((meta.batch_id, meta.attempt))
+        return rdd.map(_refuse_bad)
+
+    report = run_bridge(config(server, tmp_path, queue="orders", job=fussy, batch_size=50,
+                               output_path=str(out), max_failures=2), spark=spark)
+
+    first = f"orders-127.0.0.1-{server.port}-00000000"
+    assert report.parked == [first] and not report.ok
+    # one failure retried, the second parked; then the good batches
+    assert report.failures == 1 and report.items == 100 and report.batches == 2
+    assert seen[:3] == [(first, 0), (first, 1), (first, 0)]  # the id is reused, attempts reset
+    assert sorted(drain(server, "orders_failed")) == sorted(bad)
+    assert sorted(output_values(out)) == sorted(g.decode() for g in good)
+    assert queue_stats(server, "orders") == (0, 0)
+    # the next batch took the parked batch's id; no directory of a failed attempt is left
+    assert sorted(p.name for p in out.glob("batch=*")) == [
+        f"batch=orders-127.0.0.1-{server.port}-{n:08d}" for n in range(2)]
+
+
+def _refuse_bad(item: bytes) -> str:
+    if item.startswith(b"bad"):
+        raise ValueError(f"poison item {item!r}")
+    return item.decode()
+
+
+def test_job_timeout_cancels_the_job_and_returns_the_batch(server, spark, tmp_path):
+    items = [f"j{i}".encode() for i in range(60)]
+    load(server, "stuck", items)
+    out = tmp_path / "out"
+    calls = []
+    opened_during_first = []
+
+    def hangs_once(rdd, meta):
+        calls.append(meta.attempt)
+        if len(calls) == 1:
+            opened_during_first.append(queue_stats(server, "stuck"))
+            return rdd.mapPartitions(_sleep_forever)
+        return rdd.map(lambda b: b.decode())
+
+    stop = threading.Event()
+    report = run_bridge(config(server, tmp_path, queue="stuck", job=hangs_once,
+                               output_path=str(out), job_timeout=15.0), spark=spark,
+                        stop_event=stop)
+    assert opened_during_first == [(0, 60)]
+    assert report.ok and report.failures == 1 and report.items == 60
+    assert calls == [0, 0]  # a timeout is not the job's failure: no attempt counted
+    assert sorted(output_values(out)) == sorted(i.decode() for i in items)
+    assert queue_stats(server, "stuck") == (0, 0)
+
+
+def _sleep_forever(items):
+    import time
+
+    time.sleep(600)
+    yield from items
+
+
+HELPER_JOB = '''
+"""A user's job in its own file, with a module-level helper: Spark pickles ``shout`` by
+reference, so every executor must be able to import this module."""
+
+
+def shout(word):
+    return word.upper()
+
+
+def run(rdd, meta):
+    return (rdd.flatMap(lambda data: data.decode().split()).map(shout)
+            .map(lambda w: (w, 1)).reduceByKey(lambda a, b: a + b)
+            .map(lambda pair: {"word": pair[0], "count": pair[1]}))
+'''
+
+
+@pytest.mark.slow
+def test_module_level_helper_job_on_a_standalone_cluster(server, standalone_cluster, tmp_path):
+    jobs = tmp_path / "userjobs"
+    jobs.mkdir()
+    (jobs / "wordjob.py").write_text(HELPER_JOB)  # not on the workers' PYTHONPATH
+    texts = [f"alpha beta w{i % 7}" for i in range(2000)]
+    load(server, "cluster", [t.encode() for t in texts])
+    log = tmp_path / "bridge.log"
+    bridge = start_bridge(
+        "--servers", f"127.0.0.1:{server.port}", "--queue", "cluster",
+        "--job", "wordjob:run", "--output-queue", "cluster_counts", "--once",
+        "--master", standalone_cluster, "--partitions", "2", "--job-timeout", "150s",
+        "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.memory=512m",
+        "--conf", "spark.cores.max=2", "--state-dir", str(tmp_path / "state"),
+        log=log, cwd=jobs)
+    try:
+        assert bridge.wait(200) == 0, log.read_text()[-3000:]
+    finally:
+        kill_group(bridge)
+    counts = {json.loads(i)["word"]: json.loads(i)["count"] for i in drain(server, "cluster_counts")}
+    assert counts == Counter(w.upper() for t in texts for w in t.split())
+    assert queue_stats(server, "cluster") == (0, 0)
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    [started] = [e for e in events if e.get("event") == "bridge_started"]
+    assert started["shipped"] == [str(jobs / "wordjob.py")]
