@@ -12,7 +12,9 @@ with bytes >= 0x80 has different bytes on its disk than on its wire there; see t
 
 from __future__ import annotations
 
-__all__ = ["MAX_NAME_BYTES", "name_bytes", "name_from_wire", "name_problem", "is_queue_name"]
+__all__ = [
+    "MAX_NAME_BYTES", "fanout_master", "is_fanout_child", "is_queue_name", "name_bytes", "name_from_wire", "name_problem",
+]
 
 MAX_NAME_BYTES = 200
 """Leaves room in a 255-byte file name for ``.<epoch-ms>.pack`` and ``~~<epoch-ms>``."""
@@ -56,3 +58,13 @@ def name_problem(name: str) -> str | None:
 def is_queue_name(name: str) -> bool:
     """True if ``name`` can name a queue (see :func:`name_problem`)."""
     return name_problem(name) is None
+
+
+def fanout_master(name: str) -> str | None:
+    """The master of fanout child ``P+C`` (split at the first ``+``), or ``None`` for a master."""
+    master, plus, _child = name.partition("+")
+    return master if plus else None
+
+
+def is_fanout_child(name: str) -> bool:
+    return "+" in name

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from .queue._rules import fanout_master
+from ._names import fanout_master
 
 __all__ = ["QueueConfig", "ServerConfig", "INT_MAX", "LONG_MAX"]
 

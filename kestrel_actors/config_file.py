@@ -23,7 +23,7 @@ from typing import Any
 from . import _config_values as v
 from ._toml_lines import KeyLines, format_key
 from .config import QueueConfig, ServerConfig
-from .queue._rules import fanout_master, is_fanout_child
+from ._names import fanout_master, is_fanout_child
 
 __all__ = [
     "QUEUE_SETTINGS",

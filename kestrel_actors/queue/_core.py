@@ -14,13 +14,11 @@ calling (queue actor) greenlet.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..config import QueueConfig
 from ._journal import Item, Journal
 from ._rules import epoch_ms, next_xid
-
-if TYPE_CHECKING:  # the config module imports this room's rules
-    from ..config import QueueConfig
 
 __all__ = ["QueueCore", "epoch_ms"]
 

@@ -1,8 +1,8 @@
 """The rules every part of the server applies to queues, each in one place.
 
-The fanout ``+`` split (§5.9), transaction ids (§6.3: positive 32-bit, wrapping past an id
-still open) and the clock items are stamped with; the name rules are ``kestrel_actors._names``
-(a name is bytes on the wire and on disk too), handed on here. The config file, the
+Transaction ids (§6.3: positive 32-bit, wrapping past an id still open) and the clock items
+are stamped with; the name rules, the fanout ``+`` split among them (§5.9), are
+``kestrel_actors._names`` (a name is bytes on the wire and on disk too), handed on here. The config file, the
 collection, the journal replay and the offline tools all use these.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Container
 
-from .._names import MAX_NAME_BYTES, is_queue_name, name_problem
+from .._names import MAX_NAME_BYTES, fanout_master, is_fanout_child, is_queue_name, name_problem
 
 __all__ = [
     "MAX_NAME_BYTES", "XID_MAX", "epoch_ms", "fanout_master", "is_fanout_child", "is_queue_name", "name_problem",
@@ -19,16 +19,6 @@ __all__ = [
 ]
 
 XID_MAX = 2**31 - 1
-
-
-def fanout_master(name: str) -> str | None:
-    """The master of fanout child ``P+C`` (split at the first ``+``), or ``None`` for a master."""
-    master, plus, _child = name.partition("+")
-    return master if plus else None
-
-
-def is_fanout_child(name: str) -> bool:
-    return "+" in name
 
 
 def next_xid(last: int, taken: Container[int]) -> int:
