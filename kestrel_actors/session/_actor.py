@@ -231,6 +231,8 @@ class SessionActor(GeventActor):
                 self.closing = True
         elif kind is _MonitorResume:
             self._monitor_next()
+        elif kind is self.handler.QUIT:
+            self.closing = True
         else:
             self.handler.local(command)
 
@@ -261,7 +263,7 @@ class SessionActor(GeventActor):
 
         Returns whether it may wait (a timeout was given).
         """
-        stats = self.context.stats
+        stats = self.context.stats  # counted here, not by count_fetch: one call less per GET
         if kind is Peek:
             stats.cmd_peek += 1
         else:
@@ -269,6 +271,18 @@ class SessionActor(GeventActor):
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
         ops.append(kind(deadline))
         return deadline is not None
+
+    def not_implemented(self, _command: Any) -> None:
+        """A command this server does not implement: ``CLIENT_ERROR``, and the connection closes."""
+        self.out.append(p.CLIENT_ERROR)
+        self.closing = True
+
+    def count_fetch(self, peek: bool) -> None:
+        """Count a fetch in STATS (``cmd_peek`` or ``cmd_get``, §7.3), alias fetches too."""
+        if peek:
+            self.context.stats.cmd_peek += 1
+        else:
+            self.context.stats.cmd_get += 1
 
     def refuse_now(self, reply: bytes) -> None:
         self.pending.clear()

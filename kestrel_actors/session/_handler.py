@@ -20,6 +20,8 @@ class Handler(Protocol):
     """Commands that run as operations on one queue."""
     MONITOR_END: ClassVar[bytes]
     """What ends a monitor stream."""
+    QUIT: ClassVar[type]
+    """The command that ends the session."""
     WRITE_REFUSALS: ClassVar[dict[type, p.Bad]]
     """Writes refused while the server blocks writes, and how (checked before a lookup)."""
 

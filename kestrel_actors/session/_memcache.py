@@ -32,6 +32,7 @@ class MemcacheHandler:
 
     QUEUE_KINDS: frozenset[type] = frozenset((p.Set, p.Get, p.Confirm, p.Flush, p.FlushExpired))
     MONITOR_END = p.END
+    QUIT = p.Quit
     WRITE_REFUSALS: dict[type, p.Bad] = {
         p.Set: p.Bad(p.SERVER_ERROR, close=True),
         p.Flush: p.Bad(p.SERVER_ERROR, close=True),
@@ -75,11 +76,8 @@ class MemcacheHandler:
         elif kind is p.Shutdown:
             s.closing = True
             s.shutdown()
-        elif kind is p.Quit:
-            s.closing = True
-        else:  # a command this server does not implement
-            s.out.append(p.CLIENT_ERROR)
-            s.closing = True
+        else:
+            s.not_implemented(command)
 
     def answered(self, tag: Answer, value: Any) -> None:
         out = self.s.out
@@ -117,10 +115,7 @@ class MemcacheHandler:
             expiry = p.expiry_from_exptime(command.exptime)
             context.collection.tell(AliasAdd(resolved.name, command.data, expiry, s.reply_to(Answer.ALIAS_SET)))
         elif type(command) is p.Get and not command.abort and (command.open or not command.close):
-            if command.peek:
-                context.stats.cmd_peek += 1
-            else:
-                context.stats.cmd_get += 1
+            s.count_fetch(command.peek)
             s.out.append(p.END)
         else:
             s.out.append(self.missing_queue_reply(command, None))

@@ -27,6 +27,7 @@ class TextHandler:
 
     QUEUE_KINDS = frozenset((tc.TextPut, tc.TextGet, tc.TextConfirm, tc.TextFlush))
     MONITOR_END = t.TEXT_NO_ITEM
+    QUIT = tc.TextQuit
     WRITE_REFUSALS: dict[type, p.Bad] = {}  # text commands check their own and stay open
 
     def __init__(self, session: Any) -> None:
@@ -127,11 +128,8 @@ class TextHandler:
         elif kind is tc.TextShutdown:
             s.out.append(t.TEXT_ZERO)
             s.shutdown()
-        elif kind is tc.TextQuit:
-            s.closing = True
-        else:  # a command this server does not implement
-            s.out.append(p.CLIENT_ERROR)
-            s.closing = True
+        else:
+            s.not_implemented(command)
 
     def answered(self, tag: Answer, value: Any) -> None:
         if tag is Answer.DELETE:
@@ -164,10 +162,7 @@ class TextHandler:
             if not context.reads_allowed(s.session):
                 s.out.append(t.text_unavailable(t.TEXT_OP_GET_ITEM))
                 return
-            if command.peek:
-                context.stats.cmd_peek += 1
-            else:
-                context.stats.cmd_get += 1
+            s.count_fetch(command.peek)
             s.out.append(t.TEXT_NO_ITEM)
         else:
             s.out.append(self.missing_queue_reply(command, None))
