@@ -11,6 +11,7 @@ No test module imports another.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import os
 import signal
@@ -19,8 +20,10 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from kestrel_actors.client import Connection, set_request
 
@@ -516,3 +519,31 @@ def _batches(requests: Iterable[bytes], size: int) -> Iterator[bytes]:
             batch = []
     if batch:
         yield b"".join(batch)
+
+
+# -- the admin HTTP port (the standard library's client) -------------------------------------
+
+
+class Response(NamedTuple):
+    status: int
+    content_type: str
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def request(url: str, method: str = "GET", timeout: float = 10.0) -> Response:
+    req = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as reply:
+            return Response(reply.status, reply.headers.get("Content-Type", ""), reply.read())
+    except urllib.error.HTTPError as error:
+        return Response(error.code, error.headers.get("Content-Type", ""), error.read())
+
+
+def get_json(url: str) -> Any:
+    response = request(url)
+    assert response.status == 200, response
+    assert response.content_type == "application/json", response.content_type
+    return response.json()

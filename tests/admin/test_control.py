@@ -5,8 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from ..helpers import ServerProcess
-from ._http import get_json, request
+from ..helpers import ServerProcess, get_json, request
 
 
 def refused(host: str, port: int) -> bool:

@@ -9,7 +9,8 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ._http import get_json, request
+from ..helpers import get_json, request
+
 
 DISTRIBUTION_KEYS = {"count", "sum", "average", "minimum", "maximum", "p50", "p90", "p95", "p99", "p999", "p9999"}
 
