@@ -58,6 +58,8 @@ _URN_NUMBERS = itertools.count(1)
 
 T = TypeVar("T")
 
+_NO_MESSAGE = object()
+
 
 class _StoppedFlag:
     """``Actor.actor_stopped`` for actors on the hub thread: ``is_set``/``set`` of a bool.
@@ -190,7 +192,7 @@ class _GeventRef(ActorRef[Any]):
             and type(message) not in _PYKKA_MESSAGES
             and getcurrent() is not mailbox.hub
         ):
-            mailbox.actor._run_inline(message)  # type: ignore[union-attr]  # noqa: SLF001
+            mailbox.actor._drain(True, message)  # type: ignore[union-attr]  # noqa: SLF001
         else:
             mailbox.put(Envelope(message))
 
@@ -248,73 +250,69 @@ class GeventActor(pykka.Actor):
             pykka.ActorRegistry.stop_all()
         mailbox.idle = False
 
-    def _run_inline(self, message: Any) -> None:
-        """Handle ``message`` now, on the caller's greenlet, then whatever queued up meanwhile.
+    def _drain(self, inline: bool, first: Any = _NO_MESSAGE) -> bool:
+        """Handle ``first`` (a tell, when given) and then the inbox in order, until it is empty
+        (returns True: the actor is idle) or the actor stops or, ``inline``, a message needs
+        the actor's own greenlet (False).
 
-        Called by :meth:`_GeventRef.tell` only while the actor is idle. Ends by making the actor idle
-        again, or, if something needs its own greenlet (a stop, an ``ask``), by waking it.
+        The one message loop, with one set of rules wherever it runs: ``on_inbox_empty``
+        before every wait; an ask answers its future, a failed tell fails the actor. Inline
+        (called by :meth:`_GeventRef.tell` on the sender's greenlet, the actor idle), only
+        tells run, the actor's own ``stop()`` among them: an ask or another pykka message
+        waits for the actor's greenlet, which may block as pykka's handlers expect; and the
+        actor ends idle again, or with its greenlet woken for the rest or its teardown.
         """
         mailbox = self.actor_inbox
-        mailbox.idle = False
         items = mailbox.items
         stopped = self.actor_stopped
+        if inline:
+            mailbox.idle = False
         try:
-            try:
-                self.on_receive(message)  # a tell: never a pykka message (the ref checked)
-            except Exception:  # noqa: BLE001
-                self._fail()
-            self._drain(inline=True)
-        finally:
-            if stopped._set and mailbox.greenlet is None:
-                self._actor_loop_teardown()  # no greenlet to do it: the dead letters, here
-            elif items or stopped._set:
-                mailbox.wake()  # its own greenlet runs the rest, or its teardown
-            else:
-                mailbox.idle = True
-
-    def _drain(self, inline: bool) -> bool:
-        """Handle the inbox in order until it is empty (True: the actor is idle) or the actor
-        stops or, ``inline``, a message needs the actor's own greenlet (False).
-
-        One set of rules wherever it runs: ``on_inbox_empty`` before every wait; an ask
-        answers its future, a failed tell fails the actor. Inline, only tells run (the
-        actor's own ``stop()`` among them): an ask or another pykka message waits for the
-        actor's greenlet, which may block as pykka's handlers expect.
-        """
-        items = self.actor_inbox.items
-        stopped = self.actor_stopped
-        while not stopped._set:
-            if not items:
+            if first is not _NO_MESSAGE:
                 try:
-                    self.on_inbox_empty()
+                    self.on_receive(first)  # a tell: never a pykka message (the ref checked)
                 except Exception:  # noqa: BLE001
                     self._fail()
-                if items or stopped._set:
-                    continue
-                return True
-            envelope = items[0]
-            message = envelope.message
-            reply_to = envelope.reply_to
-            kind = type(message)
-            pykka_message = kind in _PYKKA_MESSAGES
-            if inline and (reply_to is not None or (pykka_message and kind is not _STOP)):
-                return False
-            items.popleft()
-            # the handling itself, written out here rather than called: it runs for every
-            # message, and a call per message is measurable on the request path
-            try:
-                if pykka_message:
-                    response = pykka.Actor._handle_receive(self, message)  # noqa: SLF001
+            while not stopped._set:
+                if not items:
+                    try:
+                        self.on_inbox_empty()
+                    except Exception:  # noqa: BLE001
+                        self._fail()
+                    if items or stopped._set:
+                        continue
+                    return True
+                envelope = items[0]
+                message = envelope.message
+                reply_to = envelope.reply_to
+                kind = type(message)
+                pykka_message = kind in _PYKKA_MESSAGES
+                if inline and (reply_to is not None or (pykka_message and kind is not _STOP)):
+                    return False
+                items.popleft()
+                # the handling itself, written out here rather than called: it runs for every
+                # message, and a call per message is measurable on the request path
+                try:
+                    if pykka_message:
+                        response = pykka.Actor._handle_receive(self, message)  # noqa: SLF001
+                    else:
+                        response = self.on_receive(message)
+                    if reply_to is not None:
+                        reply_to.set(response)
+                except Exception:
+                    if reply_to is not None:
+                        reply_to.set_exception()
+                    else:
+                        self._fail()
+            return False
+        finally:
+            if inline:
+                if stopped._set and mailbox.greenlet is None:
+                    self._actor_loop_teardown()  # no greenlet to do it: the dead letters, here
+                elif items or stopped._set:
+                    mailbox.wake()  # its own greenlet runs the rest, or its teardown
                 else:
-                    response = self.on_receive(message)
-                if reply_to is not None:
-                    reply_to.set(response)
-            except Exception:
-                if reply_to is not None:
-                    reply_to.set_exception()
-                else:
-                    self._fail()
-        return False
+                    mailbox.idle = True
 
     def _fail(self) -> None:
         self._handle_failure(*sys.exc_info())

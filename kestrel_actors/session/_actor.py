@@ -91,6 +91,11 @@ class Answer(enum.Enum):
     ALIAS_PUT = "alias_put"
 
 
+# Enum members as module globals: ``Answer.BATCH`` costs an enum class lookup (about 85 ns on
+# CPython 3.11) on every request, a global about 15 ns.
+_BATCH, _MORE, _RESOLVE = Answer.BATCH, Answer.MORE, Answer.RESOLVE
+
+
 @dataclass(slots=True, eq=False)
 class _Answered:
     """An answer the session waited for, as a message to itself."""
@@ -199,7 +204,7 @@ class SessionActor(GeventActor):
     def _pump(self) -> None:
         pending = self.pending
         transport = self.transport
-        if self.waiting is Answer.MORE and not transport.backed_up:
+        if self.waiting is _MORE and not transport.backed_up:
             self._send_rest()
         while pending and self.waiting is None and not self.closing and not transport.backed_up:
             command = pending[0]
@@ -308,7 +313,7 @@ class SessionActor(GeventActor):
 
     def _answered(self, answer: _Answered) -> None:
         self.waiting = None
-        if answer.tag is Answer.RESOLVE:
+        if answer.tag is _RESOLVE:
             self._resolved(answer.value)
         else:
             self.handler.answered(answer.tag, answer.value)
@@ -342,7 +347,7 @@ class SessionActor(GeventActor):
         if self.missing == name:
             self.missing = None
             return _MISSING
-        self.context.collection.tell(Resolve(name, create, self.reply_to(Answer.RESOLVE)))
+        self.context.collection.tell(Resolve(name, create, self.reply_to(_RESOLVE)))
         return None
 
     # -- batches ------------------------------------------------------------------------------
@@ -385,7 +390,7 @@ class SessionActor(GeventActor):
         if not ops:
             self._batch_done(BatchDone([]))
             return True
-        self.waiting = Answer.BATCH
+        self.waiting = _BATCH
         self.sent = QueueBatch(ops, self.session, self.actor_ref)
         self.sent_at = time.perf_counter()
         try:
@@ -440,7 +445,7 @@ class SessionActor(GeventActor):
             self.batch = entries[answered:]
             self.batch_ops = ops[position:]
             self.batch_results = results[position:]
-            self.waiting = Answer.MORE
+            self.waiting = _MORE
         if out and not self._flush():
             # the client is gone and these replies with it: their plain GETs' items go back
             # (open ones were given back by the hang-up, from ``open_reads``)
@@ -450,7 +455,7 @@ class SessionActor(GeventActor):
         """Ask the queue for the rest of a batch it answered in parts."""
         name = self.batch_queue
         rest = self.batch_ops[len(self.batch_results):]  # type: ignore[arg-type]
-        self.waiting = Answer.BATCH
+        self.waiting = _BATCH
         try:
             self.refs[name].tell(QueueBatch(rest, self.session, self.actor_ref))
         except (ActorDeadError, KeyError):
@@ -499,7 +504,7 @@ class SessionActor(GeventActor):
             self.pending.appendleft(_MONITOR_RESUME)
             self._resolve(name, True)
             return
-        self.waiting = Answer.BATCH
+        self.waiting = _BATCH
         self.batch_queue = name
         op = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
         self.context.stats.cmd_monitor_get += 1
@@ -565,11 +570,11 @@ class SessionActor(GeventActor):
         self.session.closed = True
         self.pending.clear()
         self.closing = True
-        if self.waiting is Answer.MORE:  # nothing of the rest was fetched: nothing to give back
+        if self.waiting is _MORE:  # nothing of the rest was fetched: nothing to give back
             self.waiting = None
             self.batch = []
             self.batch_results = None
-        if self.waiting is Answer.BATCH and self.batch_queue in self.refs:
+        if self.waiting is _BATCH and self.batch_queue in self.refs:
             try:
                 self.refs[self.batch_queue].tell(CancelWaits(self.session))
             except ActorDeadError:
