@@ -28,8 +28,9 @@ WARM_QUEUE = "bench_source_warm"
 
 
 def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, count: int,
-           checkpoint: str, client) -> float:
-    """Run a query until ``queue`` is empty with nothing open; return its seconds."""
+           checkpoint: str, client, breakdown: bool = False) -> float:
+    """Run a query until ``queue`` is empty with nothing open; return its seconds (and, with
+    ``breakdown``, print the mean per-micro-batch ``durationMs`` of Spark's query progress)."""
     started = time.perf_counter()
     query = (spark.readStream.format("kestrel").option("servers", where).option("queue", queue)
              .option("maxItemsPerBatch", max_items).option("itemsPerPartition", per_partition)
@@ -39,7 +40,10 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
         while True:
             stats = client.queue_stats(queue)
             if stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0:
-                return time.perf_counter() - started
+                seconds = time.perf_counter() - started
+                if breakdown:
+                    _print_breakdown(query.recentProgress)
+                return seconds
             if query.exception() is not None:
                 raise click.ClickException(str(query.exception()))
             time.sleep(0.02)
@@ -47,19 +51,32 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
         query.stop()
 
 
+def _print_breakdown(progress) -> None:
+    batches = [p for p in progress if p.get("numInputRows", 0) > 0]
+    if not batches:
+        return
+    keys = sorted({k for p in batches for k in p.get("durationMs", {})})
+    means = {k: sum(p["durationMs"].get(k, 0) for p in batches) / len(batches) for k in keys}
+    rows = sum(p["numInputRows"] for p in batches) / len(batches)
+    click.echo(f"{len(batches)} micro-batches of {rows:,.0f} rows; mean durationMs: "
+               + ", ".join(f"{k} {v:.0f}" for k, v in sorted(means.items(), key=lambda kv: -kv[1])))
+
+
 @click.command(context_settings={"max_content_width": 100})
 @click.option("--items", default=200_000, show_default=True, type=click.IntRange(min=1))
 @click.option("--item-bytes", default=1024, show_default=True, type=click.IntRange(min=8))
-@click.option("--max-items-per-batch", default=10_000, show_default=True,
+@click.option("--max-items-per-batch", default=50_000, show_default=True,
               type=click.IntRange(min=1))
-@click.option("--items-per-partition", default=5_000, show_default=True,
+@click.option("--items-per-partition", default=25_000, show_default=True,
               type=click.IntRange(min=1))
 @click.option("--master", default="local[2]", show_default=True)
 @click.option("--server", "address", default=None, help="host:port of a running server.")
 @click.option("--target", default=20_000, show_default=True, type=int,
               help="items/s the run must reach for exit code 0.")
+@click.option("--breakdown", is_flag=True,
+              help="print the mean per-micro-batch durationMs of the measured query.")
 def main(items, item_bytes, max_items_per_batch, items_per_partition, master, address,
-         target) -> None:
+         target, breakdown) -> None:
     """Measure the kestrel data source's items/s through a trivial streaming query."""
     import logging
 
@@ -88,7 +105,8 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                 _drain(spark, where, WARM_QUEUE, max_items_per_batch, items_per_partition,
                        items, f"{tmp}/warm", client)
                 seconds = _drain(spark, where, QUEUE, max_items_per_batch,
-                                 items_per_partition, items, f"{tmp}/run", client)
+                                 items_per_partition, items, f"{tmp}/run", client,
+                                 breakdown)
             finally:
                 spark.stop()
 
