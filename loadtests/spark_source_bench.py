@@ -15,6 +15,7 @@ By default a server is started on a free loopback port with a temporary data dir
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -27,13 +28,31 @@ QUEUE = "bench_source"
 WARM_QUEUE = "bench_source_warm"
 
 
+def _server_cpu_seconds() -> float | None:
+    """CPU seconds used so far by the server this process started (None with --server)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and b"kestrel_actors.cli\0serve" in cmdline:
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
 def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, count: int,
-           checkpoint: str, client, breakdown: bool = False) -> float:
+           checkpoint: str, client, breakdown: bool = False, read_ahead: bool = True) -> float:
     """Run a query until ``queue`` is empty with nothing open; return its seconds (and, with
     ``breakdown``, print the mean per-micro-batch ``durationMs`` of Spark's query progress)."""
     started = time.perf_counter()
     query = (spark.readStream.format("kestrel").option("servers", where).option("queue", queue)
              .option("maxItemsPerBatch", max_items).option("itemsPerPartition", per_partition)
+             .option("readAhead", str(read_ahead).lower())
              .load().writeStream.format("noop").option("checkpointLocation", checkpoint)
              .start())
     try:
@@ -67,16 +86,18 @@ def _print_breakdown(progress) -> None:
 @click.option("--item-bytes", default=1024, show_default=True, type=click.IntRange(min=8))
 @click.option("--max-items-per-batch", default=50_000, show_default=True,
               type=click.IntRange(min=1))
-@click.option("--items-per-partition", default=25_000, show_default=True,
+@click.option("--items-per-partition", default=12_500, show_default=True,
               type=click.IntRange(min=1))
 @click.option("--master", default="local[2]", show_default=True)
 @click.option("--server", "address", default=None, help="host:port of a running server.")
 @click.option("--target", default=20_000, show_default=True, type=int,
               help="items/s the run must reach for exit code 0.")
+@click.option("--read-ahead/--no-read-ahead", default=True, show_default=True,
+              help="the source's readAhead option.")
 @click.option("--breakdown", is_flag=True,
               help="print the mean per-micro-batch durationMs of the measured query.")
 def main(items, item_bytes, max_items_per_batch, items_per_partition, master, address,
-         target, breakdown) -> None:
+         target, read_ahead, breakdown) -> None:
     """Measure the kestrel data source's items/s through a trivial streaming query."""
     import logging
 
@@ -103,10 +124,13 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
             click.echo(f"spark {master} started in {time.perf_counter() - started:.1f}s")
             try:
                 _drain(spark, where, WARM_QUEUE, max_items_per_batch, items_per_partition,
-                       items, f"{tmp}/warm", client)
+                       items, f"{tmp}/warm", client, read_ahead=read_ahead)
+                load_average = os.getloadavg()[0]
+                cpu_before = _server_cpu_seconds()
                 seconds = _drain(spark, where, QUEUE, max_items_per_batch,
                                  items_per_partition, items, f"{tmp}/run", client,
-                                 breakdown)
+                                 breakdown, read_ahead)
+                cpu_after = _server_cpu_seconds()
             finally:
                 spark.stop()
 
@@ -117,6 +141,10 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         "item_bytes": item_bytes,
         "max_items_per_batch": max_items_per_batch,
         "items_per_partition": items_per_partition,
+        "read_ahead": read_ahead,
+        "load_average_1m": round(load_average, 1),
+        "server_cpu_seconds": (None if cpu_before is None or cpu_after is None
+                               else round(cpu_after - cpu_before, 2)),
         "seconds": round(seconds, 3),
         "items_per_second": round(items / seconds),
     }

@@ -68,7 +68,7 @@ class SourceOptions:
     servers: tuple[ServerAddress, ...]
     queue: str
     max_items_per_batch: int = 50_000
-    items_per_partition: int = 25_000
+    items_per_partition: int = 12_500
     items_per_connection: int = 10_000
     read_ahead: bool = True
     keep_alive: float = 1.0
