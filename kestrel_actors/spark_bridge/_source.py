@@ -12,11 +12,15 @@ How the source delivers (the reasoning is in docs/adr/0003-spark-data-source.md)
 
 * Spark keeps the stream reader in one long-lived Python process beside the driver JVM and
   calls ``latestOffset``, ``partitions`` and ``commit`` there, one at a time. That process
-  holds one connection per server; memcache reliable reads are tied to a connection.
+  holds the connections; memcache reliable reads are tied to a connection, and a server holds
+  at most ``--monitor-max-items`` open items per connection, so a batch of
+  ``maxItemsPerBatch`` items per server uses ``ceil(maxItemsPerBatch / itemsPerConnection)``
+  connections per server.
 * ``latestOffset(start)`` first confirms every batch up to ``start`` — Spark asks for the
   next offset only after it has written the previous batch to its commit log — then opens
   what is waiting on each server (at most ``maxItemsPerBatch`` per server) and keeps those
-  items in memory under a new sequence number. The offset is ``{"seq": n, "items": {server:
+  items in memory under a new sequence number. With ``readAhead`` the next batch has already
+  been opened on a second set of connections while Spark ran this one (:class:`_Prefetch`). The offset is ``{"seq": n, "items": {server:
   count}}`` in Spark's checkpoint. ``commit(end)`` confirms too (it comes later, only once a
   further batch is planned, so it cannot be the only place: a drained queue would keep its
   last batch open for good).
@@ -250,9 +254,9 @@ class _OpenBatch:
 class _Prefetch:
     """Opens the next batch on a thread while Spark runs the current one.
 
-    The planner process is idle while the executors work, and opening 10,000 items costs the
-    server and this process a few hundred ms; doing it then takes it off the micro-batch's
-    critical path. Only Spark's calls publish what was opened: the items stay open on their
+    The planner process is idle while the executors work, and opening a micro-batch's 50,000
+    items costs the server and this process ~0.5–1 s; doing it then takes it off the
+    micro-batch's critical path. Only Spark's calls publish what was opened: the items stay open on their
     connections, unseen by Spark, until the next ``latestOffset`` makes them a batch (or
     ``stop`` drops the connections and the servers take them back).
     """
@@ -273,11 +277,11 @@ class _Prefetch:
     def wait(self) -> None:
         self._thread.join()
 
-    def join(self) -> _Opened | None:
+    def join(self) -> _Opened:
         """The opened items; raises what opening raised."""
         self._thread.join()
-        if self._error is not None:
-            raise self._error
+        if self._error is not None or self._result is None:
+            raise self._error or RuntimeError("read-ahead ended without a result")
         return self._result
 
 
