@@ -15,6 +15,7 @@ By default a server is started on a free loopback port with a temporary data dir
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -27,19 +28,41 @@ QUEUE = "bench_source"
 WARM_QUEUE = "bench_source_warm"
 
 
+def _server_cpu_seconds() -> float | None:
+    """CPU seconds used so far by the server this process started (None with --server)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and b"kestrel_actors.cli\0serve" in cmdline:
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
 def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, count: int,
-           checkpoint: str, client) -> float:
-    """Run a query until ``queue`` is empty with nothing open; return its seconds."""
+           checkpoint: str, client, breakdown: bool = False, read_ahead: bool = True) -> float:
+    """Run a query until ``queue`` is empty with nothing open; return its seconds (and, with
+    ``breakdown``, print the mean per-micro-batch ``durationMs`` of Spark's query progress)."""
     started = time.perf_counter()
     query = (spark.readStream.format("kestrel").option("servers", where).option("queue", queue)
              .option("maxItemsPerBatch", max_items).option("itemsPerPartition", per_partition)
+             .option("readAhead", str(read_ahead).lower())
              .load().writeStream.format("noop").option("checkpointLocation", checkpoint)
              .start())
     try:
         while True:
             stats = client.queue_stats(queue)
             if stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0:
-                return time.perf_counter() - started
+                seconds = time.perf_counter() - started
+                if breakdown:
+                    _print_breakdown(query.recentProgress)
+                return seconds
             if query.exception() is not None:
                 raise click.ClickException(str(query.exception()))
             time.sleep(0.02)
@@ -47,19 +70,34 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
         query.stop()
 
 
+def _print_breakdown(progress) -> None:
+    batches = [p for p in progress if p.get("numInputRows", 0) > 0]
+    if not batches:
+        return
+    keys = sorted({k for p in batches for k in p.get("durationMs", {})})
+    means = {k: sum(p["durationMs"].get(k, 0) for p in batches) / len(batches) for k in keys}
+    rows = sum(p["numInputRows"] for p in batches) / len(batches)
+    click.echo(f"{len(batches)} micro-batches of {rows:,.0f} rows; mean durationMs: "
+               + ", ".join(f"{k} {v:.0f}" for k, v in sorted(means.items(), key=lambda kv: -kv[1])))
+
+
 @click.command(context_settings={"max_content_width": 100})
 @click.option("--items", default=200_000, show_default=True, type=click.IntRange(min=1))
 @click.option("--item-bytes", default=1024, show_default=True, type=click.IntRange(min=8))
-@click.option("--max-items-per-batch", default=10_000, show_default=True,
+@click.option("--max-items-per-batch", default=50_000, show_default=True,
               type=click.IntRange(min=1))
-@click.option("--items-per-partition", default=5_000, show_default=True,
+@click.option("--items-per-partition", default=12_500, show_default=True,
               type=click.IntRange(min=1))
 @click.option("--master", default="local[2]", show_default=True)
 @click.option("--server", "address", default=None, help="host:port of a running server.")
 @click.option("--target", default=20_000, show_default=True, type=int,
               help="items/s the run must reach for exit code 0.")
+@click.option("--read-ahead/--no-read-ahead", default=True, show_default=True,
+              help="the source's readAhead option.")
+@click.option("--breakdown", is_flag=True,
+              help="print the mean per-micro-batch durationMs of the measured query.")
 def main(items, item_bytes, max_items_per_batch, items_per_partition, master, address,
-         target) -> None:
+         target, read_ahead, breakdown) -> None:
     """Measure the kestrel data source's items/s through a trivial streaming query."""
     import logging
 
@@ -86,9 +124,13 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
             click.echo(f"spark {master} started in {time.perf_counter() - started:.1f}s")
             try:
                 _drain(spark, where, WARM_QUEUE, max_items_per_batch, items_per_partition,
-                       items, f"{tmp}/warm", client)
+                       items, f"{tmp}/warm", client, read_ahead=read_ahead)
+                load_average = os.getloadavg()[0]
+                cpu_before = _server_cpu_seconds()
                 seconds = _drain(spark, where, QUEUE, max_items_per_batch,
-                                 items_per_partition, items, f"{tmp}/run", client)
+                                 items_per_partition, items, f"{tmp}/run", client,
+                                 breakdown, read_ahead)
+                cpu_after = _server_cpu_seconds()
             finally:
                 spark.stop()
 
@@ -99,6 +141,10 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         "item_bytes": item_bytes,
         "max_items_per_batch": max_items_per_batch,
         "items_per_partition": items_per_partition,
+        "read_ahead": read_ahead,
+        "load_average_1m": round(load_average, 1),
+        "server_cpu_seconds": (None if cpu_before is None or cpu_after is None
+                               else round(cpu_after - cpu_before, 2)),
         "seconds": round(seconds, 3),
         "items_per_second": round(items / seconds),
     }

@@ -119,10 +119,17 @@ class Connection:
         """
         with self.lock:
             self._fresh()
-            waiting = self.depth(queue)
-            if waiting <= 0:
-                return []
-            return self._monitor(queue, _MONITOR_SECONDS, min(max_items, waiting))
+            return self.open_waiting(queue, min(max_items, self.depth(queue)))
+
+    def open_waiting(self, queue: str, count: int) -> list[bytes]:
+        """Open ``count`` items known to be waiting (one ``monitor`` asking for exactly them,
+        so it returns at once; should another reader take some first, it costs one second).
+        Lets a caller that looked at the depth once open on several connections."""
+        if count <= 0:
+            return []
+        with self.lock:
+            self._fresh()
+            return self._monitor(queue, _MONITOR_SECONDS, count)
 
     def depth(self, queue: str) -> int:
         """Items waiting (not open) in ``queue``."""

@@ -12,11 +12,15 @@ How the source delivers (the reasoning is in docs/adr/0003-spark-data-source.md)
 
 * Spark keeps the stream reader in one long-lived Python process beside the driver JVM and
   calls ``latestOffset``, ``partitions`` and ``commit`` there, one at a time. That process
-  holds one connection per server; memcache reliable reads are tied to a connection.
+  holds the connections; memcache reliable reads are tied to a connection, and a server holds
+  at most ``--monitor-max-items`` open items per connection, so a batch of
+  ``maxItemsPerBatch`` items per server uses ``ceil(maxItemsPerBatch / itemsPerConnection)``
+  connections per server.
 * ``latestOffset(start)`` first confirms every batch up to ``start`` — Spark asks for the
   next offset only after it has written the previous batch to its commit log — then opens
   what is waiting on each server (at most ``maxItemsPerBatch`` per server) and keeps those
-  items in memory under a new sequence number. The offset is ``{"seq": n, "items": {server:
+  items in memory under a new sequence number. With ``readAhead`` the next batch has already
+  been opened on a second set of connections while Spark ran this one (:class:`_Prefetch`). The offset is ``{"seq": n, "items": {server:
   count}}`` in Spark's checkpoint. ``commit(end)`` confirms too (it comes later, only once a
   further batch is planned, so it cannot be the only place: a drained queue would keep its
   last batch open for good).
@@ -31,6 +35,8 @@ How the source delivers (the reasoning is in docs/adr/0003-spark-data-source.md)
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -65,8 +71,10 @@ class SourceOptions:
 
     servers: tuple[ServerAddress, ...]
     queue: str
-    max_items_per_batch: int = 10_000
-    items_per_partition: int = 5_000
+    max_items_per_batch: int = 50_000
+    items_per_partition: int = 12_500
+    items_per_connection: int = 10_000
+    read_ahead: bool = True
     keep_alive: float = 1.0
     column: str = "data"
     connect_timeout: float = 5.0
@@ -82,16 +90,34 @@ class SourceOptions:
         parsed = cls(
             servers=parse_servers(lower.get("servers", "127.0.0.1:22133")),
             queue=queue,
-            max_items_per_batch=int(lower.get("maxitemsperbatch", 10_000)),
-            items_per_partition=int(lower.get("itemsperpartition", 5_000)),
+            max_items_per_batch=int(lower.get("maxitemsperbatch", cls.max_items_per_batch)),
+            items_per_partition=int(lower.get("itemsperpartition", cls.items_per_partition)),
+            items_per_connection=int(lower.get("itemsperconnection",
+                                               cls.items_per_connection)),
+            read_ahead=_parse_bool(lower.get("readahead", "true")),
             keep_alive=parse_duration(lower.get("keepaliveinterval", "1s")),
             column=lower.get("column", "data"),
             connect_timeout=parse_duration(lower.get("connecttimeout", "5s")),
             io_timeout=parse_duration(lower.get("iotimeout", "30s")),
         )
-        if parsed.max_items_per_batch < 1 or parsed.items_per_partition < 1:
-            raise ValueError("kestrel: maxItemsPerBatch and itemsPerPartition must be >= 1")
+        if min(parsed.max_items_per_batch, parsed.items_per_partition,
+               parsed.items_per_connection) < 1:
+            raise ValueError("kestrel: maxItemsPerBatch, itemsPerPartition and "
+                             "itemsPerConnection must be >= 1")
         return parsed
+
+    @property
+    def connections_per_server(self) -> int:
+        """A server holds at most ``--monitor-max-items`` open items per connection, so a
+        micro-batch of ``maxItemsPerBatch`` items per server needs this many connections."""
+        return math.ceil(self.max_items_per_batch / self.items_per_connection)
+
+
+def _parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"kestrel: expected true or false, got {text!r}")
+    return value == "true"
 
 
 class KestrelDataSource(DataSource):
@@ -136,32 +162,127 @@ class KestrelPartition(InputPartition):
         return f"KestrelPartition({self.server}, {self.queue}, {len(self.items)} items)"
 
 
+# server -> its ``connections_per_server`` connections
+_ConnectionSet = dict[str, list[Connection]]
+
+
 @dataclass
 class _ReaderState:
-    """What the planner process holds between Spark's calls: connections, opened batches."""
+    """What the planner process holds between Spark's calls: connections, opened batches.
 
-    connections: dict[str, Connection]
+    Two sets of connections take turns: the batch Spark is running holds its items on one,
+    while the next batch is opened ahead on the other (:class:`_Prefetch`).
+    """
+
+    sets: tuple[_ConnectionSet, _ConnectionSet]
     keep_alive: KeepAlive
     open: dict[int, _OpenBatch] = field(default_factory=dict)
+    prefetch: _Prefetch | None = None
     retry_at: dict[str, float] = field(default_factory=dict)
     idle_until: float = 0.0
 
     @classmethod
     def start(cls, options: SourceOptions) -> _ReaderState:
-        connections = {str(a): Connection(a, options.connect_timeout, options.io_timeout)
-                       for a in options.servers}
+        def one_set() -> _ConnectionSet:
+            return {str(a): [Connection(a, options.connect_timeout, options.io_timeout)
+                             for _ in range(options.connections_per_server)]
+                    for a in options.servers}
+
+        sets = (one_set(), one_set())
         keep_alive = KeepAlive(options.keep_alive)
-        for connection in connections.values():
+        for connection in _all_connections(sets):
             keep_alive.add(connection)
-        return cls(connections, keep_alive)
+        return cls(sets, keep_alive)
+
+
+def _all_connections(sets: tuple[_ConnectionSet, ...]) -> Iterator[Connection]:
+    return (c for one in sets for per_server in one.values() for c in per_server)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """Items of a batch opened on one connection, confirmed there after Spark's commit."""
+
+    server: str
+    connection: Connection
+    items: list[bytes]
+
+
+@dataclass
+class _Opened:
+    """Items opened on one connection set, as opened on each connection."""
+
+    on: int  # index of the connection set in ``_ReaderState.sets``
+    held: list[_Held] = field(default_factory=list)
+
+    @property
+    def items(self) -> dict[str, list[bytes]]:
+        """Per server, in the order opened."""
+        per_server: dict[str, list[bytes]] = {}
+        for part in self.held:
+            per_server.setdefault(part.server, []).extend(part.items)
+        return per_server
+
+    def still_held(self, queue: str) -> _Opened:
+        """Only the parts whose connection is still up (one ``version`` round trip each):
+        a server that restarted, or timed a connection out, has put those items back."""
+        kept = _Opened(self.on)
+        for part in self.held:
+            try:
+                part.connection.check()
+            except KestrelError as exc:
+                part.connection.close()
+                log.warning("read_ahead_lost", queue=queue, server=part.server,
+                            items=len(part.items), error=str(exc)[:300])
+                continue
+            kept.held.append(part)
+        return kept
 
 
 @dataclass
 class _OpenBatch:
-    """Items opened for one offset sequence number, per server, waiting for Spark's commit."""
+    """Items opened for one offset sequence number, waiting for Spark's commit."""
 
     seq: int
-    items: dict[str, list[bytes]]
+    opened: _Opened
+    items: dict[str, list[bytes]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.items = self.opened.items
+
+
+class _Prefetch:
+    """Opens the next batch on a thread while Spark runs the current one.
+
+    The planner process is idle while the executors work, and opening a micro-batch's 50,000
+    items costs the server and this process ~0.5–1 s; doing it then takes it off the
+    micro-batch's critical path. Only Spark's calls publish what was opened: the items stay open on their
+    connections, unseen by Spark, until the next ``latestOffset`` makes them a batch (or
+    ``stop`` drops the connections and the servers take them back).
+    """
+
+    def __init__(self, run) -> None:
+        self._run = run
+        self._result: _Opened | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._body, name="kestrel-prefetch", daemon=True)
+        self._thread.start()
+
+    def _body(self) -> None:
+        try:
+            self._result = self._run()
+        except BaseException as exc:  # noqa: BLE001 - handed to the planner thread in join()
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def join(self) -> _Opened:
+        """The opened items; raises what opening raised."""
+        self._thread.join()
+        if self._error is not None or self._result is None:
+            raise self._error or RuntimeError("read-ahead ended without a result")
+        return self._result
 
 
 class KestrelStreamReader(DataSourceStreamReader):
@@ -194,25 +315,22 @@ class KestrelStreamReader(DataSourceStreamReader):
         self._confirm_through(done)
         if live.open:  # asked again before that batch ran: the same answer
             return _offset(live.open[max(live.open)])
-        now = time.monotonic()
-        if now < live.idle_until:
-            return start
         budget = getattr(limit, "max_rows", None)
-        opened: dict[str, list[bytes]] = {}
-        for name, connection in live.connections.items():
-            cap = self.options.max_items_per_batch
-            if budget is not None:
-                cap = min(cap, budget - sum(len(v) for v in opened.values()))
-                if cap <= 0:
-                    break
-            items = self._open(name, connection, cap, now)
-            if items:
-                opened[name] = items
-        if not opened:
-            live.idle_until = time.monotonic() + _IDLE_RECHECK
-            return start
+        opened = self._take_prefetch()
+        if opened is None or not opened.held:
+            now = time.monotonic()
+            if now < live.idle_until:
+                return start
+            opened = self._open_all(0, budget)
+            if not opened.held:
+                live.idle_until = time.monotonic() + _IDLE_RECHECK
+                return start
         batch = _OpenBatch(done + 1, opened)
         live.open[batch.seq] = batch
+        if budget is None and self.options.read_ahead:
+            # A read limit can change between calls; only an unlimited query reads ahead.
+            ahead = 1 - opened.on
+            live.prefetch = _Prefetch(lambda: self._open_all(ahead, None))
         return _offset(batch)
 
     def partitions(self, start: dict, end: dict) -> list[KestrelPartition]:
@@ -252,38 +370,79 @@ class KestrelStreamReader(DataSourceStreamReader):
         live, self._live = self._live, None
         if live is None:
             return
+        if live.prefetch is not None:
+            live.prefetch.wait()  # its items go back with the connections below
         live.keep_alive.stop()
-        for connection in live.connections.values():
+        for connection in _all_connections(live.sets):
             connection.close()
 
     # helpers -------------------------------------------------------------------------------
 
-    def _open(self, name: str, connection: Connection, cap: int, now: float) -> list[bytes]:
-        if now < self.live.retry_at.get(name, 0.0):
-            return []
+    def _take_prefetch(self) -> _Opened | None:
+        live = self.live
+        prefetch, live.prefetch = live.prefetch, None
+        if prefetch is None:
+            return None
         try:
-            return connection.open_available(self.options.queue, cap)
+            return prefetch.join().still_held(self.options.queue)
+        except Exception as exc:  # noqa: BLE001 - its items go back with its connections
+            for connection in _all_connections(live.sets):
+                connection.close()  # no batch is open here: nothing else is held
+            log.warning("prefetch_failed", queue=self.options.queue, error=repr(exc)[:300])
+            return None
+
+    def _open_all(self, on: int, budget: int | None) -> _Opened:
+        """Open the next batch on connection set ``on``: up to ``maxItemsPerBatch`` per server
+        (and ``budget`` in all, if Spark gives a read limit)."""
+        opened = _Opened(on)
+        now = time.monotonic()
+        for name, connections in self.live.sets[on].items():
+            cap = self.options.max_items_per_batch
+            if budget is not None:
+                cap = min(cap, budget - sum(len(p.items) for p in opened.held))
+                if cap <= 0:
+                    break
+            self._open(name, connections, cap, now, opened.held)
+        return opened
+
+    def _open(self, name: str, connections: list[Connection], cap: int, now: float,
+              held: list[_Held]) -> None:
+        """Open up to ``cap`` of what one server has waiting, ``itemsPerConnection`` on each
+        of its connections in turn (one ``stats``, then one ``monitor`` per connection)."""
+        if now < self.live.retry_at.get(name, 0.0):
+            return
+        queue = self.options.queue
+        connection = connections[0]
+        try:
+            left = min(cap, connection.depth(queue))
+            for connection in connections:
+                if left <= 0:
+                    break
+                got = connection.open_waiting(queue, min(self.options.items_per_connection, left))
+                if not got:
+                    break  # another reader took them first
+                held.append(_Held(name, connection, got))
+                left -= len(got)
         except KestrelError as exc:
+            # What the other connections opened stays in this batch; this one's is back on
+            # the server with the closed connection.
             connection.close()
             self.live.retry_at[name] = now + _RECONNECT_AFTER
-            log.warning("server_unavailable", queue=self.options.queue, server=name,
-                        error=str(exc)[:300])
-            return []
+            log.warning("server_unavailable", queue=queue, server=name, error=str(exc)[:300])
 
     def _confirm_through(self, seq: int) -> None:
         live = self.live
         for number in sorted(n for n in live.open if n <= seq):
             batch = live.open.pop(number)
-            for name, items in batch.items.items():
-                connection = live.connections[name]
+            for part in batch.opened.held:
                 try:
-                    connection.confirm(self.options.queue, len(items))
+                    part.connection.confirm(self.options.queue, len(part.items))
                 except KestrelError as exc:
                     # The server already took them back (restart, idle timeout): they will be
                     # read again — at-least-once, the duplicates are this one batch.
-                    connection.close()
-                    log.warning("confirm_failed", queue=self.options.queue, server=name,
-                                seq=number, items=len(items), error=str(exc)[:300])
+                    part.connection.close()
+                    log.warning("confirm_failed", queue=self.options.queue, server=part.server,
+                                seq=number, items=len(part.items), error=str(exc)[:300])
 
 
 def _offset(batch: _OpenBatch) -> dict:
