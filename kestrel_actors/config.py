@@ -54,6 +54,8 @@ class ServerConfig:
     port: int = 22133
     text_port: int = 2222
     """Kestrel's text protocol port; 0 disables the listener."""
+    thrift_port: int = 2229
+    """Kestrel's thrift protocol port (framed, binary); 0 disables the listener."""
     data_dir: str = "./data"
     max_open_transactions: int = 1
     max_item_bytes: int = 64 * MIB

@@ -16,6 +16,8 @@ MIB = 1024 * 1024
 @click.option("--port", default=22133, show_default=True, type=int, help="Memcache protocol port.")
 @click.option("--text-port", default=2222, show_default=True, type=int,
               help="Text protocol port; 0 disables it.")
+@click.option("--thrift-port", default=2229, show_default=True, type=int,
+              help="Thrift protocol port (framed transport, binary protocol); 0 disables it.")
 @click.option("--data-dir", default="./data", show_default=True,
               help="Directory of the queue journals.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
