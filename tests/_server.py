@@ -26,20 +26,25 @@ def free_port() -> int:
 class ServerProcess:
     """A server subprocess; ``args`` are extra ``serve`` options (e.g. ``--config``)."""
 
-    def __init__(self, data_dir: Path, args: tuple[str, ...] = (), port: int | None = None):
+    def __init__(self, data_dir: Path, args: tuple[str, ...] = (), port: int | None = None,
+                 thrift: bool = False):
         self.host = "127.0.0.1"
         self.port = port or free_port()
+        self.thrift_port = free_port() if thrift else None
+        """With ``thrift``: the thrift listener's port (kept across restarts)."""
         self.data_dir = Path(data_dir)
         self.args = tuple(args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.parent / f"server-{self.port}.log"
 
     def command(self) -> list[str]:
-        # the text listener is on by default (port 2222); tests that want it name a free port
+        # the text and thrift listeners are on by default (ports 2222, 2229); tests that want
+        # one name a free port (``thrift_port``)
         text = () if "--text-port" in self.args else ("--text-port", "0")
+        thrift = ("--thrift-port", str(self.thrift_port or 0)) if "--thrift-port" not in self.args else ()
         return [
             sys.executable, "-m", "kestrel_actors.cli", "serve",
-            "--host", self.host, "--port", str(self.port), *text,
+            "--host", self.host, "--port", str(self.port), *text, *thrift,
             "--data-dir", str(self.data_dir), "--log-format", "json", *self.args,
         ]
 
@@ -53,7 +58,9 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
             try:
-                socket.create_connection((self.host, self.port), timeout=0.2).close()
+                for port in (self.port, self.thrift_port):
+                    if port:
+                        socket.create_connection((self.host, port), timeout=0.2).close()
                 return self
             except OSError:
                 time.sleep(0.05)
@@ -88,6 +95,13 @@ class ServerProcess:
 
     def client(self, timeout: float = 5.0) -> Client:
         return Client(self.host, self.port, timeout)
+
+    def thrift_client(self, timeout: float = 5.0):
+        """A :class:`~kestrel_actors.thrift_client.ThriftClient` on the thrift port."""
+        from kestrel_actors.thrift_client import ThriftClient
+
+        assert self.thrift_port, "start the server with ServerProcess(..., thrift=True)"
+        return ThriftClient(self.host, self.thrift_port, timeout)
 
 
 class Client:
