@@ -1,5 +1,6 @@
 # The two commands of the README: `make run` and `make test`. Everything a test needs is
-# installed here, into .venv, so a fresh clone with Python 3.11 and Java 17 is enough.
+# installed here, into .venv, so a fresh clone with Python 3.11 and Java 17 is enough; the admin
+# page's browser test needs Debian's chromium and chromium-driver, installed by `browser` when missing.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 22133
 DATA_DIR ?= ./data
 
-.PHONY: run test bench install clean
+.PHONY: run test bench install clean memcached-tools browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -24,7 +25,23 @@ run: $(STAMP)
 	mkdir -p $(DATA_DIR)
 	$(BIN)/kestrel-actors serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
 
-test: $(STAMP)
+# libmemcached's memcstat/memcping, which the client tests run against the server: Debian's
+# libmemcached-tools, installed only when memcstat is missing (needs root and apt-get).
+memcached-tools:
+	@command -v memcstat >/dev/null 2>&1 || { \
+		echo "installing libmemcached-tools (memcstat, memcping)"; \
+		apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmemcached-tools >/dev/null; }
+
+
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium chromium-driver; \
+	fi
+
+test: $(STAMP) memcached-tools browser
 	$(BIN)/python -m pytest -q -rfE
 
 bench: $(STAMP)

@@ -69,6 +69,7 @@ SERVER_SETTINGS: dict[str, v.Parser] = {
     "port": v.port,
     "text_port": v.port,
     "thrift_port": v.port,
+    "admin_port": v.port,
     "data_dir": v.text,
     "max_open_transactions": v.count(0),
     "max_item_bytes": v.size,

@@ -22,7 +22,7 @@ import structlog
 from gevent.server import StreamServer
 from pykka import ActorRegistry
 
-from . import __version__
+from . import KESTREL_VERSION
 from .actors import QueueCollection, ServerStats
 from .actors._collection import QueueOpener, memory_opener
 from .actors._session_collection import ForAll, ForAllKind, Load, Reconfigure
@@ -142,7 +142,7 @@ class StartupError(Exception):
 class Server:
     """One kestrel-actors server: a queue collection and its listeners."""
 
-    version = __version__
+    version = KESTREL_VERSION
 
     def __init__(
         self,
@@ -156,7 +156,9 @@ class Server:
         self._stopped = gevent.event.Event()
         self._listeners: list[StreamServer] = []
         self._sweeper: Any = None
+        self._admin: Any = None
         self._shutting_down = False
+        self._quiescing = False
         self._check_data_dir()
         self._discover = discover or list
         self.collection = QueueCollection.start(config, self.stats, opener or memory_opener)
@@ -203,11 +205,25 @@ class Server:
             thrift = self._listen(self.config.host, self.config.thrift_port, self._serve_thrift)
             self._listeners.append(thrift)
             log.info("listening", protocol="thrift", host=self.config.host, port=thrift.server_port)
+        if self.config.admin_port:
+            self._start_admin(self.config.host, self.config.admin_port)
         frequency = self.config.expiration_timer_frequency
         if frequency:
             self._sweeper = gevent.spawn(self._sweep_forever, frequency)
         log.info("listening", protocol="memcache", host=self.config.host, port=listener.server_port,
                  data_dir=str(self.config.data_dir), open_file_limit=self.open_file_limit)
+
+    def _start_admin(self, host: str, port: int) -> None:
+        from .admin import AdminService
+
+        self._admin = AdminService(self)
+        try:
+            bound = self._admin.start(host, port)
+        except OSError as exc:
+            for listener in self._listeners:
+                listener.close()
+            raise StartupError(f"cannot listen on {host}:{port}: {exc}") from exc
+        log.info("listening", protocol="admin http", host=host, port=bound)
 
     def _listen(self, host: str, port: int, handle: Callable[[Any, Any], None]) -> StreamServer:
         listener = _Listener((host, port), handle, backlog=1024, spawn=None)
@@ -234,10 +250,30 @@ class Server:
             self._shutting_down = True
             gevent.spawn_later(0.1, self._stop)
 
+    def quiesce(self) -> None:
+        """ostrich's quiesce: stop accepting clients at once, and shut down when the last one
+        has gone (waiting at most 30 s, Kestrel's drain)."""
+        if self._shutting_down or self._quiescing:
+            return
+        self._quiescing = True
+        log.info("quiescing: no new connections; shutting down when the last client leaves")
+        for listener in self._listeners:
+            listener.close()
+        gevent.spawn(self._shutdown_when_idle, 30.0)
+
+    def _shutdown_when_idle(self, limit: float) -> None:
+        waited = 0.0
+        while self.stats.curr_connections > 0 and waited < limit:
+            gevent.sleep(0.1)
+            waited += 0.1
+        self.shutdown()
+
     def _stop(self) -> None:
         log.info("shutting down")
         for listener in self._listeners:
             listener.close()
+        if self._admin is not None:
+            self._admin.close()
         if self._sweeper is not None:
             self._sweeper.kill()
         graceful = self.status.graceful_shutdown()

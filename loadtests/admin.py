@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import gevent
 
-from .client import Conn, HarnessError, UnexpectedReply, read_stats
+from kestrel_actors.client import Connection, KestrelError
+
 from .output import say
 
 __all__ = ["admin_conn", "flush_queues", "monitor_queue", "queue_stats"]
 
 
-def admin_conn(host: str, port: int, timeout: float) -> Conn:
+def admin_conn(host: str, port: int, timeout: float) -> Connection:
     """A connection for set-up and checks."""
-    return Conn(host, port, timeout).connect()
+    return Connection(host, port, timeout, use_gevent=True).connect()
 
 
 def flush_queues(options, queues: list[str]) -> None:
@@ -25,7 +26,7 @@ def flush_queues(options, queues: list[str]) -> None:
     conn = admin_conn(options.host, options.port, options.io_timeout)
     try:
         for queue in queues:
-            conn.call(b"flush %s\r\n" % queue.encode(), b"END\r\n")
+            conn.exchange(b"flush %s\r\n" % queue.encode(), b"END\r\n")
     finally:
         conn.close()
 
@@ -34,7 +35,8 @@ def queue_stats(options, queue: str) -> dict[str, int]:
     """The ``queue_<q>_*`` STATS of one queue, as integers (absent ones are left out)."""
     conn = admin_conn(options.host, options.port, options.io_timeout)
     try:
-        stats = read_stats(conn)
+        conn.send(b"stats\r\n")
+        stats = conn.read_stats()
     finally:
         conn.close()
     prefix = f"queue_{queue}_"
@@ -55,7 +57,7 @@ def monitor_queue(options) -> None:
     while True:
         try:
             s = queue_stats(options, queue)
-        except (HarnessError, UnexpectedReply, OSError) as exc:
+        except (KestrelError, OSError) as exc:
             say(f"{queue}: stats failed: {exc}")
         else:
             total = s.get("total_items", 0)

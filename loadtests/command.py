@@ -49,7 +49,7 @@ def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
 
     def entry(host, port, no_flush, procs, plot, progress, timeout, io_timeout, allow_remote,
               monitor: str | None = None, **args: Any) -> None:
-        from .client import HarnessError, UnexpectedReply, check_loopback
+        from .harness import HarnessError, check_loopback, is_failure, is_harness_error
         from .figures import Figures
         from .report import EXIT_HARNESS, Outcome, finish
         from .runner import Options
@@ -67,10 +67,13 @@ def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
         name = body.__name__.replace("_", "-")
         try:
             outcome = body(options, not no_flush, epoch=time.monotonic_ns(), **args)
-        except UnexpectedReply as exc:  # raised by a set-up or check step outside the runner
-            outcome = Outcome(name, Figures(name), failures=[f"set-up/check: {exc}"])
-        except HarnessError as exc:
-            outcome = Outcome(name, Figures(name), errors=[f"set-up/check: {exc}"])
+        except Exception as exc:  # raised by a set-up or check step outside the runner
+            if is_failure(exc):
+                outcome = Outcome(name, Figures(name), failures=[f"set-up/check: {exc}"])
+            elif is_harness_error(exc):
+                outcome = Outcome(name, Figures(name), errors=[f"set-up/check: {exc}"])
+            else:
+                raise
         sys.exit(finish(outcome, plot))
 
     entry.__name__ = body.__name__

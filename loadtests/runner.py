@@ -30,7 +30,9 @@ import gevent
 import gevent.pool
 
 from .admin import monitor_queue
-from .client import Conn, ConnectFailed, HarnessError, UnexpectedReply
+from kestrel_actors.client import ConnectFailed, Connection
+
+from .harness import CONNECT_ATTEMPTS, is_failure, is_harness_error
 from .figures import Figures, Recorder
 from .output import Bar
 
@@ -112,7 +114,8 @@ class ClientContext:
         self.args = spec.kwargs
         self.options = options
         self.shared = shared
-        self.conn = Conn(options.host, options.port, options.io_timeout, watched=True)
+        self.conn = Connection(options.host, options.port, options.io_timeout, watched=True,
+                               use_gevent=True)
         self._recorders = recorders
         self._make = make
 
@@ -167,7 +170,7 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
     pool = gevent.pool.Pool(64)
     try:
         for ctx in contexts:
-            pool.spawn(ctx.conn.connect)
+            pool.spawn(ctx.conn.connect, CONNECT_ATTEMPTS)
         pool.join(raise_error=True)
     except ConnectFailed as exc:
         errors.append(str(exc))
@@ -184,14 +187,14 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
             ctx.role()(ctx)
         except gevent.GreenletExit:
             raise
-        except UnexpectedReply as exc:
-            failures.append(f"{ctx.spec.role.split(':')[1]}: {exc}")
-            shared.abort.value = 1
-        except (HarnessError, OSError) as exc:
-            errors.append(f"{ctx.spec.role.split(':')[1]}: {exc}")
-            shared.abort.value = 1
-        except Exception as exc:  # a bug in a scenario is reported, not swallowed
-            errors.append(f"{ctx.spec.role.split(':')[1]}: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            role = ctx.spec.role.split(':')[1]
+            if is_failure(exc):
+                failures.append(f"{role}: {exc}")
+            elif is_harness_error(exc):
+                errors.append(f"{role}: {exc}")
+            else:  # a bug in a scenario is reported, not swallowed
+                errors.append(f"{role}: {type(exc).__name__}: {exc}")
             shared.abort.value = 1
         finally:
             ctx.conn.close()

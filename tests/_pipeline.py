@@ -2,15 +2,16 @@
 
 :class:`Pipeline` is one connection on which a background thread streams requests while the
 test thread parses the replies, so hundreds of thousands of SETs or GETs cost about what the
-server needs to answer them. Replies are parsed from a ``bytearray`` by offset; nothing is
-copied per reply except the item itself.
+server needs to answer them. The replies are parsed by the client's own
+:class:`~kestrel_actors.client.Connection`.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
 from typing import Iterable, Iterator
+
+from kestrel_actors.client import Connection, set_request
 
 __all__ = ["Pipeline", "numbered", "number_of", "read_rss_kib"]
 
@@ -36,14 +37,13 @@ def read_rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-class Pipeline:
-    """One memcache connection: :meth:`stream` sends, the ``read_*`` methods parse replies."""
+class Pipeline(Connection):
+    """One memcache connection (:class:`kestrel_actors.client.Connection`, blocking sockets):
+    :meth:`stream` sends from a thread while the ``read_*`` methods parse the replies."""
 
     def __init__(self, host: str, port: int, timeout: float = 60.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._buf = bytearray()
-        self._pos = 0
+        super().__init__(host, port, timeout, use_gevent=False)
+        self.connect()
         self._sender: threading.Thread | None = None
         self.send_error: BaseException | None = None
 
@@ -52,11 +52,12 @@ class Pipeline:
     def stream(self, chunks: Iterable[bytes]) -> None:
         """Send ``chunks`` from a background thread (replies are read meanwhile)."""
         self.wait_sent()
+        sock = self.sock
 
         def send() -> None:
             try:
                 for chunk in chunks:
-                    self.sock.sendall(chunk)
+                    sock.sendall(chunk)
             except BaseException as exc:  # noqa: BLE001 - reported by wait_sent
                 self.send_error = exc
 
@@ -73,7 +74,7 @@ class Pipeline:
 
     def stream_sets(self, queue: str, items: Iterable[bytes], batch: int = 1000) -> None:
         """Stream ``set queue 0 0 <len>`` for every item, ``batch`` requests per ``sendall``."""
-        self.stream(_batches((b"set %s 0 0 %d\r\n%s\r\n" % (queue.encode(), len(d), d) for d in items), batch))
+        self.stream(_batches((set_request(queue, data) for data in items), batch))
 
     def stream_gets(self, key: str, count: int, batch: int = 1000) -> None:
         """Stream ``count`` times ``get key``."""
@@ -82,44 +83,7 @@ class Pipeline:
 
     # -- receiving ------------------------------------------------------------------------
 
-    def _fill(self) -> None:
-        chunk = self.sock.recv(1 << 20)
-        if not chunk:
-            raise ConnectionError("server closed the connection")
-        if self._pos > (1 << 20):
-            del self._buf[:self._pos]
-            self._pos = 0
-        self._buf += chunk
-
-    def read_line(self) -> bytes:
-        while True:
-            end = self._buf.find(b"\r\n", self._pos)
-            if end >= 0:
-                line = bytes(self._buf[self._pos:end])
-                self._pos = end + 2
-                return line
-            self._fill()
-
-    def read_exact(self, n: int) -> bytes:
-        while len(self._buf) - self._pos < n:
-            self._fill()
-        data = bytes(self._buf[self._pos:self._pos + n])
-        self._pos += n
-        return data
-
-    def read_value(self) -> bytes | None:
-        """One GET reply: the item, or None for ``END``."""
-        line = self.read_line()
-        if line == b"END":
-            return None
-        assert line.startswith(b"VALUE "), line[:100]
-        data = self.read_exact(int(line.rsplit(b" ", 1)[1]) + 2)
-        assert data.endswith(b"\r\n")
-        end = self.read_line()
-        assert end == b"END", end[:100]
-        return data[:-2]
-
-    def read_values(self, count: int) -> Iterator[bytes | None]:
+    def read_replies(self, count: int) -> Iterator[bytes | None]:
         for _ in range(count):
             yield self.read_value()
 
@@ -137,12 +101,9 @@ class Pipeline:
     def get_all(self, queue: str, count: int, batch: int = 1000) -> list[bytes | None]:
         """``count`` pipelined GETs; the replies (None for a miss)."""
         self.stream_gets(queue, count, batch)
-        values = list(self.read_values(count))
+        values = list(self.read_replies(count))
         self.wait_sent()
         return values
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _batches(requests: Iterable[bytes], size: int) -> Iterator[bytes]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ._server import ServerProcess
+from .helpers import ServerProcess
 
 
 @pytest.fixture

@@ -141,6 +141,7 @@ class QueueCollection(GeventActor):
         core = self.opener(name, queue_config)
         ref = QueueActor.start(name, queue_config, core.journal, self.stats, core, expire_target)
         self.queues[name] = ref
+        self.stats.open_queue(name)
         self.stats.queue_creates += 1
         master = fanout_master(name)
         if master is not None:
@@ -167,6 +168,7 @@ class QueueCollection(GeventActor):
         if ref is None:
             reply_to.tell(True)
             return
+        self.stats.forget_queue(name)
         self.stats.queue_deletes += 1
         try:
             ref.tell(DeleteQueue(reply_to))
@@ -227,7 +229,7 @@ class QueueCollection(GeventActor):
                 ("put_bytes", put_bytes),
                 ("children", ",".join(self.config.aliases[name])),
             ]
-            result.append(QueueStats(name, lines))
+            result.append(QueueStats(name, lines, None))
         return result
 
     def _for_all(self, message: ForAll) -> None:

@@ -13,10 +13,14 @@ __all__ = [
 
 
 class QueueStats(NamedTuple):
-    """A queue's answer to :class:`GetStats`: its ``(stat, value)`` lines in Kestrel's order."""
+    """A queue's (or an alias's) answer to :class:`GetStats`."""
 
     name: str
     lines: list[tuple[str, object]]
+    """The memcache per-queue stats, in Kestrel's order (§7.3)."""
+    extra: dict[str, int] | None
+    """Figures only ostrich showed (``create_time``, ``max_items``, ``max_bytes``,
+    ``journal_size``, ``put_bytes``); ``None`` for an alias."""
 
 
 class Swept(NamedTuple):

@@ -398,6 +398,7 @@ class QueueActor(GeventActor):
     # -- the wait-list --------------------------------------------------------------------
 
     def _park(self, batch: QueueBatch, index: int, results: list[Any], deadline: float) -> None:
+        batch.parked = True
         self.waiters.park(Waiter(batch, index, results), deadline)
 
     def _start_timer(self, delay: float) -> Any:
@@ -436,6 +437,7 @@ class QueueActor(GeventActor):
     def _cancel_waits(self, session: Any) -> None:
         waiter = self.waiters.of_session(session)
         if waiter is not None:
+            self.stats.waiters_aborted += 1
             self.waiters.remove(waiter)
             self._finishmissed_result(waiter)
 
@@ -470,10 +472,19 @@ class QueueActor(GeventActor):
         return max_age is not None and not self.core.length and now_ms - self.created_ms > max_age * 1000
 
     def _reply_stats(self, reply_to: Any) -> None:
-        lines = self.core.stats(epoch_ms(), len(self.waiters))
+        core = self.core
+        lines = core.stats(epoch_ms(), len(self.waiters))
         if self.has_children:
             lines.append(("children", ",".join(self.children)))
-        reply_to.tell(QueueStats(self.name, lines))
+        journal = core.journal
+        extra = {
+            "create_time": self.created_ms // 1000,
+            "max_items": core.config.max_items,
+            "max_bytes": core.config.max_size,
+            "journal_size": getattr(journal, "total_size", journal.size)(),
+            "put_bytes": core.put_bytes,
+        }
+        reply_to.tell(QueueStats(self.name, lines, extra))
 
     def _close(self, erase: bool) -> None:
         core = self.core

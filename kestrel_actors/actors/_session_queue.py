@@ -222,6 +222,8 @@ class QueueBatch:
     session: Session | None
     reply_to: Any
     copies: Any = None
+    parked: bool = False
+    """Set by the queue when the batch waited in its wait-list (latency figures)."""
 
 
 @dataclass(slots=True, eq=False)

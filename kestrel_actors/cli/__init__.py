@@ -1,4 +1,5 @@
-"""The ``kestrel-actors`` command line: ``serve``, ``journal``, ``load`` and ``bridge``.
+"""The ``kestrel-actors`` command line: ``serve``, ``stats``, ``journal``, ``load``, ``bridge`` and
+the client commands ``put``, ``get``, ``peek`` and ``tail``.
 
 Each subcommand lives in its own module and imports its heavy dependencies (gevent, pyspark)
 only when it runs, so ``kestrel-actors --help`` stays fast and the Spark bridge never loads
@@ -8,9 +9,11 @@ gevent.
 import click
 
 from ._bridge import bridge
+from ._client import get, peek, put, tail
 from ._journal import journal
 from ._load import load
 from ._serve import serve
+from ._stats import stats
 
 __all__ = ["main"]
 
@@ -25,3 +28,6 @@ main.add_command(serve)
 main.add_command(journal)
 main.add_command(load)
 main.add_command(bridge)
+for _command in (put, get, peek, tail):
+    main.add_command(_command)
+main.add_command(stats)

@@ -59,6 +59,8 @@ class QueueCore:
         self._open_since: dict[int, int] = {}
         self._xid = 0
         self.total_items = 0
+        self.put_bytes = 0
+        """Bytes added since this queue object was made (ostrich's ``q/<name>/put_bytes``)."""
         self.expired_items = 0
         self.discarded = 0
         self.transactions = 0
@@ -104,6 +106,7 @@ class QueueCore:
         self.length += 1
         self.bytes += size
         self.total_items += 1
+        self.put_bytes += size
         return True
 
     # -- removing -------------------------------------------------------------------------

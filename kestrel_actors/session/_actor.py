@@ -49,6 +49,7 @@ from ..actors._session_queue import (
     Unremove,
     closed_result,
 )
+from ..actors._stats import record_batch
 from ..runtime import GeventActor
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Handler
@@ -165,6 +166,9 @@ class SessionActor(GeventActor):
         self.batch_results: list[Any] | None = None
         """Results of a batch the queue answered in parts, kept until the rest comes."""
         self.batch_queue: str | None = None
+        self.sent: QueueBatch | None = None
+        self.sent_at = 0.0
+        """The batch awaiting its answer, and when it left (``perf_counter``): latency figures."""
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
@@ -273,6 +277,7 @@ class SessionActor(GeventActor):
         self.closing = True
 
     def start_monitor(self, queue: str, deadline: float, remaining: int, limit: int) -> None:
+        self.context.stats.cmd_monitor += 1
         self.monitor = MonitorState(queue, deadline, remaining, limit)
         self._monitor_next()
 
@@ -368,15 +373,21 @@ class SessionActor(GeventActor):
             self._batch_done(BatchDone([]))
             return True
         self.waiting = Answer.BATCH
+        self.sent = QueueBatch(ops, self.session, self.actor_ref)
+        self.sent_at = time.perf_counter()
         try:
-            ref.tell(QueueBatch(ops, self.session, self.actor_ref))
+            ref.tell(self.sent)
         except ActorDeadError:  # deleted between the check and now: it answers as closed
+            self.sent = None
             self._batch_done(BatchDone([closed_result(op) for op in ops]))
         return True
 
     def _batch_done(self, done: BatchDone) -> None:
         self.waiting = None
         results = done.results
+        if self.sent is not None:
+            record_batch(self.context.stats, self.batch_queue, self.sent, results, self.sent_at)
+            self.sent = None
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
             return
@@ -482,9 +493,13 @@ class SessionActor(GeventActor):
         self.waiting = Answer.BATCH
         self.batch_queue = name
         op = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
+        self.context.stats.cmd_monitor_get += 1
+        self.sent = QueueBatch([op], self.session, self.actor_ref)
+        self.sent_at = time.perf_counter()
         try:
-            ref.tell(QueueBatch([op], self.session, self.actor_ref))
+            ref.tell(self.sent)
         except ActorDeadError:
+            self.sent = None
             self.refs.pop(name, None)
             self.waiting = None
             self.pending.appendleft(_MONITOR_RESUME)
@@ -552,6 +567,7 @@ class SessionActor(GeventActor):
                 pass
         for name, xids in self.open_reads.items():
             if xids:
+                self.context.stats.cmd_get_open_dropped += len(xids)
                 self._give_back(name, list(xids))
         self.open_reads.clear()
         self.handler.release()

@@ -16,7 +16,8 @@ from ..actors._session_collection import AliasAdd, ForAllKind, Resolved
 from ..actors._session_queue import (
     FLUSH, FLUSH_EXPIRED, Add, Confirm, JournalFailure, Open, Peek, Remove, Unremove, first_failure,
 )
-from ..protocol._replies import compose_dump_config, compose_dump_stats, compose_stats
+from ..protocol._replies import compose_dump_config, compose_dump_stats
+from ..snapshot import take_snapshot
 from ._actor import Answer, take_oldest
 
 __all__ = ["MemcacheHandler"]
@@ -85,8 +86,8 @@ class MemcacheHandler:
         if tag is Answer.DELETE:
             out.append(p.DELETED)
         elif tag is Answer.STATS:
-            context = self.context
-            out.append(compose_stats(context.stats, context.config, context.version, value))
+            # the context has what a snapshot reads of a server: stats, status, config, version
+            out.append(p.stats_reply(take_snapshot(self.context, value, with_metrics=False).memcache_lines()))
         elif tag is Answer.DUMP_STATS:
             out.append(compose_dump_stats(self.dump_names, value))
         elif tag is Answer.FLUSH_ALL:

@@ -12,7 +12,8 @@ import time
 
 import gevent
 
-from ..client import STORED, UnexpectedReply, set_request, value_reply
+from kestrel_actors.client import STORED, UnexpectedReply, set_request, value_reply
+
 from ..items import ID_WIDTH, filler, make_item
 from ..runner import ClientContext, ClientSpec
 

@@ -18,8 +18,9 @@ import time
 
 import click
 
+from kestrel_actors.client import END, UnexpectedReply, confirm_request, get_request, monitor_request
+
 from ..admin import flush_queues, queue_stats
-from ..client import END, UnexpectedReply, confirm_request, get_request, monitor_request
 from ..command import common_options, scenario_entry
 from ..output import say
 from ..report import Outcome, tally
@@ -80,7 +81,7 @@ def consumer(ctx: ClientContext) -> None:
             if rollup > 1:
                 raise UnexpectedReply(f"monitor sent more than {rollup} items")
         if rollup > 1 and opened:
-            conn.call(confirm_request(queue, opened), END)
+            conn.exchange(confirm_request(queue, opened), END)
         if got:
             rec.done(t0, got)
         elif not opened:

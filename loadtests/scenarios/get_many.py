@@ -13,8 +13,9 @@ import time
 
 import click
 
+from kestrel_actors.client import get_request
+
 from ..admin import flush_queues, queue_stats
-from ..client import get_request
 from ..command import common_options, scenario_entry
 from ..output import say
 from ..report import Outcome, tally

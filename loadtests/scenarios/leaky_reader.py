@@ -17,9 +17,11 @@ import time
 
 import click
 
+from kestrel_actors.client import END, get_request
+
 from ..admin import flush_queues, queue_stats
-from ..client import END, get_request
 from ..command import common_options, scenario_entry
+from ..harness import CONNECT_ATTEMPTS
 from ..output import say
 from ..report import Outcome, tally
 from ..runner import ClientContext, ClientSpec, Options, Plan, run
@@ -39,7 +41,7 @@ def consumer(ctx: ClientContext) -> None:
     rng = random.Random()
     while shared.total() < total:
         if not conn.connected:
-            conn.connect()
+            conn.connect(CONNECT_ATTEMPTS)
         t0 = now()
         conn.send(open_request)
         reply = conn.read_get(check.hit_len)
@@ -51,7 +53,7 @@ def consumer(ctx: ClientContext) -> None:
             conn.close()
             rec.bump("dropped")
             continue
-        conn.call(close_request, END)
+        conn.exchange(close_request, END)
         if shared.mark(item):
             rec.done(t0)
             confirmed = shared.total()

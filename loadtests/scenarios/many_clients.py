@@ -20,9 +20,11 @@ import time
 
 import click
 
+from kestrel_actors.client import END, get_request
+
 from ..admin import flush_queues, queue_stats
-from ..client import END, get_request
 from ..command import common_options, scenario_entry
+from ..harness import CONNECT_ATTEMPTS
 from ..output import say
 from ..report import Outcome, tally
 from ..runner import ClientContext, ClientSpec, Options, Plan, run
@@ -43,7 +45,7 @@ def consumer(ctx: ClientContext) -> None:
     rng = random.Random()
     while shared.total() < total:
         if not conn.connected:
-            conn.connect()
+            conn.connect(CONNECT_ATTEMPTS)
             rec.bump("reconnects")
         t0 = now()
         conn.send(request)
@@ -59,7 +61,7 @@ def consumer(ctx: ClientContext) -> None:
         else:
             rec.dups += 1
     if transactional and conn.connected:
-        conn.call(get_request(queue, "/close"), END)
+        conn.exchange(get_request(queue, "/close"), END)
 
 
 def many_clients(options: Options, flush: bool, epoch: int, sleep: int, total: int, clients: int,

@@ -17,8 +17,9 @@ import time
 import click
 import gevent
 
+from kestrel_actors.client import END, STORED, UnexpectedReply, get_request, set_request, value_reply
+
 from ..admin import flush_queues
-from ..client import END, STORED, UnexpectedReply, get_request, set_request, value_reply
 from ..command import common_options, scenario_entry
 from ..figures import Figures
 from ..items import packing_item
@@ -63,7 +64,7 @@ def reader(ctx: ClientContext) -> None:
             rec.done(t0)
             counter += 1
     if transactional:
-        conn.call(get_request(queue, "/close"), END)
+        conn.exchange(get_request(queue, "/close"), END)
 
 
 def packing(options: Options, flush: bool, epoch: int, queue: str, total: int, kilobytes: int,

@@ -13,8 +13,9 @@ import time
 
 import click
 
+from kestrel_actors.client import STORED, UnexpectedReply, get_request, set_request, value_reply
+
 from ..admin import flush_queues
-from ..client import STORED, UnexpectedReply, get_request, set_request, value_reply
 from ..command import common_options, scenario_entry
 from ..items import filler
 from ..output import say

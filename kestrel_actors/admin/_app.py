@@ -1,0 +1,190 @@
+"""The admin HTTP application: ostrich's endpoints, ``/metrics`` and the live page.
+
+It runs under gevent's WSGI server, one greenlet per request on the server's hub. A handler
+only reads: the figures come from one snapshot (:func:`~kestrel_actors.snapshot.gather_snapshot`
+asks the queue collection, and this greenlet alone waits for the answer); the three endpoints
+that act (``/shutdown``, ``/quiesce``, ``/reload``) call the same server methods as the memcache
+commands. Nothing else on this port changes anything. Unknown paths are 404, a query string
+that does not parse or names an unknown parameter is 400, another method is 405.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qsl
+
+import structlog
+from pykka import ActorDeadError
+
+from ..runtime import ReplyFuture
+from ..snapshot import gather_snapshot
+from ._ostrich import PeriodLatches, ostrich_stats, ostrich_text, server_info
+from ._prometheus import CONTENT_TYPE, exposition
+
+__all__ = ["AdminApp"]
+
+log = structlog.get_logger("kestrel_actors.admin")
+
+MAX_PERIOD = 86_400
+_PERIOD = re.compile(r"[0-9]{1,6}\Z")
+_JSON = "application/json"
+_TEXT = "text/plain; charset=utf-8"
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+class _HttpError(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class _Route:
+    __slots__ = ("handler", "params", "acts")
+
+    def __init__(self, handler: Callable[..., tuple[str, bytes]], params: frozenset[str] = frozenset(),
+                 acts: bool = False) -> None:
+        self.handler = handler
+        self.params = params
+        self.acts = acts
+        """An endpoint that changes the server: GET (as ostrich's, for curl) or POST."""
+
+
+class AdminApp:
+    """The WSGI application of one server's admin port."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.latches = PeriodLatches(self._snapshot)
+        self.routes: dict[str, _Route] = {}
+        for stem, handler, params, acts in (
+            ("/ping", self._ping, (), False),
+            ("/stats", self._stats, ("period",), False),
+            ("/server_info", self._server_info, (), False),
+            ("/shutdown", self._shutdown, (), True),
+            ("/quiesce", self._quiesce, (), True),
+            ("/reload", self._reload, (), True),
+        ):
+            route = _Route(handler, frozenset(params), acts)
+            for suffix in ("", ".json", ".txt"):
+                self.routes[stem + suffix] = route
+        self.routes["/metrics"] = _Route(self._metrics)
+        self.routes["/"] = _Route(self._page)
+
+    def close(self) -> None:
+        self.latches.close()
+
+    # -- WSGI -----------------------------------------------------------------------------
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        method = environ.get("REQUEST_METHOD", "GET")
+        try:
+            route = self.routes.get(path)
+            if route is None:
+                raise _HttpError("404 Not Found", f"no such endpoint: {path}")
+            allowed = ("GET", "HEAD", "POST") if route.acts else ("GET", "HEAD")
+            if method not in allowed:
+                raise _HttpError("405 Method Not Allowed", f"{method} is not allowed on {path}")
+            params = _query(environ.get("QUERY_STRING", ""), route.params)
+            text = path.endswith(".txt")
+            content_type, body = route.handler(params, text)
+            status = "200 OK"
+        except _HttpError as exc:
+            status, content_type = exc.status, _JSON
+            body = _json({"error": exc.message})
+        except Exception:  # noqa: BLE001 - a failing endpoint must not take the server down
+            log.exception("admin request failed", path=path)
+            status, content_type = "500 Internal Server Error", _JSON
+            body = _json({"error": "internal error"})
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(body))),
+                   ("Cache-Control", "no-store")]
+        start_response(status, headers)
+        return [b""] if method == "HEAD" else [body]
+
+    # -- endpoints ------------------------------------------------------------------------
+
+    def _snapshot(self):
+        try:
+            return gather_snapshot(self.server)
+        except ActorDeadError as exc:
+            raise _HttpError("503 Service Unavailable", "the server is shutting down") from exc
+
+    def _ping(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
+        return _respond({"response": "pong"}, text)
+
+    def _stats(self, params: dict[str, str], text: bool) -> tuple[str, bytes]:
+        snapshot = self._snapshot()
+        if "period" in params:
+            stats = self.latches.stats(_period(params["period"]), snapshot)
+        else:
+            stats = ostrich_stats(snapshot)
+        if text:
+            return _TEXT, ostrich_text(stats).encode()
+        return _JSON, _json(stats)
+
+    def _server_info(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
+        return _respond(server_info(self.server), text)
+
+    def _shutdown(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
+        log.info("shutdown requested on the admin port")
+        self.server.shutdown()
+        return _respond({"response": "ok"}, text)
+
+    def _quiesce(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
+        log.info("quiesce requested on the admin port")
+        self.server.quiesce()
+        return _respond({"response": "ok"}, text)
+
+    def _reload(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
+        done = ReplyFuture()
+        self.server.reload(done)
+        done.get(timeout=30)
+        return _respond({"response": "ok"}, text)
+
+    def _metrics(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
+        return CONTENT_TYPE, exposition(self._snapshot())
+
+    def _page(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
+        return "text/html; charset=utf-8", PAGE
+
+
+def _query(query: str, allowed: frozenset[str]) -> dict[str, str]:
+    if not query:
+        return {}
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True, errors="strict")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _HttpError("400 Bad Request", f"bad query string: {exc}") from exc
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in allowed:
+            raise _HttpError("400 Bad Request", f"unknown parameter {name!r}")
+        if name in params:
+            raise _HttpError("400 Bad Request", f"parameter {name!r} given twice")
+        params[name] = value
+    return params
+
+
+def _period(value: str) -> int:
+    if not _PERIOD.match(value) or not 1 <= int(value) <= MAX_PERIOD:
+        raise _HttpError("400 Bad Request", f"period must be whole seconds from 1 to {MAX_PERIOD}")
+    return int(value)
+
+
+def _respond(document: dict[str, Any], text: bool) -> tuple[str, bytes]:
+    if text:
+        return _TEXT, "".join(f"{key}: {value}\n" for key, value in document.items()).encode()
+    return _JSON, _json(document)
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+PAGE = resources.files(__package__).joinpath("page.html").read_bytes()
+"""The live page: one self-contained file (no external assets), refreshing from /stats.json."""

@@ -1,0 +1,139 @@
+"""Requests as bytes and replies as values, sans I/O (pymemcache's manner: pure functions).
+
+Builders make a request's bytes; parsers take one reply line and return what it means or
+raise through :func:`reply_error`, the one mapping from lines to exceptions. What the server's
+own codec already knows is reused from :mod:`kestrel_actors.protocol`: the reply constants,
+``value_reply`` (the exact bytes of a hit) and the queue-name rule.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .._names import is_queue_name
+from ..protocol import DELETED, END, NOT_STORED, STORED, value_reply
+from ._errors import UnexpectedReply, reply_error
+
+__all__ = [
+    "DELETED",
+    "END",
+    "NOT_STORED",
+    "STORED",
+    "confirm_request",
+    "get_options",
+    "get_request",
+    "monitor_request",
+    "parse_stat",
+    "parse_stored",
+    "parse_value_header",
+    "parse_version",
+    "queue_key",
+    "set_request",
+    "value_reply",
+    "wait_ms",
+]
+
+_END = END[:-2]
+_STORED = STORED[:-2]
+_NOT_STORED = NOT_STORED[:-2]
+
+
+def queue_key(queue: str) -> bytes:
+    """``queue`` as it goes on the wire; ValueError for a name the server would refuse (and
+    drop the connection for), so that never happens."""
+    if not is_queue_name(queue) or " " in queue:
+        raise ValueError(f"not a valid queue name: {queue!r}")
+    return queue.encode("utf-8")
+
+
+def set_request(queue: str, data: bytes, exptime: int = 0) -> bytes:
+    """``set <q> 0 <exptime> <len>\\r\\n<data>\\r\\n``."""
+    return b"set %s 0 %d %d\r\n%s\r\n" % (queue.encode(), exptime, len(data), data)
+
+
+def get_request(queue: str, options: str = "") -> bytes:
+    """``get <q><options>\\r\\n``; ``options`` is e.g. ``/t=1000/close/open``."""
+    return b"get %s%s\r\n" % (queue.encode(), options.encode())
+
+
+def monitor_request(queue: str, seconds: int, max_items: int) -> bytes:
+    """``monitor <q> <seconds> <max_items>\\r\\n``."""
+    return b"monitor %s %d %d\r\n" % (queue.encode(), seconds, max_items)
+
+
+def confirm_request(queue: str, count: int) -> bytes:
+    """``confirm <q> <count>\\r\\n`` (reply ``END``)."""
+    return b"confirm %s %d\r\n" % (queue.encode(), count)
+
+
+def wait_ms(seconds: float | None) -> int:
+    """A wait in seconds as ``/t=`` milliseconds (0: do not wait). Rounded up, so a wait
+    never ends before the caller asked; at most Java's largest int."""
+    if seconds is None or seconds <= 0:
+        return 0
+    return min(math.ceil(seconds * 1000), 2**31 - 1)
+
+
+def get_options(wait: int = 0, open: bool = False, close: bool = False,  # noqa: A002
+                abort: bool = False, peek: bool = False) -> str:
+    """The ``/…`` options of a GET key (reference §2.5); ``wait`` in milliseconds."""
+    options = f"/t={wait}" if wait > 0 else ""
+    if close:
+        options += "/close"
+    if open:
+        options += "/open"
+    if abort:
+        options += "/abort"
+    if peek:
+        options += "/peek"
+    return options
+
+
+def parse_value_header(command: str, line: bytes, key: bytes | None) -> int | None:
+    """The data length of a ``VALUE <key> <flags> <len>`` line, or None for ``END``.
+
+    Kestrel answers with the bare queue name whatever options the key carried (§2.5); a
+    ``key`` of None accepts any."""
+    if line == _END:
+        return None
+    parts = line.split(b" ")
+    if parts[0] != b"VALUE":
+        raise reply_error(command, line)
+    if len(parts) != 4 or (key is not None and parts[1] != key) or not parts[3].isdigit():
+        raise UnexpectedReply(f"{command}: bad VALUE line {line[:200]!r} (key {key!r})")
+    return int(parts[3])
+
+
+def parse_stored(command: str, line: bytes) -> bool:
+    """``STORED`` → True, ``NOT_STORED`` (the queue refused it: full, or too large) → False."""
+    if line == _STORED:
+        return True
+    if line == _NOT_STORED:
+        return False
+    raise reply_error(command, line)
+
+
+def parse_stat(line: bytes) -> tuple[str, str] | None:
+    """``STAT <name> <value>`` → (name, value); None for the final ``END``."""
+    if line == _END:
+        return None
+    parts = line.decode("latin-1").split(" ", 2)
+    if len(parts) != 3 or parts[0] != "STAT":
+        raise reply_error("stats", line)
+    return parts[1], parts[2]
+
+
+def parse_version(line: bytes) -> str:
+    """``VERSION <text>`` → text."""
+    if not line.startswith(b"VERSION "):
+        raise reply_error("version", line)
+    return line[8:].decode("latin-1")
+
+
+def expect_end(command: str, line: bytes) -> None:
+    """The reply must be ``END`` (confirm, flush, ``get q/close``, ``get q/abort``)."""
+    if line != _END:
+        raise reply_error(command, line)
+
+
+__all__ += ["expect_end"]

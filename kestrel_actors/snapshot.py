@@ -1,0 +1,193 @@
+"""One picture of the server's figures: what memcache ``stats``, ``/stats.json`` and ``/metrics``
+all read (one source of truth).
+
+:func:`take_snapshot` turns the per-queue answers the collection gathered (``ForAll("stats")``)
+and the server's own counters into a :class:`StatsSnapshot`. It reads plain attributes only:
+it runs on the hub and never waits. The snapshot then speaks each format's names:
+
+* :meth:`StatsSnapshot.memcache_lines`: the memcache STATS lines (reference §7.3);
+* :meth:`StatsSnapshot.counters`, :meth:`~StatsSnapshot.gauges`, :meth:`~StatsSnapshot.labels`
+  and :meth:`~StatsSnapshot.histograms`: Kestrel's ostrich names (``q/<name>/items``, …), per
+  queue (``queue``) or server-wide (``None``), from which the admin HTTP service builds
+  ostrich's JSON and the Prometheus exposition.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .actors._collection_queue import QueueStats
+from .actors._stats import LATENCIES, Histogram, QueueMetrics, ServerStats
+
+__all__ = ["QUEUE_COUNTERS", "QUEUE_GAUGES", "StatsSnapshot", "gather_snapshot", "take_snapshot"]
+
+QUEUE_COUNTERS = (
+    "total_items", "put_items", "put_bytes", "get_items_hit", "get_items_miss", "transactions",
+    "canceled_transactions", "expired_items", "discarded", "total_flushes", "journal_rewrites",
+    "journal_rotations",
+)
+"""Per-queue ostrich counters, as ``PersistentQueue`` names them."""
+
+QUEUE_GAUGES = (
+    "items", "max_items", "bytes", "max_bytes", "journal_size", "mem_items", "mem_bytes",
+    "age_msec", "waiters", "open_transactions", "create_time",
+)
+"""Per-queue ostrich gauges, as ``PersistentQueue`` names them."""
+
+ALIAS_COUNTERS = ("put_items", "put_bytes")
+
+_MEMCACHE_GLOBALS = ServerStats.COUNTERS[: ServerStats.COUNTERS.index("queue_expires") + 1]
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 1 << 30
+
+
+@dataclass
+class StatsSnapshot:
+    """The server's figures at one moment."""
+
+    time: float
+    start_time: float
+    version: str
+    status: str
+    """The reported status name (``Up``, ``ReadOnly``, …)."""
+    readable: bool
+    writeable: bool
+    server_counters: dict[str, int]
+    """Every :class:`ServerStats` counter, by name."""
+    queues: list[QueueStats]
+    """Queues then aliases, in the collection's order."""
+    reserved_memory: int
+    metrics: dict[str, QueueMetrics] = field(default_factory=dict)
+    """Copies of each live queue's metrics; ``None`` key: the whole server's."""
+
+    # -- memcache --------------------------------------------------------------------------
+
+    def memcache_lines(self) -> list[tuple[str, object]]:
+        """Global stats in Kestrel's order, then ``queue_<name>_<stat>`` for every queue and
+        alias (§7.3).
+
+        ``reserved_memory_ratio`` divides the queues' ``max_memory_size`` by physical memory,
+        the nearest thing a Python process has to the JVM's max heap.
+        """
+        counters = self.server_counters
+        lines: list[tuple[str, object]] = [
+            ("uptime", int(self.time - self.start_time)),
+            ("time", int(self.time)),
+            ("version", self.version),
+            ("curr_items", self.total("items")),
+            ("total_items", counters["total_items"]),
+            ("bytes", self.total("bytes")),
+            ("reserved_memory_ratio", self.reserved_memory_ratio()),
+        ]
+        lines.extend((name, counters[name]) for name in _MEMCACHE_GLOBALS if name != "total_items")
+        for queue in self.queues:
+            lines.extend((f"queue_{queue.name}_{stat}", value) for stat, value in queue.lines)
+        return lines
+
+    def total(self, stat: str) -> int:
+        return sum(dict(queue.lines)[stat] for queue in self.queues if queue.extra is not None)
+
+    def reserved_memory_ratio(self) -> str:
+        return "%.3f" % (self.reserved_memory / _physical_memory())
+
+    # -- ostrich's names -------------------------------------------------------------------
+
+    def queue_names(self) -> list[str]:
+        return [queue.name for queue in self.queues if queue.extra is not None]
+
+    def counters(self) -> dict[str | None, dict[str, int]]:
+        """Counters (values that only grow), server-wide (``None``) and per queue or alias."""
+        server = {name: value for name, value in self.server_counters.items() if name != "curr_connections"}
+        server["cmd_get_timeout_dropped"] = server["waiters_aborted"]  # Kestrel counts both
+        result: dict[str | None, dict[str, int]] = {None: server}
+        for queue in self.queues:
+            values = dict(queue.lines)
+            if queue.extra is None:
+                result[queue.name] = {name: values[name] for name in ALIAS_COUNTERS}
+                continue
+            metrics = self.metrics.get(queue.name) or QueueMetrics()
+            values["put_items"] = values["total_items"]
+            values["put_bytes"] = queue.extra["put_bytes"]
+            values["get_items_hit"] = metrics.get_items_hit
+            values["get_items_miss"] = metrics.get_items_miss
+            result[queue.name] = {name: values[name] for name in QUEUE_COUNTERS}
+        return result
+
+    def gauges(self) -> dict[str | None, dict[str, float]]:
+        """Gauges (values at this moment), server-wide (``None``) and per queue."""
+        result: dict[str | None, dict[str, float]] = {
+            None: {
+                "items": self.total("items"),
+                "bytes": self.total("bytes"),
+                "reserved_memory_ratio": float(self.reserved_memory_ratio()),
+                "connections": self.server_counters["curr_connections"],
+                "uptime": int(self.time - self.start_time),
+                "status/readable": 1.0 if self.readable else 0.0,
+                "status/writeable": 1.0 if self.writeable else 0.0,
+            }
+        }
+        for queue in self.queues:
+            if queue.extra is None:
+                continue
+            values = dict(queue.lines)
+            values.update(queue.extra)
+            values["age_msec"] = values["age"]
+            result[queue.name] = {name: values[name] for name in QUEUE_GAUGES}
+        return result
+
+    def labels(self) -> dict[str, str]:
+        return {"version": self.version, "status": self.status}
+
+    def histograms(self) -> dict[str | None, dict[str, Histogram]]:
+        """Every latency histogram, server-wide (``None``) and per queue (empty ones too)."""
+        empty = Histogram()
+        result = {}
+        for name, metrics in self.metrics.items():
+            result[name] = {metric: metrics.histograms.get(metric, empty) for metric in LATENCIES}
+        return result
+
+
+def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = True) -> StatsSnapshot:
+    """The figures of ``server`` now, with the per-queue ``queues`` the collection gathered."""
+    stats: ServerStats = server.stats
+    status = server.status
+    real = [queue.name for queue in queues if queue.extra is not None]
+    snapshot = StatsSnapshot(
+        time=time.time(),
+        start_time=stats.start_time,
+        version=server.version,
+        status=status.status.value,
+        readable=not status.blocks_reads(),
+        writeable=not status.blocks_writes(),
+        server_counters={name: getattr(stats, name) for name in ServerStats.COUNTERS},
+        queues=list(queues),
+        reserved_memory=sum(server.config.queue_config(name).max_memory_size for name in real),
+    )
+    if with_metrics:
+        whole = stats.retired.copy()
+        for name in real:
+            metrics = stats.queues.get(name)
+            if metrics is not None:
+                snapshot.metrics[name] = metrics.copy()
+                whole.merge(metrics)
+        snapshot.metrics[None] = whole  # type: ignore[index]
+    return snapshot
+
+
+def gather_snapshot(server: Any, timeout: float = 10.0) -> StatsSnapshot:
+    """Ask the collection for every queue's figures and wait for them (a greenlet's wait: the
+    hub goes on serving). For callers outside the actors: the admin HTTP service."""
+    from .actors._session_collection import ForAll, ForAllKind
+    from .runtime import ReplyFuture
+
+    answers = ReplyFuture()
+    server.collection.tell(ForAll(ForAllKind.STATS, answers))
+    return take_snapshot(server, answers.get(timeout=timeout))

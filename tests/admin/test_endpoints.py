@@ -1,0 +1,290 @@
+"""The admin port's read endpoints over HTTP, against a real server after known traffic."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ._http import get_json, request
+
+DISTRIBUTION_KEYS = {"count", "sum", "average", "minimum", "maximum", "p50", "p90", "p95", "p99", "p999", "p9999"}
+
+
+def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def known_traffic(server):
+    """3 SETs to jobs, a hit, an open read left open, a peek, a miss on empty, a blocking GET
+    parked on idle (its client stays), a monitor; returns the clients to keep them open."""
+    client = server.client()
+    for data in (b"alpha", b"bravo", b"charl"):
+        assert client.set("jobs", data) == b"STORED"
+    assert client.get("jobs") == b"alpha"
+    assert client.get("jobs/open") == b"bravo"
+    assert client.get("jobs/peek") == b"charl"
+    assert client.get("empty") is None
+    waiter = server.client()
+    waiter.send(b"get idle/t=10000\r\n")
+    monitor = server.client()
+    monitor.send(b"monitor jobs 1 1\r\n")
+    assert monitor.read_value() == b"charl"
+    return client, waiter, monitor
+
+
+def test_ping(admin_server):
+    assert get_json(admin_server.admin_url + "/ping") == {"response": "pong"}
+    assert get_json(admin_server.admin_url + "/ping.json") == {"response": "pong"}
+    reply = request(admin_server.admin_url + "/ping.txt")
+    assert (reply.status, reply.body) == (200, b"response: pong\n")
+
+
+def test_stats_json_has_kestrels_names_after_known_traffic(admin_server):
+    clients = known_traffic(admin_server)
+    url = admin_server.admin_url + "/stats.json"
+    stats = wait_for(lambda: (s := get_json(url))["gauges"].get("q/idle/waiters") == 1 and s, what="a waiter")
+    assert set(stats) == {"counters", "gauges", "labels", "metrics"}
+    counters, gauges, metrics = stats["counters"], stats["gauges"], stats["metrics"]
+    assert counters["cmd_set"] == 3
+    assert counters["total_items"] == 3
+    assert counters["cmd_peek"] == 1
+    assert counters["cmd_get"] == 4  # the hit, the open read, the miss, the waiting GET
+    assert counters["get_hits"] == 4  # with the peek and the monitor's item
+    assert counters["get_misses"] == 1
+    assert counters["cmd_monitor"] == 1
+    assert counters["cmd_monitor_get"] >= 1
+    assert counters["q/jobs/total_items"] == counters["q/jobs/put_items"] == 3
+    assert counters["q/jobs/put_bytes"] == 15
+    assert counters["q/jobs/get_items_hit"] == 4
+    assert counters["q/empty/get_items_miss"] == 1
+    assert counters["q/jobs/transactions"] == 2  # the open read and the monitor's
+    assert gauges["q/jobs/items"] == 0
+    assert gauges["q/jobs/open_transactions"] == 2
+    assert gauges["q/idle/waiters"] == 1
+    assert gauges["q/jobs/journal_size"] > 0
+    assert gauges["q/jobs/create_time"] == pytest.approx(time.time(), abs=60)
+    assert gauges["q/jobs/max_items"] == 2**31 - 1
+    assert gauges["connections"] == 3
+    assert gauges["status/readable"] == gauges["status/writeable"] == 1
+    assert "q/jobs/age_msec" in gauges and "q/jobs/mem_bytes" in gauges
+    assert stats["labels"]["status"] == "Up"
+    assert stats["labels"]["version"]
+    for name in ("set_latency_usec", "get_hit_latency_usec", "get_miss_latency_usec", "delivery_latency_msec",
+                 "q/jobs/set_latency_usec", "q/jobs/delivery_latency_msec", "q/empty/get_miss_latency_usec"):
+        assert set(metrics[name]) == DISTRIBUTION_KEYS, name
+    assert metrics["set_latency_usec"]["count"] == metrics["q/jobs/set_latency_usec"]["count"] == 3
+    assert metrics["get_hit_latency_usec"]["count"] == 3  # GET, open, peek; the monitor's is not timed
+    assert metrics["get_miss_latency_usec"]["count"] == 1
+    assert metrics["delivery_latency_msec"]["count"] == 3  # a peek delivers nothing
+    set_latency = metrics["set_latency_usec"]
+    assert 0 < set_latency["minimum"] <= set_latency["p50"] <= set_latency["maximum"]
+    for client in clients:
+        client.close()
+
+
+def test_hang_ups_count_aborted_waiters_and_dropped_open_reads(admin_server):
+    client = admin_server.client()
+    client.set("hang", b"x")
+    assert client.get("hang/open") == b"x"
+    waiter = admin_server.client()
+    waiter.send(b"get idle/t=10000\r\n")
+    url = admin_server.admin_url + "/stats.json"
+    wait_for(lambda: get_json(url)["gauges"].get("q/idle/waiters") == 1, what="a waiter")
+    client.close()
+    waiter.close()
+    counters = wait_for(lambda: (c := get_json(url)["counters"])["waiters_aborted"] == 1 and c, what="the hang-up")
+    assert counters["cmd_get_timeout_dropped"] == 1
+    wait_for(lambda: get_json(url)["counters"]["cmd_get_open_dropped"] == 1, what="the dropped open read")
+
+
+def test_blocking_get_that_times_out_is_a_timeout_not_a_miss_latency(admin_server):
+    client = admin_server.client()
+    client.send(b"get slow/t=200\r\n")
+    assert client.read_value() is None
+    metrics = get_json(admin_server.admin_url + "/stats.json")["metrics"]
+    assert metrics["q/slow/get_timeout_msec"]["count"] == 1
+    assert metrics["q/slow/get_timeout_msec"]["maximum"] >= 150
+    assert metrics["q/slow/get_miss_latency_usec"]["count"] == 0
+
+
+def test_stats_json_and_memcache_stats_read_the_same_numbers(admin_server):
+    clients = known_traffic(admin_server)
+    memcache = clients[0].stats()
+    stats = get_json(admin_server.admin_url + "/stats.json")
+    for name in ("cmd_get", "cmd_set", "cmd_peek", "get_hits", "get_misses", "total_items", "queue_creates"):
+        assert stats["counters"][name] == int(memcache[name]), name
+    assert stats["gauges"]["items"] == int(memcache["curr_items"])
+    assert stats["gauges"]["q/jobs/open_transactions"] == int(memcache["queue_jobs_open_transactions"])
+    assert stats["gauges"]["reserved_memory_ratio"] == float(memcache["reserved_memory_ratio"])
+
+
+def test_deleted_queue_leaves_its_names_but_not_the_servers_figures(admin_server):
+    client = admin_server.client()
+    client.set("doomed", b"x")
+    assert client.call(b"delete doomed") == b"DELETED"
+    stats = get_json(admin_server.admin_url + "/stats.json")
+    assert not [name for section in stats.values() for name in section if name.startswith("q/doomed/")]
+    assert stats["metrics"]["set_latency_usec"]["count"] == 1
+
+
+def test_stats_txt(admin_server):
+    client = admin_server.client()
+    client.set("jobs", b"one")
+    reply = request(admin_server.admin_url + "/stats.txt")
+    assert reply.status == 200 and reply.content_type.startswith("text/plain")
+    text = reply.body.decode()
+    for section in ("counters:", "gauges:", "labels:", "metrics:"):
+        assert f"\n{section}\n" in "\n" + text
+    assert "  q/jobs/items: 1\n" in text
+    assert "  cmd_set: 1\n" in text
+    assert "  status: Up\n" in text
+    assert "  set_latency_usec: (average=" in text
+
+
+def test_server_info(admin_server):
+    info = get_json(admin_server.admin_url + "/server_info")
+    assert info["name"] == "kestrel-actors"
+    assert info["version"]
+    assert info["status"] == "Up"
+    assert 0 <= info["uptime"] < 600_000
+    assert info["start_time"].endswith("Z")
+
+
+def test_period_counts_what_the_period_added(admin_server):
+    client = admin_server.client()
+    client.set("periodic", b"before")
+    url = admin_server.admin_url + "/stats.json"
+    first = get_json(url + "?period=60")  # starts the 60 s period: nothing added yet
+    assert first["counters"]["cmd_set"] == 0
+    client.set("periodic", b"during")
+    client.set("periodic", b"during")
+    stats = get_json(url + "?period=60")
+    assert stats["counters"]["cmd_set"] == 2
+    assert stats["counters"]["q/periodic/put_items"] == 2
+    assert stats["metrics"]["set_latency_usec"]["count"] == 2
+    assert stats["gauges"]["q/periodic/items"] == 3  # gauges are current, not deltas
+    assert get_json(url)["counters"]["cmd_set"] == 3
+
+
+def test_a_short_period_latches_a_whole_quiet_period(admin_server):
+    client = admin_server.client()
+    url = admin_server.admin_url + "/stats.json?period=1"
+    get_json(url)
+    client.set("latched", b"x")
+    assert get_json(url)["counters"]["cmd_set"] == 1  # the first period is not over yet
+    # after a period with no SET in it, the latched view shows none, and stays so
+    wait_for(lambda: get_json(url)["counters"]["cmd_set"] == 0, timeout=10, what="a quiet period")
+
+
+def test_metrics_in_prometheus_format(admin_server):
+    clients = known_traffic(admin_server)
+    reply = request(admin_server.admin_url + "/metrics")
+    assert reply.status == 200
+    assert reply.content_type.startswith("text/plain; version=0.0.4")
+    families = {family.name: family for family in text_string_to_metric_families(reply.body.decode())}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    assert families["kestrel_cmd_set"].type == "counter"
+    assert samples[("kestrel_cmd_set_total", ())] == 3
+    assert samples[("kestrel_queue_put_items_total", (("queue", "jobs"),))] == 3
+    assert samples[("kestrel_queue_open_transactions", (("queue", "jobs"),))] == 2
+    assert families["kestrel_queue_items"].type == "gauge"
+    assert samples[("kestrel_queue_items", (("queue", "jobs"),))] == 0
+    assert samples[("kestrel_connections", ())] == 3
+    assert families["kestrel_queue_set_latency_seconds"].type == "histogram"
+    assert samples[("kestrel_queue_set_latency_seconds_count", (("queue", "jobs"),))] == 3
+    assert samples[("kestrel_queue_set_latency_seconds_bucket", (("le", "+Inf"), ("queue", "jobs")))] == 3
+    assert samples[("kestrel_queue_delivery_latency_seconds_count", (("queue", "jobs"),))] == 3
+    info = families["kestrel_info"]  # an info metric: in the 0.0.4 text format, a gauge of 1
+    assert info.samples[0].labels["status"] == "Up" and info.samples[0].value == 1
+    assert "process_cpu_seconds" in families and "process_resident_memory_bytes" in families
+    assert "python_info" in families
+    # the same numbers as /stats.json: one source of truth
+    stats = get_json(admin_server.admin_url + "/stats.json")
+    assert samples[("kestrel_get_hits_total", ())] == stats["counters"]["get_hits"]
+    for client in clients:
+        client.close()
+
+
+@pytest.mark.parametrize("path", ["/nope", "/stats.jsonx", "/q/jobs", "/metrics/x", "//stats.json", "/index.html"])
+def test_unknown_paths_are_404(admin_server, path):
+    reply = request(admin_server.admin_url + path)
+    assert reply.status == 404
+    assert "error" in reply.json()
+
+
+@pytest.mark.parametrize("query", [
+    "period=abc", "period=0", "period=-1", "period=1.5", "period=86401", "period=", "period",
+    "period=1&period=2", "foo=1", "%zz", "period=%ff", "period=1;x",
+])
+def test_bad_query_strings_are_400(admin_server, query):
+    reply = request(admin_server.admin_url + "/stats.json?" + query)
+    assert reply.status == 400, (query, reply)
+    assert "error" in reply.json()
+    assert get_json(admin_server.admin_url + "/ping") == {"response": "pong"}  # still serving
+
+
+def test_parameters_only_where_documented(admin_server):
+    assert request(admin_server.admin_url + "/ping?period=1").status == 400
+    assert request(admin_server.admin_url + "/metrics?x=1").status == 400
+
+
+@pytest.mark.parametrize("method,path", [("POST", "/stats.json"), ("DELETE", "/ping"), ("PUT", "/"),
+                                         ("DELETE", "/shutdown")])
+def test_other_methods_are_405(admin_server, method, path):
+    assert request(admin_server.admin_url + path, method=method).status == 405
+    assert admin_server.proc.poll() is None
+
+
+def test_reading_every_endpoint_changes_nothing(admin_server):
+    client = admin_server.client()
+    client.set("kept", b"one")
+    client.set("kept", b"two")
+    before = client.stats()
+    for path in ("/", "/ping", "/stats.json", "/stats.txt", "/stats.json?period=5", "/server_info", "/metrics",
+                 "/nope", "/stats.json?period=x"):
+        request(admin_server.admin_url + path)
+    after = client.stats()
+    for name in ("curr_items", "total_items", "cmd_get", "cmd_set", "queue_creates", "queue_deletes",
+                 "queue_kept_items", "queue_kept_logsize"):
+        assert after[name] == before[name], name
+    assert client.get("kept") == b"one"
+
+
+def test_page_is_self_contained(admin_server):
+    reply = request(admin_server.admin_url + "/")
+    assert reply.status == 200 and reply.content_type.startswith("text/html")
+    page = reply.body.decode()
+    assert "/stats.json" in page
+    assert "src=" not in page and "<link" not in page and "@import" not in page  # no external assets
+
+
+def test_admin_port_defaults_to_2223_and_0_disables_it(tmp_path):
+    help_text = subprocess.run([sys.executable, "-m", "kestrel_actors.cli", "serve", "--help"],
+                               capture_output=True, text=True, timeout=60).stdout
+    assert "--admin-port" in help_text and "2223" in help_text
+    from ..helpers import ServerProcess
+
+    # the memcache listener's line is logged last, once every listener is up
+    server = ServerProcess(tmp_path / "data").start()  # --admin-port 0
+    try:
+        wait_for(lambda: '"protocol": "memcache"' in server.log(), what="the listening lines")
+        assert "admin http" not in server.log()
+    finally:
+        server.stop()
+    server = ServerProcess(tmp_path / "data2", admin_port=True).start()
+    try:
+        wait_for(lambda: '"protocol": "memcache"' in server.log(), what="the listening lines")
+        admin_line = next(line for line in server.log().splitlines() if '"protocol": "admin http"' in line)
+        assert f'"port": {server.admin_port}' in admin_line and '"host": "127.0.0.1"' in admin_line
+    finally:
+        server.stop()

@@ -1,0 +1,55 @@
+"""The latency histogram: bounded memory, percentiles within a bucket, arithmetic on copies."""
+
+from __future__ import annotations
+
+import random
+
+from kestrel_actors.actors._stats import BOUNDS, SUM, Histogram
+
+
+def test_memory_is_fixed_whatever_is_recorded():
+    histogram = Histogram()
+    size = len(histogram.buckets)
+    rng = random.Random(7)
+    for _ in range(100_000):
+        histogram.add(int(rng.lognormvariate(6, 2)))
+    histogram.add(2**40)  # beyond the last bound: the overflow bucket
+    histogram.add(-5)  # a clock step backwards counts as 0
+    assert len(histogram.buckets) == size == len(BOUNDS) + 2 == SUM + 1  # the buckets, overflow, the sum
+    assert histogram.count == 100_002
+
+
+def test_percentiles_are_within_a_bucket_of_the_truth():
+    rng = random.Random(11)
+    values = sorted(int(rng.expovariate(1 / 500)) + 1 for _ in range(20_000))
+    histogram = Histogram()
+    for value in values:
+        histogram.add(value)
+    for fraction in (0.5, 0.9, 0.99, 0.999):
+        true = values[int(fraction * len(values)) - 1]
+        assert true <= histogram.percentile(fraction) <= true * 1.26 + 1, fraction
+    assert histogram.maximum() >= values[-1] and histogram.maximum() <= values[-1] * 1.26
+    assert histogram.minimum() == values[0]  # exact below 9
+    assert histogram.sum == sum(values)
+
+
+def test_small_values_are_exact():
+    histogram = Histogram()
+    for value in (1, 2, 3, 3, 8):
+        histogram.add(value)
+    assert (histogram.minimum(), histogram.percentile(0.5), histogram.maximum()) == (1, 3, 8)
+
+
+def test_minus_merge_and_cumulative():
+    before = Histogram()
+    before.add(10)
+    after = before.copy()
+    after.add(100, times=3)
+    delta = after.minus(before)
+    assert (delta.count, delta.sum) == (3, 300)
+    assert 100 <= delta.minimum() == delta.maximum() <= 126  # the upper bound of 100's bucket
+    merged = Histogram()
+    merged.merge(before)
+    merged.merge(delta)
+    assert merged.buckets == after.buckets
+    assert after.cumulative((1, 16, 128, 4**15)) == [0, 1, 4, 4]

@@ -1,0 +1,269 @@
+"""kestrel_actors.client against one real server: every method, waits, reliable reads, errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kestrel_actors.client import (
+    Client,
+    ClientError,
+    ConnectFailed,
+    ConnectionLost,
+    ReplyTimeout,
+    ServerAddress,
+    ServerError,
+    UnexpectedReply,
+    reply_error,
+)
+from kestrel_actors.client._wire import get_options, parse_stat, parse_stored, parse_value_header, wait_ms
+
+from ..helpers import free_port
+
+
+@pytest.fixture
+def client(module_server):
+    with Client(module_server.address, timeout=2.0) as client:
+        yield client
+
+
+@pytest.fixture
+def qname(request):
+    return "c_" + request.node.name.replace("[", "_").replace("]", "").replace("-", "_")[:60]
+
+
+def later(seconds: float, action) -> threading.Thread:
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), action()), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_put_get_peek_round_trip(client, qname):
+    assert client.put(qname, b"one") is True
+    assert client.put(qname, b"two\r\nwith a line break") is True
+    assert client.peek(qname) == b"one"
+    assert client.get(qname) == b"one"
+    assert client.get(qname) == b"two\r\nwith a line break"
+    assert client.get(qname) is None
+    assert client.peek(qname) is None
+
+
+def test_put_many_is_pipelined_in_order_and_counts_stored(client, qname):
+    items = [b"item %d" % i for i in range(1000)]  # several pipelined chunks
+    assert client.put_many(qname, items) == 1000
+    assert client.put_many(qname, []) == 0
+    assert [client.get(qname) for _ in range(1000)] == items
+    assert client.get(qname) is None
+
+
+def test_put_with_expiry(client, qname):
+    assert client.put(qname, b"gone", expiry=-1)  # memcache: a negative expiry is already past
+    assert client.put(qname, b"kept", expiry=60)
+    assert client.get(qname) == b"kept"
+
+
+def test_put_into_a_full_queue_is_false_and_put_many_counts_only_the_stored(make_server, tmp_path):
+    config = tmp_path / "full.toml"
+    config.write_text('[queues."small"]\nmax_items = 2\n')
+    server = make_server("--config", str(config))
+    with Client(server.address) as client:
+        assert client.put("small", b"1") and client.put("small", b"2")
+        assert client.put("small", b"3") is False
+        assert client.put_many("small", [b"4", b"5"]) == 0
+        assert client.get("small") == b"1"
+        assert client.put_many("small", [b"6", b"7"]) == 1
+
+
+def test_get_waits_for_an_item(client, qname):
+    later(0.3, lambda: Client(client.servers[0].address).put(qname, b"late"))
+    assert client.get(qname, timeout=5.0) == b"late"
+
+
+def test_a_wait_longer_than_the_socket_timeout(module_server, qname):
+    """``/t=`` beyond the socket timeout: the read's socket waits its wait plus the margin."""
+    with Client(module_server.address, timeout=0.5) as client:
+        start = time.monotonic()
+        assert client.get(qname, timeout=1.5) is None
+        assert time.monotonic() - start >= 1.4
+        later(1.2, lambda: Client(module_server.address).put(qname, b"after the socket timeout"))
+        assert client.get(qname, timeout=3.0) == b"after the socket timeout"
+        with client.reliable(qname, timeout=1.2) as item:
+            assert item is None
+        assert client.put(qname, b"still usable")  # the connection was not declared dead
+        assert client.get(qname) == b"still usable"
+
+
+def test_reliable_read_is_confirmed_when_the_block_ends(client, qname):
+    client.put_many(qname, [b"a", b"b"])
+    with client.reliable(qname) as item:
+        assert item == b"a"
+        assert client.queue_stats(qname)["open_transactions"] == 1
+    stats = client.queue_stats(qname)
+    assert (stats["open_transactions"], stats["items"]) == (0, 1)
+    assert client.get(qname) == b"b"
+
+
+def test_reliable_read_that_raises_puts_the_item_back_at_the_head(client, qname):
+    client.put_many(qname, [b"first", b"second"])
+    with pytest.raises(RuntimeError, match="handler failed"):
+        with client.reliable(qname) as item:
+            assert item == b"first"
+            raise RuntimeError("handler failed")
+    assert client.queue_stats(qname)["open_transactions"] == 0
+    assert client.get(qname) == b"first"
+    assert client.get(qname) == b"second"
+
+
+def test_reliable_read_of_nothing_yields_none(client, qname):
+    with client.reliable(qname, timeout=0.2) as item:
+        assert item is None
+    with client.reliable(qname) as item:
+        assert item is None
+
+
+def test_reliable_read_waits(client, qname):
+    later(0.3, lambda: Client(client.servers[0].address).put(qname, b"x"))
+    with client.reliable(qname, timeout=5.0) as item:
+        assert item == b"x"
+    assert client.get(qname) is None
+
+
+def test_monitor_batch_confirm(client, qname):
+    client.put_many(qname, [b"%d" % i for i in range(5)])
+    batch = client.monitor(qname, 1, 3)
+    assert batch.items == [b"0", b"1", b"2"] and len(batch) == 3
+    assert client.queue_stats(qname)["open_transactions"] == 3
+    batch.confirm()
+    stats = client.queue_stats(qname)
+    assert (stats["open_transactions"], stats["items"]) == (0, 2)
+    with client.monitor(qname, 1, 10) as batch:  # fewer than asked: waits the second, then ends
+        assert list(batch) == [b"3", b"4"]
+    assert client.queue_stats(qname)["items"] == 0
+
+
+def test_monitor_batch_abort_and_exception(client, qname):
+    client.put_many(qname, [b"a", b"b"])
+    batch = client.monitor(qname, 1, 2)
+    batch.abort()
+    # each abort puts the oldest open item at the head, so they come back in reverse order,
+    # as after a disconnect (reference §2.6)
+    stats = client.queue_stats(qname)
+    assert (stats["items"], stats["open_transactions"]) == (2, 0)
+    assert client.peek(qname) == b"b"
+    with pytest.raises(KeyError):
+        with client.monitor(qname, 1, 2) as batch:
+            assert sorted(batch.items) == [b"a", b"b"]
+            raise KeyError("no")
+    assert sorted([client.get(qname), client.get(qname)]) == [b"a", b"b"]
+    empty = client.monitor(qname, 0, 5)
+    assert not empty and empty.items == []
+    empty.confirm()
+
+
+def test_stats_version_flush_delete(client, qname, module_server):
+    client.put_many(qname, [b"1", b"2"])
+    stats = client.stats()
+    assert list(stats) == [module_server.address]
+    assert stats[module_server.address][f"queue_{qname}_items"] == "2"
+    assert client.version() == {module_server.address: "2.4.7"}
+    client.flush(qname)
+    assert client.queue_stats(qname)["items"] == 0
+    client.delete(qname)
+    assert f"queue_{qname}_items" not in client.stats()[module_server.address]
+
+
+def test_bad_queue_names_are_refused_before_sending(client):
+    for name in ("", "a/b", "a b", "dots.here", "+child", "x" * 201):
+        with pytest.raises(ValueError):
+            client.put(name, b"x")
+        with pytest.raises(ValueError):
+            client.get(name)
+
+
+def test_writes_refused_by_the_server_status_are_a_server_error(make_server):
+    server = make_server()
+    raw = server.client()
+    assert raw.call(b"status readonly") == b"END"
+    with Client(server.address) as client:
+        with pytest.raises(ServerError):
+            client.put("ro", b"x")
+        assert client.get("ro") is None  # reads are still allowed
+
+
+def test_a_refused_request_is_a_client_error(client, qname):
+    """confirm of more items than are open: ``ERROR``."""
+    client.put(qname, b"x")
+    batch = client.monitor(qname, 1, 1)
+    batch._parts[0].count = 2  # ask the server to confirm more than it holds open
+    with pytest.raises(ClientError, match="ERROR"):
+        batch.confirm()
+    assert client.get(qname) == b"x"  # the failed connection was dropped: the item came back
+
+
+def test_no_server_is_connect_failed(qname):
+    with Client(f"127.0.0.1:{free_port()}", timeout=0.5) as client:
+        with pytest.raises(ConnectFailed):
+            client.put(qname, b"x")
+        with pytest.raises(ConnectionLost):
+            client.get(qname)
+
+
+def test_a_server_that_dies_mid_call_is_connection_lost(make_server, qname):
+    server = make_server()
+    with Client(server.address, timeout=1.0, retry_after=0.1) as client:
+        waiter = threading.Thread(target=lambda: (time.sleep(0.5), server.kill()), daemon=True)
+        waiter.start()
+        with pytest.raises(ConnectionLost):
+            client.get(qname, timeout=10.0)
+        waiter.join()
+        server.start()
+        time.sleep(0.2)  # past the backoff
+        assert client.put(qname, b"back")
+        assert client.get(qname) == b"back"
+
+
+def test_raw_connection(client, qname):
+    conn = client.connection()
+    try:
+        conn.exchange(b"set %s 0 0 2\r\nhi\r\n" % qname.encode(), b"STORED\r\n")
+        conn.send(b"get %s/peek\r\n" % qname.encode())
+        assert conn.read_value(qname.encode()) == b"hi"
+        with pytest.raises(UnexpectedReply):
+            conn.exchange(b"get %s\r\n" % qname.encode(), b"END\r\n")
+    finally:
+        conn.close()
+
+
+def test_reply_lines_map_to_one_exception_each():
+    assert isinstance(reply_error("get", b"ERROR"), ClientError)
+    assert isinstance(reply_error("get", b"CLIENT_ERROR bad data chunk"), ClientError)
+    assert isinstance(reply_error("set", b"SERVER_ERROR"), ServerError)
+    assert isinstance(reply_error("set", b"EXISTS"), UnexpectedReply)
+    assert issubclass(ReplyTimeout, ConnectionLost) and issubclass(ReplyTimeout, TimeoutError)
+    assert issubclass(ConnectionLost, ConnectionError)
+
+
+def test_wire_parsers_are_pure():
+    assert parse_value_header("get", b"VALUE q 0 5", b"q") == 5
+    assert parse_value_header("get", b"END", b"q") is None
+    with pytest.raises(UnexpectedReply):
+        parse_value_header("get", b"VALUE other 0 5", b"q")
+    with pytest.raises(ClientError):
+        parse_value_header("get", b"ERROR", b"q")
+    assert parse_stored("set", b"STORED") is True and parse_stored("set", b"NOT_STORED") is False
+    assert parse_stat(b"STAT uptime 5") == ("uptime", "5") and parse_stat(b"END") is None
+    assert get_options(wait_ms(0.25), open=True, close=True) == "/t=250/close/open"
+    assert get_options(0, peek=True) == "/peek" and wait_ms(None) == 0 and wait_ms(1e-6) == 1
+
+
+def test_server_address_parsing():
+    assert ServerAddress.parse("h") == ServerAddress("h", 22133)
+    assert ServerAddress.parse(" h:1 ") == ServerAddress("h", 1)
+    assert str(ServerAddress.parse("[::1]:5")) == "[::1]:5"
+    for bad in ("", "h:x", "h:0", ":5"):
+        with pytest.raises(ValueError):
+            ServerAddress.parse(bad)
+    with pytest.raises(ValueError):
+        Client([])

@@ -1,0 +1,84 @@
+"""One Client shared by threads, and by greenlets (whose sockets must then cooperate)."""
+
+from __future__ import annotations
+
+import threading
+
+import gevent
+import gevent.pool
+
+from kestrel_actors.client import Client, cooperative
+
+
+def test_threads_share_one_client(module_server):
+    with Client(module_server.address, timeout=5.0) as client:
+        got: list[bytes] = []
+        lock = threading.Lock()
+
+        def reader() -> None:
+            for _ in range(50):
+                with client.reliable("threads", timeout=5.0) as item:
+                    assert item is not None
+                    with lock:
+                        got.append(item)
+
+        def writer(n: int) -> None:
+            for i in range(50):
+                assert client.put("threads", b"%d-%d" % (n, i))
+
+        threads = [threading.Thread(target=reader) for _ in range(4)]
+        threads += [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads)
+        assert sorted(got) == sorted(b"%d-%d" % (n, i) for n in range(4) for i in range(50))
+        assert client.queue_stats("threads")["items"] == 0
+
+
+def test_greenlets_wait_cooperatively(module_server):
+    """Twenty greenlets block in ``get`` on one hub while another greenlet puts: with blocking
+    sockets the first reader would hold the hub for its whole wait and every read would time
+    out before the writer ran."""
+    with Client(module_server.address, timeout=5.0) as client:
+        readers = [gevent.spawn(client.get, "green", 5.0) for _ in range(20)]
+        gevent.sleep(0.2)  # every reader is now parked in its blocking read
+
+        def write() -> None:
+            for i in range(20):
+                assert client.put("green", b"%d" % i)
+
+        gevent.spawn(write).join(30)
+        gevent.joinall(readers, timeout=30, raise_error=True)
+        assert sorted(g.value for g in readers) == sorted(b"%d" % i for i in range(20))
+        assert all(conn.hub is gevent.get_hub() for server in client.servers
+                   for conn in server.idle.get(gevent.get_hub(), ()))
+
+
+def test_a_plain_thread_gets_blocking_sockets_even_with_gevent_loaded():
+    gevent.get_hub()  # this thread runs a hub
+    assert cooperative() is gevent.get_hub()
+    seen: list[object] = []
+    thread = threading.Thread(target=lambda: seen.append(cooperative()))
+    thread.start()
+    thread.join()
+    assert seen == [None]
+
+
+def test_reliable_reads_in_greenlets(module_server):
+    with Client(module_server.address, timeout=5.0) as client:
+        client.put_many("green_rel", [b"%d" % i for i in range(10)])
+        pool = gevent.pool.Pool(5)
+        results: list[bytes] = []
+
+        def take() -> None:
+            with client.reliable("green_rel", timeout=1.0) as item:
+                gevent.sleep(0.01)  # others run while this item is open
+                results.append(item)
+
+        for _ in range(10):
+            pool.spawn(take)
+        pool.join(raise_error=True)
+        assert sorted(results) == sorted(b"%d" % i for i in range(10))
+        assert client.queue_stats("green_rel")["open_transactions"] == 0

@@ -1,0 +1,138 @@
+"""What third-party memcache clients do against the server: the facts README's "Clients"
+section states, measured here (pymemcache, python-memcached, pylibmc, libmemcached's tools)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from kestrel_actors.client import Client
+
+
+def queue_items(server, queue: str) -> int:
+    with Client(server.address) as client:
+        return client.queue_stats(queue).get("items", 0)
+
+
+# -- pymemcache --------------------------------------------------------------------------------
+
+
+def test_pymemcache_plain_use(module_server):
+    base = pytest.importorskip("pymemcache.client.base")
+    client = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=5)
+    try:
+        assert client.set("pm", b"a") is True and client.set("pm", b"b") is True
+        assert client.get("pm") == b"a"
+        assert client.version() == b"2.4.7"
+        assert client.stats()[b"queue_pm_items"] == 1
+        assert client.get_many(["pm", "other"]) == {"pm": b"b"}  # only the first key is read
+        assert client.delete("pm") is True
+    finally:
+        client.close()
+
+
+def test_pymemcache_default_noreply_desynchronises(module_server):
+    base = pytest.importorskip("pymemcache.client.base")
+    client = base.Client((module_server.host, module_server.port), timeout=5)  # noreply=True
+    try:
+        assert client.set("pm_noreply", b"x") is True  # sent without reading STORED
+        with pytest.raises(Exception, match="STORED"):
+            client.get("pm_noreply")  # reads the STORED left over
+    finally:
+        client.close()
+
+
+def test_pymemcache_get_with_options_raises_after_the_item_was_removed(module_server):
+    base = pytest.importorskip("pymemcache.client.base")
+    client = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=5)
+    try:
+        assert client.set("pm_opt", b"lost")
+        with pytest.raises(KeyError):
+            client.get("pm_opt/t=100")  # the reply is VALUE pm_opt, keyed without the options
+        assert queue_items(module_server, "pm_opt") == 0  # the server removed it: it is lost
+        assert client.gets("pm_opt") == (None, None)
+        assert client.flush_all() is False  # Kestrel answers "Flushed all queues."
+    finally:
+        client.close()
+
+
+# -- python-memcached --------------------------------------------------------------------------
+
+
+def test_python_memcached_blocking_and_reliable_reads(module_server):
+    memcache = pytest.importorskip("memcache")
+    client = memcache.Client([module_server.address], socket_timeout=3)
+    assert client.set("pym", b"a") and client.set("pym", b"b")
+    assert client.get("pym/open") == b"a"
+    assert client.get("pym/close") is None
+    assert client.get("pym/t=500") == b"b"
+    assert client.get_stats()[0][1]["queue_pym_items"] == "0"
+    client.disconnect_all()
+
+
+def test_python_memcached_wait_longer_than_its_socket_timeout_marks_the_server_dead(module_server):
+    memcache = pytest.importorskip("memcache")
+    short = memcache.Client([module_server.address], socket_timeout=0.5)
+    assert short.get("pym_wait/t=1500") is None  # gave up after 0.5 s ...
+    assert not short.set("pym_wait", b"x")  # ... and now treats the server as dead
+    long = memcache.Client([module_server.address], socket_timeout=3)
+    start = time.monotonic()
+    assert long.get("pym_wait/t=1500") is None and time.monotonic() - start >= 1.4
+    assert long.set("pym_wait", b"x")
+
+
+# -- pylibmc -----------------------------------------------------------------------------------
+
+
+def test_pylibmc_works_but_its_stats_drop_the_queue_keys(module_server):
+    pylibmc = pytest.importorskip("pylibmc")
+    client = pylibmc.Client([module_server.address])
+    assert client.set("plm", b"a") and client.set("plm", b"b")
+    assert client.get("plm/open") == b"a"
+    assert client.get("plm/close") is None
+    assert client.get("plm") == b"b"
+    stats = client.get_stats()[0][1]
+    assert stats["version"] in ("2.4.7", b"2.4.7")
+    assert not any(str(name).startswith(("queue_", "b'queue_")) for name in stats)
+    assert queue_items(module_server, "plm") == 0
+
+
+def test_pylibmc_poll_timeout_must_exceed_the_wait(module_server):
+    pylibmc = pytest.importorskip("pylibmc")
+    short = pylibmc.Client([module_server.address], behaviors={"_poll_timeout": 500})
+    assert short.get("plm_wait/t=1500") is None  # a miss after 0.5 s ...
+    with pytest.raises(pylibmc.Error, match="DISABLED"):
+        short.set("plm_wait", b"x")  # ... and the server is disabled for a while
+    patient = pylibmc.Client([module_server.address], behaviors={"_poll_timeout": 3000})
+    assert patient.get("plm_wait/t=1500") is None
+    assert patient.set("plm_wait", b"x")
+
+
+# -- libmemcached's command-line tools (Debian's libmemcached-tools, installed by make test) ------
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (make test installs libmemcached-tools)")
+    return path
+
+
+def test_memcstat(module_server):
+    proc = subprocess.run([tool("memcstat"), f"--servers={module_server.address}"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "version: 2.4.7" in proc.stdout and "curr_items:" in proc.stdout
+    version = subprocess.run([tool("memcstat"), "--server-version", f"--servers={module_server.address}"],
+                             capture_output=True, text=True, timeout=30)
+    # it prints to stderr
+    assert version.returncode == 0 and version.stderr.split() == [module_server.address, "2.4.7"]
+
+
+def test_memcping(module_server):
+    proc = subprocess.run([tool("memcping"), f"--servers={module_server.address}"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr

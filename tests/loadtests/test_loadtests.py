@@ -1,0 +1,254 @@
+"""The load-test harness (``loadtests``): every scenario once, small, against a real server.
+
+Each scenario runs as a subprocess exactly as a user would run it (``python -m loadtests`` or
+``kestrel-actors load``) and must exit 0 with a JSON line whose figures add up. The harness
+must also *fail* when the server misbehaves, so some tests plant an out-of-order or foreign
+item in the queue (with -F, no flush) and require exit code 1, and the checkers are fed bad
+data directly.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtests.figures import Figures, Recorder, bucket_of, bucket_value
+from loadtests.items import make_item, packing_item
+from loadtests.report import EXIT_FAILED, Outcome, tally
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_load(server, *args: str, via: str = "module", timeout: float = 60) -> tuple[int, dict, str]:
+    """Run a scenario against ``server``; return (exit code, final JSON record, stdout)."""
+    if via == "module":
+        command = [sys.executable, "-m", "loadtests"]
+    else:
+        command = [sys.executable, "-m", "kestrel_actors.cli", "load"]
+    command += [args[0], "-p", str(server.port), "--no-progress", "--timeout", "50", *args[1:]]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no output; stderr: {proc.stderr}"
+    record = json.loads(lines[-1])
+    return proc.returncode, record, proc.stdout + proc.stderr
+
+
+def assert_clean(code: int, record: dict, output: str, items: int) -> None:
+    assert code == 0, output
+    assert record["ok"] is True
+    assert record["items"] == items
+    assert record["lost"] == 0 and record["duplicated"] == 0
+    assert record["seconds"] > 0 and record["rate"] > 0
+    assert set(record["latency_usec"]) == {"p50", "p90", "p99", "p999"}
+    assert 0 < record["latency_usec"]["p50"] <= record["latency_usec"]["p999"]
+
+
+def test_put_many_with_gets(server):
+    code, record, out = run_load(server, "put-many", "-c", "8", "-n", "400", "-r", "4", "-Q", "2",
+                                 "-g")
+    assert_clean(code, record, out, 400)
+    assert ("Put 400 items of 1024 bytes in bursts of 4 to 127.0.0.1:%d in 2 queues named spam "
+            "using 8 clients." % server.port) in out
+    assert "Distribution in usec: min=" in out
+    assert record["get"]["items"] == 400 and record["get"]["misses"] == 0
+
+
+@pytest.mark.slow
+def test_put_many_via_kestrel_actors_load_in_two_processes(server, tmp_path):
+    plot = tmp_path / "put.png"
+    code, record, out = run_load(server, "put-many", "-c", "6", "-n", "600", "--procs", "2",
+                                 "--plot", str(plot), via="cli")
+    assert_clean(code, record, out, 600)
+    assert record["procs"] == 2
+    assert plot.stat().st_size > 10_000
+
+
+def test_get_many(server):
+    code, record, out = run_load(server, "get-many", "-c", "20", "-n", "1000", "-q", "gm")
+    assert_clean(code, record, out, 1000)
+    assert "Got 1000 items" in out
+    assert record["fill"]["items"] == 1000
+
+
+@pytest.mark.slow
+def test_many_clients_transactional_with_kills(server):
+    code, record, out = run_load(server, "many-clients", "-c", "30", "-n", "300", "-s", "0",
+                                 "-k", "10", "-q", "mc")
+    assert_clean(code, record, out, 300)
+    assert record["transactional"] is True
+    assert record["kills"] > 0
+    assert "Received 300 items in" in out
+
+
+@pytest.mark.slow
+def test_flood_prefill_several_producers_and_consumers(server):
+    code, record, out = run_load(server, "flood", "-n", "600", "-P", "50", "-R", "2", "-C", "3",
+                                 "-B", "-q", "fl", "--procs", "2")
+    assert code == 0, out
+    assert record["items"] >= 600 and record["lost"] == 0 and record["duplicated"] == 0
+    assert "flood: producers=2 each sending 300 items (in chunks of 1) of 1kB to fl" in out
+    assert "Consumer(s) spun" in out
+
+
+def test_flood_rollup_uses_monitor_and_confirm(make_server):
+    server = make_server("--max-open-transactions", "8")
+    code, record, out = run_load(server, "flood", "-n", "400", "-r", "8", "-q", "flr")
+    assert code == 0, out
+    assert record["items"] >= 400 and record["lost"] == 0
+
+
+def test_packing(server):
+    code, record, out = run_load(server, "packing", "-n", "200", "-c", "2", "-t", "0", "-q", "pk")
+    assert_clean(code, record, out, 600)
+    assert out.count("Read 200 items in") == 3 and "cycle: 2" in out
+
+
+def test_leaky_reader(server):
+    code, record, out = run_load(server, "leaky-reader", "-n", "500", "-t", "3", "-d", "0.1",
+                                 "-q", "lk")
+    assert_clean(code, record, out, 500)
+    assert record["dropped"] > 0
+    assert "Completed all reads" in out
+
+
+# -- the harness must detect a misbehaving server ----------------------------------------
+
+def test_packing_detects_an_out_of_order_item(server):
+    """A stray item 1 at the head of the queue (and -F, no flush) is an order violation."""
+    client = server.client()
+    assert client.set("po", packing_item(1, 1024)) == b"STORED"
+    client.close()
+    code, record, out = run_load(server, "packing", "-n", "5", "-c", "0", "-q", "po", "-F")
+    assert code == EXIT_FAILED, out
+    assert record["ok"] is False
+    assert any("order violation: expected item 0" in f for f in record["failures"])
+
+
+def test_get_many_detects_foreign_bytes(server):
+    """An item whose bytes differ from what the run put (one flipped byte) fails the run."""
+    bad = bytearray(make_item(3, 1024))
+    bad[500] ^= 1
+    client = server.client()
+    assert client.set("gf", bytes(bad)) == b"STORED"
+    client.close()
+    code, record, out = run_load(server, "get-many", "-c", "2", "-n", "20", "-q", "gf", "-F")
+    assert code == EXIT_FAILED, out
+    assert any("not an item this run put" in f for f in record["failures"])
+
+
+def test_order_checker_rejects_reordering():
+    from kestrel_actors.client import UnexpectedReply
+    from loadtests.scenarios.flood import OrderChecker
+
+    checker = OrderChecker([0, 10, 20])  # backlog 0-9, producer A 10-19, producer B 20-29
+    for item in (0, 1, 10, 20, 11, 21):
+        checker.check(item)
+    with pytest.raises(UnexpectedReply, match="after item 11"):
+        checker.check(11)
+    late = OrderChecker([0, 10])
+    late.check(10)
+    with pytest.raises(UnexpectedReply, match="backlog item 2"):
+        late.check(2)
+
+
+def test_hit_checker_rejects_corruption_and_foreign_ids():
+    from kestrel_actors.client import UnexpectedReply, value_reply
+    from loadtests.scenarios._stamped import HitChecker
+
+    check = HitChecker("q", 64, limit=10)
+    assert check.item(value_reply("q", make_item(7, 64))) == 7
+    with pytest.raises(UnexpectedReply, match="outside"):
+        check.item(value_reply("q", make_item(12, 64)))
+    with pytest.raises(UnexpectedReply, match="not an item"):
+        check.item(value_reply("q", make_item(7, 64)[:-1] + b"!"))
+    with pytest.raises(UnexpectedReply, match="not an item"):
+        check.item(value_reply("other", make_item(7, 64)))
+
+
+def test_tally_and_verdict_count_lost_and_duplicated_items():
+    missing, duplicated = tally(bytes([1, 0, 2, 1, 0, 3]))
+    assert missing == [1, 4] and duplicated == 3
+    outcome = Outcome("x", Figures("get"), lost=len(missing))
+    assert outcome.exit_code == EXIT_FAILED and outcome.as_json()["ok"] is False
+    assert Outcome("x", Figures("get")).exit_code == 0
+
+
+def test_histogram_percentiles_are_within_a_fraction_of_a_percent():
+    for usec in (0, 1, 999, 1023, 1024, 1500, 65_537, 10**7):
+        value = bucket_value(bucket_of(usec))
+        assert value <= usec and usec - value <= usec / 256 + 1
+    rec = Recorder("get", epoch=0)
+    for usec in range(1, 10_001):
+        rec.hist[bucket_of(usec)] += 1
+    figures = rec.figures(go_ns=1)
+    assert abs(figures.percentile(0.5) - 5000) <= 20
+    assert abs(figures.percentile(0.99) - 9900) <= 40
+
+
+# -- make bench ----------------------------------------------------------------------------
+
+def test_bench_splice_keeps_the_text_around_the_markers():
+    from loadtests.bench import END, START, splice
+
+    text = f"# Title\n\nintro\n\n{START}\nold table\n{END}\n\nafterword\n"
+    result = splice(text, "new table")
+    assert result == f"# Title\n\nintro\n\n{START}\nnew table\n{END}\n\nafterword\n"
+    appended = splice("# Mine\n", "t")
+    assert appended.startswith("# Mine\n") and appended.endswith(f"{START}\nt\n{END}\n")
+    assert START in splice("", "t") and "make bench" in splice("", "t")
+
+
+@pytest.mark.slow
+def test_bench_quick_run_writes_the_table(tmp_path):
+    """``python -m loadtests.bench`` starts its own server and fills in the markdown table."""
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nkeep me\n")
+    proc = subprocess.run([sys.executable, "-m", "loadtests.bench", "--quick", "--runs", "1",
+                           "--only", "flood", "--only", "durable", "--write", str(doc)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = doc.read_text()
+    assert "keep me" in text and "<!-- bench:start -->" in text and "<!-- bench:end -->" in text
+    assert "| flood, 1 producer + 1 consumer |" in text and "items/s" in text
+    assert "durable put-many" in text  # run, or listed as skipped with the reason
+
+
+def test_path_bench_drives_the_real_actors_and_reports_each_scenario():
+    """``python -m loadtests.path_bench``: every scenario runs on a server in process (its GETs
+    are checked to return the filled items) and prints a CPU time per request."""
+    proc = subprocess.run([sys.executable, "-m", "loadtests.path_bench", "--rounds", "1",
+                           "--requests", "400"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = [line.split()[0] for line in proc.stdout.splitlines() if "µs/request" in line]
+    assert names == ["set", "get", "blocking", "churn"]
+
+
+@pytest.mark.slow
+def test_ab_bench_alternates_two_trees_and_reports_each():
+    proc = subprocess.run([sys.executable, "-m", "loadtests.ab_bench", "--rounds", "2", "flood -n 500",
+                           str(REPO), f"{REPO}/"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = [line for line in proc.stdout.splitlines() if "µs per request" in line and "median" not in line]
+    summaries = [line for line in proc.stdout.splitlines() if "median" in line]
+    assert len(runs) == 4 and len(summaries) == 2
+
+
+def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
+    """With a peer the goal is the ratio of medians; without one, the absolute target."""
+    from loadtests.bench import Benchmark, Row, Side, render
+
+    bench = Benchmark("b", ("flood",), "items/s", goal=1.0, target=10.0)
+    ours = Side(records=[{"rate": 90.0, "lost": 0, "duplicated": 0,
+                          "latency_usec": {"p50": 1, "p99": 2}}], server_cpu=[50.0])
+    slower = Row(bench, "cmd", ours=ours, peer=Side(records=[{"rate": 100.0}], server_cpu=[40.0]))
+    assert slower.ratio() == 0.9 and slower.met is False
+    faster = Row(bench, "cmd", ours=ours, peer=Side(records=[{"rate": 80.0}]))
+    assert faster.met is True
+    alone = Row(bench, "cmd", ours=ours)
+    assert alone.ratio() is None and alone.met is True  # 90 >= the target of 10
+    table = render([slower], 1, peer="/bin/peer")
+    assert "| 0.90 | ≥ 1.0× | no |" in table and "| 50 | 100 | 40 |" in table

@@ -1,0 +1,357 @@
+"""A full disk answers instead of hanging; ``STORED`` covers every copy a SET makes (issue 17).
+
+Disk full (case 3): each test mounts a small tmpfs as the server's data directory (root is
+needed; without it the tests skip and say so), fills it with a filler file, and drives a real
+server into ``ENOSPC``: a SET must get ``SERVER_ERROR`` within the client's timeout, other
+queues and ``stats`` keep answering, writes resume by themselves once the filler is deleted,
+and after a SIGKILL every ``STORED`` item is back and the journal has no torn record.
+
+Copies (case 9): a SET to a fanout master or an alias is acknowledged only once every copy
+is in its queue's journal; a SIGKILL right after ``STORED`` never loses a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kestrel_actors.journal import RecordReader
+
+from ..helpers import Client, ServerProcess, free_port
+
+REPLY_TIMEOUT = 5.0
+"""Every reply must come within this (a hang fails the test instead of stalling it)."""
+
+
+# -- the tmpfs --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mount_tmpfs(tmp_path):
+    """``mount_tmpfs(options)``: a tmpfs at ``tmp_path/data``, unmounted at teardown (the test
+    skips, saying why, if mounting is refused: it needs root)."""
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        mount_point = tmp_path / "data"
+        mount_point.mkdir()
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
+        mounted.append(mount_point)
+        return mount_point
+
+    yield mount
+    for mount_point in mounted:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(mount_tmpfs):
+    """An 8 MiB tmpfs as a data directory."""
+    return mount_tmpfs("size=8m")
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """Write a filler file so that about ``leave`` bytes stay free on ``disk``."""
+    filler = disk / "filler.bin"
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(0, free - leave))
+    return filler
+
+
+def log_events(server: ServerProcess) -> list[dict]:
+    events = []
+    for line in server.log_path.read_text(errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    return events
+
+
+def journal_problems(path: Path) -> list[str]:
+    """Problems a replay would find reading ``path`` record by record (none for a clean file)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader = RecordReader(fd)
+        while reader.next() is not None:
+            pass
+        return [] if reader.problem is None else [f"{reader.problem.offset}: {reader.problem.message}"]
+    finally:
+        os.close(fd)
+
+
+def item(n: int, size: int = 10_000) -> bytes:
+    head = b"item-%06d-" % n
+    return head + b"x" * (size - len(head))
+
+
+def number(data: bytes) -> int:
+    return int(data[5:11])
+
+
+def text_put(sock_client: Client, queue: str, data: bytes) -> bytes:
+    sock_client.send(b"put %s:\n%s\n\n" % (queue.encode(), data))
+    return sock_client.read_line()
+
+
+class TextClient(Client):
+    EOL = b"\n"
+
+
+# -- case 3: a full disk ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sync", ["never", "always"])
+def test_full_disk_answers_server_error_and_recovers(small_disk, sync):
+    text_port = free_port()
+    server = ServerProcess(small_disk, ("--sync-journal", sync, "--text-port", str(text_port)))
+    server.start()
+    try:
+        _full_disk_scenario(server, small_disk, text_port)
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def _full_disk_scenario(server: ServerProcess, disk: Path, text_port: int) -> None:
+    client = server.client(REPLY_TIMEOUT)
+    for n in range(3):
+        assert client.set("other", b"other-%d" % n) == b"STORED"
+    assert client.set("jobs", item(0)) == b"STORED"
+    stored = {0}
+    refused: set[int] = set()
+
+    filler = fill(disk, leave=300_000)
+    n = 1
+    reply = b""
+    while n < 200:  # 2 MB of items against ~300 KB free: the disk runs out long before
+        reply = client.set("jobs", item(n))
+        if reply != b"STORED":
+            refused.add(n)
+            break
+        stored.add(n)
+        n += 1
+    assert reply.startswith(b"SERVER_ERROR journal write failed: "), reply
+    assert b"No space left on device" in reply
+
+    # the connection stays open; the next SET is refused before it touches the queue
+    n += 1
+    assert client.set("jobs", item(n)).startswith(b"SERVER_ERROR "), "a SET while failing"
+    refused.add(n)
+
+    other = server.client(REPLY_TIMEOUT)
+    assert other.stats()["queue_other_items"] == "3"  # stats answers
+    assert other.get("other") == b"other-0"  # another queue answers, reads work
+    other.send(b"get other/open\r\n")
+    assert other.read_value() == b"other-1"
+    assert other.call(b"get other/close") == b"END"
+    n += 1
+    fresh = other.set("fresh", item(n))  # a new queue: its first write fails too
+    assert fresh.startswith(b"SERVER_ERROR "), fresh
+    refused.add(n)
+
+    text = TextClient(server.host, text_port, REPLY_TIMEOUT)
+    n += 1
+    put = text_put(text, "jobs", item(n))
+    assert put.startswith(b"-journal write failed: "), put  # the text protocol's error line
+    refused.add(n)
+
+    filler.unlink()  # space comes back: writes resume by themselves
+    deadline = time.monotonic() + 10
+    while True:
+        n += 1
+        reply = client.set("jobs", item(n))
+        if reply == b"STORED":
+            stored.add(n)
+            break
+        assert reply.startswith(b"SERVER_ERROR "), reply
+        refused.add(n)
+        assert time.monotonic() < deadline, "writes did not resume after the disk had space again"
+        time.sleep(0.1)
+    for _ in range(5):
+        n += 1
+        assert client.set("jobs", item(n)) == b"STORED"
+        stored.add(n)
+    assert text_put(text, "fresh", b"after") == b"+1"
+    for sock in (client, other, text):
+        sock.close()
+
+    events = log_events(server)
+    failing = [e for e in events if e.get("event", "").startswith("journal write failing")]
+    recovered = [e for e in events if e.get("event") == "journal write recovered"]
+    # one line per queue per change of state, not one per retry
+    assert sorted(e["queue"] for e in failing) == ["fresh", "jobs"], failing
+    assert sorted(e["queue"] for e in recovered) == ["fresh", "jobs"], recovered
+    assert not [e for e in events if "retry" in e.get("event", "")]
+
+    server.stop(signal.SIGKILL)
+    for name in ("jobs", "fresh", "other"):
+        assert journal_problems(disk / name) == [], name  # no torn record left by ENOSPC
+    server.start()
+    client = server.client(REPLY_TIMEOUT)
+    count = int(client.stats()["queue_jobs_items"])
+    found = [client.get("jobs") for _ in range(count)]
+    assert client.get("jobs") is None
+    numbers = [number(data) for data in found]
+    assert found == [item(k) for k in numbers]
+    assert len(set(numbers)) == len(numbers), "an item came back twice"
+    missing = stored - set(numbers)
+    assert not missing, f"acknowledged items lost: {sorted(missing)}"
+    # an unacknowledged SET may or may not be there (it was kept in memory and written when
+    # space came back); nothing else may appear
+    assert set(numbers) <= stored | refused
+    assert numbers == sorted(numbers)
+    assert client.get("other") == b"other-2"
+    assert client.get("other") is None
+    client.close()
+    log = server.log()
+    assert "truncated" not in log and "corrupt" not in log, log
+
+
+def test_full_disk_reads_succeed_and_replay_matches(small_disk):
+    """Reads on a full disk are served from memory; their records are written once space is
+    back, so after a restart the journal agrees with what clients saw (at least once)."""
+    server = ServerProcess(small_disk, ("--text-port", "0"))
+    server.start()
+    try:
+        client = server.client(REPLY_TIMEOUT)
+        for n in range(20):
+            assert client.set("reads", item(n, 1000)) == b"STORED"
+        filler = fill(small_disk, leave=0)
+        while client.set("reads", item(999, 1000)) == b"STORED":  # until the disk is full
+            pass
+        seen = [client.get("reads") for _ in range(5)]  # REMOVE records cannot be written
+        assert [number(data) for data in seen] == [0, 1, 2, 3, 4]
+        client.send(b"get reads/open\r\n")
+        assert number(client.read_value()) == 5
+        assert client.call(b"get reads/close") == b"END"
+        assert client.stats()["queue_reads_items"] != ""
+        filler.unlink()
+        deadline = time.monotonic() + 10
+        while client.set("reads", item(1000, 1000)) != b"STORED":
+            assert time.monotonic() < deadline, "writes did not resume"
+            time.sleep(0.1)
+        client.close()
+
+        server.stop(signal.SIGKILL)
+        server.start()
+        client = server.client(REPLY_TIMEOUT)
+        first = client.get("reads")
+        assert first is not None and number(first) == 6, "the removes made on a full disk were lost"
+        client.close()
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def test_queue_whose_file_cannot_be_created_answers(mount_tmpfs):
+    """No inode left for a new queue's journal: its SET gets SERVER_ERROR (the text protocol an
+    error line), and every other queue goes on."""
+    disk = mount_tmpfs("size=8m,nr_inodes=8")
+    text_port = free_port()
+    server = ServerProcess(disk, ("--text-port", str(text_port)))
+    server.start()
+    try:
+        client = server.client(REPLY_TIMEOUT)
+        replies = [client.set("q%d" % n, b"x") for n in range(12)]
+        assert replies[0] == b"STORED"
+        failed = [n for n, reply in enumerate(replies) if reply != b"STORED"]
+        assert failed, "the inodes never ran out"
+        assert all(replies[n] == b"SERVER_ERROR cannot open queue: No space left on device" for n in failed)
+        text = TextClient(server.host, text_port, REPLY_TIMEOUT)
+        assert text_put(text, "q%d" % failed[0], b"y") == b"-cannot open queue: No space left on device"
+        assert client.set("q0", b"again") == b"STORED"
+        assert client.stats()["queue_q0_items"] == "2"
+        assert client.get("q0") == b"x"
+        client.close()
+        text.close()
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+# -- case 9: STORED covers every copy ---------------------------------------------------------
+
+
+FANOUT_CONFIG = """
+[queues.fan]
+[queues."fan+keep"]
+[queues.synced]
+[queues."synced+always"]
+sync_journal = "always"
+
+[aliases]
+both = ["dest_a", "dest_b"]
+via = ["synced"]
+"""
+
+
+@pytest.mark.parametrize("rounds", [25])
+def test_stored_covers_fanout_and_alias_copies_across_sigkill(tmp_path, rounds):
+    config = tmp_path / "kestrel.toml"
+    config.write_text(FANOUT_CONFIG)
+    server = ServerProcess(tmp_path / "data", ("--config", str(config)))
+    try:
+        for round_ in range(rounds):
+            server.start()
+            client = server.client(REPLY_TIMEOUT)
+            value = b"before-%d" % round_
+            # one write, and the kill as soon as the last STORED is read
+            client.send(
+                b"set fan 0 0 %d\r\n%s\r\n" % (len(value), value)
+                + b"set both 0 0 %d\r\n%s\r\n" % (len(value), value)
+                + b"set via 0 0 %d\r\n%s\r\n" % (len(value), value)
+            )
+            replies = [client.read_line() for _ in range(3)]
+            server.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+            server.proc.wait()  # type: ignore[union-attr]
+            server.proc = None
+            client.close()
+            assert replies == [b"STORED"] * 3, replies
+
+            server.start()
+            client = server.client(REPLY_TIMEOUT)
+            for queue in ("fan+keep", "fan", "dest_a", "dest_b", "synced", "synced+always"):
+                assert client.get(queue) == value, f"round {round_}: {queue} lost its copy"
+            client.close()
+            server.stop(signal.SIGKILL)
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def test_expired_items_move_durably(tmp_path):
+    """An expired item moved to ``expire_to_queue`` is in the target after a SIGKILL, even
+    when the source's REMOVE was written (durable-before-remove)."""
+    config = tmp_path / "kestrel.toml"
+    config.write_text('[queues.src]\nexpire_to_queue = "dst"\n[queues.dst]\nsync_journal = "always"\n')
+    server = ServerProcess(tmp_path / "data", ("--config", str(config)))
+    try:
+        for round_ in range(10):
+            server.start()
+            client = server.client(REPLY_TIMEOUT)
+            assert client.set("src", b"soon-%d" % round_, exptime=1) == b"STORED"
+            time.sleep(1.1)
+            # the GET sweeps the expired item to dst; STORED after it covers the REMOVE too
+            assert client.get("src") is None
+            assert client.set("src", b"marker") == b"STORED"
+            server.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+            server.proc.wait()  # type: ignore[union-attr]
+            server.proc = None
+            client.close()
+
+            server.start()
+            client = server.client(REPLY_TIMEOUT)
+            assert client.get("dst") == b"soon-%d" % round_, f"round {round_}: the moved item was lost"
+            assert client.get("src") == b"marker"
+            assert client.get("src") is None
+            client.close()
+            server.stop(signal.SIGKILL)
+    finally:
+        server.stop(signal.SIGKILL)
