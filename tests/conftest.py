@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import ServerProcess
+from .helpers import ServerProcess, unique
 
 
 @pytest.fixture
@@ -34,3 +34,9 @@ def module_server(tmp_path_factory):
 def server(make_server):
     """A fresh server for one test."""
     return make_server()
+
+
+@pytest.fixture
+def qname() -> str:
+    """A queue name no other test in this process uses."""
+    return unique()

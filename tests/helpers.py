@@ -1,22 +1,33 @@
-"""Run a real ``kestrel-actors serve`` process for a test, and talk to it over a socket.
+"""The tests' one helpers module: real server processes, clients, and what tests share.
 
-Tests never mock the server: they start this process on a free loopback port with a data
-directory in a temp dir, and may stop it with SIGTERM or SIGKILL and start it again on the
-same port and data directory.
+Tests never mock the server: they start a ``kestrel-actors serve`` process on a free loopback
+port with a data directory in a temp dir (:class:`ServerProcess`), and may stop it with
+SIGTERM or SIGKILL and start it again on the same port and data directory. Below it: raw
+memcache and text clients, the exact-bytes helpers of the conformance tests, the journal
+file helpers of the durability tests, and :class:`Pipeline` for deeply pipelined traffic.
+No test module imports another.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
+import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from kestrel_actors.client import Connection, set_request
 
-__all__ = ["Client", "ServerProcess", "free_port"]
+
+
+REPO = Path(__file__).resolve().parent.parent
+"""The repository's root (the tests sit one folder deeper, in ``tests/<room>/``)."""
 
 
 def free_port() -> int:
@@ -177,3 +188,342 @@ class Client(Connection):
             return True
         except socket.timeout:
             return False
+
+
+# -- shared helpers ---------------------------------------------------------------------------
+
+_ids = itertools.count(1)
+
+
+def unique(prefix: str = "q") -> str:
+    """A queue name no other test in this process uses (legal: no `.`, `/`, `~`)."""
+    return f"{prefix}{next(_ids)}x{os.getpid()}"
+
+
+def value(queue: str | bytes, data: bytes) -> bytes:
+    """The exact bytes of a hit: ``VALUE <queue> 0 <len>\\r\\n<data>\\r\\nEND\\r\\n``."""
+    if isinstance(queue, str):
+        queue = queue.encode("latin-1")
+    return b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (queue, len(data), data)
+
+
+def set_cmd(queue: str | bytes, data: bytes, flags: int = 0, exptime: int = 0) -> bytes:
+    if isinstance(queue, str):
+        queue = queue.encode("latin-1")
+    return b"set %s %d %d %d\r\n%s\r\n" % (queue, flags, exptime, len(data), data)
+
+
+def expect(client: Client, data: bytes) -> None:
+    """The next bytes from the server are exactly ``data``."""
+    try:
+        got = client.read_exact(len(data))
+    except ConnectionError as exc:
+        raise AssertionError(f"expected {data[:200]!r}; {exc}") from None
+    except socket.timeout:
+        raise AssertionError(f"expected {data[:200]!r}; got {client.buffer[:200]!r} then silence") from None
+    assert got == data
+
+
+def drain(client: Client, idle: float = 2.0) -> tuple[bytes, bool]:
+    """Everything the server sends until it closes (→ True) or stays silent ``idle`` s (→ False)."""
+    data, client.buffer = client.buffer, b""
+    client.sock.settimeout(idle)
+    while True:
+        try:
+            chunk = client.sock.recv(1 << 20)
+        except socket.timeout:
+            return data, False
+        except (ConnectionResetError, BrokenPipeError):
+            return data, True
+        if not chunk:
+            return data, True
+        data += chunk
+
+
+def send_quietly(client: Client, data: bytes) -> None:
+    """Send, tolerating a server that closes the connection while we are still writing."""
+    try:
+        client.send(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+def assert_dropped(client: Client) -> None:
+    """DROP: the server closes the connection without writing anything."""
+    assert drain(client, 3.0) == (b"", True)
+
+
+def assert_reply_then_close(client: Client, reply: bytes) -> None:
+    """The server writes exactly ``reply`` and then closes the connection."""
+    assert drain(client, 3.0) == (reply, True)
+
+
+def assert_still_open(client: Client) -> None:
+    """The connection still answers: ``version`` → ``VERSION …``."""
+    client.send(b"version\r\n")
+    assert re.fullmatch(rb"VERSION \S+", client.read_line())
+
+
+def assert_silent(client: Client, seconds: float) -> None:
+    """Nothing arrives for ``seconds`` and the connection is still open."""
+    data, closed = drain(client, seconds)
+    assert (data, closed) == (b"", False)
+    client.sock.settimeout(5.0)
+
+
+def stats_of(server: ServerProcess) -> dict[str, str]:
+    client = server.client()
+    try:
+        return client.stats()
+    finally:
+        client.close()
+
+
+def queue_stat(server: ServerProcess, queue: str, stat: str) -> str | None:
+    return stats_of(server).get(f"queue_{queue}_{stat}")
+
+
+def wait_for(predicate, timeout: float = 3.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def wait_queue_stat(server: ServerProcess, queue: str, stat: str, expected: str, timeout: float = 3.0) -> None:
+    """Poll STATS until ``queue_<queue>_<stat>`` is ``expected`` (asynchronous effects of a close)."""
+    ok = wait_for(lambda: queue_stat(server, queue, stat) == expected, timeout)
+    assert ok, f"queue_{queue}_{stat} = {queue_stat(server, queue, stat)!r}, wanted {expected!r}"
+
+
+def drain_queue(server: ServerProcess, queue: str) -> list[bytes]:
+    """All items still in ``queue``, read with plain GETs on a new connection."""
+    client = server.client()
+    items = []
+    try:
+        while (item := client.get(queue)) is not None:
+            items.append(item)
+    finally:
+        client.close()
+    return items
+
+
+def fill(client: Client, queue: str, *items: bytes) -> None:
+    client.send(b"".join(set_cmd(queue, item) for item in items))
+    for _ in items:
+        assert client.read_line() == b"STORED"
+
+
+# -- §10.1 FIFO, wire format and binary payloads ---------------------------------------------
+
+
+# -- the text protocol -------------------------------------------------------------------------
+
+
+class TextClient(Client):
+    """A raw text-protocol client: reply lines end in a bare ``\\n``."""
+
+    EOL = b"\n"
+
+    def read_line(self) -> bytes:
+        line = super().read_line()
+        assert not line.endswith(b"\r"), line
+        return line
+
+    def put(self, queue: str, *items: bytes, expiry: int | None = None) -> bytes:
+        head = b"put " + queue.encode()
+        if expiry is not None:
+            head += b" %d" % expiry
+        self.send(head + b":\n" + b"".join(item + b"\n" for item in items) + b"\n")
+        return self.read_line()
+
+    def silent(self, timeout: float = 0.3) -> bool:
+        """Nothing more arrives within ``timeout`` (and the connection is still open)."""
+        if self.buffer:
+            return False
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(1)
+        except socket.timeout:
+            return True
+        finally:
+            self.sock.settimeout(5.0)
+        self.buffer += data
+        return False
+
+
+def start_text_server(data_dir, *args: str) -> ServerProcess:
+    text_port = free_port()
+    server = ServerProcess(data_dir, ("--text-port", str(text_port), *args))
+    server.text_port = text_port  # type: ignore[attr-defined]
+    return server.start()
+
+
+def text_client(server: ServerProcess) -> TextClient:
+    return TextClient(server.host, server.text_port)  # type: ignore[attr-defined]
+
+
+# -- journal files and restarts ----------------------------------------------------------------------------------
+
+
+def write_config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "kestrel.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def queue_files(data_dir: Path, name: str) -> list[str]:
+    """Every file of queue ``name`` in ``data_dir`` (current, archives, packs, temp files)."""
+    return sorted(
+        f for f in os.listdir(data_dir)
+        if f == name or f.startswith(name + ".") or f.startswith(name + "~~")
+    )
+
+
+def files_size(data_dir: Path, name: str) -> int:
+    """Bytes in the queue's journal files (not temp files); tolerates the server renaming them."""
+    total = 0
+    for filename in queue_files(data_dir, name):
+        if "~~" not in filename:
+            try:
+                total += os.path.getsize(data_dir / filename)
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def stat(client: Client, queue: str, name: str) -> int:
+    return int(client.stats()[f"queue_{queue}_{name}"])
+
+
+def drain_pipelined(server: ServerProcess, queue: str) -> list[bytes]:
+    """Every item of ``queue`` (pipelined plain GETs), checking that the queue ends empty."""
+    client = server.client()
+    count = stat(client, queue, "items")
+    client.close()
+    pipe = Pipeline(server.host, server.port)
+    values = pipe.get_all(queue, count + 1)
+    pipe.close()
+    assert values[-1] is None, f"more than the {count} items STATS reported"
+    assert None not in values[:-1], f"a GET missed although STATS reported {count} items"
+    return values[:-1]  # type: ignore[return-value]
+
+
+def assert_numbered(values: list[bytes], expected: range | list[int], tag: bytes = b"", size: int | None = None) -> None:
+    """``values`` are exactly the :func:`numbered` items ``expected``, in order."""
+    got = [number_of(v, tag) for v in values]
+    expected = list(expected)
+    if got != expected:
+        index = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+        raise AssertionError(
+            f"{len(got)} items, expected {len(expected)}; first difference at index {index}: "
+            f"got {got[index:index + 5]}, expected {expected[index:index + 5]}"
+        )
+    if size is not None:
+        assert all(len(v) == size for v in values)
+
+
+# -- deeply pipelined traffic (durability, read-behind) ------------------------------------------
+
+
+def numbered(i: int, size: int = 1024, tag: bytes = b"") -> bytes:
+    """Item ``i`` of a sequence: ``<tag><i, 10 digits>:`` padded with ``.`` to ``size`` bytes."""
+    head = b"%s%010d:" % (tag, i)
+    return head + b"." * (size - len(head))
+
+
+def number_of(data: bytes, tag: bytes = b"") -> int:
+    """The ``i`` of :func:`numbered` data (asserts the tag)."""
+    assert data.startswith(tag), data[:40]
+    return int(data[len(tag):len(tag) + 10])
+
+
+def read_rss_kib(pid: int) -> int:
+    """VmRSS of ``pid`` in KiB, from ``/proc/<pid>/status``."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+class Pipeline(Connection):
+    """One memcache connection (:class:`kestrel_actors.client.Connection`, blocking sockets):
+    :meth:`stream` sends from a thread while the ``read_*`` methods parse the replies."""
+
+    def __init__(self, host: str, port: int, timeout: float = 60.0) -> None:
+        super().__init__(host, port, timeout, use_gevent=False)
+        self.connect()
+        self._sender: threading.Thread | None = None
+        self.send_error: BaseException | None = None
+
+    # -- sending --------------------------------------------------------------------------
+
+    def stream(self, chunks: Iterable[bytes]) -> None:
+        """Send ``chunks`` from a background thread (replies are read meanwhile)."""
+        self.wait_sent()
+        sock = self.sock
+
+        def send() -> None:
+            try:
+                for chunk in chunks:
+                    sock.sendall(chunk)
+            except BaseException as exc:  # noqa: BLE001 - reported by wait_sent
+                self.send_error = exc
+
+        self._sender = threading.Thread(target=send, daemon=True)
+        self._sender.start()
+
+    def wait_sent(self, timeout: float = 120.0) -> None:
+        if self._sender is not None:
+            self._sender.join(timeout)
+            assert not self._sender.is_alive(), "sender stuck"
+            self._sender = None
+        if self.send_error is not None:
+            raise self.send_error
+
+    def stream_sets(self, queue: str, items: Iterable[bytes], batch: int = 1000) -> None:
+        """Stream ``set queue 0 0 <len>`` for every item, ``batch`` requests per ``sendall``."""
+        self.stream(_batches((set_request(queue, data) for data in items), batch))
+
+    def stream_gets(self, key: str, count: int, batch: int = 1000) -> None:
+        """Stream ``count`` times ``get key``."""
+        request = b"get %s\r\n" % key.encode()
+        self.stream(request * min(batch, count - start) for start in range(0, count, batch))
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def read_replies(self, count: int) -> Iterator[bytes | None]:
+        for _ in range(count):
+            yield self.read_value()
+
+    def expect_stored(self, count: int) -> None:
+        for i in range(count):
+            line = self.read_line()
+            assert line == b"STORED", f"reply {i}: {line[:100]!r}"
+
+    def set_all(self, queue: str, items: list[bytes], batch: int = 1000) -> None:
+        """SET every item, pipelined; every reply must be ``STORED``."""
+        self.stream_sets(queue, items, batch)
+        self.expect_stored(len(items))
+        self.wait_sent()
+
+    def get_all(self, queue: str, count: int, batch: int = 1000) -> list[bytes | None]:
+        """``count`` pipelined GETs; the replies (None for a miss)."""
+        self.stream_gets(queue, count, batch)
+        values = list(self.read_replies(count))
+        self.wait_sent()
+        return values
+
+
+def _batches(requests: Iterable[bytes], size: int) -> Iterator[bytes]:
+    batch: list[bytes] = []
+    for request in requests:
+        batch.append(request)
+        if len(batch) >= size:
+            yield b"".join(batch)
+            batch = []
+    if batch:
+        yield b"".join(batch)

@@ -20,74 +20,15 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from .._pipeline import Pipeline, number_of, numbered
-from ..helpers import Client, ServerProcess, free_port
+from ..helpers import (
+    Client, Pipeline, ServerProcess, assert_numbered, drain_pipelined, files_size, free_port,
+    number_of, numbered, queue_files, stat, write_config,
+)
 
 SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGKILL, id="SIGKILL")]
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-def write_config(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "kestrel.toml"
-    path.write_text(text)
-    return str(path)
-
-
-def queue_files(data_dir: Path, name: str) -> list[str]:
-    """Every file of queue ``name`` in ``data_dir`` (current, archives, packs, temp files)."""
-    return sorted(
-        f for f in os.listdir(data_dir)
-        if f == name or f.startswith(name + ".") or f.startswith(name + "~~")
-    )
-
-
-def files_size(data_dir: Path, name: str) -> int:
-    """Bytes in the queue's journal files (not temp files); tolerates the server renaming them."""
-    total = 0
-    for filename in queue_files(data_dir, name):
-        if "~~" not in filename:
-            try:
-                total += os.path.getsize(data_dir / filename)
-            except FileNotFoundError:
-                pass
-    return total
-
-
-def stat(client: Client, queue: str, name: str) -> int:
-    return int(client.stats()[f"queue_{queue}_{name}"])
-
-
-def drain(server: ServerProcess, queue: str) -> list[bytes]:
-    """Every item of ``queue`` (pipelined plain GETs), checking that the queue ends empty."""
-    client = server.client()
-    count = stat(client, queue, "items")
-    client.close()
-    pipe = Pipeline(server.host, server.port)
-    values = pipe.get_all(queue, count + 1)
-    pipe.close()
-    assert values[-1] is None, f"more than the {count} items STATS reported"
-    assert None not in values[:-1], f"a GET missed although STATS reported {count} items"
-    return values[:-1]  # type: ignore[return-value]
-
-
-def assert_numbered(values: list[bytes], expected: range | list[int], tag: bytes = b"", size: int | None = None) -> None:
-    """``values`` are exactly the :func:`numbered` items ``expected``, in order."""
-    got = [number_of(v, tag) for v in values]
-    expected = list(expected)
-    if got != expected:
-        index = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-        raise AssertionError(
-            f"{len(got)} items, expected {len(expected)}; first difference at index {index}: "
-            f"got {got[index:index + 5]}, expected {expected[index:index + 5]}"
-        )
-    if size is not None:
-        assert all(len(v) == size for v in values)
 
 
 # -- restarts keep every item, in order --------------------------------------------------------
@@ -141,7 +82,7 @@ def test_twenty_thousand_items_survive_sigkill(make_server):
     assert stat(client, "bulk", "items") == 20_000
     assert stat(client, "bulk", "bytes") == 20_000 * 100
     client.close()
-    assert_numbered(drain(server, "bulk"), range(20_000), size=100)
+    assert_numbered(drain_pipelined(server, "bulk"), range(20_000), size=100)
 
 
 # -- open, confirmed and aborted reads across a crash -------------------------------------------
@@ -329,7 +270,7 @@ def test_sync_always_keeps_every_acknowledged_set_through_sigkill(make_server):
 
         server.start()
         found: dict[int, list[int]] = {i: [] for i in range(clients)}
-        for value in drain(server, "load"):
+        for value in drain_pipelined(server, "load"):
             match = re.fullmatch(rb"r(\d+)-c(\d\d)-(\d{8})", value)
             assert match, value
             assert int(match[1]) == round_, f"an item of round {match[1]!r} came back in round {round_}"
@@ -454,7 +395,7 @@ def test_small_max_memory_size_rotates_and_replays(make_server, tmp_path):
     client.set("small", numbered(60, 1000))
     client.close()
     server.restart(signal.SIGKILL)
-    assert_numbered(drain(server, "small"), range(25, 61), size=1000)
+    assert_numbered(drain_pipelined(server, "small"), range(25, 61), size=1000)
 
 
 def test_packing_under_a_steady_backlog_bounds_the_files_and_replays(make_server, tmp_path):
@@ -484,7 +425,7 @@ def test_packing_under_a_steady_backlog_bounds_the_files_and_replays(make_server
 
     server.kill()
     server.start()
-    assert_numbered(drain(server, "packed"), range(800, 850), size=1000)
+    assert_numbered(drain_pipelined(server, "packed"), range(800, 850), size=1000)
 
 
 # -- bad data directory, torn journal ------------------------------------------------------------

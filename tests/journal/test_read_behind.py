@@ -17,9 +17,10 @@ import time
 
 import pytest
 
-from .._pipeline import Pipeline, number_of, numbered, read_rss_kib
-from ..helpers import Client, ServerProcess
-from .test_durability import assert_numbered, drain, queue_files, stat, write_config
+from ..helpers import (
+    Client, Pipeline, ServerProcess, assert_numbered, drain_pipelined, number_of, numbered,
+    queue_files, read_rss_kib, stat, write_config,
+)
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -82,7 +83,7 @@ def test_restart_while_draining_a_read_behind_queue(make_server, tmp_path, sig, 
     pipe.close()
 
     server.restart(sig)
-    assert_numbered(drain(server, "rb"), range(13000, count + 1000), size=KIB)
+    assert_numbered(drain_pipelined(server, "rb"), range(13000, count + 1000), size=KIB)
     client = server.client()
     check_memory(client, "rb", MIB, KIB)
     assert stat(client, "rb", "bytes") == 0
@@ -101,7 +102,7 @@ def test_read_behind_items_come_back_after_a_crash_during_the_fill(make_server, 
     client = server.client()
     stats = check_memory(client, "rb", 256 * KIB, 512)
     assert stats["items"] == 8000
-    assert_numbered(drain(server, "rb"), range(8000), size=512)
+    assert_numbered(drain_pipelined(server, "rb"), range(8000), size=512)
     client.set("rb", b"after")  # out of read-behind: the new item is in memory
     stats = check_memory(client, "rb", 256 * KIB, 512)
     assert (stats["mem_items"], stats["items"]) == (1, 1)

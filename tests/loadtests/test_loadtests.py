@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,8 @@ from loadtests.figures import Figures, Recorder, bucket_of, bucket_value
 from loadtests.items import make_item, packing_item
 from loadtests.report import EXIT_FAILED, Outcome, tally
 
-REPO = Path(__file__).resolve().parents[2]
+from ..helpers import REPO, ServerProcess
+
 
 
 def run_load(server, *args: str, via: str = "module", timeout: float = 60) -> tuple[int, dict, str]:
@@ -117,8 +117,6 @@ def test_leaky_reader(server):
 
 @pytest.fixture
 def thrift_server(tmp_path):
-    from ..helpers import ServerProcess
-
     server = ServerProcess(tmp_path / "data", thrift_port=True).start()
     yield server
     server.stop()

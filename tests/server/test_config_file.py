@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +21,9 @@ from kestrel_actors.config_file import (
     resolve_queue_configs,
 )
 
+from ..helpers import REPO
+
 MIB = 1024 * 1024
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
 
 def parse(text: str) -> ServerConfig:
@@ -46,6 +46,8 @@ def test_every_queue_field_has_a_parser():
 def test_every_server_field_has_a_parser():
     tables = {"queue_defaults", "queues", "aliases"}
     assert {f.name for f in dataclasses.fields(ServerConfig)} - tables == set(SERVER_SETTINGS)
+
+DOCS = REPO / "docs" / "configuration.md"
 
 
 def test_docs_mention_every_setting():

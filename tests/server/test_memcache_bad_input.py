@@ -8,22 +8,11 @@ import re
 import time
 
 import pytest
-
-from .test_memcache_conformance import (
-    assert_dropped,
-    assert_reply_then_close,
-    assert_silent,
-    assert_still_open,
-    drain,
-    drain_queue,
-    expect,
-    fill,
-    send_quietly,
-    stats_of,
-    unique,
-    value,
-    wait_for,
+from ..helpers import (
+    assert_dropped, assert_reply_then_close, assert_silent, assert_still_open, drain, drain_queue,
+    expect, fill, send_quietly, stats_of, unique, value, wait_for,
 )
+
 
 
 @pytest.fixture

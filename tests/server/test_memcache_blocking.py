@@ -7,20 +7,9 @@ import time
 
 import pytest
 
-from ..helpers import ServerProcess
-from .test_memcache_conformance import (
-    assert_dropped,
-    assert_silent,
-    assert_still_open,
-    drain_queue,
-    expect,
-    fill,
-    queue_stat,
-    stats_of,
-    unique,
-    value,
-    wait_for,
-    wait_queue_stat,
+from ..helpers import (
+    ServerProcess, assert_dropped, assert_silent, assert_still_open, drain_queue, expect, fill,
+    queue_stat, stats_of, unique, value, wait_for, wait_queue_stat,
 )
 
 

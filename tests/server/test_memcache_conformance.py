@@ -1,8 +1,8 @@
 """Black-box memcache conformance (reference §1, §2, §5.1–5.5, §10): exact bytes on the wire.
 
 Every test talks to a real ``kestrel-actors serve`` process over a socket. Tests that share
-``module_server`` use queue names that no other test uses (``qname``). The helpers at the top
-are shared with the other ``test_memcache_*`` modules.
+``module_server`` use queue names that no other test uses (``qname``). The helpers they share
+with the other ``test_memcache_*`` modules are in ``tests/helpers.py``.
 
 Blocking reads and MONITOR live in ``test_memcache_blocking.py``, malformed input in
 ``test_memcache_bad_input.py`` and STATS/DUMP_STATS in ``test_memcache_stats.py``.
@@ -10,149 +10,16 @@ Blocking reads and MONITOR live in ``test_memcache_blocking.py``, malformed inpu
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
-import socket
 import time
 
 import pytest
 
-from ..helpers import Client, ServerProcess
-
-# -- shared helpers ---------------------------------------------------------------------------
-
-_ids = itertools.count(1)
-
-
-def unique(prefix: str = "q") -> str:
-    """A queue name no other test in this process uses (legal: no `.`, `/`, `~`)."""
-    return f"{prefix}{next(_ids)}x{os.getpid()}"
-
-
-@pytest.fixture
-def qname() -> str:
-    return unique()
-
-
-def value(queue: str | bytes, data: bytes) -> bytes:
-    """The exact bytes of a hit: ``VALUE <queue> 0 <len>\\r\\n<data>\\r\\nEND\\r\\n``."""
-    if isinstance(queue, str):
-        queue = queue.encode("latin-1")
-    return b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (queue, len(data), data)
-
-
-def set_cmd(queue: str | bytes, data: bytes, flags: int = 0, exptime: int = 0) -> bytes:
-    if isinstance(queue, str):
-        queue = queue.encode("latin-1")
-    return b"set %s %d %d %d\r\n%s\r\n" % (queue, flags, exptime, len(data), data)
-
-
-def expect(client: Client, data: bytes) -> None:
-    """The next bytes from the server are exactly ``data``."""
-    try:
-        got = client.read_exact(len(data))
-    except ConnectionError as exc:
-        raise AssertionError(f"expected {data[:200]!r}; {exc}") from None
-    except socket.timeout:
-        raise AssertionError(f"expected {data[:200]!r}; got {client.buffer[:200]!r} then silence") from None
-    assert got == data
-
-
-def drain(client: Client, idle: float = 2.0) -> tuple[bytes, bool]:
-    """Everything the server sends until it closes (→ True) or stays silent ``idle`` s (→ False)."""
-    data, client.buffer = client.buffer, b""
-    client.sock.settimeout(idle)
-    while True:
-        try:
-            chunk = client.sock.recv(1 << 20)
-        except socket.timeout:
-            return data, False
-        except (ConnectionResetError, BrokenPipeError):
-            return data, True
-        if not chunk:
-            return data, True
-        data += chunk
-
-
-def send_quietly(client: Client, data: bytes) -> None:
-    """Send, tolerating a server that closes the connection while we are still writing."""
-    try:
-        client.send(data)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-
-
-def assert_dropped(client: Client) -> None:
-    """DROP: the server closes the connection without writing anything."""
-    assert drain(client, 3.0) == (b"", True)
-
-
-def assert_reply_then_close(client: Client, reply: bytes) -> None:
-    """The server writes exactly ``reply`` and then closes the connection."""
-    assert drain(client, 3.0) == (reply, True)
-
-
-def assert_still_open(client: Client) -> None:
-    """The connection still answers: ``version`` → ``VERSION …``."""
-    client.send(b"version\r\n")
-    assert re.fullmatch(rb"VERSION \S+", client.read_line())
-
-
-def assert_silent(client: Client, seconds: float) -> None:
-    """Nothing arrives for ``seconds`` and the connection is still open."""
-    data, closed = drain(client, seconds)
-    assert (data, closed) == (b"", False)
-    client.sock.settimeout(5.0)
-
-
-def stats_of(server: ServerProcess) -> dict[str, str]:
-    client = server.client()
-    try:
-        return client.stats()
-    finally:
-        client.close()
-
-
-def queue_stat(server: ServerProcess, queue: str, stat: str) -> str | None:
-    return stats_of(server).get(f"queue_{queue}_{stat}")
-
-
-def wait_for(predicate, timeout: float = 3.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
-def wait_queue_stat(server: ServerProcess, queue: str, stat: str, expected: str, timeout: float = 3.0) -> None:
-    """Poll STATS until ``queue_<queue>_<stat>`` is ``expected`` (asynchronous effects of a close)."""
-    ok = wait_for(lambda: queue_stat(server, queue, stat) == expected, timeout)
-    assert ok, f"queue_{queue}_{stat} = {queue_stat(server, queue, stat)!r}, wanted {expected!r}"
-
-
-def drain_queue(server: ServerProcess, queue: str) -> list[bytes]:
-    """All items still in ``queue``, read with plain GETs on a new connection."""
-    client = server.client()
-    items = []
-    try:
-        while (item := client.get(queue)) is not None:
-            items.append(item)
-    finally:
-        client.close()
-    return items
-
-
-def fill(client: Client, queue: str, *items: bytes) -> None:
-    client.send(b"".join(set_cmd(queue, item) for item in items))
-    for _ in items:
-        assert client.read_line() == b"STORED"
-
-
-# -- §10.1 FIFO, wire format and binary payloads ---------------------------------------------
-
+from ..helpers import (
+    assert_dropped, assert_reply_then_close, assert_silent, assert_still_open, drain_queue, expect,
+    fill, queue_stat, set_cmd, stats_of, unique, value, wait_queue_stat,
+)
 
 def test_set_then_get_exact_bytes(module_server, qname):
     c = module_server.client()

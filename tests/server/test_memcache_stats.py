@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import re
 import time
+from ..helpers import assert_still_open, expect, fill, stats_of, value, wait_for
 
-from .test_memcache_conformance import (
-    assert_still_open,
-    expect,
-    fill,
-    stats_of,
-    value,
-    wait_for,
-)
 
 GLOBAL_KEYS = [
     "uptime", "time", "version", "curr_items", "total_items", "bytes", "reserved_memory_ratio",

@@ -15,8 +15,7 @@ import time
 
 import pytest
 
-from ..helpers import Client, ServerProcess
-from .test_text_protocol import start_text_server, text_client
+from ..helpers import Client, ServerProcess, start_text_server, text_client
 
 
 def fresh(server: ServerProcess) -> Client:

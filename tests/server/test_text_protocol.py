@@ -10,57 +10,13 @@ Tests sharing ``text_server`` use queue names no other test uses.
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 
 from kestrel_actors import KESTREL_VERSION
 
-from ..helpers import Client, ServerProcess, free_port
-
-
-class TextClient(Client):
-    """A raw text-protocol client: reply lines end in a bare ``\\n``."""
-
-    EOL = b"\n"
-
-    def read_line(self) -> bytes:
-        line = super().read_line()
-        assert not line.endswith(b"\r"), line
-        return line
-
-    def put(self, queue: str, *items: bytes, expiry: int | None = None) -> bytes:
-        head = b"put " + queue.encode()
-        if expiry is not None:
-            head += b" %d" % expiry
-        self.send(head + b":\n" + b"".join(item + b"\n" for item in items) + b"\n")
-        return self.read_line()
-
-    def silent(self, timeout: float = 0.3) -> bool:
-        """Nothing more arrives within ``timeout`` (and the connection is still open)."""
-        if self.buffer:
-            return False
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(1)
-        except socket.timeout:
-            return True
-        finally:
-            self.sock.settimeout(5.0)
-        self.buffer += data
-        return False
-
-
-def start_text_server(data_dir, *args: str) -> ServerProcess:
-    text_port = free_port()
-    server = ServerProcess(data_dir, ("--text-port", str(text_port), *args))
-    server.text_port = text_port  # type: ignore[attr-defined]
-    return server.start()
-
-
-def text_client(server: ServerProcess) -> TextClient:
-    return TextClient(server.host, server.text_port)  # type: ignore[attr-defined]
+from ..helpers import start_text_server, text_client
 
 
 def wait_until(predicate, timeout: float = 3.0, interval: float = 0.05) -> bool:

@@ -15,9 +15,9 @@ import pytest
 from thriftpy2.thrift import TApplicationException
 from thriftpy2.transport import TTransportException
 
-from kestrel_actors.thrift_client import Item, Status, encode_call
+from kestrel_actors.thrift_client import Item, Status, decode_reply, encode_call
 
-from ..helpers import ServerProcess
+from ..helpers import ServerProcess, wait_for, write_config
 
 
 @pytest.fixture
@@ -37,24 +37,6 @@ def make_thrift_server(tmp_path):
 @pytest.fixture
 def server(make_thrift_server):
     return make_thrift_server()
-
-
-def wait_until(check, timeout: float = 10.0, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
-
-
-def closed_by_server(client) -> bool:
-    """Whether the server closed this client's connection (a call fails on the transport)."""
-    try:
-        client.get_version()
-    except (TTransportException, OSError, EOFError):
-        return True
-    return False
 
 
 def memcache_get(server: ServerProcess, queue: str) -> bytes | None:
@@ -148,9 +130,7 @@ def test_flush_delete_and_flush_all(server):
 
 
 def test_put_stops_at_the_first_refusal(make_thrift_server, tmp_path):
-    config = tmp_path / "kestrel.toml"
-    config.write_text('[queues."small"]\nmax_item_size = 4\n')
-    server = make_thrift_server("--config", str(config))
+    server = make_thrift_server("--config", write_config(tmp_path, '[queues."small"]\nmax_item_size = 4\n'))
     with server.thrift_client() as client:
         assert client.put("small", [b"ok", b"too long", b"ok2"]) == 1
         assert client.get("small", max_items=10) == [Item(b"ok", 0)]
@@ -192,7 +172,7 @@ def test_auto_abort_returns_the_item_after_its_time(server):
         assert item.id >= 1
         just_after = client.peek("leak")
         assert just_after.items == 0 and just_after.open_transactions == 1  # not before its time
-        back = wait_until(lambda: client.peek("leak").items == 1)
+        back = wait_for(lambda: client.peek("leak").items == 1, timeout=10)
         assert back
         assert client.peek("leak").open_transactions == 0
         assert client.confirm("leak", {item.id}) == 0  # aborted: the id is unknown now
@@ -261,7 +241,7 @@ def test_a_get_cut_off_by_a_hang_up_loses_nothing(make_thrift_server, auto_abort
         waiting.close()
         # its fetched item was never answered: it goes back at once (opened: not after 60 s;
         # removed: not lost)
-        assert wait_until(lambda: client.peek("cut").items == 1, timeout=5)
+        assert wait_for(lambda: client.peek("cut").items == 1, timeout=5)
         assert client.get("cut", max_items=1) == [Item(b"only", 0)]
 
 
@@ -315,8 +295,10 @@ def test_unknown_method_is_an_exception_and_the_connection_stays(server):
     name = b"no_such_method"
     body = struct.pack(">iI", -2147418111, len(name)) + name + struct.pack(">i", 9) + b"\x00"
     sock.sendall(struct.pack(">i", len(body)) + body)
-    reply = _read_frame(sock)
-    assert b"Invalid method name: 'no_such_method'" in reply
+    seqid, error = decode_reply("get_version", _read_frame(sock))
+    assert seqid == 9 and isinstance(error, TApplicationException)
+    assert error.type == TApplicationException.UNKNOWN_METHOD
+    assert error.message == "Invalid method name: 'no_such_method'"
     sock.sendall(encode_call("get_version", 10))
     assert b"get_version" in _read_frame(sock)
     sock.close()
@@ -344,8 +326,9 @@ def test_arguments_that_do_not_parse_are_a_protocol_error(server):
     good = encode_call("put", 3, queue_name="args", items=[b"a"])
     cut = good[4:-3]  # the arguments end early
     sock.sendall(struct.pack(">i", len(cut)) + cut)
-    reply = _read_frame(sock)
-    assert b"put" in reply and reply[8:12] != b""  # an exception reply to the call
+    seqid, error = decode_reply("put", _read_frame(sock))
+    assert seqid == 3 and isinstance(error, TApplicationException)
+    assert error.type == TApplicationException.PROTOCOL_ERROR
     sock.sendall(encode_call("get_version", 4))
     assert b"get_version" in _read_frame(sock)
     sock.close()
@@ -423,7 +406,7 @@ def test_stats_count_thrift_sessions_and_items(server):
     def connections() -> int:
         return int(memcache.stats()["curr_connections"])
 
-    assert wait_until(lambda: connections() == 1)  # this one (the start-up probes have gone)
+    assert wait_for(lambda: connections() == 1)  # this one (the start-up probes have gone)
     before = memcache.stats()
     one, two = server.thrift_client(), server.thrift_client()
     one.get_version()
@@ -434,7 +417,7 @@ def test_stats_count_thrift_sessions_and_items(server):
     one.peek("counted")
     one.close()
     two.close()
-    assert wait_until(lambda: connections() == 1)
+    assert wait_for(lambda: connections() == 1)
     after = memcache.stats()
     assert int(after["total_connections"]) - int(before["total_connections"]) == 2
     assert int(after["cmd_set"]) - int(before["cmd_set"]) == 3

@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from ..helpers import Client, ServerProcess
-from ..server.test_memcache_conformance import fill, stats_of, unique, value, wait_for
+from ..helpers import Client, ServerProcess, fill, stats_of, unique, value, wait_for
 
 
 def rss_bytes(server: ServerProcess) -> int:

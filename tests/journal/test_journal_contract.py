@@ -1,0 +1,131 @@
+"""One contract, every journal: what a queue needs of its journal (``queue.Journal``) holds for
+``MemoryJournal`` and ``FileJournal`` alike, as huey's ``StorageTests`` run against each
+storage. A new journal joins by adding a case to ``JOURNALS``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import gevent
+import gevent.event
+import pytest
+
+from kestrel_actors.config import QueueConfig
+from kestrel_actors.journal import FileJournal, MemoryJournal
+from kestrel_actors.queue import Journal, QueueCore
+
+NOW = 1_700_000_000_000
+JOURNALS = ["memory", "file"]
+
+
+@pytest.fixture(params=JOURNALS)
+def make_journal(request, tmp_path):
+    """Factory: ``make_journal(name, config)`` makes a journal of the parametrized kind."""
+    made = []
+
+    def make(name: str = "q", config: QueueConfig | None = None):
+        config = config or QueueConfig()
+        journal = MemoryJournal() if request.param == "memory" else FileJournal(str(tmp_path), name, config)
+        made.append(journal)
+        return journal
+
+    make.kind = request.param  # type: ignore[attr-defined]
+    make.data_dir = str(tmp_path)  # type: ignore[attr-defined]
+    yield make
+    for journal in made:
+        journal.close()
+
+
+def durable(journal) -> int:
+    """Wait until ``after_durable`` calls back; returns how many times it was called."""
+    calls = []
+    done = gevent.event.Event()
+
+    def callback() -> None:
+        calls.append(1)
+        done.set()
+
+    journal.after_durable(callback)
+    assert done.wait(timeout=10)
+    gevent.sleep(0.01)  # a second call, were there one, would have come by now
+    return len(calls)
+
+
+def test_it_has_every_member_of_the_protocol(make_journal):
+    journal = make_journal()
+    members = [name for name in vars(Journal) if not name.startswith("_")]
+    assert members  # the protocol names what a queue calls
+    assert [name for name in members if not hasattr(journal, name)] == []
+    assert journal.failure is None  # no write has failed
+
+
+def test_after_durable_calls_back_exactly_once(make_journal):
+    journal = make_journal()
+    core = QueueCore("q", QueueConfig(), journal)
+    for i in range(3):
+        assert core.add(b"item %d" % i, 0, NOW)
+    assert durable(journal) == 1
+
+
+def test_a_hold_does_not_stop_other_callbacks_once_released(make_journal):
+    journal = make_journal()
+    token = journal.hold()
+    QueueCore("q", QueueConfig(), journal).add(b"x", 0, NOW)
+    journal.release(token)
+    assert durable(journal) == 1
+
+
+def test_a_queue_behaves_the_same_over_every_journal(make_journal):
+    core = QueueCore("q", QueueConfig(), make_journal())
+    for data in (b"a", b"b", b"c", b"d"):
+        assert core.add(data, 0, NOW)
+    first = core.remove(NOW, transactional=True)
+    second = core.remove(NOW, transactional=True)
+    assert (first.data, second.data) == (b"a", b"b")
+    assert core.confirm(first.xid) and not core.confirm(first.xid)
+    assert core.unremove(second.xid)
+    assert core.peek(NOW).data == b"b"
+    assert core.remove(NOW).data == b"b"
+    core.flush(NOW)
+    assert (core.length, core.bytes, len(core.open_reads)) == (0, 0, 0)
+    assert dict(core.stats(NOW, 0))["total_items"] == 4
+
+
+def test_rotation_and_rewrite_keep_the_queue(make_journal):
+    journal = make_journal()
+    core = QueueCore("q", QueueConfig(), journal)
+    for i in range(5):
+        core.add(b"%d" % i, 0, NOW)
+    opened = core.remove(NOW, transactional=True)
+    journal.check_rotate(core)
+    assert isinstance(journal.rewrite(core), bool)
+    assert [item.data for item in core.items] == [b"1", b"2", b"3", b"4"]
+    assert core.confirm(opened.xid)
+    assert journal.size() >= 0
+
+
+def test_read_behind_gives_back_what_was_added_in_order_or_is_not_offered(make_journal):
+    journal = make_journal()
+    core = QueueCore("q", QueueConfig(), journal)
+    core.add(b"in memory", 0, NOW)
+    journal.start_read_behind()
+    if not journal.in_read_behind:  # a journal without files keeps every item in memory
+        assert journal.read_behind() is None
+        return
+    for i in range(3):
+        core.add(b"on disk %d" % i, 0, NOW)  # the queue now keeps new items on disk only
+    assert [item.data for item in core.items] == [b"in memory"]
+    read = []
+    while (item := journal.read_behind()) is not None:
+        read.append(item.data)
+    assert read == [b"on disk 0", b"on disk 1", b"on disk 2"]
+    assert not journal.in_read_behind
+
+
+def test_erase_leaves_no_file_behind(make_journal):
+    journal = make_journal("gone")
+    QueueCore("gone", QueueConfig(), journal).add(b"x", 0, NOW)
+    durable(journal)
+    journal.erase()
+    assert [f for f in os.listdir(make_journal.data_dir) if f.startswith("gone")] == []

@@ -1,0 +1,189 @@
+"""The session in process: a real ``SessionActor`` and protocol handler, a real queue collection
+with memory journals, and a buffer standing in for the socket transport.
+
+What goes in is what a transport hands over (``Received`` of decoded commands, then
+``Disconnected``), through the dispatcher as on the server; what comes out is the exact
+bytes the session gave its transport.
+"""
+
+from __future__ import annotations
+
+import gevent
+import pytest
+
+from kestrel_actors.actors import QueueCollection, ServerStats, Session
+from kestrel_actors.actors._collection import memory_opener
+from kestrel_actors.config import ServerConfig
+from kestrel_actors.protocol import MemcacheDecoder
+from kestrel_actors.protocol._text import TextDecoder
+from kestrel_actors.runtime import Dispatcher
+from kestrel_actors.session import (
+    Disconnected, MemcacheHandler, Received, Reload, SessionActor, SessionContext, Shutdown, TextHandler,
+)
+from kestrel_actors.status import ServerStatus
+
+
+class BufferTransport:
+    """Stands for a client socket's transport: what the session sends is kept."""
+
+    def __init__(self) -> None:
+        self.sent = b""
+        self.backed_up = False
+        self.closed = False
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+    def resume(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self) -> bytes:
+        sent, self.sent = self.sent, b""
+        return sent
+
+
+class Control:
+    """The server as a session sees it: records what it is told."""
+
+    def __init__(self) -> None:
+        self.told: list = []
+
+    def tell(self, message) -> None:
+        self.told.append(message)
+        if type(message) is Reload:
+            message.reply_to.tell(True)
+
+
+class World:
+    """One collection and the context its sessions share."""
+
+    def __init__(self, tmp_path) -> None:
+        config = ServerConfig(data_dir=str(tmp_path))
+        self.stats = ServerStats()
+        self.collection = QueueCollection.start(config, self.stats, memory_opener)
+        self.control = Control()
+        self.finished: list[Session] = []
+        self.context = SessionContext(
+            stats=self.stats, status=ServerStatus.from_config(config), collection=self.collection,
+            config=config, version="test", control=self.control, closed=self.finished.append,
+        )
+        self.next_id = 0
+
+    def connect(self, handler=MemcacheHandler) -> Client:
+        self.next_id += 1
+        return Client(self, handler, self.next_id)
+
+
+class Client:
+    def __init__(self, world: World, handler, number: int) -> None:
+        self.transport = BufferTransport()
+        self.session = Session(number, "in-process")
+        self.decoder = MemcacheDecoder() if handler is MemcacheHandler else TextDecoder(1024)
+        self.ref = SessionActor.start(world.context, self.transport, self.session, handler)
+
+    def send(self, data: bytes) -> bytes:
+        Dispatcher.current().deliver(self.ref, Received(self.decoder.feed(data)))
+        settle()
+        return self.transport.take()
+
+    def hang_up(self) -> None:
+        Dispatcher.current().deliver(self.ref, Disconnected())
+        settle()
+
+
+def settle() -> None:
+    """Let the dispatcher, the queues' held answers and the sessions run to quiet."""
+    dispatcher = Dispatcher.current()
+    for _ in range(100):
+        gevent.sleep(0.001)
+        if not dispatcher.due and not dispatcher.running:
+            gevent.sleep(0.001)
+            return
+
+
+@pytest.fixture
+def world(tmp_path):
+    world = World(tmp_path)
+    yield world
+    world.collection.stop()
+
+
+def test_set_then_get_exact_bytes(world):
+    client = world.connect()
+    assert client.send(b"set jobs 0 0 5\r\nhello\r\n") == b"STORED\r\n"
+    assert client.send(b"get jobs\r\n") == b"VALUE jobs 0 5\r\nhello\r\nEND\r\n"
+    assert client.send(b"get jobs\r\n") == b"END\r\n"
+    assert (world.stats.cmd_set, world.stats.cmd_get, world.stats.get_hits) == (1, 2, 1)
+
+
+def test_pipelined_requests_answered_in_order_in_one_write(world):
+    client = world.connect()
+    sent = client.send(b"set a 0 0 1\r\n1\r\nset b 0 0 1\r\n2\r\nget a\r\nget b\r\nget a\r\n")
+    assert sent == b"STORED\r\nSTORED\r\nVALUE a 0 1\r\n1\r\nEND\r\nVALUE b 0 1\r\n2\r\nEND\r\nEND\r\n"
+
+
+def test_the_session_records_an_open_read_and_gives_it_back_on_hang_up(world):
+    writer, reader = world.connect(), world.connect()
+    writer.send(b"set q 0 0 1\r\nx\r\n")
+    assert reader.send(b"get q/open\r\n") == b"VALUE q 0 1\r\nx\r\nEND\r\n"
+    assert writer.send(b"get q\r\n") == b"END\r\n"  # open, so no one else gets it
+    reader.hang_up()
+    assert reader.transport.closed and world.finished == [reader.session]
+    assert writer.send(b"get q\r\n") == b"VALUE q 0 1\r\nx\r\nEND\r\n"
+
+
+def test_close_confirms_the_open_read(world):
+    client = world.connect()
+    client.send(b"set q 0 0 1\r\nx\r\n")
+    client.send(b"get q/open\r\n")
+    assert client.send(b"get q/close\r\n") == b"END\r\n"
+    client.hang_up()
+    assert world.connect().send(b"get q\r\n") == b"END\r\n"  # confirmed: gone for good
+
+
+def test_a_waiting_get_is_answered_by_a_later_set(world):
+    waiter, writer = world.connect(), world.connect()
+    assert waiter.send(b"get late/t=2000\r\n") == b""  # parked in the queue's wait-list
+    writer.send(b"set late 0 0 4\r\nlate\r\n")
+    settle()
+    assert waiter.transport.take() == b"VALUE late 0 4\r\nlate\r\nEND\r\n"
+
+
+def test_a_backed_up_transport_holds_the_next_batch(world):
+    client = world.connect()
+    client.transport.backed_up = True
+    assert client.send(b"set q 0 0 1\r\nx\r\n") == b""
+    client.transport.backed_up = False
+    Dispatcher.current().deliver(client.ref, Received([]))  # the transport resumes reading
+    settle()
+    assert client.transport.take() == b"STORED\r\n"
+
+
+def test_shutdown_and_reload_are_messages_to_the_server(world):
+    client = world.connect()
+    assert client.send(b"reload\r\n") == b"Reloaded config.\r\n"
+    client.send(b"shutdown\r\n")
+    assert [type(message) for message in world.control.told] == [Reload, Shutdown]
+
+
+def test_the_text_handler_is_a_sibling_on_the_same_session(world):
+    text, memcache = world.connect(TextHandler), world.connect()
+    assert text.send(b"put tq:\nA\nB\n\n") == b"+2\n"
+    assert text.send(b"get tq\n") == b":A\n"
+    assert text.send(b"get tq\n") == b":B\n"  # confirms A first
+    text.hang_up()  # B was open: it goes back
+    assert memcache.send(b"get tq\r\n") == b"VALUE tq 0 1\r\nB\r\nEND\r\n"
+    assert not issubclass(TextHandler, MemcacheHandler) and not issubclass(MemcacheHandler, TextHandler)
+
+
+def test_monitor_streams_items_then_ends(world):
+    client = world.connect()
+    client.send(b"set m 0 0 1\r\n1\r\nset m 0 0 1\r\n2\r\n")
+    assert client.send(b"monitor m 1 5\r\n") == b"VALUE m 0 1\r\n1\r\nEND\r\nVALUE m 0 1\r\n2\r\nEND\r\n"
+    gevent.sleep(1.1)
+    settle()
+    assert client.transport.take() == b"END\r\n"  # the stream's end, once its seconds are up
+    assert world.stats.cmd_monitor == 1
