@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from pykka import ActorDeadError
 from thriftpy2.thrift import TApplicationException
 
 from .. import protocol as p
@@ -315,11 +316,12 @@ class ThriftHandler:
         op = Confirm if type(command) is th.ThriftConfirm else Unremove
         by_queue: dict[int, tuple[Any, list[int]]] = {}
         for read in closed:
-            by_queue.setdefault(id(read.ref), (read.ref, []))[1].append(read.xid)
+            if read.ref is not None:
+                by_queue.setdefault(id(read.ref), (read.ref, []))[1].append(read.xid)
         for ref, xids in by_queue.values():
             try:
                 ref.tell(QueueBatch([op(tuple(xids))], None, IGNORE))
-            except Exception:  # noqa: BLE001 - a deleted queue: the item went with it
+            except ActorDeadError:  # a deleted queue: the item went with it
                 pass
         return len(closed)
 

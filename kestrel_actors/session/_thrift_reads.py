@@ -50,7 +50,7 @@ class OpenRead:
     queue: str
     xid: int
     ref: Any
-    """The queue actor that holds it open (a dead ref: the queue was deleted, the item too)."""
+    """The queue actor that holds it open (dead or None: the queue was deleted, the item too)."""
     owner: dict[str, int]
     """The opener's open counts by queue (its per-connection limit): decremented on close."""
     deadline: float
@@ -132,7 +132,8 @@ class ThriftReads:
             if read is None:
                 continue  # confirmed or aborted already
             _release(read)
-            due.setdefault(id(read.ref), (read.ref, []))[1].append(read.xid)
+            if read.ref is not None:  # None: its queue went during the get, the item with it
+                due.setdefault(id(read.ref), (read.ref, []))[1].append(read.xid)
         for ref, xids in due.values():
             self._dispatcher.deliver(ref, QueueBatch([Unremove(tuple(xids))], None, IGNORE))
         if deadlines:
