@@ -425,3 +425,48 @@ def test_stats_count_thrift_sessions_and_items(server):
     assert int(after["cmd_peek"]) - int(before["cmd_peek"]) == 1
     assert int(after["get_hits"]) - int(before["get_hits"]) == 3  # 2 removed + the peek
     memcache.close()
+
+
+# -- pipelining and aliases --------------------------------------------------------------------
+
+
+def _read_frames(sock: socket.socket, count: int) -> list[bytes]:
+    data = b""
+    frames = []
+    while len(frames) < count:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed after {len(frames)} replies")
+        data += chunk
+        while len(data) >= 4 and len(data) >= 4 + struct.unpack(">i", data[:4])[0]:
+            end = 4 + struct.unpack(">i", data[:4])[0]
+            frames.append(data[:end])
+            data = data[end:]
+    return frames
+
+
+def test_pipelined_calls_are_answered_in_order(server):
+    sock = socket.create_connection((server.host, server.thrift_port))
+    sock.sendall(
+        encode_call("put", 1, queue_name="pipe", items=[b"a", b"b"])
+        + encode_call("get", 2, queue_name="pipe", max_items=5)
+        + encode_call("peek", 3, queue_name="pipe")
+        + encode_call("get_version", 4)
+    )
+    replies = _read_frames(sock, 4)
+    sock.close()
+    assert decode_reply("put", replies[0]) == (1, 2)
+    assert decode_reply("get", replies[1]) == (2, [Item(b"a", 0), Item(b"b", 0)])
+    seqid, info = decode_reply("peek", replies[2])
+    assert seqid == 3 and info.items == 0
+    assert decode_reply("get_version", replies[3])[0] == 4
+
+
+def test_put_to_an_alias_reaches_every_destination(make_thrift_server, tmp_path):
+    server = make_thrift_server("--config", write_config(tmp_path, '[aliases]\nboth = ["d1", "d2"]\n'))
+    with server.thrift_client() as client:
+        assert client.put("both", [b"x", b"y"]) == 2
+        assert client.get("both", max_items=5) == []  # an alias holds no items
+        assert client.peek("both").items == 0
+        for name in ("d1", "d2"):
+            assert [item.data for item in client.get(name, max_items=5)] == [b"x", b"y"]
