@@ -15,6 +15,7 @@ import pytest
 from thriftpy2.thrift import TApplicationException
 from thriftpy2.transport import TTransportException
 
+from kestrel_actors import KESTREL_VERSION
 from kestrel_actors.thrift_client import Item, Status, decode_reply, encode_call
 
 from ..helpers import ServerProcess, wait_for, write_config
@@ -53,6 +54,7 @@ def memcache_get(server: ServerProcess, queue: str) -> bytes | None:
 def test_version_and_status(server):
     with server.thrift_client() as client:
         memcache = server.client()
+        assert client.get_version() == KESTREL_VERSION
         assert memcache.call(b"version") == b"VERSION " + client.get_version().encode()
         memcache.close()
         assert client.current_status() == Status.UP
