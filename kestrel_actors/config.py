@@ -54,6 +54,8 @@ class ServerConfig:
     port: int = 22133
     text_port: int = 2222
     """Kestrel's text protocol port; 0 disables the listener."""
+    thrift_port: int = 2229
+    """Kestrel's thrift protocol port (framed, binary); 0 disables the listener."""
     admin_port: int = 2223
     """The admin HTTP service (ostrich's endpoints, ``/metrics``, the live page); 0 disables it."""
     data_dir: str = "./data"

@@ -68,6 +68,7 @@ SERVER_SETTINGS: dict[str, v.Parser] = {
     "host": v.text,
     "port": v.port,
     "text_port": v.port,
+    "thrift_port": v.port,
     "admin_port": v.port,
     "data_dir": v.text,
     "max_open_transactions": v.count(0),
@@ -115,16 +116,16 @@ _KESTREL_NAMES = {
     "listenAddress": "host",
     "memcacheListenPort": "port",
     "textListenPort": "text_port",
+    "thriftListenPort": "thrift_port",
     "queuePath": "data_dir",
     "default": "queue_defaults",
 }
-_THRIFT_ONLY = "Kestrel's thrift-only client whitelist; kestrel-actors has no thrift listener"
+_THRIFT_ONLY = "Kestrel's thrift client-id whitelist; kestrel-actors does not read thrift client ids"
 _UNSUPPORTED_QUEUE = {
     "whiteListClientIdForDequeue": _THRIFT_ONLY,
     "whiteListClientIdForEnqueue": _THRIFT_ONLY,
 }
 _UNSUPPORTED_SERVER = {
-    "thriftListenPort": "kestrel-actors has no thrift listener",
     "zookeeper": "kestrel-actors does not register with ZooKeeper",
 }
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")

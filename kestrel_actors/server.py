@@ -29,10 +29,11 @@ from .actors._session_collection import ForAll, ForAllKind, Load, Reconfigure
 from .actors._session_queue import IGNORE
 from .config import ServerConfig
 from .runtime import ReplyFuture
-from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler
+from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
 from .status import ServerStatus
 from .protocol import MemcacheDecoder
 from .protocol._text import TextDecoder
+from .protocol._thrift import ThriftDecoder
 
 __all__ = ["Server", "StartupError"]
 
@@ -200,6 +201,10 @@ class Server:
             text = self._listen(self.config.host, self.config.text_port, self._serve_text)
             self._listeners.append(text)
             log.info("listening", protocol="text", host=self.config.host, port=text.server_port)
+        if self.config.thrift_port:
+            thrift = self._listen(self.config.host, self.config.thrift_port, self._serve_thrift)
+            self._listeners.append(thrift)
+            log.info("listening", protocol="thrift", host=self.config.host, port=thrift.server_port)
         if self.config.admin_port:
             self._start_admin(self.config.host, self.config.admin_port)
         frequency = self.config.expiration_timer_frequency
@@ -296,6 +301,11 @@ class Server:
 
     def _serve_text(self, sock: Any, address: Any) -> None:
         self.connections.accept(sock, address, TextDecoder(self.config.max_line_bytes), TextHandler)
+
+    def _serve_thrift(self, sock: Any, address: Any) -> None:
+        # a frame holds one call: the largest item plus room for the message around it
+        decoder = ThriftDecoder(self.config.max_item_bytes + 64 * 1024)
+        self.connections.accept(sock, address, decoder, ThriftHandler)
 
     # -- what sessions ask of the server ----------------------------------------------------
 

@@ -13,11 +13,13 @@ use it. :func:`encode_call` and :func:`decode_reply` are the same encoding witho
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterable
+from typing import Any
 
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TClient, TMessageType
-from thriftpy2.transport import TFramedTransport, TMemoryBuffer, TSocket
+from thriftpy2.transport import TFramedTransport, TMemoryBuffer, TSocket, TTransportException
 
 from .protocol import KESTREL_IDL, ThriftItem, ThriftQueueInfo, ThriftStatus
 
@@ -43,18 +45,24 @@ class ThriftClient:
     """One connection to a server's thrift port; calls are synchronous, one at a time.
 
     ``timeout`` (seconds) bounds the connect and each reply; a ``get`` that may wait on the
-    server gets its ``timeout_msec`` on top. A ``TApplicationException`` reply is raised as
+    server gets its ``timeout_msec`` on top. The socket is gevent's where gevent is in charge
+    (a hub running in this thread, or a monkey-patched socket module; ``use_gevent`` forces
+    the choice), as for the memcache client, so greenlets of a load test share one thread. A ``TApplicationException`` reply is raised as
     one; a closed connection raises thriftpy2's ``TTransportException``.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 2229, timeout: float = 10.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 2229, timeout: float = 10.0,
+                 use_gevent: bool | None = None) -> None:
         self._timeout_ms = max(1, int(timeout * 1000))
-        self._socket = TSocket(
-            host, port, socket_timeout=self._timeout_ms, connect_timeout=self._timeout_ms
-        )
-        transport = TFramedTransport(self._socket)
-        self._client = TClient(_SERVICE, TBinaryProtocol(transport))
-        transport.open()
+        socket_module = _socket_module(use_gevent)
+        try:
+            sock = socket_module.create_connection((host, port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            raise TTransportException(TTransportException.NOT_OPEN,
+                                      f"Could not connect to {(host, port)}: {exc}") from exc
+        self._socket = TSocket(sock=sock, socket_timeout=self._timeout_ms)
+        self._client = TClient(_SERVICE, TBinaryProtocol(TFramedTransport(self._socket)))
 
     def __enter__(self) -> ThriftClient:
         return self
@@ -106,6 +114,16 @@ class ThriftClient:
 
     def get_version(self) -> str:
         return self._client.get_version()
+
+
+def _socket_module(use_gevent: bool | None) -> Any:
+    from .client._connection import cooperative  # one rule for when gevent is in charge
+
+    if use_gevent or (use_gevent is None and cooperative() is not None):
+        from gevent import socket as gevent_socket
+
+        return gevent_socket
+    return socket
 
 
 def encode_call(method: str, seqid: int = 0, /, **args: object) -> bytes:

@@ -189,6 +189,7 @@ class Server:
             command = [peer, "-p", str(self.port), "-d", str(data)]
         else:
             command = [sys.executable, "-m", "kestrel_actors.cli", "serve", "--text-port", "0", "--admin-port", "0",
+                       "--thrift-port", "0",
                        "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(data),
                        "--log-level", "warning", *extra]
         with open(self.log, "wb") as log:

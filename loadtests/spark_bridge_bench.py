@@ -44,7 +44,7 @@ def _server(address: str | None):
         log = open(Path(tmp) / "server.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [sys.executable, "-m", "kestrel_actors.cli", "serve", "--text-port", "0", "--admin-port", "0",
-             "--host", "127.0.0.1",
+             "--thrift-port", "0", "--host", "127.0.0.1",
              "--port", str(port), "--data-dir", str(Path(tmp) / "data"), "--log-level", "warning"],
             stdout=log, stderr=subprocess.STDOUT)
         try:

@@ -42,15 +42,17 @@ def free_port() -> int:
 class ServerProcess:
     """A server subprocess; ``args`` are extra ``serve`` options (e.g. ``--config``).
 
-    The admin HTTP port is off (``--admin-port 0``) unless ``admin_port`` names one (``True``:
-    a free one), so that parallel servers never compete for the default 2223.
+    The admin HTTP and thrift ports are off (``--admin-port 0``, ``--thrift-port 0``) unless
+    ``admin_port``/``thrift_port`` names one (``True``: a free one, kept across restarts), so
+    that parallel servers never compete for the defaults 2223 and 2229.
     """
 
     def __init__(self, data_dir: Path, args: tuple[str, ...] = (), port: int | None = None,
-                 admin_port: int | bool | None = None):
+                 admin_port: int | bool | None = None, thrift_port: int | bool | None = None):
         self.host = "127.0.0.1"
         self.port = port or free_port()
         self.admin_port = free_port() if admin_port is True else admin_port or None
+        self.thrift_port = free_port() if thrift_port is True else thrift_port or None
         self.data_dir = Path(data_dir)
         self.args = tuple(args)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -60,9 +62,10 @@ class ServerProcess:
         # the text listener is on by default (port 2222); tests that want it name a free port
         text = () if "--text-port" in self.args else ("--text-port", "0")
         admin = () if "--admin-port" in self.args else ("--admin-port", str(self.admin_port or 0))
+        thrift = () if "--thrift-port" in self.args else ("--thrift-port", str(self.thrift_port or 0))
         return [
             sys.executable, "-m", "kestrel_actors.cli", "serve",
-            "--host", self.host, "--port", str(self.port), *text, *admin,
+            "--host", self.host, "--port", str(self.port), *text, *admin, *thrift,
             "--data-dir", str(self.data_dir), "--log-format", "json", *self.args,
         ]
 
@@ -77,8 +80,9 @@ class ServerProcess:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
             try:
                 socket.create_connection((self.host, self.port), timeout=0.2).close()
-                if self.admin_port:  # listening before the memcache port, but be sure
-                    socket.create_connection((self.host, self.admin_port), timeout=0.2).close()
+                for other in (self.admin_port, self.thrift_port):  # listening by now, but be sure
+                    if other:
+                        socket.create_connection((self.host, other), timeout=0.2).close()
                 return self
             except OSError:
                 time.sleep(0.05)
@@ -123,6 +127,13 @@ class ServerProcess:
 
     def client(self, timeout: float = 5.0) -> Client:
         return Client(self.host, self.port, timeout)
+
+    def thrift_client(self, timeout: float = 5.0):
+        """A :class:`~kestrel_actors.thrift_client.ThriftClient` on the thrift port."""
+        from kestrel_actors.thrift_client import ThriftClient
+
+        assert self.thrift_port, "start the server with ServerProcess(..., thrift_port=True)"
+        return ThriftClient(self.host, self.thrift_port, timeout)
 
 
 class Client(Connection):

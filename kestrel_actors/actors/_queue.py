@@ -31,8 +31,8 @@ from ._collection_queue import (
     AddCopy, CloseQueue, CopyDone, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep, Swept,
 )
 from ._session_queue import (
-    BATCH_FETCH_BYTES, FETCH_OPS, Add, BatchDone, CancelWaits, Confirm, Flush, FlushExpired, JournalFailure, Open,
-    OpenMany, Peek, PutBack, QueueBatch, Remove, Unremove, closed_result, missed_result,
+    BATCH_FETCH_BYTES, FETCH_OPS, MANY_FETCHES, Add, BatchDone, CancelWaits, Confirm, Flush, FlushExpired, Inspect,
+    JournalFailure, Open, OpenMany, Peek, PutBack, QueueBatch, Remove, Unremove, closed_result, missed_result,
 )
 from ._stats import ServerStats
 
@@ -261,7 +261,9 @@ class QueueActor(GeventActor):
             op = ops[index]
             kind = type(op)
             if kind is Add:
-                if self.has_children:
+                if op.chained and results[index - 1] is not True:
+                    results.append(False)  # an earlier item of the same put was refused
+                elif self.has_children:
                     results.append(self._add_with_copies(op.data, op.expiry, now_ms, batch, len(results)))
                 else:
                     results.append(self._add(op.data, op.expiry, now_ms))
@@ -270,7 +272,7 @@ class QueueActor(GeventActor):
                     break  # answered in parts: the sender asks for the rest when it can send it
                 result = self._fetch(op, kind, now_ms)
                 if result:
-                    fetched += len(result.data) if kind is not OpenMany else BATCH_FETCH_BYTES
+                    fetched += BATCH_FETCH_BYTES if kind in MANY_FETCHES else len(result.data)
                 else:
                     deadline = op.deadline
                     if (
@@ -303,6 +305,8 @@ class QueueActor(GeventActor):
                 results.append(None)
             elif kind is FlushExpired:
                 results.append(core.discard_expired(now_ms))
+            elif kind is Inspect:
+                results.append(core.stats(now_ms, len(self.waiters)))
             else:
                 raise ValueError(f"unknown queue operation {op!r}")
         self._forward_expired()
@@ -379,8 +383,9 @@ class QueueActor(GeventActor):
             return item
         items = []
         size = 0
+        transactional = kind is OpenMany
         for _ in range(op.max_items):
-            item = core.remove(now_ms, transactional=True)
+            item = core.remove(now_ms, transactional=transactional)
             if item is None:
                 break
             items.append(item)

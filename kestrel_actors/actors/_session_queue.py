@@ -17,6 +17,8 @@ __all__ = [
     "FLUSH",
     "FLUSH_EXPIRED",
     "IGNORE",
+    "INSPECT",
+    "MANY_FETCHES",
     "JournalFailure",
     "Add",
     "BatchDone",
@@ -24,12 +26,14 @@ __all__ = [
     "Confirm",
     "Flush",
     "FlushExpired",
+    "Inspect",
     "Open",
     "OpenMany",
     "Peek",
     "PutBack",
     "QueueBatch",
     "Remove",
+    "RemoveMany",
     "Session",
     "Unremove",
     "closed_result",
@@ -66,6 +70,9 @@ class Add:
 
     data: bytes
     expiry: int
+    chained: bool = False
+    """Refused without being tried (``False``) unless the operation before it in the batch
+    stored its item: thrift's ``put`` stops at its first refusal (reference §4)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -90,6 +97,14 @@ class Peek(Remove):
 @dataclass(slots=True, eq=False)
 class OpenMany:
     """Open up to ``max_items`` (a monitor step) -> ``list[Item]`` (empty on timeout)."""
+
+    max_items: int
+    deadline: float | None
+
+
+@dataclass(slots=True, eq=False)
+class RemoveMany:
+    """Take up to ``max_items`` for good (a thrift get without auto-abort) -> ``list[Item]``."""
 
     max_items: int
     deadline: float | None
@@ -127,10 +142,20 @@ class FlushExpired:
     __slots__ = ()
 
 
+class Inspect:
+    """The queue's stats lines (as :class:`GetStats` answers them) -> ``list[(stat, value)]``;
+    after a ``Peek`` in the same batch it describes the same moment (thrift's ``peek``)."""
+
+    __slots__ = ()
+
+
 FLUSH = Flush()
 FLUSH_EXPIRED = FlushExpired()
+INSPECT = Inspect()
 
-FETCH_OPS = frozenset((Remove, Open, Peek, OpenMany))
+MANY_FETCHES = frozenset((OpenMany, RemoveMany))
+"""Fetches whose result is a list of items (empty on a miss)."""
+FETCH_OPS = frozenset((Remove, Open, Peek, OpenMany, RemoveMany))
 """Operations that may wait, until their ``deadline``."""
 
 BATCH_FETCH_BYTES = 1024 * 1024
@@ -169,7 +194,7 @@ def closed_result(op: Any) -> Any:
     kind = type(op)
     if kind is Add:
         return False
-    if kind is OpenMany:
+    if kind in MANY_FETCHES:
         return []
     if kind is Confirm or kind is FlushExpired:
         return 0
@@ -178,7 +203,7 @@ def closed_result(op: Any) -> Any:
 
 def missed_result(op: Any) -> Any:
     """The result of a fetch that found nothing."""
-    return [] if type(op) is OpenMany else None
+    return [] if type(op) in MANY_FETCHES else None
 
 
 # -- the batch and its answer ---------------------------------------------------------------

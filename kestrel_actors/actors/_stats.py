@@ -19,7 +19,7 @@ import time
 from bisect import bisect_left
 from typing import Any
 
-from ._session_queue import Add, Open, OpenMany, Peek, Remove
+from ._session_queue import MANY_FETCHES, Add, Open, Peek, Remove
 
 __all__ = ["BOUNDS", "LATENCIES", "SUM", "Histogram", "QueueMetrics", "ServerStats", "record_batch"]
 
@@ -295,7 +295,7 @@ def record_batch(stats: ServerStats, queue: str, batch: Any, results: list[Any],
                     if delivered is None:
                         delivered = []
                     delivered.append(result)
-        elif kind is OpenMany:  # a monitor's fetch: its items are counted, not timed
+        elif kind in MANY_FETCHES:  # a monitor's or thrift get's fetch: items counted, not timed
             metrics.get_items_hit += len(result)
             if result:
                 delivered = (delivered or []) + result

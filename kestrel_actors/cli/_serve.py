@@ -16,6 +16,8 @@ MIB = 1024 * 1024
 @click.option("--port", default=22133, show_default=True, type=int, help="Memcache protocol port.")
 @click.option("--text-port", default=2222, show_default=True, type=int,
               help="Text protocol port; 0 disables it.")
+@click.option("--thrift-port", default=2229, show_default=True, type=int,
+              help="Thrift protocol port (framed transport, binary protocol); 0 disables it.")
 @click.option("--admin-port", default=2223, show_default=True, type=click.IntRange(0, 65535),
               help="Admin HTTP port (ostrich's /stats.json, Prometheus /metrics, a live page); 0 disables it.")
 @click.option("--data-dir", default="./data", show_default=True,

@@ -41,6 +41,7 @@ from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TMemoryBuffer
 
+from .._names import name_from_wire
 from ._commands import Bad
 from ._memcache import DROP  # no reply, close: what Finagle does when a read fails
 
@@ -316,10 +317,6 @@ def _header(frame: bytes) -> tuple[str, int, int]:
     return name, seqid, pos + 4
 
 
-def _text(value: bytes) -> str:
-    return value.decode("utf-8", "replace")  # as Java's String(bytes, UTF-8)
-
-
 def _required(args: object, field: str) -> object:
     value = getattr(args, field)
     if value is None:
@@ -335,7 +332,7 @@ def _i32(args: object, field: str) -> int:
 def _put(seqid: int, args) -> ThriftPut:
     return ThriftPut(
         seqid,
-        _text(_required(args, "queue_name")),
+        name_from_wire(_required(args, "queue_name")),
         tuple(_required(args, "items")),
         _i32(args, "expiration_msec"),
     )
@@ -344,7 +341,7 @@ def _put(seqid: int, args) -> ThriftPut:
 def _get(seqid: int, args) -> ThriftGet:
     return ThriftGet(
         seqid,
-        _text(_required(args, "queue_name")),
+        name_from_wire(_required(args, "queue_name")),
         _i32(args, "max_items"),
         _i32(args, "timeout_msec"),
         _i32(args, "auto_abort_msec"),
@@ -353,7 +350,7 @@ def _get(seqid: int, args) -> ThriftGet:
 
 def _ids(record: type[ThriftConfirm] | type[ThriftAbort]):
     def build(seqid: int, args) -> ThriftConfirm | ThriftAbort:
-        queue = _text(_required(args, "queue_name"))
+        queue = name_from_wire(_required(args, "queue_name"))
         return record(seqid, queue, frozenset(_required(args, "ids")))
 
     return build
@@ -361,7 +358,7 @@ def _ids(record: type[ThriftConfirm] | type[ThriftAbort]):
 
 def _queue(record: type[_QueueCall]):
     def build(seqid: int, args) -> _QueueCall:
-        return record(seqid, _text(_required(args, "queue_name")))
+        return record(seqid, name_from_wire(_required(args, "queue_name")))
 
     return build
 

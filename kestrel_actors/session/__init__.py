@@ -2,8 +2,9 @@
 
 * :class:`SessionActor` (``_actor``): request order, batches to queues, open reads, waits,
   monitor streams and hang-up, for any protocol.
-* :class:`MemcacheHandler` (``_memcache``), :class:`TextHandler` (``_text``): one protocol
-  each, composed into the session (the :class:`Handler` protocol of ``_handler``).
+* :class:`MemcacheHandler` (``_memcache``), :class:`TextHandler` (``_text``),
+  :class:`ThriftHandler` (``_thrift``, with its process-global open reads in
+  ``_thrift_reads``): one protocol each, composed into the session (the :class:`Handler` protocol of ``_handler``).
 * :class:`SessionContext` (``_context``): what a session may ask of the server.
 * :class:`Connections` (``_connections``): a socket, a transport and a session, wired up.
 """
@@ -14,8 +15,9 @@ from ._context import Reload, SessionContext, Shutdown
 from ._handler import Handler
 from ._memcache import MemcacheHandler
 from ._text import TextHandler
+from ._thrift import ThriftHandler
 
 __all__ = [
     "Answer", "Connections", "Disconnected", "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload",
-    "SessionActor", "SessionContext", "Shutdown", "TextHandler",
+    "SessionActor", "SessionContext", "Shutdown", "TextHandler", "ThriftHandler",
 ]

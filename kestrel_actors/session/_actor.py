@@ -44,6 +44,7 @@ from ..actors._session_queue import (
     PutBack,
     QueueBatch,
     Remove,
+    RemoveMany,
     Session,
     Unremove,
     closed_result,
@@ -475,6 +476,10 @@ class SessionActor(GeventActor):
                 plain.append(item)
             elif kind is Open and opened:
                 xids.append(item.xid)
+            elif kind is RemoveMany:
+                plain.extend(item)
+            elif kind is OpenMany and opened:
+                xids.extend(one.xid for one in item)
         name = self.batch_queue
         if xids:
             self._give_back(name, xids)
@@ -584,6 +589,7 @@ class SessionActor(GeventActor):
                 self.context.stats.cmd_get_open_dropped += len(xids)
                 self._give_back(name, list(xids))
         self.open_reads.clear()
+        self.handler.release()
 
     def _give_back(self, name: str, xids: list[int]) -> None:
         self.tell_queue(name, Unremove(tuple(xids)))

@@ -57,3 +57,7 @@ class Handler(Protocol):
 
     def answered(self, tag: Any, value: Any) -> None:
         """An answer the session waited for (``Answer``), other than a lookup."""
+
+    def release(self) -> None:
+        """The client has gone: give back what the handler holds that the session does not
+        (items a thrift get fetched but has not answered yet)."""

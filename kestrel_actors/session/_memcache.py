@@ -189,6 +189,9 @@ class MemcacheHandler:
             return p.count_reply(results[0])
         raise AssertionError(command)
 
+    def release(self) -> None:
+        pass  # everything a memcache/text client holds is in the session's open reads
+
     def goes_to_queue(self, command: Any) -> bool:
         return True
 

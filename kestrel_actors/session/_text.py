@@ -34,6 +34,9 @@ class TextHandler:
         self.s = session
         self.context = session.context
 
+    def release(self) -> None:
+        pass  # everything a memcache/text client holds is in the session's open reads
+
     def goes_to_queue(self, command: Any) -> bool:
         # an empty put adds nothing and creates no queue: it is answered locally
         return type(command) is not tc.TextPut or bool(command.items)

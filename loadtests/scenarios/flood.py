@@ -25,6 +25,7 @@ from ..command import common_options, scenario_entry
 from ..output import say
 from ..report import Outcome, tally
 from ..runner import ClientContext, ClientSpec, Options, Plan, run
+from . import _thrift
 from ._stamped import HitChecker, producer_specs
 
 __all__ = ["OrderChecker", "command", "consumer"]
@@ -89,7 +90,8 @@ def consumer(ctx: ClientContext) -> None:
 
 
 def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int, queue: str,
-          prefill: int, producers: int, consumers: int, rollup: int, blocking: bool) -> Outcome:
+          prefill: int, producers: int, consumers: int, rollup: int, blocking: bool, thrift: bool = False,
+          thrift_port: int = 2229) -> Outcome:
     size = 1024 * kilobytes
     if flush:
         flush_queues(options, [queue])
@@ -105,11 +107,18 @@ def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int,
         producers, math.ceil(total / producers), rollup, kilobytes, queue))
     say("flood: consumers=%d each reading %d items (in chunks of %d) from %s" % (
         consumers, math.ceil(total / consumers), rollup, queue))
-    specs = producer_specs(queue, total, producers, size, first=prefill, rollup=rollup)
+    if thrift:
+        specs = _thrift.producer_specs(queue, total, producers, size, thrift_port, first=prefill, rollup=rollup)
+    else:
+        specs = producer_specs(queue, total, producers, size, first=prefill, rollup=rollup)
     starts = [0] + [spec.kwargs["first"] for spec in specs]
     args = {"queue": queue, "total": total, "rollup": rollup, "size": size, "starts": starts,
             "limit": prefill + total, "blocking": blocking}
-    specs += [ClientSpec("loadtests.scenarios.flood:consumer", args) for _ in range(consumers)]
+    if thrift:  # get(max_items=r) removes up to r items per call: no monitor/confirm needed
+        role, args = "loadtests.scenarios._thrift:flood_consumer", {**args, "thrift_port": thrift_port}
+    else:
+        role = "loadtests.scenarios.flood:consumer"
+    specs += [ClientSpec(role, args) for _ in range(consumers)]
     # producers first, then consumers: dealing round-robin spreads each kind over --procs
     specs.sort(key=lambda spec: spec.role.endswith("consumer"))
     result = run(Plan(specs, progress="get", target=total, label="flood",
@@ -122,6 +131,7 @@ def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int,
                       series={"get": fig, "put": result.get("put")},
                       extra={"producers": producers, "consumers": consumers, "rollup": rollup,
                              "kilobytes": kilobytes, "prefill": prefill, "procs": options.procs,
+                             "protocol": "thrift" if thrift else "memcache",
                              "put": result.get("put").summary()})
     outcome.absorb(result)
     if not result.errors:
@@ -147,6 +157,7 @@ def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int,
               help="SETs per write; consumers then use monitor/confirm in chunks of this size.")
 @click.option("-B", "blocking", is_flag=True, help="Blocking reads (get <q>/t=1000).")
 @click.option("-M", "monitor", is_flag=True, help="Print the queue's stats every second.")
+@_thrift.thrift_options
 @common_options
 def command(monitor, **kwargs) -> None:
     """Producers and consumers flood items through one queue; FIFO order is checked."""

@@ -1,5 +1,5 @@
-"""``leaky-reader``: reliable reads with occasional hang-ups (Kestrel's ``LeakyThriftReader``,
-done over the memcache protocol).
+"""``leaky-reader``: reliable reads, a fraction never confirmed (Kestrel's ``LeakyThriftReader``),
+over memcache or, with ``--thrift``, over thrift as Kestrel's is.
 
 One producer SETs items ``%08x`` for ids 0 … n-1. ``-t`` consumers loop until the run has
 confirmed n items: ``get <q>/t=100/open``; then with probability 1 - ``-d`` they confirm
@@ -8,6 +8,10 @@ connection without confirming, so the server must abort the open read and delive
 again. Every id must end up confirmed exactly once.
 
 Kestrel's thrift client relies on a 5 s auto-abort; over memcache the hang-up aborts at once.
+With ``--thrift`` (reference §8.7): one producer ``put``s the items, and consumers
+``get(q, 1, 100, auto_abort_msec=-a)``, confirm with probability 1 - ``-d`` (the confirm must
+count 1), and otherwise drop the item without a word -- the server's auto-abort timer must
+bring it back (the consumer goes on on a new connection; closing one aborts nothing).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ..harness import CONNECT_ATTEMPTS
 from ..output import say
 from ..report import Outcome, tally
 from ..runner import ClientContext, ClientSpec, Options, Plan, run
+from . import _thrift
 from ._stamped import HitChecker, producer_specs
 
 __all__ = ["command", "consumer"]
@@ -64,13 +69,20 @@ def consumer(ctx: ClientContext) -> None:
 
 
 def leaky_reader(options: Options, flush: bool, epoch: int, total: int, drop: float, queue: str,
-                 threads: int) -> Outcome:
+                 threads: int, auto_abort_msec: int = 5000, thrift: bool = False,
+                 thrift_port: int = 2229) -> Outcome:
     say("leaky-reader: %d threads each sending %d items through %s" % (threads, total, queue))
     if flush:
         flush_queues(options, [queue])
-    specs = producer_specs(queue, total, 1, ITEM_BYTES)
-    specs += [ClientSpec("loadtests.scenarios.leaky_reader:consumer",
-                         {"queue": queue, "total": total, "drop": drop}) for _ in range(threads)]
+    if thrift:
+        specs = _thrift.producer_specs(queue, total, 1, ITEM_BYTES, thrift_port)
+        args = {"queue": queue, "total": total, "drop": drop, "size": ITEM_BYTES,
+                "auto_abort_msec": auto_abort_msec, "thrift_port": thrift_port}
+        specs += [ClientSpec("loadtests.scenarios._thrift:leaky_consumer", args) for _ in range(threads)]
+    else:
+        specs = producer_specs(queue, total, 1, ITEM_BYTES)
+        specs += [ClientSpec("loadtests.scenarios.leaky_reader:consumer",
+                             {"queue": queue, "total": total, "drop": drop}) for _ in range(threads)]
     result = run(Plan(specs, progress="confirm", target=total, label="confirmed",
                       track_ids=total), options, epoch)
     fig = result.get("confirm")
@@ -79,7 +91,8 @@ def leaky_reader(options: Options, flush: bool, epoch: int, total: int, drop: fl
     outcome = Outcome("leaky-reader", fig, wall_seconds=result.wall_seconds,
                       series={"confirm": fig, "put": result.get("put")},
                       extra={"threads": threads, "drop_rate": drop, "procs": options.procs,
-                             "dropped": fig.counters.get("dropped", 0)})
+                             "dropped": fig.counters.get("dropped", 0),
+                             "protocol": "thrift" if thrift else "memcache"})
     outcome.absorb(result)
     if result.errors:
         return outcome
@@ -101,10 +114,13 @@ def leaky_reader(options: Options, flush: bool, epoch: int, total: int, drop: fl
 @click.option("-n", "total", default=1000, show_default=True, type=click.IntRange(1),
               help="Items to deliver.")
 @click.option("-d", "drop", default=0.01, show_default=True, type=click.FloatRange(0, 0.99),
-              help="Fraction of opened items dropped (hang up without confirming).")
+              help="Fraction of opened items dropped (memcache: hang up; thrift: never confirmed).")
 @click.option("-q", "queue", default="spam", show_default=True, help="Queue name.")
 @click.option("-t", "threads", default=1, show_default=True, type=click.IntRange(1),
               help="Consumers.")
+@click.option("-a", "auto_abort_msec", default=5000, show_default=True, type=click.IntRange(1),
+              help="With --thrift: the get's auto_abort_msec (a dropped item comes back after it).")
+@_thrift.thrift_options
 @common_options
 def command(**kwargs) -> None:
     """Reliable reads (/open then /close) with hang-ups; every item must be confirmed once."""

@@ -21,6 +21,7 @@ from ..items import filler
 from ..output import say
 from ..report import Outcome
 from ..runner import ClientContext, ClientSpec, Options, Plan, run
+from . import _thrift
 
 __all__ = ["command", "getter", "putter", "queue_names"]
 
@@ -78,9 +79,11 @@ def getter(ctx: ClientContext) -> None:
 
 
 def _plan(role: str, name: str, clients: int, per_client: int, size: int, rollup: int,
-          queues: list[str]) -> Plan:
-    specs = [ClientSpec(_ROLE + role, {"queue": queues[i % len(queues)], "count": per_client,
-                                       "size": size, "rollup": rollup}) for i in range(clients)]
+          queues: list[str], thrift_port: int | None = None) -> Plan:
+    # with --thrift the same roles from the thrift module: ``rollup`` items per put/get call
+    prefix, extra = (_ROLE, {}) if thrift_port is None else (_thrift.__name__ + ":", {"thrift_port": thrift_port})
+    specs = [ClientSpec(prefix + role, {"queue": queues[i % len(queues)], "count": per_client,
+                                        "size": size, "rollup": rollup, **extra}) for i in range(clients)]
     return Plan(specs, progress=name, target=clients * per_client, label=name)
 
 
@@ -94,26 +97,29 @@ def _report(verb: str, result, total: int) -> None:
 
 
 def put_many(options: Options, flush: bool, epoch: int, clients: int, total: int, size: int,
-             rollup: int, queue: str, queues: int, also_get: bool) -> Outcome:
+             rollup: int, queue: str, queues: int, also_get: bool, thrift: bool = False,
+             thrift_port: int = 2229) -> Outcome:
     names = queue_names(queue, queues)
+    port = thrift_port if thrift else options.port
+    via = thrift_port if thrift else None
     per_client = total // clients
     if flush:
         flush_queues(options, names)
     say("Put %d items of %d bytes in bursts of %d to %s:%d in %d queues named %s "
-        "using %d clients." % (total, size, rollup, options.host, options.port, queues, queue,
+        "using %d clients." % (total, size, rollup, options.host, port, queues, queue,
                                clients))
-    result = run(_plan("putter", "put", clients, per_client, size, rollup, names), options, epoch)
+    result = run(_plan("putter", "put", clients, per_client, size, rollup, names, via), options, epoch)
     outcome = Outcome("put-many", result.get("put"), wall_seconds=result.wall_seconds,
                       extra={"clients": clients, "rollup": rollup, "bytes": size,
-                             "procs": options.procs})
+                             "procs": options.procs, "protocol": "thrift" if thrift else "memcache"})
     outcome.absorb(result)
     outcome.series["put"] = result.get("put")
     _report("put", result, per_client * clients)
     if also_get and outcome.exit_code == 0:
         say("Get %d items of %d bytes in batches of %d from %s:%d in %d queues named %s "
-            "using %d clients." % (total, size, rollup, options.host, options.port, queues,
+            "using %d clients." % (total, size, rollup, options.host, port, queues,
                                    queue, clients))
-        got = run(_plan("getter", "get", clients, per_client, size, rollup, names), options, epoch)
+        got = run(_plan("getter", "get", clients, per_client, size, rollup, names, via), options, epoch)
         outcome.absorb(got, headline=False)
         _report("get", got, per_client * clients)
         fig = got.get("get")
@@ -132,11 +138,12 @@ def put_many(options: Options, flush: bool, epoch: int, clients: int, total: int
 @click.option("-b", "size", default=1024, show_default=True, type=click.IntRange(0),
               help="Bytes per item.")
 @click.option("-r", "rollup", default=1, show_default=True, type=click.IntRange(1),
-              help="SETs per write (burst).")
+              help="SETs per write (burst); with --thrift, items per put call.")
 @click.option("-q", "queue", default="spam", show_default=True, help="Queue name (prefix with -Q).")
 @click.option("-Q", "queues", default=1, show_default=True, type=click.IntRange(1),
               help="Number of queues.")
 @click.option("-g", "also_get", is_flag=True, help="Also GET every item back and check it.")
+@_thrift.thrift_options
 @common_options
 def command(**kwargs) -> None:
     """Write throughput: -c clients each SET n/c items of -b bytes, -r per write."""

@@ -433,7 +433,7 @@ def test_packing_under_a_steady_backlog_bounds_the_files_and_replays(make_server
 
 def _run_serve(args: list[str], port: int) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "kestrel_actors.cli", "serve", "--text-port", "0", "--admin-port", "0",
-               "--host", "127.0.0.1", "--port", str(port), *args]
+               "--thrift-port", "0", "--host", "127.0.0.1", "--port", str(port), *args]
     return subprocess.run(command, capture_output=True, timeout=30)
 
 

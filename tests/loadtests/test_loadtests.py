@@ -19,7 +19,7 @@ from loadtests.figures import Figures, Recorder, bucket_of, bucket_value
 from loadtests.items import make_item, packing_item
 from loadtests.report import EXIT_FAILED, Outcome, tally
 
-from ..helpers import REPO
+from ..helpers import REPO, ServerProcess
 
 
 
@@ -113,6 +113,41 @@ def test_leaky_reader(server):
     assert_clean(code, record, out, 500)
     assert record["dropped"] > 0
     assert "Completed all reads" in out
+
+
+@pytest.fixture
+def thrift_server(tmp_path):
+    server = ServerProcess(tmp_path / "data", thrift_port=True).start()
+    yield server
+    server.stop()
+
+
+def test_leaky_reader_over_thrift_loses_nothing(thrift_server):
+    # dropped items are neither confirmed nor aborted: only the auto-abort timer brings them back
+    code, record, out = run_load(thrift_server, "leaky-reader", "--thrift", "--thrift-port",
+                                 str(thrift_server.thrift_port), "-n", "300", "-t", "3", "-d", "0.1",
+                                 "-a", "300", "-q", "lkt")
+    assert_clean(code, record, out, 300)
+    assert record["protocol"] == "thrift"
+    assert record["dropped"] > 0
+    assert "Completed all reads" in out
+    with thrift_server.thrift_client() as client:
+        info = client.peek("lkt")
+        assert info.items == 0 and info.open_transactions == 0
+
+
+def test_put_many_and_flood_over_thrift(thrift_server):
+    port = str(thrift_server.thrift_port)
+    code, record, out = run_load(thrift_server, "put-many", "--thrift", "--thrift-port", port,
+                                 "-c", "4", "-n", "200", "-r", "5", "-g", "-q", "pmt")
+    assert_clean(code, record, out, 200)
+    assert record["protocol"] == "thrift" and record["get"]["items"] == 200
+    assert f"to 127.0.0.1:{port} in 1 queues" in out
+    code, record, out = run_load(thrift_server, "flood", "--thrift", "--thrift-port", port,
+                                 "-n", "300", "-R", "2", "-C", "2", "-r", "4", "-B", "-q", "flt")
+    assert code == 0, out
+    assert record["protocol"] == "thrift"
+    assert record["items"] >= 300 and record["lost"] == 0 and record["duplicated"] == 0
 
 
 # -- the harness must detect a misbehaving server ----------------------------------------
