@@ -79,11 +79,16 @@ class _Get:
     """Items the step in flight asked for."""
 
 
+class _NoQuit:
+    """Thrift has no quit call: a client ends its session by closing the connection."""
+
+
 class ThriftHandler:
     """Kestrel's ``ThriftHandler``: thrift calls to queue operations, results to framed replies."""
 
     QUEUE_KINDS = frozenset((th.ThriftPut, th.ThriftGet, th.ThriftPeek, th.ThriftFlushQueue, _GetStep))
     MONITOR_END = b""  # a thrift session runs no monitor stream
+    QUIT = _NoQuit
     WRITE_REFUSALS: dict[type, p.Bad] = {
         th.ThriftPut: p.DROP,
         th.ThriftFlushQueue: p.DROP,
