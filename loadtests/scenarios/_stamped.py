@@ -8,6 +8,7 @@ or (for ``flood``) reordered items.
 
 from __future__ import annotations
 
+import bisect
 import time
 
 import gevent
@@ -17,7 +18,7 @@ from kestrel_actors.client import STORED, UnexpectedReply, set_request, value_re
 from ..items import ID_WIDTH, filler, make_item
 from ..runner import ClientContext, ClientSpec
 
-__all__ = ["HitChecker", "producer", "producer_specs"]
+__all__ = ["HitChecker", "OrderChecker", "producer", "producer_specs"]
 
 PRODUCER = "loadtests.scenarios._stamped:producer"
 
@@ -82,3 +83,25 @@ class HitChecker:
         if not 0 <= item < self.limit:
             raise UnexpectedReply(f"item id {stamp!r} is outside this run's 0..{self.limit - 1}")
         return item
+
+
+class OrderChecker:
+    """FIFO check for one consumer: ``starts[i]`` is the first id of source i (0 = backlog)."""
+
+    __slots__ = ("starts", "last", "past_backlog")
+
+    def __init__(self, starts: list[int]) -> None:
+        self.starts = starts
+        self.last = [-1] * len(starts)
+        self.past_backlog = False
+
+    def check(self, item: int) -> None:
+        """Raise UnexpectedReply if ``item`` cannot follow what this consumer saw before."""
+        source = bisect.bisect_right(self.starts, item) - 1
+        if item <= self.last[source]:
+            raise UnexpectedReply(f"order violation: item {item} after item {self.last[source]} "
+                                  f"from the same producer")
+        if source == 0 and self.past_backlog:
+            raise UnexpectedReply(f"order violation: backlog item {item} after a newer item")
+        self.past_backlog = self.past_backlog or source > 0
+        self.last[source] = item

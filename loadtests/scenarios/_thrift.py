@@ -21,6 +21,7 @@ from kestrel_actors.thrift_client import ThriftClient
 from ..items import check_item, filler, make_item
 from ..output import say
 from ..runner import ClientContext, ClientSpec
+from ._stamped import OrderChecker
 
 __all__ = [
     "PRODUCER",
@@ -135,7 +136,6 @@ def getter(ctx: ClientContext) -> None:
 def flood_consumer(ctx: ClientContext) -> None:
     """``flood --thrift``: ``get`` up to ``rollup`` items (waiting 1 s with ``-B``) until the
     run has received ``total``, checking bytes and FIFO order (items are removed: id 0)."""
-    from .flood import OrderChecker
 
     queue, total, rollup = ctx.args["queue"], ctx.args["total"], ctx.args["rollup"]
     size, limit = ctx.args["size"], ctx.args["limit"]

@@ -12,7 +12,6 @@ producer's item. Items are id-stamped, so lost and duplicated items are counted 
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
 
@@ -26,31 +25,9 @@ from ..output import say
 from ..report import Outcome, tally
 from ..runner import ClientContext, ClientSpec, Options, Plan, run
 from . import _thrift
-from ._stamped import HitChecker, producer_specs
+from ._stamped import HitChecker, OrderChecker, producer_specs
 
-__all__ = ["OrderChecker", "command", "consumer"]
-
-
-class OrderChecker:
-    """FIFO check for one consumer: ``starts[i]`` is the first id of source i (0 = backlog)."""
-
-    __slots__ = ("starts", "last", "past_backlog")
-
-    def __init__(self, starts: list[int]) -> None:
-        self.starts = starts
-        self.last = [-1] * len(starts)
-        self.past_backlog = False
-
-    def check(self, item: int) -> None:
-        """Raise UnexpectedReply if ``item`` cannot follow what this consumer saw before."""
-        source = bisect.bisect_right(self.starts, item) - 1
-        if item <= self.last[source]:
-            raise UnexpectedReply(f"order violation: item {item} after item {self.last[source]} "
-                                  f"from the same producer")
-        if source == 0 and self.past_backlog:
-            raise UnexpectedReply(f"order violation: backlog item {item} after a newer item")
-        self.past_backlog = self.past_backlog or source > 0
-        self.last[source] = item
+__all__ = ["command", "consumer"]
 
 
 def consumer(ctx: ClientContext) -> None:

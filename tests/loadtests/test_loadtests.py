@@ -177,7 +177,7 @@ def test_get_many_detects_foreign_bytes(server):
 
 def test_order_checker_rejects_reordering():
     from kestrel_actors.client import UnexpectedReply
-    from loadtests.scenarios.flood import OrderChecker
+    from loadtests.scenarios._stamped import OrderChecker
 
     checker = OrderChecker([0, 10, 20])  # backlog 0-9, producer A 10-19, producer B 20-29
     for item in (0, 1, 10, 20, 11, 21):
