@@ -75,6 +75,18 @@ def _fill(client, queue: str, count: int, size: int) -> float:
     return time.perf_counter() - started
 
 
+def fill_queues(client, queue: str, warm_queue: str, items: int, warm_items: int, size: int) -> float:
+    """Empty ``queue`` and ``warm_queue`` (creating them), fill them, and say so; returns the
+    seconds ``queue``'s fill took."""
+    for name in (queue, warm_queue):
+        client.get(name)  # create it
+        client.flush(name)
+    seconds = _fill(client, queue, items, size)
+    _fill(client, warm_queue, warm_items, size)
+    click.echo(f"filled {items:,} items of {size} B in {seconds:.2f}s ({items / seconds:,.0f} sets/s)")
+    return seconds
+
+
 @click.command(context_settings={"max_content_width": 100})
 @click.option("--items", default=100_000, show_default=True, type=click.IntRange(min=1))
 @click.option("--item-bytes", default=1024, show_default=True, type=click.IntRange(min=8))
@@ -97,13 +109,7 @@ def main(items, item_bytes, batch_size, partitions, master, address, target) -> 
     with _server(address) as where, tempfile.TemporaryDirectory(prefix="bridge-state-") as state:
         server = ServerAddress.parse(where)
         with Client(server) as client:
-            for queue in (QUEUE, WARM_QUEUE):
-                client.get(queue)  # create it
-                client.flush(queue)
-            fill_seconds = _fill(client, QUEUE, items, item_bytes)
-            _fill(client, WARM_QUEUE, min(batch_size, items), item_bytes)
-        click.echo(f"filled {items:,} items of {item_bytes} B in {fill_seconds:.2f}s "
-                   f"({items / fill_seconds:,.0f} sets/s)")
+            fill_queues(client, QUEUE, WARM_QUEUE, items, min(batch_size, items), item_bytes)
 
         started = time.perf_counter()
         spark = create_spark_session(master, {}, "kestrel-bridge-bench", partitions)

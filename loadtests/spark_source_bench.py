@@ -22,7 +22,7 @@ import time
 
 import click
 
-from .spark_bridge_bench import _fill, _server
+from .spark_bridge_bench import _server, fill_queues
 
 QUEUE = "bench_source"
 WARM_QUEUE = "bench_source_warm"
@@ -110,13 +110,7 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
     with _server(address) as where, tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
         server = ServerAddress.parse(where)
         with Client(server) as client:
-            for queue in (QUEUE, WARM_QUEUE):
-                client.get(queue)  # create it
-                client.flush(queue)
-            fill_seconds = _fill(client, QUEUE, items, item_bytes)
-            _fill(client, WARM_QUEUE, min(max_items_per_batch, items), item_bytes)
-            click.echo(f"filled {items:,} items of {item_bytes} B in {fill_seconds:.2f}s "
-                       f"({items / fill_seconds:,.0f} sets/s)")
+            fill_queues(client, QUEUE, WARM_QUEUE, items, min(max_items_per_batch, items), item_bytes)
 
             started = time.perf_counter()
             spark = create_spark_session(master, {}, "kestrel-source-bench", 2)

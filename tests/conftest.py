@@ -10,11 +10,13 @@ from .helpers import ServerProcess, unique
 
 @pytest.fixture
 def make_server(tmp_path):
-    """Factory: ``make_server(*serve_args)`` starts a server; all are stopped at teardown."""
+    """Factory: ``make_server(*serve_args, **ports)`` starts a server; all are stopped at
+    teardown. ``ports`` are :class:`ServerProcess`'s (``admin_port=True``, ``thrift_port=True``:
+    on a free port)."""
     servers: list[ServerProcess] = []
 
-    def start(*args: str, data_dir=None) -> ServerProcess:
-        server = ServerProcess(data_dir or tmp_path / f"data{len(servers)}", args)
+    def start(*args: str, data_dir=None, **ports) -> ServerProcess:
+        server = ServerProcess(data_dir or tmp_path / f"data{len(servers)}", args, **ports)
         servers.append(server)
         return server.start()
 

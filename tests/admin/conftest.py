@@ -8,18 +8,13 @@ from ..helpers import ServerProcess
 
 
 @pytest.fixture
-def make_admin_server(tmp_path):
+def make_admin_server(make_server):
     """Factory: ``make_admin_server(*serve_args)`` starts a server with an admin port."""
-    servers: list[ServerProcess] = []
 
     def start(*args: str) -> ServerProcess:
-        server = ServerProcess(tmp_path / f"data{len(servers)}", args, admin_port=True)
-        servers.append(server)
-        return server.start()
+        return make_server(*args, admin_port=True)
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 @pytest.fixture

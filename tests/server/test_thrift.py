@@ -22,17 +22,11 @@ from ..helpers import ServerProcess, wait_for, write_config
 
 
 @pytest.fixture
-def make_thrift_server(tmp_path):
-    servers: list[ServerProcess] = []
-
+def make_thrift_server(make_server):
     def start(*args: str) -> ServerProcess:
-        server = ServerProcess(tmp_path / f"data{len(servers)}", args, thrift_port=True)
-        servers.append(server)
-        return server.start()
+        return make_server(*args, thrift_port=True)
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 @pytest.fixture
