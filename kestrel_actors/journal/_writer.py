@@ -421,9 +421,7 @@ class JournalWriter:
                     continue
                 try:
                     on_error(exc)
-                except ActorDeadError:
-                    pass
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - the queue's callback handles a session gone
                     log.exception("journal failure callback failed", queue=self.queue)
             self._waiters = kept
         self._wake.set()  # the writer greenlet retries, with a back-off
