@@ -12,7 +12,7 @@ The parts that need gevent are imported on first use, so offline tools stay ligh
 
 from typing import Any
 
-from ._files import NotRegularFile, archived_files, erase_files, journal_files, queue_names
+from ._files import NotRegularFile, archived_files, erase_files, fsync_dir, journal_files, queue_names
 from ._format import (
     CORRUPT, TORN, Problem, Record, RecordReader, encode_add, encode_confirm_remove, encode_continue,
     encode_remove, encode_remove_tentative, encode_unremove,
@@ -20,7 +20,8 @@ from ._format import (
 from ..queue import Item, Journal
 from ._memory import MemoryJournal
 from ._pack import pack_archives, pack_queue
-from ._replay import ReadBehindPosition, ReplayResult, replay_queue
+from ._readbehind import ReadBehindPosition
+from ._replay import ReplayResult, replay_queue
 
 _LAZY = {
     "FileJournal": "._file",
@@ -34,7 +35,7 @@ __all__ = [
     "CORRUPT", "TORN", "FileJournal", "NotRegularFile", "Item", "Journal", "JournalWriter", "MemoryJournal", "Problem",
     "ReadBehindPosition", "Record", "RecordReader", "ReplayResult", "archived_files", "encode_add",
     "encode_confirm_remove", "encode_continue", "encode_remove", "encode_remove_tentative",
-    "encode_unremove", "erase_files", "journal_files", "make_file_opener", "open_file_journal",
+    "encode_unremove", "erase_files", "fsync_dir", "journal_files", "make_file_opener", "open_file_journal",
     "pack_archives", "pack_queue", "queue_names", "replay_queue", "run_blocking",
 ]
 

@@ -37,13 +37,17 @@ from ._format import (
 )
 from ..queue._journal import Item
 from ._pack import commit_pack, prepare_pack, write_snapshot
-from ._readbehind import ReadBehindReader
-from ._replay import ReadBehindPosition
+from ._readbehind import ReadBehindPosition, ReadBehindReader
 from ._writer import JournalWriter, run_blocking
 
 __all__ = ["FileJournal"]
 
 log = structlog.get_logger("kestrel_actors.journal")
+
+
+def _pread(fd: int, length: int, offset: int) -> bytes:
+    """The read-behind reader's reads: on the threadpool, so the hub never waits for the disk."""
+    return run_blocking(os.pread, fd, length, offset)
 
 
 def queue_length(queue: Any) -> int:
@@ -85,7 +89,7 @@ class FileJournal:
         self._pack_job: gevent.Greenlet | None = None
         self._reader: ReadBehindReader | None = None
         if read_behind is not None:
-            self._reader = ReadBehindReader(self, read_behind.filename, read_behind.offset)
+            self._reader = self._read_behind_from(read_behind)
         self.closed = False
 
     # -- the Journal protocol ---------------------------------------------------------------
@@ -240,7 +244,7 @@ class FileJournal:
         self.archived_size += old_size
         self.rotations += 1
         if self._reader is not None:
-            self._reader.file_rotated(rotated, old_size)
+            self._reader.file_finished(rotated, old_size)
         if checkpoint and not self._checkpoint:
             self._checkpoint = True
         log.info("rotated journal", queue=self.name, file=rotated, bytes=old_size,
@@ -305,7 +309,7 @@ class FileJournal:
     def start_read_behind(self) -> None:
         """Start reading behind the writer, from its current position (§5.8)."""
         if self._reader is None and not self.closed:
-            self._reader = ReadBehindReader(self, self.name, self.size())
+            self._reader = self._read_behind_from(ReadBehindPosition(self.name, self.size()))
             log.info("dropping to read-behind", queue=self.name, file=self.name, offset=self.size())
 
     def read_behind(self) -> Item | None:
@@ -321,6 +325,20 @@ class FileJournal:
             self._end_read_behind()
             log.info("coming out of read-behind", queue=self.name)
         return item
+
+    def _read_behind_from(self, position: ReadBehindPosition) -> ReadBehindReader:
+        return ReadBehindReader(self, position.filename, position.offset, read=_pread)
+
+    @property
+    def current_file(self) -> str:
+        """The file being written (the reader's leader): always ``<name>``."""
+        return self.name
+
+    def file_after(self, filename: str) -> str:
+        """The file after ``filename``: the next archive by timestamp, else ``<name>``."""
+        ts = file_timestamp(filename, self.name) or 0
+        later = [f for f in archived_files(self.data_dir, self.name) if (file_timestamp(f, self.name) or 0) > ts]
+        return later[0] if later else self.name
 
     def _end_read_behind(self) -> None:
         if self._reader is not None:

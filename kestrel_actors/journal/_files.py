@@ -244,7 +244,7 @@ def unique_file(data_dir: str, name: str, infix: str, suffix: str = "", min_ts: 
         return filename
 
 
-def fsync_dir(data_dir: str) -> None:
+def fsync_dir(data_dir: str | os.PathLike[str]) -> None:
     """Make renames and creations in ``data_dir`` durable."""
     fd = os.open(data_dir, os.O_RDONLY)
     try:

@@ -1,64 +1,82 @@
-"""The read-behind reader (reference §5.8): re-reading a queue's items from its journal.
+"""The read-behind cursor (reference §5.8): re-reading a queue's items from its journal.
 
-When a queue's bytes reach ``max_memory_size``, new items are written to the journal only.
-The reader starts at the writer's position at that moment and, as the queue's head is
-consumed, reads forward through the journal files, handing back the items of add records
-(and CONTINUE) in order and skipping every other record. It ends — the queue leaves
-read-behind — once it reaches the writer's position again.
+When a queue's bytes reach ``max_memory_size``, later items are only in the journal files.
+The cursor starts where that happened and, as the queue's head is consumed, reads forward
+through the files, handing back the items of add records (and CONTINUE) in order and skipping
+every other record. It reads behind a *leader*, the one that is ahead of it in the files, and
+read-behind ends once it reaches the leader's position. There are two leaders, and one cursor
+serves both:
 
-The reader holds its own descriptor, so a rotation that renames the file under it changes
-nothing but the name it remembers. In the current file it never reads past what the writer
-has written; if records are still pending in the writer it flushes them first. Reads are
-done in 1 MiB chunks on gevent's threadpool, so the hub never waits for the disk.
+* the live queue's :class:`~kestrel_actors.journal.FileJournal`, whose writer appends to the
+  current file ``<name>``: the cursor never reads past what the writer has written, and if
+  records are still pending it flushes them first. A rotation renames the file under it, which
+  changes nothing but the name it remembers (it holds its own descriptor). Reads run on
+  gevent's threadpool (the journal passes its ``read``), so the hub never waits for the disk.
+* a replay at startup (``_replay``), which reads the files in order: the cursor keeps memory
+  bounded while the replay goes on, and where it stands at the end (:attr:`position`) is where
+  the live journal's cursor begins.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import structlog
 
-from ._files import archived_files, file_timestamp
-from ._format import ADD_OPS, OP_CONTINUE, RecordReader
+from ._files import NotRegularFile, open_regular
+from ._format import ADD_OPS, OP_CONTINUE, ReadFn, RecordReader
 from ..queue._journal import Item
-from ._writer import run_blocking
 
-
-class WrittenFile(Protocol):
-    """What the reader needs of the journal it reads behind (a ``FileJournal``)."""
-
-    name: str
-    data_dir: str
-
-    def size(self) -> int:
-        """Bytes in the current file, pending ones included."""
-
-    def written_size(self) -> int:
-        """Bytes of the current file that are on disk (readable)."""
-
-    def flush(self) -> bool:
-        """Write what is pending; ``False`` if it could not be written."""
-
-    def reader_moved(self, filename: str) -> None:
-        """The reader went on to ``filename`` (the journal may pack what is behind it)."""
-
-__all__ = ["ReadBehindReader"]
+__all__ = ["Leader", "ReadBehindPosition", "ReadBehindReader"]
 
 log = structlog.get_logger("kestrel_actors.journal")
 
 
-def _pread(fd: int, length: int, offset: int) -> bytes:
-    return run_blocking(os.pread, fd, length, offset)
+class ReadBehindPosition(NamedTuple):
+    """Where a queue in read-behind continues reading: a journal file and an offset in it."""
+
+    filename: str
+    offset: int
+
+
+class Leader(Protocol):
+    """What the cursor reads behind: a ``FileJournal`` (its writer), or a replay."""
+
+    name: str
+    """The queue (for the logs)."""
+    data_dir: str
+
+    @property
+    def current_file(self) -> str:
+        """The file the leader is in; the cursor reads no further than the leader there."""
+
+    def size(self) -> int:
+        """The leader's position in :attr:`current_file` (records still pending included)."""
+
+    def written_size(self) -> int:
+        """How much of :attr:`current_file` is on disk (readable)."""
+
+    def flush(self) -> bool:
+        """Write what is pending; ``False`` if it could not be written."""
+
+    def file_after(self, filename: str) -> str:
+        """The file that follows ``filename``, which the leader has left."""
+
+    def reader_moved(self, filename: str) -> None:
+        """The cursor went on to ``filename`` (the files behind it may be packed)."""
 
 
 class ReadBehindReader:
     """A forward cursor over a queue's journal files: ``(filename, offset)``."""
 
-    def __init__(self, journal: WrittenFile, filename: str, offset: int) -> None:
-        self.journal = journal
+    def __init__(self, leader: Leader, filename: str, offset: int, *, read: ReadFn | None = None,
+                 now_ms: int | None = None) -> None:
+        self.leader = leader
         self.filename = filename
         self.offset = offset
+        self._read = read
+        self._now_ms = now_ms
         self._fd: int | None = None
         self._reader: RecordReader | None = None
         self.stalled = False
@@ -66,12 +84,16 @@ class ReadBehindReader:
         reader returns ``None`` without having caught up, and read-behind goes on."""
 
     @property
+    def position(self) -> ReadBehindPosition:
+        return ReadBehindPosition(self.filename, self.offset)
+
+    @property
     def in_current_file(self) -> bool:
-        return self.filename == self.journal.name
+        return self.filename == self.leader.current_file
 
     def next_item(self) -> Item | None:
-        """The next item written since read-behind began, or ``None`` once caught up."""
-        journal = self.journal
+        """The next item the leader has gone past, or ``None`` once caught up with it."""
+        leader = self.leader
         while True:
             if self._reader is None and not self._open():
                 if not self._advance():
@@ -81,16 +103,16 @@ class ReadBehindReader:
             assert reader is not None
             current = self.in_current_file
             if current:
-                end = journal.size()
+                end = leader.size()
                 if self.offset >= end:
                     return None
-                if self.offset >= journal.written_size():
+                if self.offset >= leader.written_size():
                     # what is left to read is still pending (not every read: a remove just
                     # journaled is always pending, and a write per read would undo batching)
-                    if not journal.flush() and self.offset >= journal.written_size():
+                    if not leader.flush() and self.offset >= leader.written_size():
                         self.stalled = True
                         return None
-                reader.set_end(journal.written_size())
+                reader.set_end(leader.written_size())
             record = reader.next()
             if record is not None:
                 self.offset = reader.position
@@ -99,28 +121,30 @@ class ReadBehindReader:
                 continue
             if reader.problem is not None:
                 log.error("read-behind found a broken record; leaving read-behind early",
-                          queue=journal.name, file=self.filename, offset=reader.problem.offset,
+                          queue=leader.name, file=self.filename, offset=reader.problem.offset,
                           reason=reader.problem.message)
                 return None
             if current:
-                written = journal.written_size()
-                if written < journal.size():
+                written = leader.written_size()
+                if written < leader.size():
                     # a record runs past what is written
-                    if not journal.flush() and journal.written_size() == written:
+                    if not leader.flush() and leader.written_size() == written:
                         self.stalled = True
                         return None
                 continue
             if not self._advance():
                 return None
 
-    def file_rotated(self, new_filename: str, final_size: int) -> None:
-        """The current file was renamed to ``new_filename`` and will not grow past ``final_size``."""
+    def file_finished(self, filename: str, final_size: int) -> None:
+        """The leader left its current file, which is now named ``filename`` (a rotation
+        renames it) and ends at ``final_size`` (a replay may have cut a torn tail)."""
         if self.in_current_file:
-            self.filename = new_filename
+            self.filename = filename
             if self._reader is not None:
                 self._reader.set_end(final_size)
 
     def close(self) -> None:
+        """Close the file; the next read opens it again at :attr:`offset`."""
         if self._fd is not None:
             os.close(self._fd)
         self._fd = None
@@ -129,27 +153,25 @@ class ReadBehindReader:
     # -- internals ----------------------------------------------------------------------------
 
     def _open(self) -> bool:
-        path = os.path.join(self.journal.data_dir, self.filename)
+        path = os.path.join(self.leader.data_dir, self.filename)
         try:
-            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            log.error("read-behind file vanished", queue=self.journal.name, file=self.filename)
+            self._fd = open_regular(path)
+        except (FileNotFoundError, NotRegularFile) as exc:
+            log.error("read-behind cannot open a journal file", queue=self.leader.name, file=self.filename,
+                      error=str(exc))
             return False
-        self._reader = RecordReader(self._fd, self.offset, read=_pread)
+        self._reader = RecordReader(self._fd, self.offset, now_ms=self._now_ms, read=self._read)
         return True
 
     def _advance(self) -> bool:
         """Move to the file after this one; False if there is none (the reader is lost)."""
-        journal = self.journal
         if self.in_current_file:
             return False
+        leader = self.leader
         old = self.filename
-        ts = file_timestamp(old, journal.name) or 0
-        later = [f for f in archived_files(journal.data_dir, journal.name)
-                 if (file_timestamp(f, journal.name) or 0) > ts]
         self.close()
-        self.filename = later[0] if later else journal.name
+        self.filename = leader.file_after(old)
         self.offset = 0
-        log.info("read-behind moving to the next journal file", queue=journal.name, old=old, new=self.filename)
-        journal.reader_moved(self.filename)
+        log.info("read-behind moving to the next journal file", queue=leader.name, old=old, new=self.filename)
+        leader.reader_moved(self.filename)
         return True

@@ -32,7 +32,6 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import structlog
 
@@ -41,21 +40,15 @@ from ._format import (
     ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
     OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, Record, RecordReader,
 )
-from ..queue import Item, next_xid
+from ..queue import Item, next_xid, take_head
+from ._readbehind import ReadBehindPosition, ReadBehindReader
 from ._repair import repair_file
 
-__all__ = ["ReadBehindPosition", "ReplayResult", "replay_queue"]
+__all__ = ["ReplayResult", "replay_queue"]
 
 log = structlog.get_logger("kestrel_actors.journal")
 
 PROGRESS_BYTES = 10 * 1024 * 1024
-
-
-class ReadBehindPosition(NamedTuple):
-    """Where a queue in read-behind continues reading: a journal file and an offset in it."""
-
-    filename: str
-    offset: int
 
 
 @dataclass
@@ -84,64 +77,46 @@ class ReplayResult:
     """The newest archive's timestamp (new archive names must sort after it)."""
 
 
-class _Behind:
-    """The read-behind cursor of a replay: re-reads add records behind the replayer."""
-
-    def __init__(self, data_dir: str, files: list[str], index: int, offset: int, now_ms: int) -> None:
-        self.data_dir = data_dir
-        self.files = files
-        self.index = index
-        self.offset = offset
-        self.now_ms = now_ms
-        self._fd: int | None = None
-        self._reader: RecordReader | None = None
-        self._size = 0
-
-    def next(self, limit_index: int, limit_offset: int) -> Record | None:
-        """The next record before the replayer's position, or None once caught up with it."""
-        while True:
-            if self._reader is None:
-                path = os.path.join(self.data_dir, self.files[self.index])
-                try:
-                    self._fd = open_regular(path)
-                except (FileNotFoundError, NotRegularFile):
-                    self._fd = None
-                if self._fd is not None:
-                    self._reader = RecordReader(self._fd, self.offset, now_ms=self.now_ms)
-                    self._size = self._reader.end
-            reader = self._reader
-            if reader is not None:
-                # In the replayer's file, stop where it is; in a file it has finished, at its end.
-                reader.set_end(limit_offset if self.index == limit_index else self._size)
-                record = reader.next()
-                if record is not None:
-                    self.offset = reader.position
-                    return record
-            if self.index >= limit_index:
-                return None
-            self.close()
-            self.index += 1
-            self.offset = 0
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = None
-        self._reader = None
-
-
 class _Replay:
-    """The queue being rebuilt: Kestrel's replay rules, with bounded memory."""
+    """The queue being rebuilt: Kestrel's replay rules, with bounded memory.
 
-    def __init__(self, result: ReplayResult, max_memory: int | None, data_dir: str, now_ms: int) -> None:
+    It is also the leader its read-behind cursor follows (:class:`._readbehind.Leader`): the
+    replayer is at ``position`` in ``files[index]``, and everything before that is read.
+    """
+
+    def __init__(self, result: ReplayResult, max_memory: int | None, data_dir: str, name: str,
+                 now_ms: int) -> None:
         self.r = result
         self.max_memory = max_memory
         self.data_dir = data_dir
+        self.name = name
         self.files: list[str] = result.files
         self.now_ms = now_ms
-        self.behind: _Behind | None = None
+        self.behind: ReadBehindReader | None = None
         self.index = 0
         self.position = 0
+
+    # -- the leader of the read-behind cursor ---------------------------------------------
+
+    @property
+    def current_file(self) -> str:
+        return self.files[self.index]
+
+    def size(self) -> int:
+        return self.position
+
+    written_size = size  # a replay only reads: all it has gone past is on disk
+
+    def flush(self) -> bool:
+        return True
+
+    def file_after(self, filename: str) -> str:
+        return self.files[self.files.index(filename) + 1]
+
+    def reader_moved(self, filename: str) -> None:
+        pass  # nothing is packed during a replay
+
+    # -- Kestrel's replay rules -----------------------------------------------------------
 
     def apply(self, record: Record) -> None:
         op = record.op
@@ -186,31 +161,26 @@ class _Replay:
             r.items.append(item)
             r.mem_bytes += n
             if self.max_memory is not None and r.bytes >= self.max_memory:
-                self.behind = _Behind(self.data_dir, self.files, self.index, self.position, self.now_ms)
+                self.behind = ReadBehindReader(self, self.current_file, self.position, now_ms=self.now_ms)
 
     def pop(self) -> Item | None:
         r = self.r
         if not r.items:
             return None
-        item = r.items.popleft()
-        n = len(item.data)
-        r.length -= 1
-        r.bytes -= n
-        r.mem_bytes -= n
+        item = take_head(r)
         self.fill()
         return item
 
     def fill(self) -> None:
         r = self.r
         while self.behind is not None and (r.mem_bytes < self.max_memory or not r.items):  # type: ignore[operator]
-            record = self.behind.next(self.index, self.position)
-            if record is None:
+            item = self.behind.next_item()
+            if item is None:
                 self.behind.close()
                 self.behind = None
                 return
-            if record.op in ADD_OPS or record.op == OP_CONTINUE:
-                r.items.append(record.item)
-                r.mem_bytes += len(record.item.data)  # type: ignore[union-attr]
+            r.items.append(item)
+            r.mem_bytes += len(item.data)
 
 
 def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None,
@@ -225,21 +195,22 @@ def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None
     delete_temp_files(data_dir, name)
     files = journal_files(data_dir, name)
     result = ReplayResult(files=files)
-    replay = _Replay(result, max_memory_size, data_dir, now_ms)
+    replay = _Replay(result, max_memory_size, data_dir, name, now_ms)
     started = time.monotonic()
     for index, filename in enumerate(files):
         replay.index = index
         replay.position = 0
         size = _replay_file(data_dir, name, filename, replay, now_ms, result)
+        if replay.behind is not None:
+            replay.behind.file_finished(filename, size)  # where a torn tail was cut, if it was
         if filename == name:
             result.current_size = size
         else:
             result.archived_size += size
             result.max_timestamp = max(result.max_timestamp, file_timestamp(filename, name) or 0)
     if replay.behind is not None:
-        behind = replay.behind
-        result.read_behind = ReadBehindPosition(files[behind.index], behind.offset)
-        behind.close()
+        result.read_behind = replay.behind.position
+        replay.behind.close()
     log.info("replayed journal", queue=name, items=result.length, bytes=result.bytes,
              open=len(result.open_items), xid=result.xid, files=len(files),
              read_behind=result.read_behind is not None, seconds=round(time.monotonic() - started, 3))
@@ -284,5 +255,5 @@ def _replay_file(data_dir: str, name: str, filename: str, replay: _Replay, now_m
             return position
         start = resume
         behind = replay.behind
-        if behind is not None and behind.index == replay.index:
+        if behind is not None and behind.in_current_file:
             behind.close()  # it holds the old file open; offsets before the damage are unchanged

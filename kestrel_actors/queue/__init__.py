@@ -5,7 +5,7 @@
 implements it). Both ``journal/`` and ``actors/`` import this room; it imports neither.
 """
 
-from ._core import QueueCore
+from ._core import QueueCore, take_head
 from ._journal import Item, Journal
 from ._rules import (
     MAX_NAME_BYTES, XID_MAX, epoch_ms, fanout_master, is_fanout_child, name_problem, next_xid,
@@ -15,5 +15,5 @@ from ._waitlist import Waiter, WaitList
 
 __all__ = [
     "MAX_NAME_BYTES", "XID_MAX", "Item", "Journal", "QueueCore", "WaitList", "Waiter", "epoch_ms",
-    "fanout_master", "is_fanout_child", "name_problem", "next_xid", "is_queue_name",
+    "fanout_master", "is_fanout_child", "name_problem", "next_xid", "is_queue_name", "take_head",
 ]

@@ -14,13 +14,13 @@ calling (queue actor) greenlet.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import QueueConfig
 from ._journal import Item, Journal
 from ._rules import epoch_ms, next_xid
 
-__all__ = ["QueueCore", "epoch_ms"]
+__all__ = ["QueueCore", "epoch_ms", "take_head"]
 
 STAT_NAMES = (
     "items",
@@ -40,6 +40,29 @@ STAT_NAMES = (
     "journal_rewrites",
     "journal_rotations",
 )
+
+
+class HeldItems(Protocol):
+    """A queue's items and what they count: a :class:`QueueCore`, or a journal replay's result."""
+
+    items: deque[Item]
+    length: int
+    bytes: int
+    mem_bytes: int
+
+
+def take_head(queue: HeldItems) -> Item:
+    """Remove the in-memory head of ``queue`` (not empty) and count it out.
+
+    The one rule for what an item leaving a queue takes with it, kept by a live queue and by
+    a journal replay rebuilding one.
+    """
+    item = queue.items.popleft()
+    size = len(item.data)
+    queue.length -= 1
+    queue.bytes -= size
+    queue.mem_bytes -= size
+    return item
 
 
 class QueueCore:
@@ -280,12 +303,7 @@ class QueueCore:
             self._fill_read_behind()
             if not self.items:
                 return None
-        item = self.items.popleft()
-        size = len(item.data)
-        self.length -= 1
-        self.bytes -= size
-        self.mem_bytes -= size
-        return item
+        return take_head(self)
 
     def _fill_read_behind(self) -> None:
         """Read items back from the journal while memory is below ``max_memory_size``."""

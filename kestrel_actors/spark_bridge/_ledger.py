@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..client import ServerAddress
+from ..journal import fsync_dir
 
 __all__ = ["BatchLedger", "LedgerLockedError", "format_batch_id"]
 
@@ -115,11 +116,3 @@ class BatchLedger:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

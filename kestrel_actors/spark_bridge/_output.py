@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._config import BridgeConfig, is_local_path, local_path
-from ._ledger import fsync_dir
+from ..journal import fsync_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -240,6 +240,32 @@ def test_read_behind_across_rotations_and_restarts(tmp_path):
     queue.journal.close()
 
 
+def test_one_cursor_reads_behind_the_writer_then_the_replay_then_the_writer_again(tmp_path):
+    """Read-behind across archives, live, then replayed, then live from where the replay left
+    its cursor in an archive (not the current file): every item once, in order."""
+    data_dir = str(tmp_path)
+    config = QueueConfig(max_memory_size=1000, max_journal_size=10**9, default_journal_size=10**9)
+    journal = FileJournal(data_dir, "q", config)
+    queue = MiniQueue(journal, config)
+    sent = [b"%03d" % i + b"." * 97 for i in range(60)]
+    for data in sent:
+        queue.add(data)  # read-behind from the 11th; the current file rotates past 1000 bytes
+    assert journal.in_read_behind and journal.rotations >= 5
+    got = [queue.remove().data for _ in range(15)]  # the live cursor reads the first archive
+    durable(journal)
+    journal.close()
+
+    journal, state = open_file_journal(data_dir, "q", config, read_behind=True)
+    assert state.read_behind is not None and state.read_behind.filename in archived_files(data_dir, "q")
+    assert state.mem_bytes <= 1000 + 100 and state.length == 45
+    queue = MiniQueue(journal, config, state)
+    while (item := queue.remove()) is not None:
+        got.append(item.data)
+        assert queue.mem_bytes <= 1000 + 100
+    assert got == sent and not journal.in_read_behind
+    journal.close()
+
+
 # -- packing --------------------------------------------------------------------------------------
 
 def test_reading_behind_does_not_write_the_journal_for_every_read(tmp_path):

@@ -226,6 +226,23 @@ def test_replay_leaves_read_behind_when_it_catches_up(tmp_path):
     assert result.read_behind is None and datas(result.items) == [b"F" * 100]
 
 
+def test_read_behind_reads_a_file_to_where_the_replay_cut_its_torn_tail(tmp_path):
+    """The read-behind cursor opens q.5 while the replay is still in it; the replay then reads
+    one more add (H, counted only), finds the torn tail and cuts it. The cursor must read q.5 up
+    to the cut, H included, then go on into ``q``."""
+    adds = [addx(bytes([65 + i]) * 100) for i in range(8)]
+    q5 = [*adds[:6], encode_remove(), encode_remove(), adds[7], adds[6][:50]]
+    write(tmp_path / "q.5", *q5)
+    write(tmp_path / "q", addx(b"G" * 100), *[encode_remove()] * 3)
+    full = replay_queue(str(tmp_path), "q")
+    write(tmp_path / "q.5", *q5)
+    behind = replay_queue(str(tmp_path), "q", max_memory_size=300)
+    assert datas(full.items) == [b"F" * 100, b"H" * 100, b"G" * 100]
+    assert datas(behind.items) == datas(full.items) and behind.length == 3
+    assert behind.mem_bytes == 300 and behind.read_behind == ("q", len(adds[0]))  # G read; memory full
+    assert (tmp_path / "q.5").read_bytes() == b"".join(q5[:-1])
+
+
 # -- damage in the middle: told from a torn tail, cut out, the records after it kept -----------
 
 NOW = 1_700_000_000_000
