@@ -235,15 +235,19 @@ class Client:
                 except IndexError:
                     break
 
+    def _discard(self, server: _Server, conn: Connection, error: BaseException) -> None:
+        """After any error on ``conn``: close it (its place in the reply stream is unknown)
+        and, if the server is unreachable, mark it down."""
+        conn.close()
+        if isinstance(error, ConnectionLost):
+            self._failed(server)
+
     def _use(self, server: _Server, conn: Connection, action: Callable[[Connection], T]) -> T:
-        """Run ``action`` on ``conn``, then pool it; on any error close it (its place in the
-        reply stream is unknown) and, if the server is unreachable, mark it down."""
+        """Run ``action`` on ``conn``, then pool it (see :meth:`_discard` for an error)."""
         try:
             result = action(conn)
         except BaseException as exc:
-            conn.close()
-            if isinstance(exc, ConnectionLost):
-                self._failed(server)
+            self._discard(server, conn, exc)
             raise
         server.failures = 0
         self._release(server, conn)
@@ -391,9 +395,7 @@ class Client:
         try:
             item = call(conn)
         except BaseException as exc:
-            conn.close()
-            if isinstance(exc, ConnectionLost):
-                self._failed(server)
+            self._discard(server, conn, exc)
             raise
         if item is None:
             self._release(server, conn)
@@ -477,9 +479,7 @@ class Client:
             with conn.waiting(seconds):
                 return conn.read_values(key, max_items)
         except BaseException as exc:
-            conn.close()
-            if isinstance(exc, ConnectionLost):
-                self._failed(server)
+            self._discard(server, conn, exc)
             raise
 
     # -- administration ---------------------------------------------------------------------

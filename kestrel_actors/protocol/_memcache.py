@@ -40,6 +40,7 @@ from ._commands import (
     Status,
     Version,
 )
+from ._decoder import Decoder
 from ._lines import STATUS_NAMES, TOO_LONG, int32, int32_text, next_line
 
 __all__ = [
@@ -208,32 +209,19 @@ def _remember(line: bytes, parsed: Get | tuple[tuple[str, int], int]) -> None:
     _LINES[line] = parsed
 
 
-class MemcacheDecoder:
-    """Incremental decoder: :meth:`feed` takes bytes and returns the complete commands.
+class MemcacheDecoder(Decoder):
+    """Incremental memcache decoder (see :class:`Decoder`): command lines, and a storage
+    command's data block once all of it has arrived."""
 
-    After a command that closes the connection (a :class:`Bad` with ``close``), the decoder
-    is spent: :attr:`closed` is true and later input is ignored.
-    """
-
-    __slots__ = ("_buffer", "_storage", "closed", "max_item_bytes", "max_line_bytes")
+    __slots__ = ("_storage", "max_item_bytes", "max_line_bytes")
 
     def __init__(self, max_line_bytes: int = 64 * 1024, max_item_bytes: int = 64 * 1024 * 1024):
+        super().__init__()
         self.max_line_bytes = max_line_bytes
         self.max_item_bytes = max_item_bytes
-        self._buffer = bytearray()
         self._storage: tuple[tuple[str, int] | Bad, int] | None = None
-        self.closed = False
 
-    def feed(self, data: bytes) -> list[object]:
-        if self.closed:
-            return []
-        buffer = self._buffer
-        if buffer or type(data) is not bytes:
-            buffer += data
-            source: bytes | bytearray = buffer
-        else:
-            source = data  # nothing left from the last read: parse it in place, no copies
-        commands: list[object] = []
+    def _decode(self, source: bytes | bytearray, commands: list[object]) -> int:
         pos = 0
         size = len(source)
         while True:
@@ -287,14 +275,7 @@ class MemcacheDecoder:
                 _remember(line, command)
             elif type(command) is Bad and command.close:
                 break
-        if commands and type(commands[-1]) is Bad and commands[-1].close:
-            self.closed = True
-            buffer.clear()
-        elif source is buffer:
-            del buffer[:pos]
-        elif pos < size:
-            buffer += memoryview(data)[pos:]
-        return commands
+        return pos
 
 
 def value_reply(queue: str, data: bytes) -> bytes:

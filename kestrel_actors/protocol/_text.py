@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from .._names import name_from_wire
 from ._commands import Bad
+from ._decoder import Decoder
 from ._lines import STATUS_NAMES, TOO_LONG, int32_text, next_line
 from ._text_commands import (
     TextConfirm,
@@ -128,33 +129,53 @@ def _split(line: str) -> list[str]:
     return tokens
 
 
+class _Refused(Exception):
+    """An argument the request cannot have: ``answer`` is the :class:`Bad` it gets."""
+
+    def __init__(self, answer: Bad) -> None:
+        super().__init__()
+        self.answer = answer
+
+
+def _queue(args: list[str]) -> str:
+    if not args:
+        raise _Refused(_QUEUE_REQUIRED)
+    return args[0]
+
+
+def _optional_int32(args: list[str], bad: Bad) -> int | None:
+    """The optional number after the queue name (``None`` when absent); ``bad`` answers one
+    that is not a Java int."""
+    if len(args) < 2:
+        return None
+    value = int32_text(args[1])
+    if value is None:
+        raise _Refused(bad)
+    return value
+
+
 def parse_text_request(tokens: list[str], items: tuple[bytes, ...] = ()) -> object:
     """Turn a tokenized text request (and the items of a ``:`` block) into a command."""
+    try:
+        return _parse(tokens, items)
+    except _Refused as refused:
+        return refused.answer
+
+
+def _parse(tokens: list[str], items: tuple[bytes, ...]) -> object:
     if not tokens:  # Kestrel indexes an empty array: an exception, so no reply and a close
         return _DROP
     command = tokens[0].lower()
     args = tokens[1:]
     argc = len(args)
     if command == "put":
-        if argc < 1:
-            return _QUEUE_REQUIRED
-        expiry = None
-        if argc > 1:
-            expiry = int32_text(args[1])
-            if expiry is None:
-                return _BAD_EXPIRY
-        return TextPut(args[0], expiry, items)
+        return TextPut(_queue(args), _optional_int32(args, _BAD_EXPIRY), items)
     if command == "get" or command == "peek":
-        if argc < 1:
-            return _QUEUE_REQUIRED
-        timeout = None
-        if argc > 1:
-            timeout = int32_text(args[1])
-            if timeout is None:
-                return _BAD_TIMEOUT
-            if timeout <= 0:
-                timeout = None
-        return TextGet(args[0], timeout, peek=command == "peek")
+        queue = _queue(args)
+        timeout = _optional_int32(args, _BAD_TIMEOUT)
+        if timeout is not None and timeout <= 0:
+            timeout = None
+        return TextGet(queue, timeout, peek=command == "peek")
     if command == "monitor":
         if argc < 2:
             return _MONITOR_ARGS
@@ -166,9 +187,8 @@ def parse_text_request(tokens: list[str], items: tuple[bytes, ...] = ()) -> obje
         count = int32_text(args[1])
         return _DROP if count is None else TextConfirm(args[0], count)
     if command == "flush" or command == "delete":
-        if argc < 1:
-            return _QUEUE_REQUIRED
-        return TextFlush(args[0]) if command == "flush" else TextDelete(args[0])
+        queue = _queue(args)
+        return TextFlush(queue) if command == "flush" else TextDelete(queue)
     if command == "status":
         if argc < 1:
             return TextStatus(None)
@@ -185,32 +205,22 @@ def parse_text_request(tokens: list[str], items: tuple[bytes, ...] = ()) -> obje
     return Bad(text_error(f"Unknown command: {command}"), close=False)
 
 
-class TextDecoder:
-    """Incremental decoder: :meth:`feed` takes bytes and returns the complete commands.
+class TextDecoder(Decoder):
+    """Incremental text decoder (see :class:`Decoder`): request lines, and the item lines of a
+    ``:`` block. An unfinished block is simply dropped when the connection ends."""
 
-    After a command that closes the connection (a :class:`Bad` with ``close``), the decoder is
-    spent: :attr:`closed` is true and later input is ignored. An unfinished ``:`` block is
-    simply dropped when the connection ends.
-    """
-
-    __slots__ = ("_buffer", "_block", "closed", "max_line_bytes")
+    __slots__ = ("_block", "max_line_bytes")
 
     def __init__(self, max_line_bytes: int = 64 * 1024) -> None:
+        super().__init__()
         self.max_line_bytes = max_line_bytes
-        self._buffer = bytearray()
         self._block: tuple[list[str], list[bytes]] | None = None
-        self.closed = False
 
-    def feed(self, data: bytes) -> list[object]:
-        if self.closed:
-            return []
-        buffer = self._buffer
-        buffer += data
-        commands: list[object] = []
+    def _decode(self, source: bytes | bytearray, commands: list[object]) -> int:
         pos = 0
         limit = self.max_line_bytes
         while True:
-            line, pos = next_line(buffer, pos, limit)
+            line, pos = next_line(source, pos, limit)
             if line is None:
                 break
             if line is TOO_LONG:
@@ -233,10 +243,4 @@ class TextDecoder:
             commands.append(command)
             if type(command) is Bad and command.close:
                 break
-        if commands and type(commands[-1]) is Bad and commands[-1].close:
-            self.closed = True
-            self._block = None
-            buffer.clear()
-        else:
-            del buffer[:pos]
-        return commands
+        return pos

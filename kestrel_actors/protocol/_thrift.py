@@ -43,6 +43,7 @@ from thriftpy2.transport import TMemoryBuffer
 
 from .._names import name_from_wire
 from ._commands import Bad
+from ._decoder import Decoder
 from ._memcache import DROP  # no reply, close: what Finagle does when a read fails
 
 __all__ = [
@@ -421,44 +422,32 @@ def decode_frame(frame: bytes) -> object:
     return Bad(reply, close=False)
 
 
-class ThriftDecoder:
-    """Incremental decoder: :meth:`feed` takes bytes and returns the complete calls.
+class ThriftDecoder(Decoder):
+    """Incremental thrift decoder (see :class:`Decoder`): one call record per complete frame.
 
     A frame whose declared length is negative or over ``max_frame_bytes`` is refused before
-    anything of that size is buffered. After a record that closes the connection the decoder
-    is spent: :attr:`closed` is true and later input is ignored.
+    anything of that size is buffered.
     """
 
-    __slots__ = ("_buffer", "closed", "max_frame_bytes")
+    __slots__ = ("max_frame_bytes",)
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        super().__init__()
         self.max_frame_bytes = max_frame_bytes
-        self._buffer = bytearray()
-        self.closed = False
 
-    def feed(self, data: bytes) -> list[object]:
-        if self.closed:
-            return []
-        buffer = self._buffer
-        buffer += data
-        calls: list[object] = []
+    def _decode(self, source: bytes | bytearray, commands: list[object]) -> int:
         pos = 0
-        size = len(buffer)
+        size = len(source)
         while size - pos >= 4:
-            length = int.from_bytes(buffer[pos : pos + 4], "big", signed=True)
+            length = int.from_bytes(source[pos : pos + 4], "big", signed=True)
             if length < 0 or length > self.max_frame_bytes:
-                calls.append(DROP)
+                commands.append(DROP)
                 break
             if size - pos - 4 < length:
                 break
-            call = decode_frame(bytes(buffer[pos + 4 : pos + 4 + length]))
+            call = decode_frame(bytes(source[pos + 4 : pos + 4 + length]))
             pos += 4 + length
-            calls.append(call)
+            commands.append(call)
             if type(call) is Bad and call.close:
                 break
-        if calls and type(calls[-1]) is Bad and calls[-1].close:
-            self.closed = True
-            buffer.clear()
-        else:
-            del buffer[:pos]
-        return calls
+        return pos

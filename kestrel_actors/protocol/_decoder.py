@@ -1,0 +1,51 @@
+"""What every protocol's decoder shares: the bytes kept between reads, and the end after a close.
+
+Each codec (memcache, text, thrift) says only how to parse; :class:`Decoder` holds the rules
+around that, so the three cannot drift apart: how the rest of a read is kept for the next,
+and that a decoder is spent once it has returned a command that closes the connection.
+"""
+
+from __future__ import annotations
+
+from ._commands import Bad
+
+__all__ = ["Decoder"]
+
+
+class Decoder:
+    """Incremental decoder: :meth:`feed` takes bytes and returns the complete commands.
+
+    After a command that closes the connection (a :class:`Bad` with ``close``), the decoder
+    is spent: :attr:`closed` is true and later input is ignored.
+    """
+
+    __slots__ = ("_buffer", "closed")
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self.closed = False
+
+    def _decode(self, source: bytes | bytearray, commands: list[object]) -> int:
+        """Append to ``commands`` what ``source`` holds complete, stopping after one that
+        closes; return where the unparsed rest of ``source`` starts."""
+        raise NotImplementedError
+
+    def feed(self, data: bytes) -> list[object]:
+        if self.closed:
+            return []
+        buffer = self._buffer
+        if buffer or type(data) is not bytes:
+            buffer += data
+            source: bytes | bytearray = buffer
+        else:
+            source = data  # nothing left from the last read: parse it in place, no copies
+        commands: list[object] = []
+        pos = self._decode(source, commands)
+        if commands and type(commands[-1]) is Bad and commands[-1].close:
+            self.closed = True
+            buffer.clear()
+        elif source is buffer:
+            del buffer[:pos]
+        elif pos < len(source):
+            buffer += memoryview(data)[pos:]
+        return commands
