@@ -287,3 +287,37 @@ def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
     assert alone.ratio() is None and alone.met is True  # 90 >= the target of 10
     table = render([slower], 1, peer="/bin/peer")
     assert "| 0.90 | ≥ 1.0× | no |" in table and "| 50 | 100 | 40 |" in table
+
+
+def test_floor_server_stores_what_put_many_sends(tmp_path):
+    """The issue-12 floor (loadtests/floor_server.py) answers put-many as a server would, and
+    its journal file holds every item: what docs/benchmarks.md measures against is real work."""
+    from ..helpers import free_port, wait_for
+
+    port = free_port()
+    journal = tmp_path / "floor.journal"
+    proc = subprocess.Popen([sys.executable, "-m", "loadtests.floor_server", str(port), str(journal)], cwd=REPO)
+    try:
+        assert wait_for(lambda: _accepts(port), timeout=20)
+        result = subprocess.run(
+            [sys.executable, "-m", "loadtests", "put-many", "-c", "1", "-n", "200", "-b", "100", "-F",
+             "-p", str(port), "--no-progress"],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        record = json.loads(result.stdout.strip().splitlines()[-1])
+        assert record["items"] == 200
+        assert journal.stat().st_size == 200 * (5 + 100)  # one record (tag, length, item) per SET
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _accepts(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
