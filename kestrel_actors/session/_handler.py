@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Protocol
 
 from .. import protocol as p
 
-__all__ = ["Handler"]
+__all__ = ["Handler", "write_refusal"]
 
 
 class Handler(Protocol):
@@ -61,3 +61,14 @@ class Handler(Protocol):
     def release(self) -> None:
         """The client has gone: give back what the handler holds that the session does not
         (items a thrift get fetched but has not answered yet)."""
+
+
+def write_refusal(session: Any, command: Any) -> p.Bad | None:
+    """The handler's ``WRITE_REFUSALS`` entry for ``command`` if the server blocks writes
+    now, else ``None``. The session checks the head request before its queue lookup; a
+    handler asks again for each request it compiles into a batch, since only the batch's
+    first request was checked there (a SET pipelined behind a GET under ReadOnly)."""
+    refusal = session.write_refusals.get(type(command))
+    if refusal is not None and not session.context.writes_allowed(session.session):
+        return refusal
+    return None

@@ -19,6 +19,7 @@ from ..actors._session_queue import (
 from ..protocol._replies import compose_dump_config, compose_dump_stats
 from ..snapshot import take_snapshot
 from ._actor import Answer, take_oldest
+from ._handler import write_refusal
 
 __all__ = ["MemcacheHandler"]
 
@@ -34,10 +35,10 @@ class MemcacheHandler:
     MONITOR_END = p.END
     QUIT = p.Quit
     WRITE_REFUSALS: dict[type, p.Bad] = {
-        p.Set: p.Bad(p.SERVER_ERROR, close=True),
-        p.Flush: p.Bad(p.SERVER_ERROR, close=True),
-        p.FlushAll: p.Bad(p.SERVER_ERROR, close=True),
-        p.Delete: p.Bad(p.SERVER_ERROR, close=True),
+        p.Set: _SERVER_ERROR_CLOSE,
+        p.Flush: _SERVER_ERROR_CLOSE,
+        p.FlushAll: _SERVER_ERROR_CLOSE,
+        p.Delete: _SERVER_ERROR_CLOSE,
         p.FlushExpired: p.DROP,
     }
     """Writes that ReadOnly/Quiescent (or the write connection limit) refuse, and how (§7.2)."""
@@ -121,12 +122,13 @@ class MemcacheHandler:
             s.out.append(self.missing_queue_reply(command, None))
 
     def compile(self, command: Any, ops: list[Any]) -> tuple[p.Bad | None, bool]:
-        kind = type(command)
         s = self.s
+        refusal = write_refusal(s, command)
+        if refusal is not None:
+            return refusal, True
+        kind = type(command)
         context = self.context
         if kind is p.Set:
-            if not context.writes_allowed(s.session):
-                return _SERVER_ERROR_CLOSE, True
             context.stats.cmd_set += 1
             ops.append(Add(command.data, p.expiry_from_exptime(command.exptime)))
             return None, False
@@ -156,13 +158,9 @@ class MemcacheHandler:
             ops.append(Confirm(xids))
             return None, False
         if kind is p.Flush:
-            if not context.writes_allowed(s.session):
-                return _SERVER_ERROR_CLOSE, True
             ops.append(FLUSH)
             return None, False
         if kind is p.FlushExpired:
-            if not context.writes_allowed(s.session):
-                return p.DROP, True
             ops.append(FLUSH_EXPIRED)
             return None, False
         raise AssertionError(command)

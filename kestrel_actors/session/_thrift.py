@@ -40,6 +40,7 @@ from ..protocol import _thrift as th
 from ..queue import epoch_ms
 from ..status import Status
 from ._actor import Answer
+from ._handler import write_refusal
 from ._thrift_reads import ThriftReads
 
 __all__ = ["ThriftHandler"]
@@ -145,15 +146,16 @@ class ThriftHandler:
     # -- queue operations -----------------------------------------------------------------
 
     def compile(self, command: Any, ops: list[Any]) -> tuple[p.Bad | None, bool]:
-        kind = type(command)
         s = self.s
+        refusal = write_refusal(s, command)
+        if refusal is not None:
+            return refusal, True
+        kind = type(command)
         context = self.context
         if kind is _GetStep:
             self._step(ops)
             return None, True
         if kind is th.ThriftPut:
-            if not context.writes_allowed(s.session):
-                return p.DROP, True
             ms = command.expiration_msec
             expiry = 0 if ms == 0 else max(1, epoch_ms() + ms)  # a negative time: expired already
             ops.extend(Add(item, expiry, chained=index > 0) for index, item in enumerate(command.items))
@@ -171,8 +173,6 @@ class ThriftHandler:
             ops.append(INSPECT)
             return None, False
         if kind is th.ThriftFlushQueue:
-            if not context.writes_allowed(s.session):
-                return p.DROP, True
             ops.append(FLUSH)
             return None, False
         raise AssertionError(command)

@@ -361,6 +361,23 @@ def test_read_only_refuses_writes_by_closing(server):
         assert client.put("ro", [b"y"]) == 1
 
 
+def test_read_only_refuses_a_put_pipelined_behind_a_peek(server):
+    with server.thrift_client() as admin:
+        admin.put("ro_pipe", [b"x"])
+        admin.set_status(Status.READ_ONLY)
+    sock = socket.create_connection((server.host, server.thrift_port))
+    # one batch on one queue: only the peek, its head, is checked before the lookup
+    sock.sendall(encode_call("peek", 1, queue_name="ro_pipe")
+                 + encode_call("put", 2, queue_name="ro_pipe", items=[b"y"]))
+    seqid, info = decode_reply("peek", _read_frame(sock))
+    assert (seqid, info.items) == (1, 1)
+    assert _closes(sock)  # the put is refused as if it had come alone: closed, no reply
+    sock.close()
+    with server.thrift_client() as client:
+        client.set_status(Status.UP)
+        assert client.get("ro_pipe", max_items=5) == [Item(b"x", 0)]
+
+
 def test_quiescent_refuses_reads_by_closing_but_confirm_works(server):
     with server.thrift_client() as client:
         client.put("qu", [b"x"])

@@ -20,7 +20,7 @@ from kestrel_actors.runtime import Dispatcher
 from kestrel_actors.session import (
     Disconnected, MemcacheHandler, Received, Reload, SessionActor, SessionContext, Shutdown, TextHandler,
 )
-from kestrel_actors.status import ServerStatus
+from kestrel_actors.status import ServerStatus, Status
 
 
 class BufferTransport:
@@ -187,3 +187,14 @@ def test_monitor_streams_items_then_ends(world):
     settle()
     assert client.transport.take() == b"END\r\n"  # the stream's end, once its seconds are up
     assert world.stats.cmd_monitor == 1
+
+
+def test_a_write_pipelined_behind_a_read_is_refused_while_writes_are_blocked(world):
+    client = world.connect()
+    client.send(b"set a 0 0 1\r\n1\r\n")
+    world.context.status.set(Status.READ_ONLY)
+    # one batch: the session checks only its first request (a read) before the lookup,
+    # so the SET is refused as it is compiled, as if it had come alone: SERVER_ERROR and a close
+    assert client.send(b"get a\r\nset a 0 0 1\r\n2\r\nget a\r\n") == b"VALUE a 0 1\r\n1\r\nEND\r\nSERVER_ERROR\r\n"
+    assert client.transport.closed
+    assert world.stats.cmd_set == 1
