@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import gevent
 import structlog
 from greenlet import getcurrent
 from pykka import ActorDeadError
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "of_this_hub"]
+
+T = TypeVar("T")
+
+
+def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T]) -> T:
+    """The one ``make(hub)`` of this thread's hub, kept in ``made`` (made on first use).
+
+    Services with one instance per event loop (the dispatcher, thrift's open reads) use it,
+    so that a test or tool running its own hub gets its own.
+    """
+    hub = gevent.get_hub()
+    value = made.get(hub)
+    if value is None:
+        value = made[hub] = make(hub)
+    return value
 
 log = structlog.get_logger("kestrel_actors.runtime")
 
@@ -42,11 +57,7 @@ class Dispatcher:
     @classmethod
     def current(cls) -> Dispatcher:
         """The dispatcher of this thread's hub."""
-        hub = gevent.get_hub()
-        dispatcher = cls._by_hub.get(hub)
-        if dispatcher is None:
-            dispatcher = cls._by_hub[hub] = cls(hub)
-        return dispatcher
+        return of_this_hub(cls._by_hub, cls)
 
     def deliver(self, ref: Any, message: Any) -> None:
         """``ref.tell(message)`` soon, from a dispatcher greenlet, after what is already due.

@@ -52,7 +52,7 @@ from ..actors._session_queue import (
 from ..actors._stats import record_batch
 from ..runtime import GeventActor
 from ._context import Reload, SessionContext, Shutdown
-from ._handler import Handler
+from ._handler import Handler, write_refusal
 
 __all__ = ["Answer", "Disconnected", "MonitorState", "Received", "SessionActor"]
 
@@ -210,8 +210,8 @@ class SessionActor(GeventActor):
         while pending and self.waiting is None and not self.closing and not transport.backed_up:
             command = pending[0]
             kind = type(command)
-            refusal = self.write_refusals.get(kind)
-            if refusal is not None and not self.context.writes_allowed(self.session):
+            refusal = write_refusal(self, command)
+            if refusal is not None:
                 # checked before the queue is looked up: a missing queue is refused alike
                 pending.clear()
                 self._local(refusal)
@@ -376,7 +376,12 @@ class SessionActor(GeventActor):
             if type(command) not in queue_kinds or command.queue != name or not handler.goes_to_queue(command):
                 break
             before = len(ops)
-            preset, last = handler.compile(command, ops)
+            # only the head was checked before the lookup: a write behind a read was not
+            refusal = write_refusal(self, command)
+            if refusal is not None:
+                preset, last = refusal, True
+            else:
+                preset, last = handler.compile(command, ops)
             pending.popleft()
             count = len(ops) - before
             entries.append((command, count, preset, count > 0 and type(ops[-1]) is Open))

@@ -65,9 +65,9 @@ class Handler(Protocol):
 
 def write_refusal(session: Any, command: Any) -> p.Bad | None:
     """The handler's ``WRITE_REFUSALS`` entry for ``command`` if the server blocks writes
-    now, else ``None``. The session checks the head request before its queue lookup; a
-    handler asks again for each request it compiles into a batch, since only the batch's
-    first request was checked there (a SET pipelined behind a GET under ReadOnly)."""
+    now, else ``None``. The session asks before its queue lookup (for the head request) and
+    again for each request it compiles into a batch (a SET pipelined behind a GET under
+    ReadOnly); handlers never check it themselves."""
     refusal = session.write_refusals.get(type(command))
     if refusal is not None and not session.context.writes_allowed(session.session):
         return refusal

@@ -19,7 +19,6 @@ from ..actors._session_queue import (
 from ..protocol._replies import compose_dump_config, compose_dump_stats
 from ..snapshot import take_snapshot
 from ._actor import Answer, take_oldest
-from ._handler import write_refusal
 
 __all__ = ["MemcacheHandler"]
 
@@ -122,11 +121,8 @@ class MemcacheHandler:
             s.out.append(self.missing_queue_reply(command, None))
 
     def compile(self, command: Any, ops: list[Any]) -> tuple[p.Bad | None, bool]:
-        s = self.s
-        refusal = write_refusal(s, command)
-        if refusal is not None:
-            return refusal, True
         kind = type(command)
+        s = self.s
         context = self.context
         if kind is p.Set:
             context.stats.cmd_set += 1

@@ -40,7 +40,6 @@ from ..protocol import _thrift as th
 from ..queue import epoch_ms
 from ..status import Status
 from ._actor import Answer
-from ._handler import write_refusal
 from ._thrift_reads import ThriftReads
 
 __all__ = ["ThriftHandler"]
@@ -146,11 +145,8 @@ class ThriftHandler:
     # -- queue operations -----------------------------------------------------------------
 
     def compile(self, command: Any, ops: list[Any]) -> tuple[p.Bad | None, bool]:
-        s = self.s
-        refusal = write_refusal(s, command)
-        if refusal is not None:
-            return refusal, True
         kind = type(command)
+        s = self.s
         context = self.context
         if kind is _GetStep:
             self._step(ops)

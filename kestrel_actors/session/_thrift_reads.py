@@ -24,10 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import gevent
 
 from ..actors._session_queue import IGNORE, QueueBatch, Unremove
-from ..runtime import Dispatcher
+from ..runtime import Dispatcher, of_this_hub
 
 __all__ = ["OpenRead", "ThriftReads", "first_id"]
 
@@ -73,11 +72,7 @@ class ThriftReads:
     @classmethod
     def current(cls) -> ThriftReads:
         """The map of this thread's hub (the server's), made on first use."""
-        hub = gevent.get_hub()
-        reads = cls._by_hub.get(hub)
-        if reads is None:
-            reads = cls._by_hub[hub] = cls(hub)
-        return reads
+        return of_this_hub(cls._by_hub, cls)
 
     def open(self, queue: str, xid: int, ref: Any, owner: dict[str, int], auto_abort_ms: int) -> int:
         """Record an opened item; its abort timer starts now. Returns its id. The opener's
