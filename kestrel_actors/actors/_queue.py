@@ -26,7 +26,7 @@ from pykka import ActorDeadError
 
 from ..config import QueueConfig
 from ..queue import Journal, QueueCore, Waiter, WaitList, epoch_ms, is_fanout_child
-from ..runtime import Dispatcher, GeventActor
+from ..runtime import Dispatcher, GeventActor, on_own_greenlet
 from ._collection_queue import (
     AddCopy, CloseQueue, CopyDone, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep, Swept,
 )
@@ -46,6 +46,15 @@ _FLUSH_REPLIES = object()
 
 _WAITERS_DUE = object()
 """A queue's message to itself: its deadline timer fired, some parked batches may be due."""
+
+
+@on_own_greenlet
+class _Maintain:
+    """A queue's message to itself: the journal's rotation or rewrite, left by a batch that ran
+    on the hub (``Journal.maintenance_due``); file work that may wait runs on its own greenlet."""
+
+
+_MAINTAIN = _Maintain()
 
 
 def _reply_to(batch: QueueBatch) -> Any:
@@ -116,6 +125,13 @@ class QueueActor(GeventActor):
     """A session's batch runs on the session's greenlet when the queue is idle, saving two
     greenlet switches per request; journal file work may suspend that greenlet, never the hub."""
 
+    def may_run_on_hub(self) -> bool:
+        # File work may wait, and the hub must not: read-behind reads, and a rotation or rewrite
+        # due before the next add. One due later in a batch (or after a remove) the journal
+        # leaves for _MAINTAIN, which runs on this actor's own greenlet before the answers go.
+        journal = self.core.journal
+        return not journal.in_read_behind and not journal.rotation_due(self.core)
+
     def __init__(
         self,
         name: str,
@@ -139,6 +155,7 @@ class QueueActor(GeventActor):
         """Answers waiting for the journal: sent together at the end of the burst."""
         self._dispatcher = Dispatcher.current()
         self._flush_due = False
+        self._maintaining = False
         self.is_master = not is_fanout_child(name)
 
     # -- dispatch -------------------------------------------------------------------------
@@ -159,6 +176,11 @@ class QueueActor(GeventActor):
             self._send_replies()
         elif message is _WAITERS_DUE:
             self._expire_due()
+        elif message is _MAINTAIN:
+            self._maintaining = False
+            journal = self.core.journal
+            journal.maintenance_due = False
+            journal.check_rotate(self.core)
         elif kind is AddCopy:
             self._add_copy(message)
         elif kind is CancelWaits:
@@ -194,6 +216,11 @@ class QueueActor(GeventActor):
         return None
 
     def on_inbox_empty(self) -> None:
+        if self.core.journal.maintenance_due:
+            if not self._maintaining:  # before the answers: they wait for the file work, as before
+                self._maintaining = True
+                self.actor_ref.tell(_MAINTAIN)
+            return
         if not self._replies or self._flush_due:
             return
         # after the tells already due: every batch of this burst shares one journal write

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import gevent
 import structlog
+from greenlet import getcurrent
 
 from ..config import QueueConfig
 from ._files import (
@@ -91,6 +92,8 @@ class FileJournal:
         if read_behind is not None:
             self._reader = self._read_behind_from(read_behind)
         self.closed = False
+        self.maintenance_due = False
+        self._hub = gevent.get_hub()
 
     # -- the Journal protocol ---------------------------------------------------------------
 
@@ -180,16 +183,15 @@ class FileJournal:
         (only when an item was removed). The limits come from ``queue.config`` when it has one,
         so a reload applies at once, as in Kestrel.
         """
-        if self.closed or self._writer.error is not None:
-            return  # failing: no rotation or rewrite until the records in hand are written
+        if not self.rotation_due(queue):
+            return  # the common case, checked once per request
+        if getcurrent() is self._hub:
+            self.maintenance_due = True  # the hub may not wait for files: the queue's greenlet will
+            return
         config = getattr(queue, "config", None) or self.config
         size = self.size()
         total = size + self.archived_size
         length = queue_length(queue)
-        if total <= config.max_journal_size and size <= config.max_memory_size and (
-            length or size < config.default_journal_size
-        ):
-            return  # no branch below applies: the common case, checked once per request
         allowed = self._rewrites_allowed()
         if not config.disable_aggressive_rewrites:
             if size >= config.default_journal_size and length == 0:
@@ -212,6 +214,19 @@ class FileJournal:
                     self.rewrite(queue)
                 if self.size() > config.max_memory_size:
                     self.rotate(checkpoint=self.size() + self.archived_size > config.max_journal_size)
+
+    def rotation_due(self, queue: Any) -> bool:
+        """Whether :meth:`check_rotate` would rewrite or rotate now (or might: a rewrite may
+        still be throttled). False while failing: nothing moves until the records are written."""
+        if self.closed or self._writer.error is not None:
+            return False
+        config = getattr(queue, "config", None) or self.config
+        size = self.size()
+        return not (
+            size + self.archived_size <= config.max_journal_size
+            and size <= config.max_memory_size
+            and (queue_length(queue) or size < config.default_journal_size)
+        )
 
     def _rewrites_allowed(self) -> bool:
         until = self._rewrites_blocked_until

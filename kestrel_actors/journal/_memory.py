@@ -12,6 +12,8 @@ __all__ = ["MemoryJournal"]
 class MemoryJournal:
     """The journal of a queue that keeps nothing on disk (``keep_journal = false``)."""
 
+    maintenance_due = False
+
     def add(self, item: Item) -> None:
         pass
 
@@ -54,6 +56,9 @@ class MemoryJournal:
 
     def check_rotate(self, queue: Any) -> None:
         pass
+
+    def rotation_due(self, queue: Any) -> bool:
+        return False
 
     def rewrite(self, queue: Any) -> bool:
         return False

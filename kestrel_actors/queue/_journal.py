@@ -97,7 +97,17 @@ class Journal(Protocol):
         """True while some of the queue's items are only on disk."""
 
     def check_rotate(self, queue: Any) -> None:
-        """Kestrel's checkRotateJournal: in an add before ``add()``, in a remove after it."""
+        """Kestrel's checkRotateJournal: in an add before ``add()``, in a remove after it.
+
+        Called on the hub (a queue run from a socket callback), where file work may not wait,
+        a journal that finds a rotation or rewrite due sets :attr:`maintenance_due` instead."""
+
+    def rotation_due(self, queue: Any) -> bool:
+        """Whether :meth:`check_rotate` has file work to do for ``queue`` now."""
+
+    maintenance_due: bool
+    """A rotation or rewrite is due but was left for the queue's own greenlet, which calls
+    :meth:`check_rotate` again (and clears this) before it answers the batch that found it."""
 
     def rewrite(self, queue: Any) -> bool:
         """Compact every file into one holding ``queue``'s open reads and items."""

@@ -13,9 +13,11 @@ pykka exposes three hooks for a runtime, ``_create_actor_inbox``, ``_create_futu
   ``inline_dispatch = True`` runs the actor's handler at once on the sender's greenlet instead
   of waking the actor's own. The actor is marked busy meanwhile, so it still handles one
   message at a time and in order; what reaches it meanwhile is queued and handled by the same
-  sender before ``tell`` returns. Never on the hub (a handler may suspend its greenlet), never
-  for ``ask`` or pykka's control messages other than the actor's own ``stop()``. Such an actor
-  without ``on_start`` gets its greenlet only when something must run there;
+  sender before ``tell`` returns. On the hub only if the actor says none of its handlers can
+  suspend now (:meth:`GeventActor.may_run_on_hub`: the hub has nowhere to switch to). Never
+  for ``ask``, for pykka's control messages other than the actor's own ``stop()``, or for a
+  message type marked :func:`on_own_greenlet`. Such an actor without ``on_start`` gets its
+  greenlet only when something must run there;
 * a *dead letter* hook: a ``tell`` still in the inbox when an actor stops is handed to
   :meth:`GeventActor.on_dead_letter` instead of vanishing silently;
 * :meth:`GeventActor.on_inbox_empty`, called before an actor waits on an empty inbox.
@@ -23,8 +25,9 @@ pykka exposes three hooks for a runtime, ``_create_actor_inbox``, ``_create_futu
 Both ways of running an actor, on its own greenlet and inline on a sender's, go through one
 drain (:meth:`GeventActor._drain`) with one set of rules.
 
-``_dispatcher`` adds a :class:`~._dispatcher.Dispatcher`: hub callbacks (socket reads)
-cannot run handlers inline, so they hand their tells to a dispatcher greenlet.
+``_dispatcher`` adds a :class:`~._dispatcher.Dispatcher`: a hub callback (a socket read)
+tells at once when it is the loop's only ready event and the receiver may run on the hub;
+otherwise it hands the tell to a dispatcher greenlet, which makes a burst's tells together.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from greenlet import getcurrent
 from pykka import ActorDeadError, ActorRef, Timeout, messages
 from pykka._envelope import Envelope
 
-__all__ = ["GeventActor", "GeventFuture", "ReplyFuture"]
+__all__ = ["GeventActor", "GeventFuture", "ReplyFuture", "on_own_greenlet"]
 
 
 _PYKKA_MESSAGES = frozenset(
@@ -50,6 +53,19 @@ _PYKKA_MESSAGES = frozenset(
 )
 
 _STOP = messages._ActorStop  # noqa: SLF001
+
+_OWN_GREENLET: set[type] = set()
+"""Message types that never run inline (see :func:`on_own_greenlet`)."""
+_NOT_INLINE: set[type] = set(_PYKKA_MESSAGES)
+"""What a tell never runs inline: pykka's messages and :data:`_OWN_GREENLET`."""
+
+
+def on_own_greenlet(cls: type[T]) -> type[T]:
+    """Class decorator: a message of this type always runs on its actor's own greenlet, never
+    inline on a sender's or the hub (work that may wait, such as a journal rotation)."""
+    _OWN_GREENLET.add(cls)
+    _NOT_INLINE.add(cls)
+    return cls
 
 _URN_FORMAT = str(uuid.uuid4().urn)[:-12] + "%012x"
 """Actor URNs: one random UUID per process, its last 48 bits a counter. As unique as pykka's
@@ -186,15 +202,15 @@ class _GeventRef(ActorRef[Any]):
         if self.actor_stopped._set:  # type: ignore[attr-defined]  # noqa: SLF001
             raise ActorDeadError(f"{self} not found")
         mailbox: _Mailbox = self.actor_inbox  # type: ignore[assignment]
-        if (
-            mailbox.idle
-            and mailbox.inline
-            and type(message) not in _PYKKA_MESSAGES
-            and getcurrent() is not mailbox.hub
-        ):
-            mailbox.actor._drain(True, message)  # type: ignore[union-attr]  # noqa: SLF001
-        else:
-            mailbox.put(Envelope(message))
+        if mailbox.idle and mailbox.inline and type(message) not in _NOT_INLINE:
+            actor: GeventActor = mailbox.actor  # type: ignore[assignment]
+            if getcurrent() is not mailbox.hub:
+                actor._drain(True, message)  # noqa: SLF001
+                return
+            if actor.may_run_on_hub():
+                actor._drain(True, message, on_hub=True)  # noqa: SLF001
+                return
+        mailbox.put(Envelope(message))
 
 
 class GeventActor(pykka.Actor):
@@ -208,6 +224,12 @@ class GeventActor(pykka.Actor):
     inline_dispatch = False
     """Whether a sender may run this actor's handlers on its own greenlet when the actor is
     idle. Set it only for actors whose handlers never block the hub-free caller for long."""
+
+    def may_run_on_hub(self) -> bool:
+        """Whether a tell made on the hub (a socket callback) may run this idle inline actor's
+        handlers right there: only if none of them can suspend now (the hub has nowhere to
+        switch to). The default is no: the tell wakes the actor's own greenlet."""
+        return False
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         # pykka's __init__, but ``actor_stopped`` is a plain flag: a threading.Event costs a
@@ -250,7 +272,7 @@ class GeventActor(pykka.Actor):
             pykka.ActorRegistry.stop_all()
         mailbox.idle = False
 
-    def _drain(self, inline: bool, first: Any = _NO_MESSAGE) -> bool:
+    def _drain(self, inline: bool, first: Any = _NO_MESSAGE, on_hub: bool = False) -> bool:
         """Handle ``first`` (a tell, when given) and then the inbox in order, until it is empty
         (returns True: the actor is idle) or the actor stops or, ``inline``, a message needs
         the actor's own greenlet (False).
@@ -261,6 +283,8 @@ class GeventActor(pykka.Actor):
         tells run, the actor's own ``stop()`` among them: an ask or another pykka message
         waits for the actor's greenlet, which may block as pykka's handlers expect; and the
         actor ends idle again, or with its greenlet woken for the rest or its teardown.
+        ``on_hub``: the sender is the hub; each further message asks :meth:`may_run_on_hub`
+        again, since the first may have changed the answer.
         """
         mailbox = self.actor_inbox
         items = mailbox.items
@@ -287,7 +311,12 @@ class GeventActor(pykka.Actor):
                 reply_to = envelope.reply_to
                 kind = type(message)
                 pykka_message = kind in _PYKKA_MESSAGES
-                if inline and (reply_to is not None or (pykka_message and kind is not _STOP)):
+                if inline and (
+                    reply_to is not None
+                    or (pykka_message and kind is not _STOP)
+                    or kind in _OWN_GREENLET
+                    or (on_hub and not self.may_run_on_hub())
+                ):
                     return False
                 items.popleft()
                 # the handling itself, written out here rather than called: it runs for every

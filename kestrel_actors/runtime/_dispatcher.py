@@ -28,17 +28,20 @@ def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T
         value = made[hub] = make(hub)
     return value
 
+
 log = structlog.get_logger("kestrel_actors.runtime")
 
 
 class Dispatcher:
     """Makes tells on behalf of the hub, from a greenlet, in the order they were handed over.
 
-    A hub callback (a socket became readable) may not run a handler: a handler may suspend its
-    greenlet, and the hub has nowhere to switch to. Telling from the hub would wake the
-    receiver's own greenlet, a switch per message. Instead the callback hands the tell to
-    :meth:`deliver`; one dispatcher greenlet, woken once per burst, makes all due tells, and
-    an idle receiver runs inline on it. If a handler suspends a dispatcher (journal file work
+    A hub callback (a socket became readable) may run a handler only if the receiver says none
+    can suspend now (``may_run_on_hub``): the hub has nowhere to switch to. When the callback
+    is the loop's only ready event, :meth:`tell_from_hub` tells at once, and such a receiver
+    runs right there, without a greenlet switch. Otherwise the callback hands the tell to
+    :meth:`deliver`; one dispatcher greenlet, woken once per burst, makes all due tells
+    together (so that a burst's requests share a journal write), and an idle receiver runs
+    inline on it. If a handler suspends a dispatcher (journal file work
     on the threadpool), the next :meth:`deliver` from elsewhere wakes another dispatcher for
     what is due, so one slow queue does not hold up the rest. Tells still reach each actor in
     order: they are taken from one FIFO, and a busy actor queues them in its own inbox.
@@ -58,6 +61,24 @@ class Dispatcher:
     def current(cls) -> Dispatcher:
         """The dispatcher of this thread's hub."""
         return of_this_hub(cls._by_hub, cls)
+
+    def tell_from_hub(self, ref: Any, message: Any) -> None:
+        """From a hub callback: ``ref.tell(message)`` now if no other event of this loop
+        iteration waits (no watcher left to run, no tell due), else :meth:`deliver` it.
+
+        Telling now lets an idle receiver that may run on the hub handle a lone request with no
+        greenlet switch; with other events pending, the dispatcher makes the burst's tells
+        together, so that the end-of-burst hook still sees them all.
+        """
+        if self.due or self.hub.loop.pendingcnt:
+            self.deliver(ref, message)
+            return
+        try:
+            ref.tell(message)
+        except ActorDeadError:
+            pass
+        except Exception:  # noqa: BLE001 - nothing may escape into the hub
+            log.exception("tell failed", receiver=str(ref))
 
     def deliver(self, ref: Any, message: Any) -> None:
         """``ref.tell(message)`` soon, from a dispatcher greenlet, after what is already due.

@@ -147,8 +147,13 @@ class SessionActor(GeventActor):
     """One client's session: request order, open reads, waits, monitor streams, hang-up."""
 
     inline_dispatch = True
-    """An idle session's messages (reads from the dispatcher, a queue's answers) run on the
+    """An idle session's messages (reads from the transport, a queue's answers) run on the
     sender's greenlet: its handlers never wait (replies go to the transport's buffer)."""
+
+    def may_run_on_hub(self) -> bool:
+        # never suspends: what it asks of queues or the collection is a tell, and each of those
+        # decides for itself whether it may run on the hub
+        return True
 
     def __init__(self, context: SessionContext, transport: Any, session: Session,
                  handler_class: type[Handler]) -> None:

@@ -58,14 +58,14 @@ class Connections:
             stats.curr_connections, config.connection_limit_refuse_writes, config.connection_limit_refuse_reads
         )
         holder: list[Any] = []
-        deliver = Dispatcher.current().deliver  # transport callbacks run on the hub
+        tell = Dispatcher.current().tell_from_hub  # transport callbacks run on the hub
 
         def on_commands(commands: list[Any]) -> None:
-            deliver(holder[0], Received(commands))
+            tell(holder[0], Received(commands))
 
         def on_eof() -> None:
             session.closed = True  # at once: a queue must not hand this client an item now
-            deliver(holder[0], Disconnected())
+            tell(holder[0], Disconnected())
 
         def on_bytes(count: int) -> None:
             stats.bytes_read += count

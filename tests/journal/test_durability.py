@@ -363,6 +363,30 @@ def test_rotate_logs_rewrites_the_journal_to_an_empty_file(make_server, tmp_path
     assert [client.get("rot"), client.get("rot")] == [b"after", None]
 
 
+def test_a_rewrite_found_by_a_get_on_the_hub_is_done_before_the_reply(make_server, tmp_path):
+    """A lone GET runs on the hub (no greenlet switch); the rewrite its remove makes due (an
+    empty queue, the file past default_journal_size) is file work the hub may not wait for.
+    It runs on the queue's own greenlet, and the GET's reply still comes after it."""
+    config = write_config(tmp_path, '[queues.rw]\ndefault_journal_size = "4KiB"\n')
+    server = make_server("--config", config)
+    client = server.client()
+    for _ in range(5):
+        client.set("rw", b"x" * 1000)  # 5 records of 1021 bytes: past 4 KiB, queue not empty
+    assert stat(client, "rw", "journal_rewrites") == 0
+    for _ in range(4):
+        assert client.get("rw") == b"x" * 1000
+    assert stat(client, "rw", "journal_rewrites") == 0
+    assert client.get("rw") == b"x" * 1000  # empties the queue: the rewrite is due
+    stats = client.stats()
+    assert stats["queue_rw_journal_rewrites"] == "1"
+    assert stats["queue_rw_logsize"] == "0"
+    assert os.path.getsize(server.data_dir / "rw") == 0
+    client.set("rw", b"after")
+    server.restart(signal.SIGKILL)
+    client = server.client()
+    assert [client.get("rw"), client.get("rw")] == [b"after", None]
+
+
 def test_small_max_memory_size_rotates_and_replays(make_server, tmp_path):
     """A journal bigger than max_memory_size rotates (§6.6 c); the archives replay in order."""
     config = write_config(tmp_path, '[queues.small]\nmax_memory_size = "4KiB"\n')

@@ -105,6 +105,26 @@ def test_rotation_and_rewrite_keep_the_queue(make_journal):
     assert journal.size() >= 0
 
 
+def test_check_rotate_on_the_hub_leaves_file_work_for_later(make_journal):
+    """What a queue run on the hub relies on: ``rotation_due`` says whether ``check_rotate``
+    has work; on the hub it only sets ``maintenance_due`` and changes nothing."""
+    config = QueueConfig(default_journal_size=64)
+    journal = make_journal(config=config)
+    core = QueueCore("q", config, journal)
+    assert not journal.maintenance_due and not journal.rotation_due(core)
+    core.add(b"x" * 100, 0, NOW)
+    # on the hub, the remove empties the queue past default_journal_size: a rewrite is due
+    gevent.get_hub().loop.run_callback(core.remove, NOW)
+    gevent.sleep(0)
+    assert core.length == 0
+    if make_journal.kind == "memory":
+        assert not journal.rotation_due(core) and not journal.maintenance_due  # nothing on disk
+        return
+    assert journal.maintenance_due and journal.rotation_due(core) and journal.size() > 100
+    journal.check_rotate(core)
+    assert journal.size() == 0 and not journal.rotation_due(core)
+
+
 def test_read_behind_gives_back_what_was_added_in_order_or_is_not_offered(make_journal):
     journal = make_journal()
     core = QueueCore("q", QueueConfig(), journal)

@@ -124,6 +124,26 @@ def test_rotate_logs_example_rewrites_to_an_empty_file(tmp_path):
     assert os.listdir(tmp_path) == ["q"] and os.path.getsize(tmp_path / "q") == 0
 
 
+def test_on_the_hub_a_due_rewrite_is_left_for_later_and_says_so(tmp_path):
+    """A queue run from a socket callback runs on the hub, where file work may not wait:
+    check_rotate there only marks the work due; called again off the hub, it does it."""
+    config = QueueConfig(max_journal_size=16 * 1024)
+    queue = MiniQueue(FileJournal(str(tmp_path), "q", config), config)
+    journal = queue.journal
+    queue.add(b"x" * 8192)
+    queue.remove()
+    queue.add(b"y" * 8192)
+    assert journal.rotation_due(queue)  # 16427 > 16384: the next check acts
+    assert not journal.maintenance_due
+    gevent.get_hub().loop.run_callback(queue.remove)  # the example's last remove, on the hub
+    gevent.sleep(0)
+    assert journal.maintenance_due and journal.rewrites == 0 and journal.size() == 16428
+    journal.check_rotate(queue)  # off the hub (this test's greenlet): the rewrite happens
+    assert journal.rewrites == 1 and journal.size() == 0
+    assert not journal.rotation_due(queue)
+    journal.close()
+
+
 def test_big_journal_rewrites_are_throttled(tmp_path):
     """Kestrel's PersistentQueueSpec: rewrites wait minJournalCompactDelay after one."""
     clock = Clock()

@@ -352,3 +352,141 @@ def test_an_inline_actor_without_on_start_gets_a_greenlet_only_when_needed():
     asked.ask("question", timeout=1)  # an ask runs on the actor's own greenlet: spawned now
     assert asked.actor_inbox.greenlet is not None and seen[-1][1] is asked.actor_inbox.greenlet
     asked.stop()
+
+
+# -- running on the hub: may_run_on_hub, on_own_greenlet, the dispatcher's tell_from_hub --------
+
+
+class HubSafe(GeventActor):
+    """An inline actor that says whether it may run on the hub (``allowed``) and records
+    where each message ran: on the hub, or elsewhere."""
+
+    inline_dispatch = True
+
+    def __init__(self, log: list, allowed: list) -> None:
+        super().__init__()
+        self.log = log
+        self.allowed = allowed  # a one-element list, so a test can change the answer
+
+    def may_run_on_hub(self) -> bool:
+        return self.allowed[0]
+
+    def on_receive(self, message):
+        on_hub = gevent.getcurrent() is gevent.get_hub()
+        self.log.append((message, on_hub))
+        if message == "close-the-door":
+            self.allowed[0] = False  # what comes next in the same drain must leave the hub
+            self.actor_ref.tell("after")
+
+
+def _hub_safe(allowed: bool) -> tuple[list, list, pykka.ActorRef]:
+    log: list = []
+    flag = [allowed]
+    ref = HubSafe.start(log, flag)
+    return log, flag, ref
+
+
+def test_a_tell_from_the_hub_runs_inline_there_when_the_actor_may_run_on_the_hub():
+    log, _flag, ref = _hub_safe(True)
+    try:
+        gevent.get_hub().loop.run_callback(ref.tell, "from-hub")
+        gevent.sleep(0.01)
+        assert log == [("from-hub", True)]
+    finally:
+        ref.stop()
+
+
+def test_a_tell_from_the_hub_goes_to_the_actors_greenlet_when_it_may_not():
+    log, _flag, ref = _hub_safe(False)
+    try:
+        gevent.get_hub().loop.run_callback(ref.tell, "from-hub")
+        gevent.sleep(0.01)
+        assert log == [("from-hub", False)]
+    finally:
+        ref.stop()
+
+
+def test_the_hub_drain_asks_again_before_each_further_message():
+    log, _flag, ref = _hub_safe(True)
+    try:
+        gevent.get_hub().loop.run_callback(ref.tell, "close-the-door")
+        gevent.sleep(0.01)
+        # the first ran on the hub; the one it queued waited for the actor's own greenlet
+        assert log == [("close-the-door", True), ("after", False)]
+    finally:
+        ref.stop()
+
+
+def test_a_message_marked_on_own_greenlet_never_runs_inline():
+    from kestrel_actors.runtime import on_own_greenlet
+
+    @on_own_greenlet
+    class Heavy:
+        pass
+
+    seen: list = []
+
+    class Worker(GeventActor):
+        inline_dispatch = True
+
+        def may_run_on_hub(self) -> bool:
+            return True
+
+        def on_start(self):
+            self.greenlet = gevent.getcurrent()
+
+        def on_receive(self, message):
+            seen.append((type(message).__name__, gevent.getcurrent() is self.greenlet))
+
+    ref = Worker.start()
+    try:
+        gevent.sleep(0.01)
+        ref.tell("light")  # an ordinary message runs inline, here
+        ref.tell(Heavy())  # from this greenlet: not inline
+        gevent.sleep(0.01)
+        gevent.get_hub().loop.run_callback(ref.tell, Heavy())  # from the hub: not inline either
+        gevent.sleep(0.01)
+        assert seen == [("str", False), ("Heavy", True), ("Heavy", True)]
+    finally:
+        ref.stop()
+
+
+def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
+    """One ready socket: its callback's tell runs the receiver on the hub, no dispatcher.
+    Several sockets ready in one loop iteration: their tells go through the dispatcher, all
+    together, so that an end-of-burst hook still sees the whole burst."""
+    import socket
+
+    from kestrel_actors.runtime import Dispatcher
+
+    log, _flag, ref = _hub_safe(True)
+    dispatcher = Dispatcher.current()
+    loop = gevent.get_hub().loop
+    pairs = [socket.socketpair() for _ in range(3)]
+    watchers = []
+    try:
+        for number, (ours, _theirs) in enumerate(pairs):
+            ours.setblocking(False)
+            watcher = loop.io(ours.fileno(), 1)
+
+            def readable(ours=ours, number=number):
+                ours.recv(16)
+                dispatcher.tell_from_hub(ref, f"socket-{number}")
+
+            watcher.start(readable)
+            watchers.append(watcher)
+        pairs[0][1].send(b"x")  # one socket alone
+        gevent.sleep(0.02)
+        assert log == [("socket-0", True)]
+        log.clear()
+        for _ours, theirs in pairs:  # three at once: one loop iteration sees them all
+            theirs.send(b"x")
+        gevent.sleep(0.02)
+        assert sorted(log) == [("socket-0", False), ("socket-1", False), ("socket-2", False)]
+    finally:
+        for watcher in watchers:
+            watcher.stop()
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        ref.stop()
