@@ -198,6 +198,9 @@ class _GeventRef(ActorRef[Any]):
     ``tell`` returns), which is three tells per request saved on every GET and SET.
     """
 
+    def is_alive(self) -> bool:
+        return not self.actor_stopped._set  # type: ignore[attr-defined]  # noqa: SLF001
+
     def tell(self, message: Any) -> None:
         if self.actor_stopped._set:  # type: ignore[attr-defined]  # noqa: SLF001
             raise ActorDeadError(f"{self} not found")

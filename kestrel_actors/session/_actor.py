@@ -381,8 +381,8 @@ class SessionActor(GeventActor):
             if type(command) not in queue_kinds or command.queue != name or not handler.goes_to_queue(command):
                 break
             before = len(ops)
-            # only the head was checked before the lookup: a write behind a read was not
-            refusal = write_refusal(self, command)
+            # _pump checked the head before the lookup; one behind it (a write after a read) not
+            refusal = write_refusal(self, command) if entries else None
             if refusal is not None:
                 preset, last = refusal, True
             else:
