@@ -83,6 +83,8 @@ CONCURRENT = (
               "SET/s", target=30_000, quick_args=("-n", "10000")),
     Benchmark("get-many, 100 clients, one GET in flight each", ("get-many", "-c", "100", "-n", "100000"),
               "GET/s", target=50_000, quick_args=("-n", "10000")),
+    Benchmark("mixed, 100 clients each alternating a SET and a GET", ("mixed", "-c", "100", "-n", "50000"),
+              "requests/s", quick_args=("-n", "5000")),
     Benchmark("put-many, 10 clients x 32 SETs per write", ("put-many", "-c", "10", "-r", "32", "-n", "320000"),
               "SET/s", goal=2.0, target=100_000, quick_args=("-n", "32000")),
     Benchmark("get-many, 10 clients x 32 GETs per write", ("get-many", "-c", "10", "-r", "32", "-n", "320000"),

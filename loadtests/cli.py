@@ -16,7 +16,7 @@ __all__ = ["main"]
 
 @click.group(context_settings={"help_option_names": ["--help"], "max_content_width": 100})
 def main() -> None:
-    """Kestrel's load tests (put-many, many-clients, flood, packing, leaky-reader) plus get-many.
+    """Kestrel's load tests (put-many, many-clients, flood, packing, leaky-reader) plus get-many and mixed.
 
     Every scenario expects a server that is already running, flushes its queue(s) first
     unless given -F, prints Kestrel's report lines and then one JSON line of figures.
@@ -25,9 +25,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from .scenarios import flood, get_many, leaky_reader, many_clients, packing, put_many
+    from .scenarios import flood, get_many, leaky_reader, many_clients, mixed, packing, put_many
 
-    for module in (put_many, get_many, many_clients, flood, packing, leaky_reader):
+    for module in (put_many, get_many, mixed, many_clients, flood, packing, leaky_reader):
         main.add_command(module.command)
 
 

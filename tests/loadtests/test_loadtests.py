@@ -74,6 +74,24 @@ def test_get_many(server):
     assert record["fill"]["items"] == 1000
 
 
+def test_mixed(server):
+    """Every client alternates a SET and a GET; each item is received once, in the run or the drain."""
+    code, record, out = run_load(server, "mixed", "-c", "10", "-n", "500", "-q", "mx")
+    assert code == 0, out
+    assert record["ok"] is True and record["items"] == 1000  # 500 SETs and 500 GETs
+    assert record["lost"] == 0 and record["duplicated"] == 0
+    assert "GETs:" in out
+
+
+def test_mixed_detects_an_item_it_did_not_put(server):
+    client = server.client()
+    assert client.set("mf", b"not a stamped item") == b"STORED"
+    client.close()
+    code, record, out = run_load(server, "mixed", "-c", "2", "-n", "20", "-q", "mf", "-F")
+    assert code == EXIT_FAILED, out
+    assert record["ok"] is False
+
+
 @pytest.mark.slow
 def test_many_clients_transactional_with_kills(server):
     code, record, out = run_load(server, "many-clients", "-c", "30", "-n", "300", "-s", "0",

@@ -1,0 +1,110 @@
+"""``mixed``: writes and reads at once — each of ``-c`` clients alternates one SET and one GET.
+
+Not one of Kestrel's tools. Issue 12's table has a "mixed 100" row without saying what it
+mixes; this is the plainest mix with Kestrel's one-request-in-flight rule: every client
+repeats "``set <q>`` of an id-stamped item, wait for ``STORED``; ``get <q>``, wait for the
+reply", so the queue takes as many writes as reads at the same time. A GET returns any
+client's item, or misses when the queue happens to be empty. The figure is requests (SETs and
+GETs, misses included) per second. Afterwards the queue is drained: every item must have been
+received exactly once, during the run or in the drain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import click
+
+from kestrel_actors.client import STORED, get_request, set_request
+
+from ..admin import flush_queues, queue_stats
+from ..command import common_options, scenario_entry
+from ..items import make_item
+from ..output import say
+from ..report import Outcome, tally
+from ..runner import ClientContext, ClientSpec, Options, Plan, run
+from ._stamped import HitChecker
+
+__all__ = ["command", "mixer"]
+
+
+def mixer(ctx: ClientContext) -> None:
+    """For ids ``first … first+count-1``: SET the item, then one GET; each request counts."""
+    queue, first, count = ctx.args["queue"], ctx.args["first"], ctx.args["count"]
+    size, total = ctx.args["size"], ctx.args["total"]
+    check = HitChecker(queue, size, total)
+    get = get_request(queue)
+    rec, shared, conn, now = ctx.recorder("mixed"), ctx.shared, ctx.conn, time.monotonic_ns
+    for item in range(first, first + count):
+        t0 = now()
+        conn.send(set_request(queue, make_item(item, size)))
+        conn.expect(STORED)
+        rec.done(t0)
+        t0 = now()
+        conn.send(get)
+        reply = conn.read_get(check.hit_len)
+        if reply is None:
+            rec.miss()
+        elif not shared.mark(check.item(reply)):
+            rec.dups += 1
+        rec.done(t0)
+
+
+def mixed(options: Options, flush: bool, epoch: int, clients: int, total: int, size: int,
+          queue: str) -> Outcome:
+    if flush:
+        flush_queues(options, [queue])
+    clients = min(clients, total)
+    say("mixed: %d clients each alternating a SET and a GET of %d-byte items on %s:%d queue %s, "
+        "%d items in all." % (clients, size, options.host, options.port, queue, total))
+    specs = []
+    base, spare = divmod(total, clients)
+    first = 0
+    for index in range(clients):
+        count = base + (1 if index < spare else 0)
+        specs.append(ClientSpec("loadtests.scenarios.mixed:mixer",
+                                {"queue": queue, "first": first, "count": count, "size": size,
+                                 "total": total}))
+        first += count
+    result = run(Plan(specs, progress="mixed", target=2 * total, label="requests", track_ids=total),
+                 options, epoch)
+    fig = result.get("mixed")
+    outcome = Outcome("mixed", fig, wall_seconds=result.wall_seconds, series={"mixed": fig},
+                      extra={"clients": clients, "bytes": size, "procs": options.procs})
+    outcome.absorb(result)
+    ms = int(result.wall_seconds * 1000)
+    say("Finished %d requests in %d msec (%.1f usec/request throughput)." % (
+        fig.items, ms, ms * 1000.0 / max(fig.items, 1)))
+    say(fig.distribution_line())
+    if result.errors:
+        return outcome
+    drained = run(Plan([ClientSpec("loadtests.scenarios.get_many:drainer",  # GETs until a miss
+                                   {"queue": queue, "total": total, "size": size, "rollup": 1})],
+                       progress="get", target=total, label="drain", track_ids=total),
+                  dataclasses.replace(options, procs=1), epoch)
+    outcome.absorb(drained, headline=False)
+    say("GETs: %d hits, %d misses during the run; %d items left for the drain." % (
+        total - fig.misses, fig.misses, drained.get("get").items))
+    if not drained.errors:
+        seen = bytes(a + b for a, b in zip(result.seen or b"", drained.seen or b""))
+        missing, outcome.duplicated = tally(seen)
+        left = queue_stats(options, queue).get("items", 0) if missing else 0
+        outcome.lost = max(0, len(missing) - left)
+        if left:
+            outcome.failures.append(f"{left} items still in {queue} after the drain saw it empty")
+    return outcome
+
+
+@click.command("mixed")
+@click.option("-c", "clients", default=100, show_default=True, type=click.IntRange(1),
+              help="Concurrent clients, each alternating a SET and a GET.")
+@click.option("-n", "total", default=10000, show_default=True, type=click.IntRange(1),
+              help="Items to put (as many GETs are sent).")
+@click.option("-b", "size", default=1024, show_default=True, type=click.IntRange(8),
+              help="Bytes per item.")
+@click.option("-q", "queue", default="spam", show_default=True, help="Queue name.")
+@common_options
+def command(**kwargs) -> None:
+    """Writes and reads together: -c clients each alternate one SET and one GET."""
+    scenario_entry(mixed)(**kwargs)
