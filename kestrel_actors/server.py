@@ -8,6 +8,7 @@ happens in actors. Sessions reach the server only through their ``SessionContext
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import resource
 import signal
@@ -240,6 +241,7 @@ class Server:
     def serve_forever(self) -> None:
         """Start, and return once the server has shut down (``shutdown`` or a signal)."""
         self.start()
+        _tune_gc()
         gevent.signal_handler(signal.SIGTERM, self.shutdown)
         gevent.signal_handler(signal.SIGINT, self.shutdown)
         self._stopped.wait()
@@ -348,3 +350,21 @@ class _Control:
             self._server.reload(message.reply_to)
         else:
             raise TypeError(f"the server takes no {type(message).__name__}")
+
+
+GC_THRESHOLDS = (20_000, 20, 20)
+"""The cyclic collector's generation thresholds while serving (CPython's are 700, 10, 10)."""
+
+
+def _tune_gc() -> None:
+    """Fewer cyclic-GC passes on the request path (issue 12: about 2% of the CPU per request).
+
+    A request allocates a hundred or so short-lived objects (commands, operations, replies),
+    none of them in reference cycles; with CPython's default a young-generation pass ran every
+    few requests. What exists once the server has started (modules, configuration, listeners)
+    lives as long as the process: ``gc.freeze`` moves it out of every later pass.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
