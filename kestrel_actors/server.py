@@ -367,4 +367,3 @@ def _tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-

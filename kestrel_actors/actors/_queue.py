@@ -125,13 +125,6 @@ class QueueActor(GeventActor):
     """A session's batch runs on the session's greenlet when the queue is idle, saving two
     greenlet switches per request; journal file work may suspend that greenlet, never the hub."""
 
-    def may_run_on_hub(self) -> bool:
-        # File work may wait, and the hub must not: read-behind reads, and a rotation or rewrite
-        # due before the next add. One due later in a batch (or after a remove) the journal
-        # leaves for _MAINTAIN, which runs on this actor's own greenlet before the answers go.
-        journal = self.core.journal
-        return not journal.in_read_behind and not journal.rotation_due(self.core)
-
     def __init__(
         self,
         name: str,
@@ -157,6 +150,13 @@ class QueueActor(GeventActor):
         self._flush_due = False
         self._maintaining = False
         self.is_master = not is_fanout_child(name)
+
+    def may_run_on_hub(self) -> bool:
+        # File work may wait, and the hub must not: read-behind reads, and a rotation or rewrite
+        # due before the next add. One due later in a batch (or after a remove) the journal
+        # leaves for _MAINTAIN, which runs on this actor's own greenlet before the answers go.
+        journal = self.core.journal
+        return not journal.in_read_behind and not journal.rotation_due(self.core)
 
     # -- dispatch -------------------------------------------------------------------------
 

@@ -41,9 +41,9 @@ class Dispatcher:
     runs right there, without a greenlet switch. Otherwise the callback hands the tell to
     :meth:`deliver`; one dispatcher greenlet, woken once per burst, makes all due tells
     together (so that a burst's requests share a journal write), and an idle receiver runs
-    inline on it. If a handler suspends a dispatcher (journal file work
-    on the threadpool), the next :meth:`deliver` from elsewhere wakes another dispatcher for
-    what is due, so one slow queue does not hold up the rest. Tells still reach each actor in
+    inline on it. If a handler suspends a dispatcher (journal file work on the threadpool),
+    the next :meth:`deliver` from elsewhere wakes another dispatcher for what is due, so one
+    slow queue does not hold up the rest. Tells still reach each actor in
     order: they are taken from one FIFO, and a busy actor queues them in its own inbox.
     """
 
