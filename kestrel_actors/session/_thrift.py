@@ -18,7 +18,9 @@ session's give-back of a step in flight).
 Refusals follow Kestrel: a status refusal (ReadOnly/Quiescent, or the connection limits) and
 ``set_status(NOT_CONFIGURED)`` are exceptions there, which Finagle answers by closing the
 connection without a reply; so do we. A queue error (a journal that cannot be created) is a
-``TApplicationException(INTERNAL_ERROR)`` and the connection stays.
+``TApplicationException(INTERNAL_ERROR)`` and the connection stays; so is a ``put`` that a
+journal failed to write (a full disk: memcache's ``SERVER_ERROR``), since a count would read as
+a full queue's refusal (as in Kestrel, where the write's ``IOException`` reaches Finagle).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .. import protocol as p
 from ..actors._session_collection import AliasAdd, ForAllKind, Gather, Resolved
 from ..actors._session_queue import (
     BATCH_FETCH_BYTES, FLUSH, INSPECT, Add, Confirm, OpenMany, Peek, PutBack, QueueBatch, RemoveMany, Unremove, IGNORE,
+    first_failure,
 )
 from ..protocol import _thrift as th
 from ..queue import epoch_ms
@@ -192,6 +195,9 @@ class ThriftHandler:
                 stored += 1
             # Kestrel counts every item it tried: those stored and the first refused
             self.context.stats.cmd_set += min(len(results), stored + 1)
+            failure = first_failure(results)
+            if failure is not None:  # not acknowledged, like text put's error line
+                return self._server_error(command, failure.message)
             return th.encode_thrift_result(command, stored)
         if kind is th.ThriftGet or kind is _GetStep:
             return self._got(results[-1] if results else [])
@@ -251,6 +257,10 @@ class ThriftHandler:
         call = self.current
         if type(call) is _GetStep:  # the queue failed during the get: answer what it has
             return self._answer_get()
+        return self._server_error(call, message)
+
+    @staticmethod
+    def _server_error(call: Any, message: str) -> bytes:
         return th.encode_thrift_exception(call.method, call.seqid, TApplicationException.INTERNAL_ERROR, message)
 
     def release(self) -> None:
@@ -330,6 +340,10 @@ class ThriftHandler:
         call = self.answering
         self.answering = None
         if tag is Answer.ALIAS_PUT:
+            failure = first_failure(result for results in value for result in results)
+            if failure is not None:
+                self.s.out.append(self._server_error(call, failure.message))
+                return
             stored = 0
             for results in value:
                 if not all(result is True for result in results):

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from thriftpy2.thrift import TApplicationException
 
 from kestrel_actors.journal import RecordReader
 
@@ -112,9 +113,12 @@ class TextClient(Client):
 
 
 @pytest.mark.parametrize("sync", ["never", "always"])
-def test_full_disk_answers_server_error_and_recovers(small_disk, sync):
+def test_full_disk_answers_server_error_and_recovers(small_disk, tmp_path, sync):
     text_port = free_port()
-    server = ServerProcess(small_disk, ("--sync-journal", sync, "--text-port", str(text_port)))
+    config = tmp_path / "kestrel.toml"
+    config.write_text('[aliases]\nto_jobs = ["jobs"]\n')
+    server = ServerProcess(small_disk, ("--sync-journal", sync, "--text-port", str(text_port),
+                                        "--config", str(config)), thrift_port=True)
     server.start()
     try:
         _full_disk_scenario(server, small_disk, text_port)
@@ -165,6 +169,28 @@ def _full_disk_scenario(server: ServerProcess, disk: Path, text_port: int) -> No
     assert put.startswith(b"-journal write failed: "), put  # the text protocol's error line
     refused.add(n)
 
+    # thrift's SERVER_ERROR is a TApplicationException (not a count, which reads as a full
+    # queue's refusal); the connection stays
+    thrift = server.thrift_client(REPLY_TIMEOUT)
+    n += 1
+    with pytest.raises(TApplicationException, match="journal write failed: No space left on device") as error:
+        thrift.put("jobs", [item(n)])
+    assert error.value.type == TApplicationException.INTERNAL_ERROR
+    refused.add(n)
+    assert thrift.get_version()
+
+    # through an alias, each protocol answers the same
+    n += 1
+    assert client.set("to_jobs", item(n)).startswith(b"SERVER_ERROR journal write failed: ")
+    refused.add(n)
+    n += 1
+    assert text_put(text, "to_jobs", item(n)).startswith(b"-journal write failed: ")
+    refused.add(n)
+    n += 1
+    with pytest.raises(TApplicationException, match="journal write failed: "):
+        thrift.put("to_jobs", [item(n)])
+    refused.add(n)
+
     filler.unlink()  # space comes back: writes resume by themselves
     deadline = time.monotonic() + 10
     while True:
@@ -182,7 +208,13 @@ def _full_disk_scenario(server: ServerProcess, disk: Path, text_port: int) -> No
         assert client.set("jobs", item(n)) == b"STORED"
         stored.add(n)
     assert text_put(text, "fresh", b"after") == b"+1"
-    for sock in (client, other, text):
+    n += 1
+    assert thrift.put("jobs", [item(n)]) == 1
+    stored.add(n)
+    n += 1
+    assert thrift.put("to_jobs", [item(n)]) == 1
+    stored.add(n)
+    for sock in (client, other, text, thrift):
         sock.close()
 
     events = log_events(server)
