@@ -9,6 +9,7 @@ bytes the session gave its transport.
 from __future__ import annotations
 
 import gevent
+import structlog.testing
 import pytest
 
 from kestrel_actors.actors import QueueCollection, ServerStats, Session
@@ -81,7 +82,7 @@ class Client:
     def __init__(self, world: World, handler, number: int) -> None:
         self.transport = BufferTransport()
         self.session = Session(number, "in-process")
-        self.decoder = MemcacheDecoder() if handler is MemcacheHandler else TextDecoder(1024)
+        self.decoder = MemcacheDecoder() if issubclass(handler, MemcacheHandler) else TextDecoder(1024)
         self.ref = SessionActor.start(world.context, self.transport, self.session, handler)
 
     def send(self, data: bytes) -> bytes:
@@ -198,3 +199,28 @@ def test_a_write_pipelined_behind_a_read_is_refused_while_writes_are_blocked(wor
     assert client.send(b"get a\r\nset a 0 0 1\r\n2\r\nget a\r\n") == b"VALUE a 0 1\r\n1\r\nEND\r\nSERVER_ERROR\r\n"
     assert client.transport.closed
     assert world.stats.cmd_set == 1
+
+
+class _FailingOnPeek(MemcacheHandler):
+    """A handler with a bug: answering a peek raises (issue 17 case 5's crash stood for any)."""
+
+    def reply(self, command, results):
+        if getattr(command, "peek", False):
+            raise RuntimeError("a bug in the handler")
+        return super().reply(command, results)
+
+
+def test_a_handler_that_raises_closes_its_connection_and_gives_back_what_it_held(world):
+    """An exception in a connection's handler closes that connection and is logged; it is
+    never left waiting for a reply. Its open reads go back as on a hang-up."""
+    writer = world.connect()
+    writer.send(b"set q 0 0 1\r\nx\r\nset p 0 0 1\r\ny\r\n")
+    buggy = world.connect(_FailingOnPeek)
+    assert buggy.send(b"get q/open\r\n") == b"VALUE q 0 1\r\nx\r\nEND\r\n"
+    with structlog.testing.capture_logs() as logs:
+        assert buggy.send(b"get p/peek\r\nversion\r\n") == b""
+    assert buggy.transport.closed and world.finished == [buggy.session]
+    [line] = [entry for entry in logs if entry["event"].startswith("connection handler failed")]
+    assert line["log_level"] == "error" and "a bug in the handler" in line["error"]
+    assert writer.send(b"get q\r\n") == b"VALUE q 0 1\r\nx\r\nEND\r\n"  # the open read came back
+    assert writer.send(b"get p\r\n") == b"VALUE p 0 1\r\ny\r\nEND\r\n"
