@@ -335,6 +335,20 @@ def test_stored_covers_fanout_and_alias_copies_across_sigkill(tmp_path, rounds):
             server.start()
             client = server.client(REPLY_TIMEOUT)
             value = b"before-%d" % round_
+            if round_ % 2:  # the issue's recipe: a child made by referring to it, not configured
+                assert client.get("loose+keep") is None
+                assert client.set("loose", value) == b"STORED"
+                server.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+                server.proc.wait()  # type: ignore[union-attr]
+                server.proc = None
+                client.close()
+                server.start()
+                client = server.client(REPLY_TIMEOUT)
+                assert client.get("loose+keep") == value, f"round {round_}: loose+keep lost its copy"
+                assert client.get("loose") == value
+                client.close()
+                server.stop(signal.SIGKILL)
+                continue
             # one write, and the kill as soon as the last STORED is read
             client.send(
                 b"set fan 0 0 %d\r\n%s\r\n" % (len(value), value)
@@ -347,6 +361,39 @@ def test_stored_covers_fanout_and_alias_copies_across_sigkill(tmp_path, rounds):
             server.proc = None
             client.close()
             assert replies == [b"STORED"] * 3, replies
+
+            server.start()
+            client = server.client(REPLY_TIMEOUT)
+            for queue in ("fan+keep", "fan", "dest_a", "dest_b", "synced", "synced+always"):
+                assert client.get(queue) == value, f"round {round_}: {queue} lost its copy"
+            client.close()
+            server.stop(signal.SIGKILL)
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def test_text_and_thrift_puts_cover_fanout_and_alias_copies_across_sigkill(tmp_path):
+    """Text ``put``'s ``+n`` and thrift ``put``'s count are acknowledgements too."""
+    config = tmp_path / "kestrel.toml"
+    config.write_text(FANOUT_CONFIG)
+    text_port = free_port()
+    server = ServerProcess(tmp_path / "data", ("--config", str(config), "--text-port", str(text_port)),
+                           thrift_port=True)
+    try:
+        for round_ in range(12):
+            server.start()
+            value = b"put-%d" % round_
+            if round_ % 2:
+                text = TextClient(server.host, text_port, REPLY_TIMEOUT)
+                text.send(b"".join(b"put %s:\n%s\n\n" % (queue, value) for queue in (b"fan", b"both", b"synced")))
+                replies = [text.read_line() for _ in range(3)]
+            else:
+                thrift = server.thrift_client(REPLY_TIMEOUT)
+                replies = [thrift.put(queue, [value]) for queue in ("fan", "both", "synced")]
+            server.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+            server.proc.wait()  # type: ignore[union-attr]
+            server.proc = None
+            assert replies in ([b"+1"] * 3, [1] * 3), replies
 
             server.start()
             client = server.client(REPLY_TIMEOUT)

@@ -137,6 +137,31 @@ def test_pipelined_peeks_never_read_keep_memory_bounded(server):
     hogs[0].close()
 
 
+def test_five_clients_pipelining_5000_peeks_never_read_keep_memory_bounded(server):
+    """The issue's own recipe: 5,000 peeks of a 1 MiB item (70 KB of requests) on each of five
+    connections with a 4 KiB receive buffer, never read (5 GiB of replies per connection if
+    they were built at once). Others are still answered while the five hold their replies."""
+    fill(server.client(), "big", BIG)
+    base = rss_bytes(server)
+    hogs = [raw_client(server, rcvbuf=4096) for _ in range(5)]
+    for hog in hogs:
+        hog.sendall(b"get big/peek\r\n" * 5000)
+    time.sleep(1.0)
+    peak = rss_bytes(server)
+    for _ in range(5):
+        other = server.client(timeout=5.0)
+        other_queue = unique("other")
+        assert other.call(b"set %s 0 0 2\r\nok" % other_queue.encode()) == b"STORED"
+        assert other.get(other_queue) == b"ok"
+        other.close()
+        time.sleep(0.2)
+        peak = max(peak, rss_bytes(server))
+    assert peak < base + 5 * 8 * 1024 * 1024, (base, peak)  # about 3 MiB plus one item each
+    for hog in hogs:
+        hog.close()
+    wait_stat(server, "curr_connections", "1")
+
+
 def test_a_monitor_never_read_keeps_memory_bounded(server):
     queue = unique("mon")
     items = [bytes([n]) * (1 << 20) for n in range(200)]
@@ -183,14 +208,15 @@ def test_pipelined_gets_of_large_items_arrive_whole_and_in_order(server):
 
 
 class LimitedServer(ServerProcess):
-    """A server whose hard limit on open files is ``limit``, so raising the soft one is no help."""
+    """A server started with these open-file limits; by default the hard limit is as low as
+    the soft one, so raising the soft one is no help."""
 
-    limit = 64
+    soft = hard = 64
 
     def command(self) -> list[str]:
         launcher = (
             "import resource, runpy, sys; "
-            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({self.limit}, {self.limit})); "
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({self.soft}, {self.hard})); "
             "sys.argv = ['kestrel-actors'] + sys.argv[1:]; "
             "runpy.run_module('kestrel_actors.cli', run_name='__main__')"
         )
@@ -232,6 +258,31 @@ def test_out_of_file_descriptors_refuses_cleanly_and_recovers(tmp_path):
             '"error": "Too many open files"', "")
         refusals = [json.loads(line) for line in log.splitlines() if "refused: out of file descriptors" in line]
         assert 1 <= len(refusals) <= 3, refusals
+    finally:
+        server.stop()
+
+
+class LowSoftLimitServer(LimitedServer):
+    """Started with a soft limit below the hard one (as a shell's 1024 under a higher hard limit)."""
+
+    soft, hard = 64, 400
+
+
+def test_the_soft_open_file_limit_is_raised_to_the_hard_limit(tmp_path):
+    server = LowSoftLimitServer(tmp_path / "data").start()
+    try:
+        clients = [Client(server.host, server.port, timeout=5.0) for _ in range(150)]  # > 64
+        assert [_version_or_closed(client) for client in clients] == ["served"] * 150
+        assert _connections(server) == "151"
+        for client in clients:
+            client.close()
+        with open(f"/proc/{server.proc.pid}/limits") as limits:
+            [line] = [line for line in limits if line.startswith("Max open files")]
+        assert line.split()[3:5] == ["400", "400"], line
+        [listening] = [json.loads(line) for line in server.log_path.read_text().splitlines()
+                       if '"memcache"' in line and '"listening"' in line]
+        assert listening["open_file_limit"] == 400
+        assert "refused: out of file descriptors" not in server.log_path.read_text()
     finally:
         server.stop()
 
