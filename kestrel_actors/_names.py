@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "MAX_NAME_BYTES", "fanout_master", "is_fanout_child", "is_queue_name", "name_bytes", "name_from_wire", "name_problem",
+    "name_text",
 ]
 
 MAX_NAME_BYTES = 200
@@ -32,6 +33,13 @@ def name_bytes(text: str) -> bytes:
     """The bytes of a name, or of reply text that holds names (stats, dump_stats, dump_config,
     ``VALUE`` lines): the inverse of :func:`name_from_wire`."""
     return text.encode("utf-8", "surrogateescape")
+
+
+def name_text(text: str) -> str:
+    """``text`` (a name, or text that holds names) for an output that must be valid UTF-8
+    (the admin port's ``/stats.txt`` and ``/metrics``): bytes of a name that are not UTF-8
+    are written as ``\\xNN``; every other name is unchanged."""
+    return name_bytes(text).decode("utf-8", "backslashreplace")
 
 
 def name_problem(name: str) -> str | None:

@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 import structlog
 from pykka import ActorDeadError
 
+from .._names import name_text
 from ..runtime import ReplyFuture
 from ..snapshot import gather_snapshot
 from ._ostrich import PeriodLatches, ostrich_stats, ostrich_text, server_info
@@ -124,7 +125,7 @@ class AdminApp:
         else:
             stats = ostrich_stats(snapshot)
         if text:
-            return _TEXT, ostrich_text(stats).encode()
+            return _TEXT, name_text(ostrich_text(stats)).encode()
         return _JSON, _json(stats)
 
     def _server_info(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:

@@ -3,7 +3,8 @@
 A custom collector reads one :class:`~kestrel_actors.snapshot.StatsSnapshot` (the numbers
 ``/stats.json`` and memcache ``stats`` show), so there is one source of truth. Kestrel's names
 become ``kestrel_<name>``; a queue's figures are ``kestrel_queue_<name>`` with a ``queue``
-label (an alias's: ``kestrel_alias_<name>`` with ``alias``); latencies are histograms in
+label (an alias's: ``kestrel_alias_<name>`` with ``alias``; a name's bytes that are not UTF-8
+written ``\\xNN``, as the format must be UTF-8); latencies are histograms in
 seconds (``kestrel_queue_set_latency_seconds``) whose buckets are a subset of the
 histogram's own, so their counts are exact. The process metrics prometheus_client offers
 (CPU, memory, file descriptors, Python's GC and version) come along.
@@ -19,6 +20,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from .._names import name_text
 from ..actors._stats import LATENCIES
 from ..snapshot import StatsSnapshot
 
@@ -74,7 +76,7 @@ class SnapshotCollector:
                 counts = histogram.cumulative(PROMETHEUS_BOUNDS)
                 buckets = [(repr(bound * scale), count) for bound, count in zip(PROMETHEUS_BOUNDS, counts)]
                 buckets.append(("+Inf", histogram.count))
-                family.add_metric([queue], buckets, sum_value=histogram.sum * scale)
+                family.add_metric([name_text(queue)], buckets, sum_value=histogram.sum * scale)
             yield family
 
 
@@ -90,7 +92,7 @@ def _per_scope(values: dict, aliases: set[str], family_class: type, kind: str) -
                 family = families[key] = family_class(
                     f"kestrel_{label}_{_name(name)}", f"Kestrel {kind} q/<{label}>/{name}", labels=[label]
                 )
-            family.add_metric([scope], value)
+            family.add_metric([name_text(scope)], value)
     yield from families.values()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -289,3 +290,32 @@ def test_admin_port_defaults_to_2223_and_0_disables_it(tmp_path):
         assert f'"port": {server.admin_port}' in admin_line and '"host": "127.0.0.1"' in admin_line
     finally:
         server.stop()
+
+
+def test_names_outside_latin1_and_not_utf8_in_every_endpoint(make_server, tmp_path):
+    """A queue whose name is not UTF-8 (a stray file in the data directory) or is outside
+    Latin-1 (the config) is shown by every endpoint (issue 17 case 5; /metrics and
+    /stats.txt answered 500): its UTF-8 as it is, other bytes as ``\\xNN``."""
+    data = tmp_path / "names"
+    data.mkdir()
+    with open(os.path.join(os.fsencode(data), b"caf\xe9"), "wb"):
+        pass
+    config = tmp_path / "names.toml"
+    config.write_text('[queues."jobs+\u6f22"]\n', encoding="utf-8")
+    server = make_server("--config", str(config), data_dir=data, admin_port=True)
+    client = server.client()
+    client.send(b"set caf\xe9 0 0 1\r\nx\r\n")
+    assert client.read_line() == b"STORED"
+    metrics = request(server.admin_url + "/metrics")
+    assert metrics.status == 200
+    families = text_string_to_metric_families(metrics.body.decode("utf-8"))
+    samples = {(s.name, tuple(s.labels.items())): s.value for f in families for s in f.samples}
+    assert samples[("kestrel_queue_items", (("queue", "caf\\xe9"),))] == 1
+    assert samples[("kestrel_queue_items", (("queue", "jobs+\u6f22"),))] == 0
+    text = request(server.admin_url + "/stats.txt")
+    assert text.status == 200
+    assert "  q/caf\\xe9/items: 1\n" in text.body.decode("utf-8")
+    assert "  q/jobs+\u6f22/items: 0\n" in text.body.decode("utf-8")
+    stats = get_json(server.admin_url + "/stats.json")  # JSON: the name's str, \udce9 escaped
+    assert stats["gauges"]["q/caf\udce9/items"] == 1 and stats["gauges"]["q/jobs+\u6f22/items"] == 0
+    assert request(server.admin_url + "/").status == 200
