@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from ._connection import Connection, cooperative
-from ._errors import ClientError, ConnectionLost, KestrelError, ServerError
+from ._errors import ConnectionLost, KestrelError, ServerError
 from ._wire import (
-    DELETED,
     confirm_request,
+    expect_deleted,
     get_options,
     get_request,
     monitor_request,
@@ -38,7 +38,6 @@ __all__ = ["Client", "MonitorBatch", "ServerAddress"]
 T = TypeVar("T")
 
 DEFAULT_PORT = 22133
-_DELETED = DELETED[:-2]
 
 
 @dataclass(frozen=True, order=True)
@@ -528,10 +527,7 @@ class Client:
 
         def call(conn: Connection) -> None:
             conn.send(b"delete %s\r\n" % queue.encode())
-            line = conn.read_line()
-            if line != _DELETED:
-                raise ServerError("delete", line) if line.startswith(b"SERVER_ERROR") \
-                    else ClientError("delete", line)
+            expect_deleted(conn.read_line())
 
         self._everywhere(call, every=True)
 

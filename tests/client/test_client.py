@@ -18,7 +18,14 @@ from kestrel_actors.client import (
     UnexpectedReply,
     reply_error,
 )
-from kestrel_actors.client._wire import get_options, parse_stat, parse_stored, parse_value_header, wait_ms
+from kestrel_actors.client._wire import (
+    expect_deleted,
+    get_options,
+    parse_stat,
+    parse_stored,
+    parse_value_header,
+    wait_ms,
+)
 
 from ..helpers import free_port
 
@@ -265,6 +272,14 @@ def test_wire_parsers_are_pure():
     assert parse_stat(b"STAT uptime 5") == ("uptime", "5") and parse_stat(b"END") is None
     assert get_options(wait_ms(0.25), open=True, close=True) == "/t=250/close/open"
     assert get_options(0, peek=True) == "/peek" and wait_ms(None) == 0 and wait_ms(1e-6) == 1
+    expect_deleted(b"DELETED")
+    # delete's reply goes through the same mapping as every other reply
+    with pytest.raises(ServerError):
+        expect_deleted(b"SERVER_ERROR")
+    with pytest.raises(ClientError):
+        expect_deleted(b"CLIENT_ERROR bad")
+    with pytest.raises(UnexpectedReply):
+        expect_deleted(b"END")
 
 
 def test_server_address_parsing():

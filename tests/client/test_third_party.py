@@ -122,10 +122,13 @@ def tool(name: str) -> str:
 
 
 def test_memcstat(module_server):
+    with Client(module_server.address) as client:
+        assert client.put("mstat", b"x")
     proc = subprocess.run([tool("memcstat"), f"--servers={module_server.address}"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert "version: 2.4.7" in proc.stdout and "curr_items:" in proc.stdout
+    assert "queue_mstat_items: 1" in proc.stdout  # the per-queue stats are printed too
     version = subprocess.run([tool("memcstat"), "--server-version", f"--servers={module_server.address}"],
                              capture_output=True, text=True, timeout=30)
     # it prints to stderr
@@ -136,3 +139,10 @@ def test_memcping(module_server):
     proc = subprocess.run([tool("memcping"), f"--servers={module_server.address}"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_memcdump_fails(module_server):
+    """memcdump asks for ``stats cachedump``, which Kestrel does not have (README's table)."""
+    proc = subprocess.run([tool("memcdump"), f"--servers={module_server.address}"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "Failed to dump keys" in proc.stdout + proc.stderr
