@@ -484,7 +484,8 @@ class Client:
     # -- administration ---------------------------------------------------------------------
 
     def stats(self) -> dict[str, dict[str, str]]:
-        """``stats`` of every reachable server, by address (``"host:port"``)."""
+        """``stats`` of every reachable server, by address (``"host:port"``); a server in
+        backoff after a failure is left out."""
         def call(conn: Connection) -> dict[str, str]:
             conn.send(b"stats\r\n")
             return conn.read_stats()
@@ -504,7 +505,7 @@ class Client:
         return total
 
     def version(self) -> dict[str, str]:
-        """``version`` of every reachable server, by address."""
+        """``version`` of every reachable server, by address (as :meth:`stats`)."""
         def call(conn: Connection) -> str:
             conn.send(b"version\r\n")
             return parse_version(conn.read_line())
@@ -533,10 +534,16 @@ class Client:
 
     def _everywhere(self, call: Callable[[Connection], T], every: bool = False) -> dict[str, T]:
         """``call`` on each server: the answers of those that answered; with ``every`` the
-        first failure is raised after trying them all (a flush must reach each server)."""
+        first failure is raised after trying them all (a flush must reach each server).
+        Without it, servers in backoff are left out (unless every server is), as reads and
+        writes leave them: a dead host is not waited for on each ``stats``."""
         results: dict[str, T] = {}
         failure: KestrelError | None = None
-        for server in self.servers:
+        servers = self.servers
+        if not every:
+            now = time.monotonic()
+            servers = [s for s in servers if s.down_until <= now] or servers
+        for server in servers:
             try:
                 results[str(server)] = self._call(server, call)
             except (ConnectionLost, ServerError) as exc:
