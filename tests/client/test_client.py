@@ -27,7 +27,7 @@ from kestrel_actors.client._wire import (
     wait_ms,
 )
 
-from ..helpers import free_port
+from ..helpers import free_port, wait_for
 
 
 @pytest.fixture
@@ -291,3 +291,29 @@ def test_server_address_parsing():
             ServerAddress.parse(bad)
     with pytest.raises(ValueError):
         Client([])
+
+
+def test_connections_are_pooled(make_server, qname):
+    """One caller at a time reuses one connection; ``max_idle`` bounds how many are kept."""
+    server = make_server()
+
+    def connections() -> tuple[int, int]:
+        """Connections this client made, and those open now."""
+        stats = client.stats()[server.address]
+        return int(stats["total_connections"]) - before, int(stats["curr_connections"])
+
+    with Client(server.address, max_idle=1) as client:
+        before = 0
+        before = connections()[0] - 1  # the one asking, and the start-up check's before it
+        for i in range(20):
+            assert client.put(qname, b"%d" % i)
+            assert client.get(qname) == b"%d" % i
+        with client.reliable(qname, timeout=0.1) as item:
+            assert item is None
+        assert connections() == (1, 1)
+        client.put_many(qname, [b"a", b"b", b"c"])
+        held = [client.monitor(qname, 1, 1) for _ in range(3)]  # each holds its connection
+        assert [batch.items for batch in held] == [[b"a"], [b"b"], [b"c"]]
+        for batch in held:
+            batch.confirm()
+        assert wait_for(lambda: connections() == (3, 1))  # two closed, one kept
