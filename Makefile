@@ -26,12 +26,13 @@ run: $(STAMP)
 	$(BIN)/kestrel-actors serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
 
 # libmemcached's memcstat/memcping, which the client tests run against the server: Debian's
-# libmemcached-tools, installed only when memcstat is missing (needs root and apt-get).
+# libmemcached-tools, installed only when memcstat is missing (apt-get, through sudo unless root).
 memcached-tools:
 	@command -v memcstat >/dev/null 2>&1 || { \
 		echo "installing libmemcached-tools (memcstat, memcping)"; \
-		apt-get update -qq >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmemcached-tools >/dev/null; }
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq libmemcached-tools >/dev/null; }
 
 
 browser:
