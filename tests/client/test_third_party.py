@@ -59,6 +59,23 @@ def test_pymemcache_get_with_options_raises_after_the_item_was_removed(module_se
         client.close()
 
 
+def test_pymemcache_timeout_must_exceed_the_wait(module_server):
+    base = pytest.importorskip("pymemcache.client.base")
+    short = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=0.5)
+    try:
+        with pytest.raises(TimeoutError):
+            short.get("pm_wait/t=1500")  # an empty queue answers END after 1.5 s: too late
+    finally:
+        short.close()
+    assert base.Client((module_server.host, module_server.port)).timeout is None  # its default
+    patient = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=3)
+    try:
+        start = time.monotonic()
+        assert patient.get("pm_wait/t=1500") is None and time.monotonic() - start >= 1.4
+    finally:
+        patient.close()
+
+
 # -- python-memcached --------------------------------------------------------------------------
 
 
