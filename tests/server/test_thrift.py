@@ -6,6 +6,7 @@ client generated from the IDL the server ships -- over a socket to ``serve --thr
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import struct
@@ -16,7 +17,7 @@ from thriftpy2.thrift import TApplicationException
 from thriftpy2.transport import TTransportException
 
 from kestrel_actors import KESTREL_VERSION
-from kestrel_actors.thrift_client import Item, Status, decode_reply, encode_call
+from kestrel_actors.thrift_client import Item, Status, ThriftClient, decode_reply, encode_call
 
 from ..helpers import ServerProcess, wait_for, write_config
 
@@ -40,6 +41,49 @@ def memcache_get(server: ServerProcess, queue: str) -> bytes | None:
         return client.get(queue)
     finally:
         client.close()
+
+
+# -- the port ------------------------------------------------------------------------------------
+
+
+def _listening(server: ServerProcess) -> dict[str, int]:
+    """The server's ``listening`` log events: port by protocol."""
+    events = [json.loads(line) for line in server.log_path.read_text().splitlines() if line.startswith("{")]
+    return {event["protocol"]: event["port"] for event in events if event.get("event") == "listening"}
+
+
+class _DefaultThriftPort(ServerProcess):
+    """``serve`` without ``--thrift-port`` (the helper otherwise passes 0)."""
+
+    def command(self) -> list[str]:
+        command = super().command()
+        at = command.index("--thrift-port")
+        del command[at : at + 2]
+        return command
+
+
+def test_thrift_listens_on_2229_by_default(tmp_path):
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", 2229))
+        except OSError:
+            pytest.skip("port 2229 is taken on this machine")
+    server = _DefaultThriftPort(tmp_path / "data").start()
+    try:
+        assert wait_for(lambda: "thrift" in _listening(server))
+        assert _listening(server)["thrift"] == 2229
+        with ThriftClient(server.host, 2229) as client:
+            assert client.get_version() == KESTREL_VERSION
+    finally:
+        server.stop()
+
+
+def test_thrift_port_0_disables_the_listener(make_server, make_thrift_server):
+    off = make_server("--thrift-port", "0")
+    on = make_thrift_server()
+    assert wait_for(lambda: "thrift" in _listening(on))  # the event this test looks for exists
+    assert _listening(on)["thrift"] == on.thrift_port
+    assert "memcache" in _listening(off) and "thrift" not in _listening(off)
 
 
 # -- every method -------------------------------------------------------------------------------
@@ -164,12 +208,15 @@ def test_abort_from_another_connection_puts_the_item_back_at_the_head(server):
 def test_auto_abort_returns_the_item_after_its_time(server):
     with server.thrift_client() as client:
         client.put("leak", [b"dropped"])
-        [item] = client.get("leak", max_items=1, auto_abort_msec=500)
+        opened = time.monotonic()
+        [item] = client.get("leak", max_items=1, auto_abort_msec=800)
         assert item.id >= 1
-        just_after = client.peek("leak")
-        assert just_after.items == 0 and just_after.open_transactions == 1  # not before its time
+        time.sleep(0.4)
+        half_way = client.peek("leak")
+        assert half_way.items == 0 and half_way.open_transactions == 1  # not before its time
         back = wait_for(lambda: client.peek("leak").items == 1, timeout=10)
         assert back
+        assert time.monotonic() - opened >= 0.8  # its timer, not an earlier one, returned it
         assert client.peek("leak").open_transactions == 0
         assert client.confirm("leak", {item.id}) == 0  # aborted: the id is unknown now
         [again] = client.get("leak", max_items=1, auto_abort_msec=60_000)
@@ -212,12 +259,13 @@ def test_open_read_limit_per_connection(server):
         assert [item.data for item in client.get("lim", max_items=1)] == [b"3"]
 
 
-def test_open_reads_come_back_after_a_sigkill_restart(server):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_open_reads_come_back_after_a_restart(server, sig):
     client = server.thrift_client()
     client.put("crash", [b"opened", b"waiting"])
     [item] = client.get("crash", max_items=1, auto_abort_msec=600_000)
     client.close()
-    server.stop(signal.SIGKILL)
+    server.stop(sig)
     server.start()
     with server.thrift_client() as client:
         assert client.confirm("crash", {item.id}) == 0  # ids do not survive a restart
