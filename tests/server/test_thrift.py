@@ -365,6 +365,26 @@ def test_bad_frames_close_the_connection_and_the_next_client_is_served(server, g
         assert client.get("safe", max_items=1) == [Item(b"kept", 0)]
 
 
+def test_the_frame_limit_follows_max_item_bytes(make_thrift_server):
+    server = make_thrift_server("--max-item-bytes", "1000")
+    limit = 1000 + 64 * 1024
+    # a put of one item filling the limit exactly is read and answered
+    call = encode_call("put", 1, queue_name="lim", items=[b""])
+    body = call[4:]
+    pad = limit - len(body)
+    fits = encode_call("put", 1, queue_name="lim", items=[b"x" * pad])
+    assert len(fits) - 4 == limit
+    sock = socket.create_connection((server.host, server.thrift_port))
+    sock.sendall(fits)
+    assert decode_reply("put", _read_frame(sock)) == (1, 1)
+    # one byte more is refused from its length alone: closed before the body is sent
+    sock.sendall(struct.pack(">i", limit + 1))
+    assert _closes(sock)
+    sock.close()
+    with server.thrift_client() as client:
+        assert client.peek("lim").items == 1
+
+
 def test_arguments_that_do_not_parse_are_a_protocol_error(server):
     sock = socket.create_connection((server.host, server.thrift_port))
     good = encode_call("put", 3, queue_name="args", items=[b"a"])
