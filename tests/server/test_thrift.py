@@ -332,17 +332,19 @@ def _closes(sock: socket.socket) -> bool:
         return True
 
 
-def test_unknown_method_is_an_exception_and_the_connection_stays(server):
+@pytest.mark.parametrize("name", [b"no_such_method", b"__can__finagle__trace__v3__"])
+def test_unknown_method_is_an_exception_and_the_connection_stays(server, name):
+    # the second is the probe a Finagle client with a ClientId sends first: an UNKNOWN_METHOD
+    # answer makes it go on in plain framed thrift on the same connection
     with server.thrift_client() as client:
         client.put("bad", [b"kept"])
     sock = socket.create_connection((server.host, server.thrift_port))
-    name = b"no_such_method"
     body = struct.pack(">iI", -2147418111, len(name)) + name + struct.pack(">i", 9) + b"\x00"
     sock.sendall(struct.pack(">i", len(body)) + body)
     seqid, error = decode_reply("get_version", _read_frame(sock))
     assert seqid == 9 and isinstance(error, TApplicationException)
     assert error.type == TApplicationException.UNKNOWN_METHOD
-    assert error.message == "Invalid method name: 'no_such_method'"
+    assert error.message == f"Invalid method name: '{name.decode()}'"
     sock.sendall(encode_call("get_version", 10))
     assert b"get_version" in _read_frame(sock)
     sock.close()
