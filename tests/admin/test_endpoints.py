@@ -216,6 +216,28 @@ def test_metrics_in_prometheus_format(admin_server):
         client.close()
 
 
+def test_ostrichs_other_stats_parameters(admin_server):
+    """ostrich also took ``filtered=1`` (no filters here: the same names) and the older
+    ``namespace=NAME``: what was added since that name's last read."""
+    client = admin_server.client()
+    client.set("named", b"one")
+    url = admin_server.admin_url + "/stats.json"
+    assert get_json(url + "?filtered=1")["counters"]["cmd_set"] == 1
+    assert get_json(url + "?period=60&filtered=1")["counters"]["cmd_set"] == 0  # a new period
+    assert get_json(url + "?namespace=ganglia")["counters"]["cmd_set"] == 0  # the first read
+    client.set("named", b"two")
+    client.set("named", b"three")
+    stats = get_json(url + "?namespace=ganglia")
+    assert stats["counters"]["cmd_set"] == 2
+    assert stats["counters"]["q/named/put_items"] == 2
+    assert stats["metrics"]["q/named/set_latency_usec"]["count"] == 2
+    assert stats["gauges"]["q/named/items"] == 3
+    assert get_json(url + "?namespace=ganglia")["counters"]["cmd_set"] == 0  # nothing since
+    assert get_json(url + "?namespace=other")["counters"]["cmd_set"] == 0  # each name its own
+    text = request(admin_server.admin_url + "/stats.txt?namespace=ganglia&filtered=0")
+    assert text.status == 200 and "  cmd_set: 0\n" in text.body.decode()
+
+
 @pytest.mark.parametrize("path", ["/nope", "/stats.jsonx", "/q/jobs", "/metrics/x", "//stats.json", "/index.html"])
 def test_unknown_paths_are_404(admin_server, path):
     reply = request(admin_server.admin_url + path)
@@ -226,6 +248,7 @@ def test_unknown_paths_are_404(admin_server, path):
 @pytest.mark.parametrize("query", [
     "period=abc", "period=0", "period=-1", "period=1.5", "period=86401", "period=", "period",
     "period=1&period=2", "foo=1", "%zz", "period=%ff", "period=1;x",
+    "filtered=2", "filtered=", "namespace=", "namespace=a/b", "namespace=" + "n" * 65, "namespace=%ff",
 ])
 def test_bad_query_strings_are_400(admin_server, query):
     reply = request(admin_server.admin_url + "/stats.json?" + query)
