@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -310,5 +311,19 @@ def test_admin_port_defaults_to_2223_and_0_disables_it(tmp_path):
         wait_for(lambda: '"protocol": "memcache"' in server.log(), what="the listening lines")
         admin_line = next(line for line in server.log().splitlines() if '"protocol": "admin http"' in line)
         assert f'"port": {server.admin_port}' in admin_line and '"host": "127.0.0.1"' in admin_line
+    finally:
+        server.stop()
+
+
+def test_admin_port_listens_on_the_servers_host_only(tmp_path):
+    from ..helpers import ServerProcess
+
+    server = ServerProcess(tmp_path / "data", admin_port=True)
+    server.host = "127.0.0.2"  # another loopback address: the admin port follows --host
+    server.start()
+    try:
+        assert get_json(server.admin_url + "/ping") == {"response": "pong"}
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", server.admin_port), timeout=2).close()
     finally:
         server.stop()
