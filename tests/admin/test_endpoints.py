@@ -139,6 +139,36 @@ def test_deleted_queue_leaves_its_names_but_not_the_servers_figures(admin_server
     assert stats["metrics"]["set_latency_usec"]["count"] == 1
 
 
+def test_an_alias_has_kestrels_alias_figures(tmp_path, make_admin_server):
+    """AliasedQueue's ostrich names: the counters put_items and put_bytes, the gauge
+    create_time; nothing of a queue's."""
+    config = tmp_path / "kestrel.toml"
+    config.write_text('[aliases]\neverywhere = ["left", "right"]\n')
+    started = time.time()
+    server = make_admin_server("--config", str(config))
+    client = server.client()
+    assert client.set("everywhere", b"four") == b"STORED"
+    stats = get_json(server.admin_url + "/stats.json")
+    assert stats["counters"]["q/everywhere/put_items"] == 1
+    assert stats["counters"]["q/everywhere/put_bytes"] == 4
+    assert started - 1 <= stats["gauges"]["q/everywhere/create_time"] <= time.time() + 1
+    assert "q/everywhere/items" not in stats["gauges"]
+    assert stats["gauges"]["q/left/items"] == stats["gauges"]["q/right/items"] == 1
+    body = request(server.admin_url + "/metrics").body.decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(body) for s in f.samples}
+    assert samples[("kestrel_alias_put_items_total", (("alias", "everywhere"),))] == 1
+    assert samples[("kestrel_alias_create_time", (("alias", "everywhere"),))] == stats["gauges"]["q/everywhere/create_time"]
+    assert ("kestrel_queue_items", (("queue", "everywhere"),)) not in samples
+    # a reload keeps an alias's create_time (Kestrel keeps the AliasedQueue) and adds new ones
+    time.sleep(1.1)
+    config.write_text('[aliases]\neverywhere = ["left"]\nlater = ["right"]\n')
+    assert get_json(server.admin_url + "/reload") == {"response": "ok"}
+    gauges = get_json(server.admin_url + "/stats.json")["gauges"]
+    assert gauges["q/everywhere/create_time"] == stats["gauges"]["q/everywhere/create_time"]
+    assert gauges["q/later/create_time"] >= stats["gauges"]["q/everywhere/create_time"] + 1
+
+
 def test_stats_txt(admin_server):
     client = admin_server.client()
     client.set("jobs", b"one")
