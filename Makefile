@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 22133
 DATA_DIR ?= ./data
 
-.PHONY: run test bench install clean memcached-tools browser
+.PHONY: run test bench install clean memcached-tools thrift-compiler browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -26,13 +26,22 @@ run: $(STAMP)
 	$(BIN)/kestrel-actors serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
 
 # libmemcached's memcstat/memcping, which the client tests run against the server: Debian's
-# libmemcached-tools, installed only when memcstat is missing (needs root and apt-get).
+# libmemcached-tools, installed only when memcstat is missing (apt-get, through sudo unless root).
 memcached-tools:
 	@command -v memcstat >/dev/null 2>&1 || { \
 		echo "installing libmemcached-tools (memcstat, memcping)"; \
-		apt-get update -qq >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmemcached-tools >/dev/null; }
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq libmemcached-tools >/dev/null; }
 
+# Apache Thrift's compiler, which a test runs to generate an independent client from
+# kestrel.thrift: Debian's thrift-compiler, installed only when `thrift` is missing.
+thrift-compiler:
+	@command -v thrift >/dev/null 2>&1 || { \
+		echo "installing thrift-compiler"; \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq thrift-compiler >/dev/null; }
 
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
@@ -41,7 +50,7 @@ browser:
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium chromium-driver; \
 	fi
 
-test: $(STAMP) memcached-tools browser
+test: $(STAMP) memcached-tools thrift-compiler browser
 	$(BIN)/python -m pytest -q -rfE
 
 bench: $(STAMP)

@@ -122,7 +122,8 @@ class StatsSnapshot:
         return result
 
     def gauges(self) -> dict[str | None, dict[str, float]]:
-        """Gauges (values at this moment), server-wide (``None``) and per queue."""
+        """Gauges (values at this moment), server-wide (``None``) and per queue (an alias:
+        its ``create_time`` only, as Kestrel's ``AliasedQueue``)."""
         result: dict[str | None, dict[str, float]] = {
             None: {
                 "items": self.total("items"),
@@ -136,6 +137,8 @@ class StatsSnapshot:
         }
         for queue in self.queues:
             if queue.extra is None:
+                if queue.alias_created is not None:
+                    result[queue.name] = {"create_time": queue.alias_created}
                 continue
             values = dict(queue.lines)
             values.update(queue.extra)

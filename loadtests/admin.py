@@ -6,10 +6,15 @@ and run in the parent process only.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import gevent
 
 from kestrel_actors.client import Connection, KestrelError
 
+from .harness import HarnessError
 from .output import say
 
 __all__ = ["admin_conn", "flush_queues", "monitor_queue", "queue_stats"]
@@ -20,9 +25,30 @@ def admin_conn(host: str, port: int, timeout: float) -> Connection:
     return Connection(host, port, timeout, use_gevent=True).connect()
 
 
+@contextmanager
+def _thrift_client(options) -> Iterator[Any]:
+    """A thrift connection for set-up and checks; a transport failure is a harness error."""
+    from thriftpy2.transport import TTransportException
+
+    from kestrel_actors.thrift_client import ThriftClient
+
+    try:
+        with ThriftClient(options.host, options.thrift_port, timeout=options.io_timeout,
+                          use_gevent=True) as client:
+            yield client
+    except TTransportException as exc:
+        raise HarnessError(f"thrift port {options.host}:{options.thrift_port}: {exc}") from exc
+
+
 def flush_queues(options, queues: list[str]) -> None:
-    """Kestrel's default first step: ``flush`` each queue, expecting ``END``."""
+    """Kestrel's default first step: ``flush`` each queue, expecting ``END`` (with
+    ``--thrift``: ``flush_queue``, as Kestrel's thrift tools do)."""
     say("Flushing queues first.")
+    if options.thrift_port is not None:
+        with _thrift_client(options) as client:
+            for queue in queues:
+                client.flush_queue(queue)
+        return
     conn = admin_conn(options.host, options.port, options.io_timeout)
     try:
         for queue in queues:
@@ -32,7 +58,14 @@ def flush_queues(options, queues: list[str]) -> None:
 
 
 def queue_stats(options, queue: str) -> dict[str, int]:
-    """The ``queue_<q>_*`` STATS of one queue, as integers (absent ones are left out)."""
+    """The ``queue_<q>_*`` STATS of one queue, as integers (absent ones are left out; with
+    ``--thrift``, the figures ``peek``'s ``QueueInfo`` has, under their STATS names)."""
+    if options.thrift_port is not None:
+        with _thrift_client(options) as client:
+            info = client.peek(queue)
+        return {"items": info.items, "bytes": info.bytes, "logsize": info.journal_bytes,
+                "age": info.age, "waiters": info.waiters,
+                "open_transactions": info.open_transactions}
     conn = admin_conn(options.host, options.port, options.io_timeout)
     try:
         conn.send(b"stats\r\n")

@@ -14,7 +14,8 @@ import os
 import time
 
 import gevent
-import gevent.socket
+
+from kestrel_actors.client import Connection, get_request
 
 
 def server_cpu_seconds(pid: int) -> float:
@@ -35,9 +36,9 @@ def main() -> None:
     def churn() -> None:
         while done[0] < args.n:
             done[0] += 1
-            sock = gevent.socket.create_connection((args.host, args.port))
-            sock.sendall(b"get churn/t=1000/close/open\r\n")
-            sock.close()
+            connection = Connection(args.host, args.port).connect()
+            connection.send(get_request("churn", "/t=1000/close/open"))
+            connection.close()
 
     cpu_before, started = server_cpu_seconds(args.pid), time.monotonic()
     gevent.joinall([gevent.spawn(churn) for _ in range(args.c)])

@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable
 
 import click
+from click.core import ParameterSource
 
 __all__ = ["common_options", "scenario_entry"]
 
@@ -40,6 +41,20 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+DEFAULT_THRIFT_PORT = 2229
+
+
+def _thrift_port(thrift_port: int | None, port: int) -> int:
+    """With ``--thrift``: ``--thrift-port`` if given, else ``-p`` if given (Kestrel's tools take
+    ``--thrift`` to mean port 2229 unless ``-p`` names another), else 2229."""
+    if thrift_port is not None:
+        return thrift_port
+    source = click.get_current_context().get_parameter_source("port")
+    if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+        return port
+    return DEFAULT_THRIFT_PORT
+
+
 def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
     """Wrap a scenario body ``body(options, flush, **scenario_args) -> Outcome``.
 
@@ -62,8 +77,12 @@ def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
         except HarnessError as exc:
             click.echo(f"ERROR: {exc}", err=True)
             sys.exit(EXIT_HARNESS)
+        thrift_port = None
+        if args.get("thrift"):
+            thrift_port = args["thrift_port"] = _thrift_port(args["thrift_port"], port)
         options = Options(host=host, port=port, procs=procs, timeout=timeout,
-                          io_timeout=io_timeout, progress=progress, monitor=monitor)
+                          io_timeout=io_timeout, progress=progress, monitor=monitor,
+                          thrift_port=thrift_port)
         name = body.__name__.replace("_", "-")
         try:
             outcome = body(options, not no_flush, epoch=time.monotonic_ns(), **args)

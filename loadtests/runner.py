@@ -50,6 +50,9 @@ class Options:
     io_timeout: float = 30.0
     progress: bool = False
     monitor: str | None = None  # queue whose stats are printed every second (-M)
+    thrift_port: int | None = None
+    """``--thrift``: the run speaks only thrift, on this port (set-up and checks too), as
+    Kestrel's thrift load tools do; the memcache port is not used."""
 
 
 @dataclass(frozen=True)
@@ -169,8 +172,9 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
     errors: list[str] = []
     pool = gevent.pool.Pool(64)
     try:
-        for ctx in contexts:
-            pool.spawn(ctx.conn.connect, CONNECT_ATTEMPTS)
+        if options.thrift_port is None:  # thrift roles open their own thrift connection
+            for ctx in contexts:
+                pool.spawn(ctx.conn.connect, CONNECT_ATTEMPTS)
         pool.join(raise_error=True)
     except ConnectFailed as exc:
         errors.append(str(exc))

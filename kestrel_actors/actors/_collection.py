@@ -8,6 +8,7 @@ without blocking.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import structlog
@@ -51,6 +52,10 @@ class QueueCollection(GeventActor):
         self.queues: dict[str, Any] = {}
         self.children: dict[str, dict[str, Any]] = {}
         self.alias_counts: dict[str, list[int]] = {}
+        self.alias_created: dict[str, int] = {}
+        """When each alias was first configured (at start-up or by a reload), as Kestrel's
+        ``AliasedQueue.createTime``."""
+        self._note_aliases()
         self.shutting_down = False
 
     def on_receive(self, message: Any) -> Any:
@@ -93,6 +98,11 @@ class QueueCollection(GeventActor):
                           error=str(exc))
         self._create_configured_children()
 
+    def _note_aliases(self) -> None:
+        now = int(time.time())
+        for name in self.config.aliases:
+            self.alias_created.setdefault(name, now)
+
     def _create_configured_children(self) -> None:
         for name in self.config.queues:
             if is_fanout_child(name) and is_queue_name(name):
@@ -101,6 +111,7 @@ class QueueCollection(GeventActor):
     def _reconfigure(self, config: ServerConfig) -> None:
         """``reload``: new queue settings and aliases apply to live queues at once (§5.13)."""
         self.config = config
+        self._note_aliases()
         for name, ref in self.queues.items():
             try:
                 ref.tell(SetConfig(config.queue_config(name)))
@@ -229,7 +240,7 @@ class QueueCollection(GeventActor):
                 ("put_bytes", put_bytes),
                 ("children", ",".join(self.config.aliases[name])),
             ]
-            result.append(QueueStats(name, lines, None))
+            result.append(QueueStats(name, lines, None, self.alias_created.get(name)))
         return result
 
     def _for_all(self, message: ForAll) -> None:

@@ -21,6 +21,8 @@ class QueueStats(NamedTuple):
     extra: dict[str, int] | None
     """Figures only ostrich showed (``create_time``, ``max_items``, ``max_bytes``,
     ``journal_size``, ``put_bytes``); ``None`` for an alias."""
+    alias_created: int | None = None
+    """An alias's ``create_time`` (Unix seconds): the one gauge ostrich showed for an alias."""
 
 
 class Swept(NamedTuple):

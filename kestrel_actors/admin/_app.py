@@ -22,7 +22,7 @@ from pykka import ActorDeadError
 from .._names import name_text
 from ..runtime import ReplyFuture
 from ..snapshot import gather_snapshot
-from ._ostrich import PeriodLatches, ostrich_stats, ostrich_text, server_info
+from ._ostrich import NamedListeners, PeriodLatches, ostrich_stats, ostrich_text, server_info
 from ._prometheus import CONTENT_TYPE, exposition
 
 __all__ = ["AdminApp"]
@@ -31,6 +31,7 @@ log = structlog.get_logger("kestrel_actors.admin")
 
 MAX_PERIOD = 86_400
 _PERIOD = re.compile(r"[0-9]{1,6}\Z")
+_NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 _JSON = "application/json"
 _TEXT = "text/plain; charset=utf-8"
 
@@ -61,10 +62,11 @@ class AdminApp:
     def __init__(self, server: Any) -> None:
         self.server = server
         self.latches = PeriodLatches(self._snapshot)
+        self.namespaces = NamedListeners()
         self.routes: dict[str, _Route] = {}
         for stem, handler, params, acts in (
             ("/ping", self._ping, (), False),
-            ("/stats", self._stats, ("period",), False),
+            ("/stats", self._stats, ("period", "namespace", "filtered"), False),
             ("/server_info", self._server_info, (), False),
             ("/shutdown", self._shutdown, (), True),
             ("/quiesce", self._quiesce, (), True),
@@ -119,9 +121,17 @@ class AdminApp:
         return _respond({"response": "pong"}, text)
 
     def _stats(self, params: dict[str, str], text: bool) -> tuple[str, bytes]:
+        # ostrich's filtered=1 drops the names its configured filters match; there are none
+        if params.get("filtered", "0") not in ("0", "1"):
+            raise _HttpError("400 Bad Request", "filtered must be 0 or 1")
+        namespace = params.get("namespace")
+        if namespace is not None and not _NAMESPACE.match(namespace):
+            raise _HttpError("400 Bad Request", "namespace must be 1 to 64 letters, digits, '_', '.' or '-'")
         snapshot = self._snapshot()
-        if "period" in params:
+        if "period" in params:  # as in ostrich, a period wins over a namespace
             stats = self.latches.stats(_period(params["period"]), snapshot)
+        elif namespace is not None:
+            stats = self.namespaces.stats(namespace, snapshot)
         else:
             stats = ostrich_stats(snapshot)
         if text:

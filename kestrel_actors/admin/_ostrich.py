@@ -10,6 +10,10 @@ of N seconds added (until one has passed: what was added since the period was fi
 for); gauges and labels are current. Each period asked for keeps one greenlet that takes a
 snapshot every N seconds; at most :data:`MAX_PERIODS` are kept (the least recently asked
 for is dropped), so asking for many periods cannot grow the server's memory.
+
+``?namespace=NAME`` is ostrich's older named listener: counters and metrics are what was
+added since the last read of that name (nothing, the first time). At most
+:data:`MAX_PERIODS` names are kept, as for periods.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import structlog
 from ..actors._stats import Histogram
 from ..snapshot import StatsSnapshot
 
-__all__ = ["MAX_PERIODS", "PeriodLatches", "distribution", "ostrich_stats", "ostrich_text", "server_info"]
+__all__ = ["MAX_PERIODS", "NamedListeners", "PeriodLatches", "distribution", "ostrich_stats", "ostrich_text", "server_info"]
 
 log = structlog.get_logger("kestrel_actors.admin")
 
@@ -133,6 +137,20 @@ class PeriodLatches:
         for latch in self.latches.values():
             latch.greenlet.kill(block=False)
         self.latches.clear()
+
+
+class NamedListeners:
+    """The names asked for with ``?namespace=``: each keeps the snapshot of its last read."""
+
+    def __init__(self) -> None:
+        self.last: OrderedDict[str, StatsSnapshot] = OrderedDict()
+
+    def stats(self, name: str, current: StatsSnapshot) -> dict[str, dict[str, Any]]:
+        earlier = self.last.pop(name, current)
+        self.last[name] = current
+        while len(self.last) > MAX_PERIODS:
+            self.last.popitem(last=False)
+        return ostrich_stats(current, earlier)
 
 
 def server_info(server: Any) -> dict[str, Any]:

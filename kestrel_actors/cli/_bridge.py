@@ -127,7 +127,7 @@ def run(servers, queue, job, job_args, batch_size, batch_wait, partitions, maste
         raise click.UsageError(str(exc)) from None
 
     try:
-        load_job(job)
+        load_job(job, config.py_files)
     except (ImportError, AttributeError, TypeError, ValueError) as exc:
         raise click.BadParameter(f"cannot load {job!r}: {exc}", param_hint="--job") from None
     try:

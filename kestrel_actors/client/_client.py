@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from ._connection import Connection, cooperative
-from ._errors import ClientError, ConnectionLost, KestrelError, ServerError
+from ._errors import ConnectionLost, KestrelError, ServerError
 from ._wire import (
-    DELETED,
     confirm_request,
+    expect_deleted,
     get_options,
     get_request,
     monitor_request,
@@ -38,7 +38,6 @@ __all__ = ["Client", "MonitorBatch", "ServerAddress"]
 T = TypeVar("T")
 
 DEFAULT_PORT = 22133
-_DELETED = DELETED[:-2]
 
 
 @dataclass(frozen=True, order=True)
@@ -485,7 +484,8 @@ class Client:
     # -- administration ---------------------------------------------------------------------
 
     def stats(self) -> dict[str, dict[str, str]]:
-        """``stats`` of every reachable server, by address (``"host:port"``)."""
+        """``stats`` of every reachable server, by address (``"host:port"``); a server in
+        backoff after a failure is left out."""
         def call(conn: Connection) -> dict[str, str]:
             conn.send(b"stats\r\n")
             return conn.read_stats()
@@ -505,7 +505,7 @@ class Client:
         return total
 
     def version(self) -> dict[str, str]:
-        """``version`` of every reachable server, by address."""
+        """``version`` of every reachable server, by address (as :meth:`stats`)."""
         def call(conn: Connection) -> str:
             conn.send(b"version\r\n")
             return parse_version(conn.read_line())
@@ -528,19 +528,22 @@ class Client:
 
         def call(conn: Connection) -> None:
             conn.send(b"delete %s\r\n" % queue.encode())
-            line = conn.read_line()
-            if line != _DELETED:
-                raise ServerError("delete", line) if line.startswith(b"SERVER_ERROR") \
-                    else ClientError("delete", line)
+            expect_deleted(conn.read_line())
 
         self._everywhere(call, every=True)
 
     def _everywhere(self, call: Callable[[Connection], T], every: bool = False) -> dict[str, T]:
         """``call`` on each server: the answers of those that answered; with ``every`` the
-        first failure is raised after trying them all (a flush must reach each server)."""
+        first failure is raised after trying them all (a flush must reach each server).
+        Without it, servers in backoff are left out (unless every server is), as reads and
+        writes leave them: a dead host is not waited for on each ``stats``."""
         results: dict[str, T] = {}
         failure: KestrelError | None = None
-        for server in self.servers:
+        servers = self.servers
+        if not every:
+            now = time.monotonic()
+            servers = [s for s in servers if s.down_until <= now] or servers
+        for server in servers:
             try:
                 results[str(server)] = self._call(server, call)
             except (ConnectionLost, ServerError) as exc:

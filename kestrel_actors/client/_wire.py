@@ -36,6 +36,7 @@ __all__ = [
 _END = END[:-2]
 _STORED = STORED[:-2]
 _NOT_STORED = NOT_STORED[:-2]
+_DELETED = DELETED[:-2]
 
 
 def queue_key(queue: str) -> bytes:
@@ -136,4 +137,10 @@ def expect_end(command: str, line: bytes) -> None:
         raise reply_error(command, line)
 
 
-__all__ += ["expect_end"]
+def expect_deleted(line: bytes) -> None:
+    """The reply to ``delete <q>`` must be ``DELETED``."""
+    if line != _DELETED:
+        raise reply_error("delete", line)
+
+
+__all__ += ["expect_deleted", "expect_end"]

@@ -54,7 +54,7 @@ class BatchRunner:
         self.config = config
         self.server = server
         self.spark = spark
-        self.job = job or load_job(config.job)
+        self.job = job or load_job(config.job, config.py_files)
         self.sink = sink or make_sink(config)
         self.connection = Connection(server, config.connect_timeout, config.io_timeout)
         self.ledger = BatchLedger(config.resolved_state_dir, config.queue, server)

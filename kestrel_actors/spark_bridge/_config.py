@@ -11,7 +11,7 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,11 +80,14 @@ def job_module_name(spec: str | Callable[..., Any]) -> str:
     return spec.partition(":")[0]
 
 
-def load_job(spec: str | Callable[..., Any]) -> Callable[..., Any]:
+def load_job(spec: str | Callable[..., Any], py_files: Sequence[str] = ()) -> Callable[..., Any]:
     """Resolve ``package.module:function`` (dotted attributes allowed after the colon).
 
     The module is imported like ``python -m`` would: from ``sys.path`` *and* the current
-    directory, which the ``kestrel-actors`` entry point leaves off ``sys.path``.
+    directory, which the ``kestrel-actors`` entry point leaves off ``sys.path``; and, as
+    ``spark-submit --py-files`` does for its driver, from ``py_files`` (a ``.zip``/``.egg`` is
+    a path entry, a ``.py`` file is found in its directory), so a job that imports code shipped
+    to the executors imports the same code here.
     """
     if callable(spec):
         return spec
@@ -94,6 +97,10 @@ def load_job(spec: str | Callable[..., Any]) -> Callable[..., Any]:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
+    for path in py_files:
+        entry = os.path.abspath(os.path.dirname(path) if path.endswith(".py") else path)
+        if entry not in sys.path:
+            sys.path.append(entry)
     target: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         target = getattr(target, part)

@@ -49,7 +49,7 @@ def run_bridge(config: BridgeConfig, *, spark: SparkSession | None = None,
     """
     refuse_gevent()
     stop_event = stop_event or threading.Event()
-    job = load_job(config.job)
+    job = load_job(config.job, config.py_files)
     runners: list[BatchRunner] = []
     try:
         for server in config.servers:

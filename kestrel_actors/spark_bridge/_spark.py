@@ -9,6 +9,7 @@ partitions and the driver little memory. Every default can be overridden with ``
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import sysconfig
@@ -122,11 +123,21 @@ def _installed(path: str) -> bool:
 
 
 def _zip_package(directory: Path, name: str) -> Path:
-    """``<tmp>/<name>.zip`` holding ``name/**.py`` (a fresh temp dir per call: Spark refuses
-    to add a second, different file under a name it has already shipped)."""
-    archive = Path(tempfile.mkdtemp(prefix="kestrel-job-")) / f"{name}.zip"
+    """``<tmp>/<name>-<digest>.zip`` holding ``name/**.py``.
+
+    Spark refuses a second, different file under a name it has already shipped ("exists and
+    does not match contents"), which a second bridge run in the same SparkSession hits when the
+    package changed in between. The archive's name does not matter to the import (the zip is
+    a path entry, ``name/`` inside it is the package), so the name carries a digest of the
+    contents: the same package ships under the same name, a changed one under a new one.
+    """
+    files = [f for f in sorted(directory.rglob("*.py")) if "__pycache__" not in f.parts]
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(str(file.relative_to(directory)).encode() + b"\0" + file.read_bytes())
+    archive = (Path(tempfile.mkdtemp(prefix="kestrel-job-"))
+               / f"{name}-{digest.hexdigest()[:16]}.zip")
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
-        for file in sorted(directory.rglob("*.py")):
-            if "__pycache__" not in file.parts:
-                zf.write(file, Path(name) / file.relative_to(directory))
+        for file in files:
+            zf.write(file, Path(name) / file.relative_to(directory))
     return archive

@@ -40,10 +40,12 @@ PRODUCER = "loadtests.scenarios._thrift:producer"
 
 def thrift_options(func: Any) -> Any:
     """``--thrift`` and ``--thrift-port``: the switch Kestrel's load tools have."""
-    func = click.option("--thrift-port", default=2229, show_default=True, type=int,
-                        help="The server's thrift port (with --thrift).")(func)
+    func = click.option("--thrift-port", default=None, type=int,
+                        help="The server's thrift port (with --thrift; default: -p if given, "
+                             "else 2229).")(func)
     return click.option("--thrift", "thrift", is_flag=True,
-                        help="Use the thrift protocol (port --thrift-port) instead of memcache.")(func)
+                        help="Use only the thrift protocol (flush and checks too), on port "
+                             "--thrift-port, instead of memcache.")(func)
 
 
 def connect(ctx: ClientContext) -> ThriftClient:

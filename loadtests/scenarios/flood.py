@@ -74,8 +74,11 @@ def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int,
         flush_queues(options, [queue])
     if prefill:
         say("prefill: %d items of %dkB" % (prefill, kilobytes))
-        filled = run(Plan(producer_specs(queue, prefill, 1, size, rollup=32, recorder="prefill"),
-                          progress="prefill", target=prefill, label="prefill"), options, epoch)
+        if thrift:
+            fill = _thrift.producer_specs(queue, prefill, 1, size, thrift_port, rollup=32, recorder="prefill")
+        else:
+            fill = producer_specs(queue, prefill, 1, size, rollup=32, recorder="prefill")
+        filled = run(Plan(fill, progress="prefill", target=prefill, label="prefill"), options, epoch)
         if filled.failures or filled.errors:
             outcome = Outcome("flood", filled.get("prefill"))
             outcome.absorb(filled, headline=False)

@@ -11,7 +11,9 @@ Kestrel's thrift client relies on a 5 s auto-abort; over memcache the hang-up ab
 With ``--thrift`` (reference §8.7): one producer ``put``s the items, and consumers
 ``get(q, 1, 100, auto_abort_msec=-a)``, confirm with probability 1 - ``-d`` (the confirm must
 count 1), and otherwise drop the item without a word -- the server's auto-abort timer must
-bring it back (the consumer goes on on a new connection; closing one aborts nothing).
+bring it back (the consumer goes on on a new connection; closing one aborts nothing). The
+flush and the final check then go over thrift too: the run needs no memcache port, and ``-p``
+names the thrift port unless ``--thrift-port`` does, as in Kestrel's tool.
 """
 
 from __future__ import annotations
@@ -68,9 +70,11 @@ def consumer(ctx: ClientContext) -> None:
             rec.dups += 1
 
 
-def leaky_reader(options: Options, flush: bool, epoch: int, total: int, drop: float, queue: str,
+def leaky_reader(options: Options, flush: bool, epoch: int, total: int, drop: float, queue: str | None,
                  threads: int, auto_abort_msec: int = 5000, thrift: bool = False,
                  thrift_port: int = 2229) -> Outcome:
+    if queue is None:
+        queue = "spam-thrift" if thrift else "spam"  # Kestrel's LeakyThriftReader's default
     say("leaky-reader: %d threads each sending %d items through %s" % (threads, total, queue))
     if flush:
         flush_queues(options, [queue])
@@ -115,7 +119,7 @@ def leaky_reader(options: Options, flush: bool, epoch: int, total: int, drop: fl
               help="Items to deliver.")
 @click.option("-d", "drop", default=0.01, show_default=True, type=click.FloatRange(0, 0.99),
               help="Fraction of opened items dropped (memcache: hang up; thrift: never confirmed).")
-@click.option("-q", "queue", default="spam", show_default=True, help="Queue name.")
+@click.option("-q", "queue", default=None, help="Queue name.  [default: spam; with --thrift: spam-thrift]")
 @click.option("-t", "threads", default=1, show_default=True, type=click.IntRange(1),
               help="Consumers.")
 @click.option("-a", "auto_abort_msec", default=5000, show_default=True, type=click.IntRange(1),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -139,6 +140,36 @@ def test_deleted_queue_leaves_its_names_but_not_the_servers_figures(admin_server
     assert stats["metrics"]["set_latency_usec"]["count"] == 1
 
 
+def test_an_alias_has_kestrels_alias_figures(tmp_path, make_admin_server):
+    """AliasedQueue's ostrich names: the counters put_items and put_bytes, the gauge
+    create_time; nothing of a queue's."""
+    config = tmp_path / "kestrel.toml"
+    config.write_text('[aliases]\neverywhere = ["left", "right"]\n')
+    started = time.time()
+    server = make_admin_server("--config", str(config))
+    client = server.client()
+    assert client.set("everywhere", b"four") == b"STORED"
+    stats = get_json(server.admin_url + "/stats.json")
+    assert stats["counters"]["q/everywhere/put_items"] == 1
+    assert stats["counters"]["q/everywhere/put_bytes"] == 4
+    assert started - 1 <= stats["gauges"]["q/everywhere/create_time"] <= time.time() + 1
+    assert "q/everywhere/items" not in stats["gauges"]
+    assert stats["gauges"]["q/left/items"] == stats["gauges"]["q/right/items"] == 1
+    body = request(server.admin_url + "/metrics").body.decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(body) for s in f.samples}
+    assert samples[("kestrel_alias_put_items_total", (("alias", "everywhere"),))] == 1
+    assert samples[("kestrel_alias_create_time", (("alias", "everywhere"),))] == stats["gauges"]["q/everywhere/create_time"]
+    assert ("kestrel_queue_items", (("queue", "everywhere"),)) not in samples
+    # a reload keeps an alias's create_time (Kestrel keeps the AliasedQueue) and adds new ones
+    time.sleep(1.1)
+    config.write_text('[aliases]\neverywhere = ["left"]\nlater = ["right"]\n')
+    assert get_json(server.admin_url + "/reload") == {"response": "ok"}
+    gauges = get_json(server.admin_url + "/stats.json")["gauges"]
+    assert gauges["q/everywhere/create_time"] == stats["gauges"]["q/everywhere/create_time"]
+    assert gauges["q/later/create_time"] >= stats["gauges"]["q/everywhere/create_time"] + 1
+
+
 def test_stats_txt(admin_server):
     client = admin_server.client()
     client.set("jobs", b"one")
@@ -217,6 +248,28 @@ def test_metrics_in_prometheus_format(admin_server):
         client.close()
 
 
+def test_ostrichs_other_stats_parameters(admin_server):
+    """ostrich also took ``filtered=1`` (no filters here: the same names) and the older
+    ``namespace=NAME``: what was added since that name's last read."""
+    client = admin_server.client()
+    client.set("named", b"one")
+    url = admin_server.admin_url + "/stats.json"
+    assert get_json(url + "?filtered=1")["counters"]["cmd_set"] == 1
+    assert get_json(url + "?period=60&filtered=1")["counters"]["cmd_set"] == 0  # a new period
+    assert get_json(url + "?namespace=ganglia")["counters"]["cmd_set"] == 0  # the first read
+    client.set("named", b"two")
+    client.set("named", b"three")
+    stats = get_json(url + "?namespace=ganglia")
+    assert stats["counters"]["cmd_set"] == 2
+    assert stats["counters"]["q/named/put_items"] == 2
+    assert stats["metrics"]["q/named/set_latency_usec"]["count"] == 2
+    assert stats["gauges"]["q/named/items"] == 3
+    assert get_json(url + "?namespace=ganglia")["counters"]["cmd_set"] == 0  # nothing since
+    assert get_json(url + "?namespace=other")["counters"]["cmd_set"] == 0  # each name its own
+    text = request(admin_server.admin_url + "/stats.txt?namespace=ganglia&filtered=0")
+    assert text.status == 200 and "  cmd_set: 0\n" in text.body.decode()
+
+
 @pytest.mark.parametrize("path", ["/nope", "/stats.jsonx", "/q/jobs", "/metrics/x", "//stats.json", "/index.html"])
 def test_unknown_paths_are_404(admin_server, path):
     reply = request(admin_server.admin_url + path)
@@ -227,6 +280,7 @@ def test_unknown_paths_are_404(admin_server, path):
 @pytest.mark.parametrize("query", [
     "period=abc", "period=0", "period=-1", "period=1.5", "period=86401", "period=", "period",
     "period=1&period=2", "foo=1", "%zz", "period=%ff", "period=1;x",
+    "filtered=2", "filtered=", "namespace=", "namespace=a/b", "namespace=" + "n" * 65, "namespace=%ff",
 ])
 def test_bad_query_strings_are_400(admin_server, query):
     reply = request(admin_server.admin_url + "/stats.json?" + query)
@@ -288,6 +342,20 @@ def test_admin_port_defaults_to_2223_and_0_disables_it(tmp_path):
         wait_for(lambda: '"protocol": "memcache"' in server.log(), what="the listening lines")
         admin_line = next(line for line in server.log().splitlines() if '"protocol": "admin http"' in line)
         assert f'"port": {server.admin_port}' in admin_line and '"host": "127.0.0.1"' in admin_line
+    finally:
+        server.stop()
+
+
+def test_admin_port_listens_on_the_servers_host_only(tmp_path):
+    from ..helpers import ServerProcess
+
+    server = ServerProcess(tmp_path / "data", admin_port=True)
+    server.host = "127.0.0.2"  # another loopback address: the admin port follows --host
+    server.start()
+    try:
+        assert get_json(server.admin_url + "/ping") == {"response": "pong"}
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", server.admin_port), timeout=2).close()
     finally:
         server.stop()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -30,6 +31,26 @@ def test_raw_items_keep_their_bytes(module_server):
     assert cli(module_server, "put", "raw", "--raw", stdin=data).returncode == 0
     assert cli(module_server, "peek", "raw", "--raw").stdout == data
     assert cli(module_server, "get", "raw", "--raw").stdout == data
+    assert cli(module_server, "put", "raw", "--raw", stdin=b"one\n").returncode == 0
+    assert cli(module_server, "put", "raw", "--raw", stdin=b"two").returncode == 0
+    tail = cli(module_server, "tail", "raw", "--raw", "-n", "2")
+    assert (tail.returncode, tail.stdout) == (0, b"one\ntwo")  # back to back, as they were
+
+
+def test_a_pool_of_servers(make_server):
+    first, second = make_server(), make_server()
+    with Client(second.address) as client:
+        client.put_many("pooled", [b"on the second"])
+    pool = ("-s", first.address, "-s", second.address)
+    got = subprocess.run([sys.executable, "-m", "kestrel_actors.cli", "get", "pooled", *pool],
+                         capture_output=True, timeout=60)
+    assert (got.returncode, got.stdout) == (0, b"on the second\n")
+    env = {**os.environ, "KESTREL_SERVERS": f"{first.address},{second.address}"}
+    put = subprocess.run([sys.executable, "-m", "kestrel_actors.cli", "put", "pooled"],
+                         input=b"a\nb\n", env=env, timeout=60)
+    assert put.returncode == 0
+    with Client([first.address, second.address]) as client:
+        assert client.queue_stats("pooled")["items"] == 2
 
 
 def test_tail_confirms_only_what_it_wrote(module_server):

@@ -18,9 +18,16 @@ from kestrel_actors.client import (
     UnexpectedReply,
     reply_error,
 )
-from kestrel_actors.client._wire import get_options, parse_stat, parse_stored, parse_value_header, wait_ms
+from kestrel_actors.client._wire import (
+    expect_deleted,
+    get_options,
+    parse_stat,
+    parse_stored,
+    parse_value_header,
+    wait_ms,
+)
 
-from ..helpers import free_port
+from ..helpers import free_port, wait_for
 
 
 @pytest.fixture
@@ -265,6 +272,14 @@ def test_wire_parsers_are_pure():
     assert parse_stat(b"STAT uptime 5") == ("uptime", "5") and parse_stat(b"END") is None
     assert get_options(wait_ms(0.25), open=True, close=True) == "/t=250/close/open"
     assert get_options(0, peek=True) == "/peek" and wait_ms(None) == 0 and wait_ms(1e-6) == 1
+    expect_deleted(b"DELETED")
+    # delete's reply goes through the same mapping as every other reply
+    with pytest.raises(ServerError):
+        expect_deleted(b"SERVER_ERROR")
+    with pytest.raises(ClientError):
+        expect_deleted(b"CLIENT_ERROR bad")
+    with pytest.raises(UnexpectedReply):
+        expect_deleted(b"END")
 
 
 def test_server_address_parsing():
@@ -276,3 +291,29 @@ def test_server_address_parsing():
             ServerAddress.parse(bad)
     with pytest.raises(ValueError):
         Client([])
+
+
+def test_connections_are_pooled(make_server, qname):
+    """One caller at a time reuses one connection; ``max_idle`` bounds how many are kept."""
+    server = make_server()
+
+    def connections() -> tuple[int, int]:
+        """Connections this client made, and those open now."""
+        stats = client.stats()[server.address]
+        return int(stats["total_connections"]) - before, int(stats["curr_connections"])
+
+    with Client(server.address, max_idle=1) as client:
+        before = 0
+        before = connections()[0] - 1  # the one asking, and the start-up check's before it
+        for i in range(20):
+            assert client.put(qname, b"%d" % i)
+            assert client.get(qname) == b"%d" % i
+        with client.reliable(qname, timeout=0.1) as item:
+            assert item is None
+        assert connections() == (1, 1)
+        client.put_many(qname, [b"a", b"b", b"c"])
+        held = [client.monitor(qname, 1, 1) for _ in range(3)]  # each holds its connection
+        assert [batch.items for batch in held] == [[b"a"], [b"b"], [b"c"]]
+        for batch in held:
+            batch.confirm()
+        assert wait_for(lambda: connections() == (3, 1))  # two closed, one kept

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import gevent
@@ -82,3 +84,36 @@ def test_reliable_reads_in_greenlets(module_server):
         pool.join(raise_error=True)
         assert sorted(results) == sorted(b"%d" % i for i in range(10))
         assert client.queue_stats("green_rel")["open_transactions"] == 0
+
+
+MONKEY_PATCHED = """
+from gevent import monkey
+monkey.patch_all()
+import sys, threading
+from kestrel_actors.client import Client
+
+got = []
+with Client(sys.argv[1], timeout=5.0) as client:
+    # patched threads are greenlets: a reader blocked in a plain socket would hold the
+    # one hub for its whole wait, and the writer would only run after every read timed out
+    readers = [threading.Thread(target=lambda: got.append(client.get("patched", 3.0)))
+               for _ in range(10)]
+    for reader in readers:
+        reader.start()
+    threading.Event().wait(0.2)
+    assert all(client.put("patched", b"%d" % i) for i in range(10))
+    for reader in readers:
+        reader.join()
+print(" ".join(sorted(item.decode() for item in got)))
+"""
+
+
+def test_a_monkey_patched_program(module_server):
+    """``gevent.monkey.patch_all()`` before the import, as gevent programs start: patched
+    threads (greenlets) share one client, blocking reads and a writer interleaved. The sockets
+    cooperate through the patched socket module here; test_greenlets_wait_cooperatively
+    covers the client's own choice on an unpatched hub."""
+    proc = subprocess.run([sys.executable, "-c", MONKEY_PATCHED, module_server.address],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(i) for i in range(10)]

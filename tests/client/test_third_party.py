@@ -59,6 +59,23 @@ def test_pymemcache_get_with_options_raises_after_the_item_was_removed(module_se
         client.close()
 
 
+def test_pymemcache_timeout_must_exceed_the_wait(module_server):
+    base = pytest.importorskip("pymemcache.client.base")
+    short = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=0.5)
+    try:
+        with pytest.raises(TimeoutError):
+            short.get("pm_wait/t=1500")  # an empty queue answers END after 1.5 s: too late
+    finally:
+        short.close()
+    assert base.Client((module_server.host, module_server.port)).timeout is None  # its default
+    patient = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=3)
+    try:
+        start = time.monotonic()
+        assert patient.get("pm_wait/t=1500") is None and time.monotonic() - start >= 1.4
+    finally:
+        patient.close()
+
+
 # -- python-memcached --------------------------------------------------------------------------
 
 
@@ -122,10 +139,13 @@ def tool(name: str) -> str:
 
 
 def test_memcstat(module_server):
+    with Client(module_server.address) as client:
+        assert client.put("mstat", b"x")
     proc = subprocess.run([tool("memcstat"), f"--servers={module_server.address}"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert "version: 2.4.7" in proc.stdout and "curr_items:" in proc.stdout
+    assert "queue_mstat_items: 1" in proc.stdout  # the per-queue stats are printed too
     version = subprocess.run([tool("memcstat"), "--server-version", f"--servers={module_server.address}"],
                              capture_output=True, text=True, timeout=30)
     # it prints to stderr
@@ -136,3 +156,10 @@ def test_memcping(module_server):
     proc = subprocess.run([tool("memcping"), f"--servers={module_server.address}"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_memcdump_fails(module_server):
+    """memcdump asks for ``stats cachedump``, which Kestrel does not have (README's table)."""
+    proc = subprocess.run([tool("memcdump"), f"--servers={module_server.address}"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "Failed to dump keys" in proc.stdout + proc.stderr

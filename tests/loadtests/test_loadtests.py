@@ -23,13 +23,16 @@ from ..helpers import REPO, ServerProcess
 
 
 
-def run_load(server, *args: str, via: str = "module", timeout: float = 60) -> tuple[int, dict, str]:
-    """Run a scenario against ``server``; return (exit code, final JSON record, stdout)."""
+def run_load(server, *args: str, via: str = "module", timeout: float = 60,
+             port: int | None = None) -> tuple[int, dict, str]:
+    """Run a scenario against ``server`` (``-p port``: the memcache port unless given);
+    return (exit code, final JSON record, stdout)."""
     if via == "module":
         command = [sys.executable, "-m", "loadtests"]
     else:
         command = [sys.executable, "-m", "kestrel_actors.cli", "load"]
-    command += [args[0], "-p", str(server.port), "--no-progress", "--timeout", "50", *args[1:]]
+    port = server.port if port is None else port
+    command += [args[0], "-p", str(port), "--no-progress", "--timeout", "50", *args[1:]]
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no output; stderr: {proc.stderr}"
@@ -166,6 +169,28 @@ def test_put_many_and_flood_over_thrift(thrift_server):
     assert code == 0, out
     assert record["protocol"] == "thrift"
     assert record["items"] >= 300 and record["lost"] == 0 and record["duplicated"] == 0
+
+
+def test_thrift_load_tests_speak_only_thrift_with_p_as_the_thrift_port(thrift_server):
+    # Kestrel's tools: --thrift with -p naming the thrift port. Were any flush, prefill or check
+    # sent as memcache to that port, the server would close on it and the run would fail.
+    port = thrift_server.thrift_port
+    code, record, out = run_load(thrift_server, "leaky-reader", "--thrift", "-n", "100", "-d", "0.1",
+                                 "-a", "300", port=port)
+    assert_clean(code, record, out, 100)
+    assert "through spam-thrift" in out and "Completed all reads" in out  # Kestrel's default queue
+    code, record, out = run_load(thrift_server, "put-many", "--thrift", "-c", "2", "-n", "50", "-g",
+                                 "-q", "pmp", port=port)
+    assert_clean(code, record, out, 50)
+    assert f"to 127.0.0.1:{port} in 1 queues" in out
+    code, record, out = run_load(thrift_server, "flood", "--thrift", "-P", "20", "-n", "50", "-q", "flp",
+                                 port=port)
+    assert code == 0, out
+    assert record["lost"] == 0 and record["duplicated"] == 0
+    stats = thrift_server.client().stats()
+    assert stats["queue_spam-thrift_items"] == "0" and stats["queue_spam-thrift_open_transactions"] == "0"
+    assert stats["queue_flp_total_items"] == "70"  # the prefill went in over thrift too
+    assert stats["queue_pmp_items"] == "0"
 
 
 # -- the harness must detect a misbehaving server ----------------------------------------

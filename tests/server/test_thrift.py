@@ -6,6 +6,7 @@ client generated from the IDL the server ships -- over a socket to ``serve --thr
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import struct
@@ -16,7 +17,7 @@ from thriftpy2.thrift import TApplicationException
 from thriftpy2.transport import TTransportException
 
 from kestrel_actors import KESTREL_VERSION
-from kestrel_actors.thrift_client import Item, Status, decode_reply, encode_call
+from kestrel_actors.thrift_client import Item, Status, ThriftClient, decode_reply, encode_call
 
 from ..helpers import ServerProcess, wait_for, write_config
 
@@ -40,6 +41,49 @@ def memcache_get(server: ServerProcess, queue: str) -> bytes | None:
         return client.get(queue)
     finally:
         client.close()
+
+
+# -- the port ------------------------------------------------------------------------------------
+
+
+def _listening(server: ServerProcess) -> dict[str, int]:
+    """The server's ``listening`` log events: port by protocol."""
+    events = [json.loads(line) for line in server.log_path.read_text().splitlines() if line.startswith("{")]
+    return {event["protocol"]: event["port"] for event in events if event.get("event") == "listening"}
+
+
+class _DefaultThriftPort(ServerProcess):
+    """``serve`` without ``--thrift-port`` (the helper otherwise passes 0)."""
+
+    def command(self) -> list[str]:
+        command = super().command()
+        at = command.index("--thrift-port")
+        del command[at : at + 2]
+        return command
+
+
+def test_thrift_listens_on_2229_by_default(tmp_path):
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", 2229))
+        except OSError:
+            pytest.skip("port 2229 is taken on this machine")
+    server = _DefaultThriftPort(tmp_path / "data").start()
+    try:
+        assert wait_for(lambda: "thrift" in _listening(server))
+        assert _listening(server)["thrift"] == 2229
+        with ThriftClient(server.host, 2229) as client:
+            assert client.get_version() == KESTREL_VERSION
+    finally:
+        server.stop()
+
+
+def test_thrift_port_0_disables_the_listener(make_server, make_thrift_server):
+    off = make_server("--thrift-port", "0")
+    on = make_thrift_server()
+    assert wait_for(lambda: "thrift" in _listening(on))  # the event this test looks for exists
+    assert _listening(on)["thrift"] == on.thrift_port
+    assert "memcache" in _listening(off) and "thrift" not in _listening(off)
 
 
 # -- every method -------------------------------------------------------------------------------
@@ -164,12 +208,15 @@ def test_abort_from_another_connection_puts_the_item_back_at_the_head(server):
 def test_auto_abort_returns_the_item_after_its_time(server):
     with server.thrift_client() as client:
         client.put("leak", [b"dropped"])
-        [item] = client.get("leak", max_items=1, auto_abort_msec=500)
+        opened = time.monotonic()
+        [item] = client.get("leak", max_items=1, auto_abort_msec=800)
         assert item.id >= 1
-        just_after = client.peek("leak")
-        assert just_after.items == 0 and just_after.open_transactions == 1  # not before its time
+        time.sleep(0.4)
+        half_way = client.peek("leak")
+        assert half_way.items == 0 and half_way.open_transactions == 1  # not before its time
         back = wait_for(lambda: client.peek("leak").items == 1, timeout=10)
         assert back
+        assert time.monotonic() - opened >= 0.8  # its timer, not an earlier one, returned it
         assert client.peek("leak").open_transactions == 0
         assert client.confirm("leak", {item.id}) == 0  # aborted: the id is unknown now
         [again] = client.get("leak", max_items=1, auto_abort_msec=60_000)
@@ -212,12 +259,13 @@ def test_open_read_limit_per_connection(server):
         assert [item.data for item in client.get("lim", max_items=1)] == [b"3"]
 
 
-def test_open_reads_come_back_after_a_sigkill_restart(server):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_open_reads_come_back_after_a_restart(server, sig):
     client = server.thrift_client()
     client.put("crash", [b"opened", b"waiting"])
     [item] = client.get("crash", max_items=1, auto_abort_msec=600_000)
     client.close()
-    server.stop(signal.SIGKILL)
+    server.stop(sig)
     server.start()
     with server.thrift_client() as client:
         assert client.confirm("crash", {item.id}) == 0  # ids do not survive a restart
@@ -284,17 +332,19 @@ def _closes(sock: socket.socket) -> bool:
         return True
 
 
-def test_unknown_method_is_an_exception_and_the_connection_stays(server):
+@pytest.mark.parametrize("name", [b"no_such_method", b"__can__finagle__trace__v3__"])
+def test_unknown_method_is_an_exception_and_the_connection_stays(server, name):
+    # the second is the probe a Finagle client with a ClientId sends first: an UNKNOWN_METHOD
+    # answer makes it go on in plain framed thrift on the same connection
     with server.thrift_client() as client:
         client.put("bad", [b"kept"])
     sock = socket.create_connection((server.host, server.thrift_port))
-    name = b"no_such_method"
     body = struct.pack(">iI", -2147418111, len(name)) + name + struct.pack(">i", 9) + b"\x00"
     sock.sendall(struct.pack(">i", len(body)) + body)
     seqid, error = decode_reply("get_version", _read_frame(sock))
     assert seqid == 9 and isinstance(error, TApplicationException)
     assert error.type == TApplicationException.UNKNOWN_METHOD
-    assert error.message == "Invalid method name: 'no_such_method'"
+    assert error.message == f"Invalid method name: '{name.decode()}'"
     sock.sendall(encode_call("get_version", 10))
     assert b"get_version" in _read_frame(sock)
     sock.close()
@@ -315,6 +365,26 @@ def test_bad_frames_close_the_connection_and_the_next_client_is_served(server, g
     sock.close()
     with server.thrift_client() as client:
         assert client.get("safe", max_items=1) == [Item(b"kept", 0)]
+
+
+def test_the_frame_limit_follows_max_item_bytes(make_thrift_server):
+    server = make_thrift_server("--max-item-bytes", "1000")
+    limit = 1000 + 64 * 1024
+    # a put of one item filling the limit exactly is read and answered
+    call = encode_call("put", 1, queue_name="lim", items=[b""])
+    body = call[4:]
+    pad = limit - len(body)
+    fits = encode_call("put", 1, queue_name="lim", items=[b"x" * pad])
+    assert len(fits) - 4 == limit
+    sock = socket.create_connection((server.host, server.thrift_port))
+    sock.sendall(fits)
+    assert decode_reply("put", _read_frame(sock)) == (1, 1)
+    # one byte more is refused from its length alone: closed before the body is sent
+    sock.sendall(struct.pack(">i", limit + 1))
+    assert _closes(sock)
+    sock.close()
+    with server.thrift_client() as client:
+        assert client.peek("lim").items == 1
 
 
 def test_arguments_that_do_not_parse_are_a_protocol_error(server):
