@@ -37,8 +37,8 @@ def name_bytes(text: str) -> bytes:
 
 def name_text(text: str) -> str:
     """``text`` (a name, or text that holds names) for an output that must be valid UTF-8
-    (the admin port's ``/stats.txt`` and ``/metrics``): bytes of a name that are not UTF-8
-    are written as ``\\xNN``; every other name is unchanged."""
+    (the admin port's ``/stats.json``, ``/stats.txt`` and ``/metrics``): bytes of a name that
+    are not UTF-8 are written as ``\\xNN``; every other name is unchanged."""
     return name_bytes(text).decode("utf-8", "backslashreplace")
 
 

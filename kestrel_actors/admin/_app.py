@@ -194,7 +194,21 @@ def _respond(document: dict[str, Any], text: bool) -> tuple[str, bytes]:
 
 
 def _json(document: Any) -> bytes:
-    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+    text = json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a name that is not UTF-8: the rule of /stats.txt, \xNN
+        return _json(_name_texts(document))
+
+
+def _name_texts(value: Any) -> Any:
+    if isinstance(value, str):
+        return name_text(value)
+    if isinstance(value, dict):
+        return {name_text(key): _name_texts(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_name_texts(item) for item in value]
+    return value
 
 
 PAGE = resources.files(__package__).joinpath("page.html").read_bytes()
