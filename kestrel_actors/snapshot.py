@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .actors._collection_queue import QueueStats
-from .actors._stats import LATENCIES, Histogram, QueueMetrics, ServerStats
+from .actors._stats import LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram, QueueMetrics, ServerStats
 
 __all__ = ["QUEUE_COUNTERS", "QUEUE_GAUGES", "StatsSnapshot", "gather_snapshot", "take_snapshot"]
 
@@ -67,6 +67,8 @@ class StatsSnapshot:
     reserved_memory: int
     metrics: dict[str, QueueMetrics] = field(default_factory=dict)
     """Copies of each live queue's metrics; ``None`` key: the whole server's."""
+    server_metrics: dict[str, Histogram] = field(default_factory=dict)
+    """Copies of the server-wide only metrics (:data:`SERVER_METRICS`)."""
 
     # -- memcache --------------------------------------------------------------------------
 
@@ -106,6 +108,7 @@ class StatsSnapshot:
     def counters(self) -> dict[str | None, dict[str, int]]:
         """Counters (values that only grow), server-wide (``None``) and per queue or alias."""
         server = {name: value for name, value in self.server_counters.items() if name != "curr_connections"}
+        # ``server_counters`` also holds the ``fsync_error_<class>`` counts, when there are any
         server["cmd_get_timeout_dropped"] = server["waiters_aborted"]  # Kestrel counts both
         result: dict[str | None, dict[str, int]] = {None: server}
         for queue in self.queues:
@@ -150,11 +153,17 @@ class StatsSnapshot:
         return {"version": self.version, "status": self.status}
 
     def histograms(self) -> dict[str | None, dict[str, Histogram]]:
-        """Every latency histogram, server-wide (``None``) and per queue (empty ones too)."""
+        """Every metric, server-wide (``None``: the latencies summed over the queues, and the
+        fsync figures) and per queue (:data:`QUEUE_METRICS`), empty ones too."""
         empty = Histogram()
-        result = {}
+        result: dict[str | None, dict[str, Histogram]] = {}
         for name, metrics in self.metrics.items():
-            result[name] = {metric: metrics.histograms.get(metric, empty) for metric in LATENCIES}
+            if name is None:
+                whole = {metric: metrics.histograms.get(metric, empty) for metric in LATENCIES}
+                whole.update((metric, self.server_metrics.get(metric, empty)) for metric in SERVER_METRICS)
+                result[None] = whole
+            else:
+                result[name] = {metric: metrics.histograms.get(metric, empty) for metric in QUEUE_METRICS}
         return result
 
 
@@ -170,7 +179,10 @@ def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = Tr
         status=status.status.value,
         readable=not status.blocks_reads(),
         writeable=not status.blocks_writes(),
-        server_counters={name: getattr(stats, name) for name in ServerStats.COUNTERS},
+        server_counters={
+            **{name: getattr(stats, name) for name in ServerStats.COUNTERS},
+            **{f"fsync_error_{name}": count for name, count in stats.fsync_errors.items()},
+        },
         queues=list(queues),
         reserved_memory=sum(server.config.queue_config(name).max_memory_size for name in real),
     )
@@ -182,6 +194,7 @@ def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = Tr
                 snapshot.metrics[name] = metrics.copy()
                 whole.merge(metrics)
         snapshot.metrics[None] = whole  # type: ignore[index]
+        snapshot.server_metrics = {name: histogram.copy() for name, histogram in stats.histograms.items()}
     return snapshot
 
 

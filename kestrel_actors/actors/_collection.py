@@ -151,8 +151,7 @@ class QueueCollection(GeventActor):
             expire_target = self._queue(queue_config.expire_to_queue)
         core = self.opener(name, queue_config)
         ref = QueueActor.start(name, queue_config, core.journal, self.stats, core, expire_target)
-        self.queues[name] = ref
-        self.stats.open_queue(name)
+        self.queues[name] = ref  # its actor opened its metrics (ServerStats.open_queue)
         self.stats.queue_creates += 1
         master = fanout_master(name)
         if master is not None:

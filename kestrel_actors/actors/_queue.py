@@ -138,6 +138,11 @@ class QueueActor(GeventActor):
         self.name = name
         self.core = core or QueueCore(name, config, journal)
         self.stats = stats
+        # the queue's ostrich metrics live as long as the queue (the collection drops them
+        # when it deletes it); the journal's fsyncs are server-wide figures
+        metrics = stats.open_queue(name)
+        self.core.metrics = metrics
+        self.core.journal.observe(metrics, stats)
         self.waiters = WaitList(self._start_timer)
         self.children: dict[str, Any] = {}
         self.has_children = False

@@ -11,6 +11,12 @@ additions, and a histogram's memory never grows (Kestrel's sample-keeping collec
 its issues 95/96). They are kept per queue, in :class:`QueueMetrics`, created when the
 collection creates the queue and dropped when it deletes it; the server-wide figure is the
 sum of the live queues' and of those retired (:meth:`ServerStats.forget_queue`).
+
+Kestrel's other per-queue metrics (:data:`QUEUE_METRICS`) are per queue only, as Kestrel had
+them: the journal's rewrite and rotation times, read-behind fills, and samples of the queue's
+own sizes taken after each add and remove (``PersistentQueue.addInternalsMetrics``). The
+journal's fsync figures (:data:`SERVER_METRICS`, Kestrel's ``PeriodicSyncStorage``) are
+server-wide only: :class:`ServerStats` keeps them, with the ``fsync_error_<class>`` counts.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ from typing import Any
 
 from ._session_queue import MANY_FETCHES, Add, Open, Peek, Remove
 
-__all__ = ["BOUNDS", "LATENCIES", "SUM", "Histogram", "QueueMetrics", "ServerStats", "record_batch"]
+__all__ = [
+    "BOUNDS", "LATENCIES", "QUEUE_METRICS", "SERVER_METRICS", "SUM", "Histogram", "QueueMetrics", "ServerStats",
+    "record_batch",
+]
 
 
 def _bounds() -> tuple[int, ...]:
@@ -45,7 +54,27 @@ LATENCIES = (
     "delivery_latency_msec",
     "get_timeout_msec",
 )
-"""The per-queue metrics, by Kestrel's names (``PersistentQueue``: ``q/<name>/<metric>``)."""
+"""The latency metrics, by Kestrel's names: per queue (``PersistentQueue``: ``q/<name>/<metric>``)
+and server-wide (their sum over the queues, as Kestrel recorded each under both names)."""
+
+QUEUE_METRICS = LATENCIES + (
+    "journal_rewrite_usec",
+    "journal_rotation_usec",
+    "fill_readbehind_usec",
+    "tx_map_size",
+    "tx_expire_list_size",
+    "queue_size",
+    "request_size",
+)
+"""Every per-queue metric (``q/<name>/<metric>``); those after :data:`LATENCIES` Kestrel kept
+per queue only."""
+
+SERVER_METRICS = ("fsync_delay_usec", "item_fsync_delay_usec")
+"""Server-wide only metrics: each fdatasync's duration, and how long a write waited for its
+fdatasync beyond the ``sync_journal`` period (Kestrel's ``PeriodicSyncStorage``)."""
+
+MAX_FSYNC_ERROR_NAMES = 16
+"""Distinct ``fsync_error_<class>`` counters kept; further classes count as ``Exception``."""
 
 
 SUM = len(BOUNDS) + 1
@@ -148,14 +177,14 @@ def _bound(index: int) -> int:
 
 
 class QueueMetrics:
-    """One queue's latency histograms and hit/miss counters (ostrich-only figures).
+    """One queue's histograms and hit/miss counters (ostrich-only figures).
 
     Histograms are made on their first value: most queues never see most of them. The
-    request path reaches the bucket lists of the four it records most through slots.
+    request path reaches the bucket lists of those it records most through slots.
     """
 
     __slots__ = ("histograms", "get_items_hit", "get_items_miss", "set_buckets", "hit_buckets", "miss_buckets",
-                 "delivery_buckets")
+                 "delivery_buckets", "request_buckets", "tx_map_buckets", "tx_expire_buckets", "queue_size_buckets")
 
     def __init__(self) -> None:
         self.histograms: dict[str, Histogram] = {}
@@ -165,6 +194,29 @@ class QueueMetrics:
         self.hit_buckets: list[int] | None = None
         self.miss_buckets: list[int] | None = None
         self.delivery_buckets: list[int] | None = None
+        self.request_buckets: list[int] | None = None
+        self.tx_map_buckets: list[int] | None = None
+        self.tx_expire_buckets: list[int] | None = None
+        self.queue_size_buckets: list[int] | None = None
+
+    def request(self, size: int) -> None:
+        """An add was asked for, of ``size`` bytes (Kestrel's ``request_size``: refused ones too)."""
+        buckets = self.request_buckets or self.histogram("request_size").buckets
+        buckets[bisect_left(BOUNDS, size)] += 1
+        buckets[SUM] += size
+
+    def internals(self, open_reads: int, expiring: int, in_memory: int) -> None:
+        """Samples of the queue's own sizes after an add or a remove (Kestrel's
+        ``addInternalsMetrics``): open reads, those with an expiry deadline, items in memory."""
+        buckets = self.tx_map_buckets or self.histogram("tx_map_size").buckets
+        buckets[bisect_left(BOUNDS, open_reads)] += 1
+        buckets[SUM] += open_reads
+        buckets = self.tx_expire_buckets or self.histogram("tx_expire_list_size").buckets
+        buckets[bisect_left(BOUNDS, expiring)] += 1
+        buckets[SUM] += expiring
+        buckets = self.queue_size_buckets or self.histogram("queue_size").buckets
+        buckets[bisect_left(BOUNDS, in_memory)] += 1
+        buckets[SUM] += in_memory
 
     def histogram(self, name: str) -> Histogram:
         histogram = self.histograms.get(name)
@@ -192,12 +244,15 @@ _SLOTS = {
     "get_hit_latency_usec": "hit_buckets",
     "get_miss_latency_usec": "miss_buckets",
     "delivery_latency_msec": "delivery_buckets",
+    "request_size": "request_buckets",
+    "tx_map_size": "tx_map_buckets",
+    "tx_expire_list_size": "tx_expire_buckets",
+    "queue_size": "queue_size_buckets",
 }
 
 
 class ServerStats:
-    __slots__ = (
-        "start_time",
+    COUNTERS = (
         "total_items",
         "curr_connections",
         "total_connections",
@@ -216,11 +271,10 @@ class ServerStats:
         "cmd_monitor_get",
         "cmd_get_open_dropped",
         "waiters_aborted",
-        "queues",
-        "retired",
+        "finished_but_add",
     )
-    COUNTERS = __slots__[1:-2]
     """The plain integer counters, in STATS order then the ostrich-only ones."""
+    __slots__ = ("start_time",) + COUNTERS + ("queues", "retired", "histograms", "fsync_errors")
 
     def __init__(self) -> None:
         self.start_time = time.time()
@@ -230,15 +284,38 @@ class ServerStats:
         """Live queues' metrics, by name: entries come and go with the queues."""
         self.retired = QueueMetrics()
         """What deleted queues recorded: still part of the server-wide figures."""
+        self.histograms = {name: Histogram() for name in SERVER_METRICS}
+        """The server-wide only metrics (the journals' fsyncs), by name."""
+        self.fsync_errors: dict[str, int] = {}
+        """Failed fdatasyncs by exception class name (``fsync_error_<class>``), bounded."""
 
-    def open_queue(self, name: str) -> None:
-        if name not in self.queues:
-            self.queues[name] = QueueMetrics()
+    def open_queue(self, name: str) -> QueueMetrics:
+        """The metrics of queue ``name``, made if it has none yet."""
+        metrics = self.queues.get(name)
+        if metrics is None:
+            metrics = self.queues[name] = QueueMetrics()
+        return metrics
 
     def forget_queue(self, name: str) -> None:
         metrics = self.queues.pop(name, None)
         if metrics is not None:
             self.retired.merge(metrics)
+
+
+    # -- the journal writers' fsyncs (``journal.SyncStats``) -------------------------------
+
+    def fsync_done(self, usec: int) -> None:
+        self.histograms["fsync_delay_usec"].add(usec)
+
+    def fsync_waited(self, usec: int, records: int) -> None:
+        self.histograms["item_fsync_delay_usec"].add(usec, records)
+
+    def fsync_failed(self, exc: BaseException) -> None:
+        name = type(exc).__name__
+        errors = self.fsync_errors
+        if name not in errors and len(errors) >= MAX_FSYNC_ERROR_NAMES:
+            name = "Exception"
+        errors[name] = errors.get(name, 0) + 1
 
 
 def record_batch(stats: ServerStats, queue: str, batch: Any, results: list[Any], started: float) -> None:

@@ -4,10 +4,14 @@ A custom collector reads one :class:`~kestrel_actors.snapshot.StatsSnapshot` (th
 ``/stats.json`` and memcache ``stats`` show), so there is one source of truth. Kestrel's names
 become ``kestrel_<name>``; a queue's figures are ``kestrel_queue_<name>`` with a ``queue``
 label (an alias's: ``kestrel_alias_<name>`` with ``alias``; a name's bytes that are not UTF-8
-written ``\\xNN``, as the format must be UTF-8); latencies are histograms in
-seconds (``kestrel_queue_set_latency_seconds``) whose buckets are a subset of the
-histogram's own, so their counts are exact. The process metrics prometheus_client offers
-(CPU, memory, file descriptors, Python's GC and version) come along.
+written ``\\xNN``, as the format must be UTF-8); metrics are histograms whose buckets are a
+subset of the histogram's own, so their counts are exact: durations in seconds
+(``kestrel_queue_set_latency_seconds``, ``kestrel_fsync_delay_seconds``), sizes as they are
+(``kestrel_queue_request_size_bytes``, ``kestrel_queue_tx_map_size``). Per-queue latencies are
+not repeated server-wide (sum the queues); the fsync figures are server-wide only, and
+``fsync_error_<class>`` is ``kestrel_fsync_error_total{exception="<class>"}``. The process
+metrics prometheus_client offers (CPU, memory, file descriptors, Python's GC and version)
+come along.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from .._names import name_text
-from ..actors._stats import LATENCIES
+from ..actors._stats import QUEUE_METRICS, SERVER_METRICS, Histogram
 from ..snapshot import StatsSnapshot
 
 __all__ = ["CONTENT_TYPE", "SnapshotCollector", "exposition"]
@@ -32,13 +36,24 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PROMETHEUS_BOUNDS = tuple(4**power for power in range(0, 16))
 """1, 4, 16, … 4**15 (about 18 minutes in µs): each is a bound of the histogram's buckets."""
 
-_SECONDS = {
+_PROMETHEUS_NAMES = {
     "set_latency_usec": ("set_latency_seconds", 1e-6),
     "get_hit_latency_usec": ("get_hit_latency_seconds", 1e-6),
     "get_miss_latency_usec": ("get_miss_latency_seconds", 1e-6),
     "delivery_latency_msec": ("delivery_latency_seconds", 1e-3),
     "get_timeout_msec": ("get_timeout_seconds", 1e-3),
+    "journal_rewrite_usec": ("journal_rewrite_seconds", 1e-6),
+    "journal_rotation_usec": ("journal_rotation_seconds", 1e-6),
+    "fill_readbehind_usec": ("fill_readbehind_seconds", 1e-6),
+    "tx_map_size": ("tx_map_size", 1.0),
+    "tx_expire_list_size": ("tx_expire_list_size", 1.0),
+    "queue_size": ("queue_size", 1.0),
+    "request_size": ("request_size_bytes", 1.0),
+    "fsync_delay_usec": ("fsync_delay_seconds", 1e-6),
+    "item_fsync_delay_usec": ("item_fsync_delay_seconds", 1e-6),
 }
+"""Each metric's Prometheus name (seconds or bytes, as Prometheus names units) and scale."""
+FSYNC_ERROR = "fsync_error_"
 _RENAMED = {"uptime": "uptime_seconds", "status/readable": "status_readable", "status/writeable": "status_writeable"}
 
 
@@ -57,27 +72,41 @@ class SnapshotCollector:
         yield InfoMetricFamily("kestrel", "Server version and status", value=snapshot.labels())
         counters = snapshot.counters()
         aliases = {queue.name for queue in snapshot.queues if queue.extra is None}
+        errors = CounterMetricFamily("kestrel_fsync_error", "Kestrel counters fsync_error_<class>",
+                                     labels=["exception"])
         for name, value in counters.pop(None).items():
+            if name.startswith(FSYNC_ERROR):
+                errors.add_metric([name[len(FSYNC_ERROR):]], value)
+                continue
             yield CounterMetricFamily(f"kestrel_{_name(name)}", f"Kestrel counter {name}", value=value)
+        yield errors
         yield from _per_scope(counters, aliases, CounterMetricFamily, "counter")
         gauges = snapshot.gauges()
         for name, value in gauges.pop(None).items():
             yield GaugeMetricFamily(f"kestrel_{_name(name)}", f"Kestrel gauge {name}", value=value)
         yield from _per_scope(gauges, aliases, GaugeMetricFamily, "gauge")
         histograms = snapshot.histograms()
-        histograms.pop(None, None)
-        for metric in LATENCIES:
-            name, scale = _SECONDS[metric]
-            family = HistogramMetricFamily(
-                f"kestrel_queue_{name}", f"Kestrel metric q/<queue>/{metric}, in seconds", labels=["queue"]
-            )
+        server = histograms.pop(None, None)
+        if server is not None:
+            for metric in SERVER_METRICS:
+                name, scale = _PROMETHEUS_NAMES[metric]
+                family = HistogramMetricFamily(f"kestrel_{name}", f"Kestrel metric {metric}")
+                _add_histogram(family, [], server[metric], scale)
+                yield family
+        for metric in QUEUE_METRICS:
+            name, scale = _PROMETHEUS_NAMES[metric]
+            family = HistogramMetricFamily(f"kestrel_queue_{name}", f"Kestrel metric q/<queue>/{metric}",
+                                           labels=["queue"])
             for queue, by_metric in histograms.items():
-                histogram = by_metric[metric]
-                counts = histogram.cumulative(PROMETHEUS_BOUNDS)
-                buckets = [(repr(bound * scale), count) for bound, count in zip(PROMETHEUS_BOUNDS, counts)]
-                buckets.append(("+Inf", histogram.count))
-                family.add_metric([name_text(queue)], buckets, sum_value=histogram.sum * scale)
+                _add_histogram(family, [name_text(queue)], by_metric[metric], scale)
             yield family
+
+
+def _add_histogram(family: HistogramMetricFamily, labels: list[str], histogram: Histogram, scale: float) -> None:
+    counts = histogram.cumulative(PROMETHEUS_BOUNDS)
+    buckets = [(repr(bound * scale), count) for bound, count in zip(PROMETHEUS_BOUNDS, counts)]
+    buckets.append(("+Inf", histogram.count))
+    family.add_metric(labels, buckets, sum_value=histogram.sum * scale)
 
 
 def _per_scope(values: dict, aliases: set[str], family_class: type, kind: str) -> Iterator[object]:

@@ -39,7 +39,7 @@ from ._format import (
 from ..queue._journal import Item
 from ._pack import commit_pack, prepare_pack, write_snapshot
 from ._readbehind import ReadBehindPosition, ReadBehindReader
-from ._writer import JournalWriter, run_blocking
+from ._writer import JournalWriter, SyncStats, run_blocking
 
 __all__ = ["FileJournal"]
 
@@ -94,6 +94,19 @@ class FileJournal:
         self.closed = False
         self.maintenance_due = False
         self._hub = gevent.get_hub()
+        self.metrics: Any = None
+        """Where rotations and rewrites record their durations (``journal_rotation_usec``,
+        ``journal_rewrite_usec``): anything with ``histogram(name).add(value)``."""
+
+    def observe(self, metrics: Any, sync_stats: SyncStats | None) -> None:
+        """Record this queue's rotation and rewrite times in ``metrics`` (per queue) and the
+        writer's fdatasyncs in ``sync_stats`` (server-wide) from now on."""
+        self.metrics = metrics
+        self._writer.observe(sync_stats)
+
+    def _timed(self, name: str, started: float) -> None:
+        if self.metrics is not None:
+            self.metrics.histogram(name).add(int((time.perf_counter() - started) * 1e6))
 
     # -- the Journal protocol ---------------------------------------------------------------
 
@@ -246,6 +259,7 @@ class FileJournal:
         """Archive the current file as ``<name>.<ms>`` and start an empty one; returns the archive."""
         if self.closed:
             return None
+        started = time.perf_counter()
         writer = self._writer
         with writer.exclusive():
             old_size = writer.file_written
@@ -258,6 +272,7 @@ class FileJournal:
         self._max_ts = file_timestamp(rotated, self.name) or self._max_ts
         self.archived_size += old_size
         self.rotations += 1
+        self._timed("journal_rotation_usec", started)
         if self._reader is not None:
             self._reader.file_finished(rotated, old_size)
         if checkpoint and not self._checkpoint:
@@ -276,10 +291,10 @@ class FileJournal:
         if self._reader is not None:
             log.warning("journal rewrite skipped: the queue is in read-behind", queue=self.name)
             return False
+        started = time.perf_counter()
         self._wait_for_pack()
         open_items = sorted(queue.open_reads.items(), reverse=True)
         items = list(queue.items)
-        started = time.monotonic()
         data_dir = self.data_dir
         writer = self._writer
         with writer.exclusive():
@@ -311,8 +326,9 @@ class FileJournal:
         self._max_ts = file_timestamp(rotated, self.name) or self._max_ts
         self.archived_size = total_size(data_dir, archived_files(data_dir, self.name))
         self.rewrites += 1
+        self._timed("journal_rewrite_usec", started)
         log.info("rewrote journal", queue=self.name, items=len(items), open=len(open_items), bytes=size,
-                 seconds=round(time.monotonic() - started, 3))
+                 seconds=round(time.perf_counter() - started, 3))
         return True
 
     # -- read-behind ------------------------------------------------------------------------

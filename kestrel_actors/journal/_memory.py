@@ -50,6 +50,9 @@ class MemoryJournal:
     def erase(self) -> None:
         pass
 
+    def observe(self, metrics: Any, sync_stats: Any) -> None:
+        pass  # no files: nothing to time
+
     in_read_behind = False
     rewrites = 0
     rotations = 0

@@ -32,6 +32,12 @@ their bytes are durable. The first write that succeeds again ends the state (log
 Since records are only ever written in order, the file is always a prefix of what the queue
 did: nothing after an unwritten record can reach the disk before it.
 
+Once :meth:`JournalWriter.observe` gives it a :class:`SyncStats`, the writer reports Kestrel's
+``PeriodicSyncStorage`` figures: each fdatasync's duration, each failed one, and, with
+``always`` or a period, how long the records waited for their fdatasync beyond the period.
+For that last one it notes the time of each written batch (not each record: one
+``perf_counter`` per write, and only when an fdatasync will follow); ``never`` costs nothing.
+
 A *hold* (:meth:`hold`, :meth:`release`) keeps the records appended from now on off the disk
 until released: a queue that moves an expired item to ``expire_to_queue`` holds its REMOVE
 until the target's ADD is durable, so a crash can duplicate the item but never lose it. A
@@ -46,7 +52,7 @@ import os
 import time
 from collections import deque
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import gevent
 import gevent.event
@@ -55,7 +61,7 @@ import structlog
 
 from ._files import open_regular
 
-__all__ = ["JournalWriter", "run_blocking", "NEVER", "ALWAYS", "PERIODIC"]
+__all__ = ["JournalWriter", "SyncStats", "run_blocking", "NEVER", "ALWAYS", "PERIODIC"]
 
 log = structlog.get_logger("kestrel_actors.journal")
 
@@ -68,6 +74,27 @@ IOV_MAX = 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 HOLD_PATIENCE = 2.0
 """Seconds a hold may keep records back before it is dropped."""
+MAX_WRITE_MARKS = 1024
+"""Written batches remembered between two fdatasyncs, for ``item_fsync_delay_usec``; past
+that (an fdatasync stalled for long), later batches are counted with the last one."""
+MARK_GRAIN = 0.0001
+"""Batches written closer together than this (or than 1/256 of the period) share one mark."""
+
+_perf_counter = time.perf_counter
+
+
+class SyncStats(Protocol):
+    """Where the writers report their fdatasyncs (the server's ``ServerStats``)."""
+
+    def fsync_done(self, usec: int) -> None:
+        """One fdatasync took ``usec`` µs (``fsync_delay_usec``)."""
+
+    def fsync_waited(self, usec: int, records: int) -> None:
+        """``records`` written records waited ``usec`` µs beyond the period for the fdatasync
+        that covered them (``item_fsync_delay_usec``)."""
+
+    def fsync_failed(self, exc: BaseException) -> None:
+        """An fdatasync raised ``exc`` (``fsync_error_<class>``)."""
 
 
 def run_blocking(fn: Callable, *args):  # type: ignore[no-untyped-def]
@@ -134,8 +161,18 @@ class JournalWriter:
         self._loop = gevent.get_hub().loop
         self._io = gevent.lock.Semaphore()
         self._timer: gevent.Greenlet | None = None
+        self.sync_stats: SyncStats | None = None
+        self._marks: list[list[float]] | None = None
+        """While observed with a sync policy: ``[time, records]`` of each batch written since
+        the last fdatasync (close ones merged)."""
+        self._grain = max(self.period / 256, MARK_GRAIN)
         self.closed = False
         self._greenlet = gevent.spawn(self._run)
+
+    def observe(self, stats: SyncStats | None) -> None:
+        """Report fdatasyncs to ``stats`` from now on (``None``: stop)."""
+        self.sync_stats = stats
+        self._marks = [] if stats is not None and self.mode != NEVER else None
 
     @staticmethod
     def _open(path: str) -> int:
@@ -257,7 +294,25 @@ class JournalWriter:
         """fdatasync the current file (call inside :meth:`exclusive`)."""
         if self.synced < self.written:
             target = self.written
-            run_blocking(os.fdatasync, self._fd)
+            stats = self.sync_stats
+            if stats is None:
+                run_blocking(os.fdatasync, self._fd)
+            else:
+                started = _perf_counter()
+                try:
+                    run_blocking(os.fdatasync, self._fd)
+                except Exception as exc:
+                    stats.fsync_failed(exc)
+                    raise
+                stats.fsync_done(int((_perf_counter() - started) * 1e6))
+                marks = self._marks
+                if marks:
+                    # as Kestrel: from the write to the fdatasync's start, less the period
+                    period = self.period
+                    for written_at, records in marks:
+                        behind = started - written_at - period
+                        stats.fsync_waited(int(behind * 1e6) if behind > 0 else 0, int(records))
+                    marks.clear()
             self.fsyncs += 1
             self.synced = target
 
@@ -378,6 +433,13 @@ class JournalWriter:
             self.writes += 1
             self.file_written += target - self.written
             self.written = target
+            marks = self._marks
+            if marks is not None:
+                now = _perf_counter()
+                if marks and (now - marks[-1][0] < self._grain or len(marks) >= MAX_WRITE_MARKS):
+                    marks[-1][1] += len(chunks)
+                else:
+                    marks.append([now, len(chunks)])
             if self.error is not None and self._held_at is None and self.mode != ALWAYS:
                 self._recovered()
         return True

@@ -9,10 +9,15 @@ journal, and each removal refills memory from the journal. So ``length`` and ``b
 every item, while ``items`` and ``mem_bytes`` are what is in memory. With a file journal,
 ``check_rotate`` and ``read_behind`` do file I/O on gevent's threadpool, suspending only the
 calling (queue actor) greenlet.
+
+``metrics``, when set (the queue actor sets it), gets Kestrel's per-queue samples: each add's
+``request_size``, the queue's own sizes after each add and remove (``tx_map_size``,
+``tx_expire_list_size``, ``queue_size``) and each read-behind fill's duration.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any, Protocol
 
@@ -20,7 +25,9 @@ from ..config import QueueConfig
 from ._journal import Item, Journal
 from ._rules import epoch_ms, next_xid
 
-__all__ = ["QueueCore", "epoch_ms", "take_head"]
+__all__ = ["QueueCore", "QueueSamples", "epoch_ms", "take_head"]
+
+_perf_counter = time.perf_counter
 
 STAT_NAMES = (
     "items",
@@ -40,6 +47,16 @@ STAT_NAMES = (
     "journal_rewrites",
     "journal_rotations",
 )
+
+
+class QueueSamples(Protocol):
+    """Where a queue records Kestrel's per-queue samples (an ``actors.QueueMetrics``)."""
+
+    def request(self, size: int) -> None: ...
+
+    def internals(self, open_reads: int, expiring: int, in_memory: int) -> None: ...
+
+    def histogram(self, name: str) -> Any: ...
 
 
 class HeldItems(Protocol):
@@ -94,12 +111,16 @@ class QueueCore:
         self.expired_holds: list[int] = []
         """Journal hold tokens taken for ``expired_out`` (one per item moved to another
         queue, in order): the owner releases each once the target's ADD is durable."""
+        self.metrics: QueueSamples | None = None
 
     # -- adding ---------------------------------------------------------------------------
 
     def add(self, data: bytes, expiry: int, now_ms: int) -> bool:
         """Append an item; ``False`` when refused (too big, full, closed) as §2.4 lists."""
         config = self.config
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.request(len(data))  # as Kestrel: before any refusal
         if self.closed or len(data) > config.max_item_size:
             return False
         self.discard_expired(now_ms)
@@ -128,12 +149,30 @@ class QueueCore:
         self.bytes += size
         self.total_items += 1
         self.put_bytes += size
+        if metrics is not None:
+            self._sample(metrics)
         return True
+
+    def _sample(self, metrics: QueueSamples) -> None:
+        """Kestrel's ``addInternalsMetrics``: its transaction map, its expiry list (filled only
+        with an ``open_transaction_timeout``) and its in-memory queue."""
+        open_reads = len(self.open_reads)
+        expiring = open_reads if self.config.open_transaction_timeout is not None else 0
+        metrics.internals(open_reads, expiring, len(self.items))
 
     # -- removing -------------------------------------------------------------------------
 
     def remove(self, now_ms: int, transactional: bool = False) -> Item | None:
-        """Take the head item for good, or open it under a new xid when ``transactional``."""
+        """Take the head item for good, or open it under a new xid when ``transactional``.
+
+        Every call, hit or miss, samples the queue's sizes afterwards, as Kestrel's does."""
+        item = self._remove(now_ms, transactional)
+        metrics = self.metrics
+        if metrics is not None:
+            self._sample(metrics)
+        return item
+
+    def _remove(self, now_ms: int, transactional: bool) -> Item | None:
         if self.closed:
             return None
         if self.config.open_transaction_timeout is not None:
@@ -306,10 +345,15 @@ class QueueCore:
         return take_head(self)
 
     def _fill_read_behind(self) -> None:
-        """Read items back from the journal while memory is below ``max_memory_size``."""
+        """Read items back from the journal while memory is below ``max_memory_size``.
+
+        Timed (``fill_readbehind_usec``) only in read-behind: Kestrel also timed the calls
+        that found nothing to do, a zero per remove that costs the request path and hides
+        the fills among zeros."""
         journal = self.journal
         if not journal.in_read_behind:
             return
+        started = _perf_counter()
         limit = self.config.max_memory_size
         while journal.in_read_behind and self.mem_bytes < limit:
             item = journal.read_behind()
@@ -317,6 +361,8 @@ class QueueCore:
                 break
             self.items.append(item)
             self.mem_bytes += len(item.data)
+        if self.metrics is not None:
+            self.metrics.histogram("fill_readbehind_usec").add(int((_perf_counter() - started) * 1e6))
 
     def _time_out_oldest_open(self, now_ms: int) -> None:
         if not self._open_since:

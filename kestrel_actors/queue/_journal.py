@@ -87,6 +87,11 @@ class Journal(Protocol):
     def erase(self) -> None:
         """Close and delete every file of this journal (the queue was deleted)."""
 
+    def observe(self, metrics: Any, sync_stats: Any) -> None:
+        """Record file work from now on: rotation and rewrite times in ``metrics`` (the
+        queue's: ``histogram(name).add(value)``), fdatasyncs in ``sync_stats`` (the server's,
+        a ``journal.SyncStats``)."""
+
     # -- rotation and read-behind (§6.6, §5.8); no-ops for a journal without files ----------
     # ``queue`` below is the queue's state: ``items`` (in memory, head first), ``open_reads``
     # (xid → Item), ``bytes`` (all bytes) and optionally ``length`` (all items, with those

@@ -492,6 +492,8 @@ class SessionActor(GeventActor):
                 xids.extend(one.xid for one in item)
         name = self.batch_queue
         if xids:
+            # Kestrel's ``finished_but_add``: reads opened for a client that had gone
+            self.context.stats.finished_but_add += len(xids)
             self._give_back(name, xids)
         if plain:
             self.log.warning("client gone before its item was sent; the item goes back",
@@ -538,6 +540,7 @@ class SessionActor(GeventActor):
         name = monitor.queue
         if items:
             if self.session.closed:
+                self.context.stats.finished_but_add += len(items)
                 self._give_back(name, [item.xid for item in items])
                 return
             opened = self.open_reads.setdefault(name, deque())
