@@ -54,7 +54,9 @@ class QueueSamples(Protocol):
 
     def request(self, size: int) -> None: ...
 
-    def internals(self, open_reads: int, expiring: int, in_memory: int) -> None: ...
+    def added(self, size: int, open_reads: int, expiring: int, in_memory: int) -> None: ...
+
+    def sampled(self, open_reads: int, expiring: int, in_memory: int) -> None: ...
 
     def histogram(self, name: str) -> Any: ...
 
@@ -116,11 +118,23 @@ class QueueCore:
     # -- adding ---------------------------------------------------------------------------
 
     def add(self, data: bytes, expiry: int, now_ms: int) -> bool:
-        """Append an item; ``False`` when refused (too big, full, closed) as §2.4 lists."""
-        config = self.config
+        """Append an item; ``False`` when refused (too big, full, closed) as §2.4 lists.
+
+        Kestrel's samples: ``request_size`` for every add, the queue's sizes after a stored one."""
         metrics = self.metrics
+        if self._add(data, expiry, now_ms):
+            if metrics is not None:
+                open_reads = len(self.open_reads)
+                metrics.added(len(data), open_reads,
+                              open_reads if self.config.open_transaction_timeout is not None else 0,
+                              len(self.items))
+            return True
         if metrics is not None:
-            metrics.request(len(data))  # as Kestrel: before any refusal
+            metrics.request(len(data))
+        return False
+
+    def _add(self, data: bytes, expiry: int, now_ms: int) -> bool:
+        config = self.config
         if self.closed or len(data) > config.max_item_size:
             return False
         self.discard_expired(now_ms)
@@ -149,27 +163,22 @@ class QueueCore:
         self.bytes += size
         self.total_items += 1
         self.put_bytes += size
-        if metrics is not None:
-            self._sample(metrics)
         return True
-
-    def _sample(self, metrics: QueueSamples) -> None:
-        """Kestrel's ``addInternalsMetrics``: its transaction map, its expiry list (filled only
-        with an ``open_transaction_timeout``) and its in-memory queue."""
-        open_reads = len(self.open_reads)
-        expiring = open_reads if self.config.open_transaction_timeout is not None else 0
-        metrics.internals(open_reads, expiring, len(self.items))
 
     # -- removing -------------------------------------------------------------------------
 
     def remove(self, now_ms: int, transactional: bool = False) -> Item | None:
         """Take the head item for good, or open it under a new xid when ``transactional``.
 
-        Every call, hit or miss, samples the queue's sizes afterwards, as Kestrel's does."""
+        Every call, hit or miss, samples the queue's sizes afterwards, as Kestrel's does
+        (``addInternalsMetrics``: its transaction map, its expiry list, filled only with an
+        ``open_transaction_timeout``, and its in-memory queue)."""
         item = self._remove(now_ms, transactional)
         metrics = self.metrics
         if metrics is not None:
-            self._sample(metrics)
+            open_reads = len(self.open_reads)
+            metrics.sampled(open_reads, open_reads if self.config.open_transaction_timeout is not None else 0,
+                            len(self.items))
         return item
 
     def _remove(self, now_ms: int, transactional: bool) -> Item | None:
