@@ -384,6 +384,7 @@ class FileJournal:
             self._maintenance_failed(self.rewrite_failures, after_commit)
         else:
             self.rewrite_failures.succeeded()
+        self.pack_failures.succeeded()  # the archives a failed pack was for are compacted now
         return True
 
     def _update_archived_size(self) -> None:
