@@ -30,6 +30,7 @@ import structlog
 from greenlet import getcurrent
 
 from ..config import QueueConfig
+from ._failures import FailureLog
 from ._files import (
     archived_files, erase_files, file_timestamp, fsync_dir, total_size, unique_file,
 )
@@ -44,6 +45,17 @@ from ._writer import JournalWriter, SyncStats, run_blocking
 __all__ = ["FileJournal"]
 
 log = structlog.get_logger("kestrel_actors.journal")
+
+MAINTENANCE_RETRY = 1.0
+"""Seconds a queue waits after a failed rotation or rewrite before it tries again (each try
+fsyncs and renames; on a full or read-only disk every add would otherwise try)."""
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # a leftover empty archive or temp file: the next listing or replay deals with it
 
 
 def _pread(fd: int, length: int, offset: int) -> bytes:
@@ -86,6 +98,10 @@ class FileJournal:
         self.packs = 0
         self._clock = clock
         self._rewrites_blocked_until: float | None = None
+        self._maintenance_retry_at: float | None = None
+        self.rotation_failures = FailureLog(name, "rotation")
+        self.rewrite_failures = FailureLog(name, "rewrite")
+        self.pack_failures = FailureLog(name, "pack")
         self._checkpoint = False
         self._pack_job: gevent.Greenlet | None = None
         self._reader: ReadBehindReader | None = None
@@ -233,6 +249,11 @@ class FileJournal:
         still be throttled). False while failing: nothing moves until the records are written."""
         if self.closed or self._writer.error is not None:
             return False
+        retry_at = self._maintenance_retry_at
+        if retry_at is not None:
+            if self._clock() < retry_at:
+                return False
+            self._maintenance_retry_at = None
         config = getattr(queue, "config", None) or self.config
         size = self.size()
         return not (
@@ -256,19 +277,43 @@ class FileJournal:
             self._rewrites_blocked_until = self._clock() + delay
 
     def rotate(self, checkpoint: bool = False) -> str | None:
-        """Archive the current file as ``<name>.<ms>`` and start an empty one; returns the archive."""
+        """Archive the current file as ``<name>.<ms>`` and start an empty one; returns the archive.
+
+        A disk error leaves the files as they were (None; logged once per change of state,
+        retried after :data:`MAINTENANCE_RETRY`); so does a writer that is failing, since its
+        records must reach the current file first.
+        """
         if self.closed:
             return None
         started = time.perf_counter()
         writer = self._writer
-        with writer.exclusive():
-            old_size = writer.file_written
-            writer.sync_now()
-            rotated = unique_file(self.data_dir, self.name, ".", min_ts=self._max_ts + 1)
-            os.replace(self.path, os.path.join(self.data_dir, rotated))
-            writer.switch_file(self.path)
-            if self.config.sync_journal is not None:
-                run_blocking(fsync_dir, self.data_dir)
+        dir_error: OSError | None = None
+        try:
+            with writer.exclusive():
+                if writer.error is not None:
+                    return None  # rotation_due says no until the writer writes again
+                old_size = writer.file_written
+                writer.sync_now()
+                rotated = unique_file(self.data_dir, self.name, ".", min_ts=self._max_ts + 1)
+                rotated_path = os.path.join(self.data_dir, rotated)
+                try:
+                    os.replace(self.path, rotated_path)
+                except OSError:
+                    _unlink_quietly(rotated_path)
+                    raise
+                try:
+                    writer.switch_file(self.path)
+                except OSError:
+                    os.replace(rotated_path, self.path)  # back: the writer still appends to it
+                    raise
+                if self.config.sync_journal is not None:
+                    try:
+                        run_blocking(fsync_dir, self.data_dir)
+                    except OSError as exc:  # rotated all the same: only the rename may not last
+                        dir_error = exc
+        except OSError as exc:
+            self._maintenance_failed(self.rotation_failures, exc)
+            return None
         self._max_ts = file_timestamp(rotated, self.name) or self._max_ts
         self.archived_size += old_size
         self.rotations += 1
@@ -279,12 +324,23 @@ class FileJournal:
             self._checkpoint = True
         log.info("rotated journal", queue=self.name, file=rotated, bytes=old_size,
                  archived_bytes=self.archived_size, checkpoint=self._checkpoint)
+        if dir_error is not None:
+            self._maintenance_failed(self.rotation_failures, dir_error)
+        else:
+            self.rotation_failures.succeeded()
         return rotated
+
+    def _maintenance_failed(self, failures: FailureLog, exc: BaseException) -> None:
+        failures.failed(exc)
+        self._maintenance_retry_at = self._clock() + MAINTENANCE_RETRY
 
     def rewrite(self, queue: Any) -> bool:
         """Replace every file by one holding the open reads and the items (§6.6 Rewrite).
 
         Refused (False) in read-behind, where the items on disk are not in ``queue.items``.
+        An error before the snapshot is committed leaves the old files (False); one after it
+        leaves a committed pack that the next listing finishes. Either is logged once per
+        change of state.
         """
         if self.closed:
             return False
@@ -297,39 +353,61 @@ class FileJournal:
         items = list(queue.items)
         data_dir = self.data_dir
         writer = self._writer
+        after_commit: OSError | None = None
         with writer.exclusive():
             if writer.unwritten and writer.error is None:
                 return False  # a hold keeps records back: a snapshot would make them durable early
-            writer.sync_now()
-            rotated = unique_file(data_dir, self.name, ".", min_ts=self._max_ts + 1)
-            rotated_path = os.path.join(data_dir, rotated)
-            os.replace(self.path, rotated_path)
-            temp_path = os.path.join(data_dir, unique_file(data_dir, self.name, "~~"))
             try:
-                size = run_blocking(write_snapshot, temp_path, open_items, items)
-            except Exception:  # noqa: BLE001 - e.g. a full disk: undo, keep the old files
-                os.replace(rotated_path, self.path)
+                writer.sync_now()
+                rotated = unique_file(data_dir, self.name, ".", min_ts=self._max_ts + 1)
+                rotated_path = os.path.join(data_dir, rotated)
                 try:
-                    os.unlink(temp_path)
-                except FileNotFoundError:
-                    pass
-                log.exception("journal rewrite failed; keeping the old files", queue=self.name)
+                    os.replace(self.path, rotated_path)
+                except OSError:
+                    _unlink_quietly(rotated_path)
+                    raise
+                temp_path = None
+                try:
+                    temp_path = os.path.join(data_dir, unique_file(data_dir, self.name, "~~"))
+                    size = run_blocking(write_snapshot, temp_path, open_items, items)
+                    os.replace(temp_path, rotated_path + ".pack")  # the commit point
+                except BaseException:
+                    os.replace(rotated_path, self.path)  # keep the old files
+                    if temp_path is not None:
+                        _unlink_quietly(temp_path)
+                    raise
+            except Exception as exc:  # noqa: BLE001 - a disk error, or a bug (logged with its traceback)
+                self._maintenance_failed(self.rewrite_failures, exc)
                 return False
-            os.replace(temp_path, rotated_path + ".pack")
-            run_blocking(fsync_dir, data_dir)
-            archived_files(data_dir, self.name)  # deletes every archive, renames the pack
-            os.replace(rotated_path, self.path)
-            run_blocking(fsync_dir, data_dir)
+            try:
+                run_blocking(fsync_dir, data_dir)
+                archived_files(data_dir, self.name)  # deletes every archive, renames the pack
+                os.replace(rotated_path, self.path)
+                run_blocking(fsync_dir, data_dir)
+            except OSError as exc:
+                after_commit = exc  # the pack is committed: the files replay to the snapshot
+            # the old file is replaced: append to the snapshot, or to a new file after it
             writer.switch_file(self.path)
             if writer.unwritten:
                 writer.discard_unwritten()  # the snapshot holds what they say, and is durable
         self._max_ts = file_timestamp(rotated, self.name) or self._max_ts
-        self.archived_size = total_size(data_dir, archived_files(data_dir, self.name))
+        self._update_archived_size()
         self.rewrites += 1
         self._timed("journal_rewrite_usec", started)
         log.info("rewrote journal", queue=self.name, items=len(items), open=len(open_items), bytes=size,
                  seconds=round(time.perf_counter() - started, 3))
+        if after_commit is not None:
+            self._maintenance_failed(self.rewrite_failures, after_commit)
+        else:
+            self.rewrite_failures.succeeded()
+        self.pack_failures.succeeded()  # the archives a failed pack was for are compacted now
         return True
+
+    def _update_archived_size(self) -> None:
+        try:
+            self.archived_size = total_size(self.data_dir, archived_files(self.data_dir, self.name))
+        except OSError:
+            pass  # a pack could not be finished (it will be at the next listing): keep the old count
 
     # -- read-behind ------------------------------------------------------------------------
 
@@ -411,12 +489,14 @@ class FileJournal:
                     self._writer.sync_now()
                 run_blocking(commit_pack, self.data_dir, self.name, temp, upto)
                 self.packs += 1
-        except Exception:  # noqa: BLE001 - a failed pack leaves the files as they were
-            log.exception("journal pack failed", queue=self.name, upto=upto)
+        except Exception as exc:  # noqa: BLE001 - a failed pack leaves the files as they were
+            self.pack_failures.failed(exc, upto=upto)  # the next checkpoint tries again
+        else:
+            self.pack_failures.succeeded()
         finally:
             for fd, _end in sources:
                 os.close(fd)
-        self.archived_size = total_size(self.data_dir, archived_files(self.data_dir, self.name))
+        self._update_archived_size()
         if self._reader is not None and self._checkpoint and not self.closed:
             self._pack_job = None  # the reader moved on meanwhile: pack what it left behind now
             self.reader_moved(self._reader.filename)

@@ -52,13 +52,14 @@ import os
 import time
 from collections import deque
 from contextlib import contextmanager
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, NamedTuple, Protocol
 
 import gevent
 import gevent.event
 import gevent.lock
 import structlog
 
+from ._failures import FailureLog, error_fields
 from ._files import open_regular
 
 __all__ = ["JournalWriter", "SyncStats", "run_blocking", "NEVER", "ALWAYS", "PERIODIC"]
@@ -97,15 +98,34 @@ class SyncStats(Protocol):
         """An fdatasync raised ``exc`` (``fsync_error_<class>``)."""
 
 
+class _Raised(NamedTuple):
+    """What a function run on the threadpool raised, carried back to re-raise in the caller."""
+
+    exc: Exception
+
+
+def _capturing(fn: Callable, args: tuple) -> Any:  # type: ignore[type-arg]
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - re-raised by run_blocking in the caller
+        return _Raised(exc)
+
+
 def run_blocking(fn: Callable, *args):  # type: ignore[no-untyped-def]
     """Run ``fn(*args)`` on gevent's threadpool, blocking only the calling greenlet.
 
-    Called from the hub itself (where nothing may block on a switch) it runs inline.
+    Called from the hub itself (where nothing may block on a switch) it runs inline. An
+    exception is raised in the calling greenlet only: left to the threadpool, gevent's hub
+    would also print its traceback to stderr, several lines a time, on every failed write of
+    a full disk.
     """
     hub = gevent.get_hub()
     if gevent.getcurrent() is hub:
         return fn(*args)
-    return hub.threadpool.apply(fn, args)
+    result = hub.threadpool.apply(_capturing, (fn, args))
+    if type(result) is _Raised:
+        raise result.exc
+    return result
 
 
 def write_all(fd: int, chunks: list[bytes]) -> None:
@@ -147,6 +167,8 @@ class JournalWriter:
         self._failed_at = 0.0
         self._attempt = 0
         self._sync_failing = False
+        self._loop_failures = FailureLog(queue, "writer")
+        """A bug in the writer's loop (not a disk error: those are :attr:`error`)."""
         self._torn = False
         """A failed write may have left part of a record that ftruncate could not cut yet."""
         self._holds = 0
@@ -317,11 +339,13 @@ class JournalWriter:
             self.synced = target
 
     def switch_file(self, path: str) -> None:
-        """Close the current file and append to ``path`` from now on (inside :meth:`exclusive`)."""
+        """Append to ``path`` from now on (inside :meth:`exclusive`). If it cannot be opened
+        (no inode left, a read-only file system) this raises and the current file stays."""
+        fd = self._open(path)
         os.close(self._fd)
         self.path = path
-        self._fd = self._open(path)
-        self.file_written = os.fstat(self._fd).st_size
+        self._fd = fd
+        self.file_written = os.fstat(fd).st_size
         self._torn = False
 
     def discard_unwritten(self) -> None:
@@ -384,8 +408,9 @@ class JournalWriter:
                     self._fire()
                     self._back_off()  # outside ``_io``: a rotation or a close may go ahead
                     continue
-            except Exception:  # noqa: BLE001 - the writer must outlive any one failure
-                log.exception("journal writer failed", queue=self.queue)
+                self._loop_failures.succeeded()
+            except Exception as exc:  # noqa: BLE001 - the writer must outlive any one failure
+                self._loop_failures.failed(exc)  # a traceback once, not once a second
                 gevent.sleep(RETRY_DELAYS[-1])
                 self._wake.set()
             self._fire()
@@ -469,7 +494,7 @@ class JournalWriter:
         if self.error is None:
             self._failed_at = time.monotonic()
             log.error("journal write failing; writes to this queue get SERVER_ERROR until it recovers",
-                      queue=self.queue, error=str(exc), errno=exc.errno, pending_bytes=self.pending)
+                      queue=self.queue, **error_fields(exc), pending_bytes=self.pending)
             if self._on_state is not None:
                 self._on_state(exc)
         self.error = exc
@@ -511,7 +536,7 @@ class JournalWriter:
             # replies never wait for a periodic fsync: nothing to fail, one line per change
             if not self._sync_failing:
                 self._sync_failing = True
-                log.error("periodic journal fsync failing", queue=self.queue, error=str(exc))
+                log.error("periodic journal fsync failing", queue=self.queue, **error_fields(exc))
         finally:
             self._timer = None
         if not self.closed and self.synced < self.appended:

@@ -309,6 +309,269 @@ def test_queue_whose_file_cannot_be_created_answers(mount_tmpfs):
         server.stop(signal.SIGKILL)
 
 
+# -- case 3: disk errors are logged once per change of state, whatever the errno ------------------
+
+
+SMALL_JOURNALS = """
+[queues.packed]
+max_memory_size = "4KiB"
+max_journal_size = "16KiB"
+[queues.rw]
+default_journal_size = "4KiB"
+"""
+"""Journals that rotate, pack (in read-behind) and rewrite every few items."""
+
+
+def log_lines(server: ServerProcess) -> tuple[list[dict], list[str]]:
+    """The server's log as events, and every line that is not one (a traceback printed raw)."""
+    events, raw = [], []
+    for line in server.log_path.read_text(errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            raw.append(line)
+    return events, raw
+
+
+def state_changes(events: list[dict], ending: str) -> list[tuple[str, str]]:
+    """(queue, event) of every ``journal … failing`` (or ``recovered``) line, in order."""
+    return [(e.get("queue", ""), e["event"].split(";")[0]) for e in events
+            if e.get("event", "").startswith("journal ") and e["event"].split(";")[0].endswith(ending)]
+
+
+def _queue_stored(client: Client, queue: str, data: bytes, deadline: float) -> None:
+    while (reply := client.set(queue, data)) != b"STORED":
+        assert reply.startswith(b"SERVER_ERROR "), reply
+        assert time.monotonic() < deadline, f"{queue}: writes did not resume"
+        time.sleep(0.05)
+
+
+def test_full_disk_with_small_journals_logs_once_per_change(small_disk, tmp_path):
+    """Seconds of a full disk under rotations, packs, rewrites and a write too large for the
+    hub (the threadpool's): one ``failing`` line per queue and kind of work, one ``recovered``
+    each once space is back, every line one JSON event (no traceback printed raw)."""
+    config = tmp_path / "kestrel.toml"
+    config.write_text(SMALL_JOURNALS)
+    server = ServerProcess(small_disk, ("--config", str(config)))
+    server.start()
+    try:
+        client = server.client(REPLY_TIMEOUT)
+        for n in range(50):  # a backlog: read-behind, rotations with checkpoints, packs
+            assert client.set("packed", item(n, 1000)) == b"STORED"
+        filler = fill(small_disk, leave=0)
+        assert client.set("big", b"b" * (2 << 20)).startswith(b"SERVER_ERROR ")  # on the threadpool
+        refused = 0
+        started = time.monotonic()
+        while time.monotonic() - started < 4:  # a few seconds of retries
+            for queue in ("packed", "rw"):
+                reply = client.set(queue, item(999, 1000))
+                refused += reply != b"STORED"
+                assert reply == b"STORED" or reply.startswith(b"SERVER_ERROR journal write failed: "), reply
+            client.get("rw")  # packed keeps its backlog: still in read-behind when space is back
+            assert client.stats()["queue_packed_items"]  # stats answers all along
+            time.sleep(0.01)
+        assert refused
+        events, raw = log_lines(server)
+        failing = state_changes(events, "failing")
+        assert sorted(failing) == sorted(set(failing)), f"logged more than once per change: {failing}"
+        assert {("big", "journal write failing"), ("rw", "journal write failing"),
+                ("packed", "journal write failing")} <= set(failing), failing
+        assert not raw, "lines that are not one JSON event: " + "\n".join(raw[:20])
+        for event in events:
+            if event.get("event", "").endswith("failing"):
+                assert "exception" not in event, event  # an OSError: no traceback
+                assert event.get("errno") == "ENOSPC", event
+
+        filler.unlink()
+        deadline = time.monotonic() + 10
+        for queue in ("big", "packed", "rw"):
+            _queue_stored(client, queue, item(1000, 1000), deadline)
+        for n in range(60):  # keep rotating, packing and rewriting: the work that failed recovers
+            assert client.set("packed", item(2000 + n, 1000)) == b"STORED"
+            assert client.get("packed") is not None  # the reader moves on: packs
+            assert client.set("rw", item(2000 + n, 1000)) == b"STORED"
+            assert client.get("rw") is not None
+        while True:
+            events, raw = log_lines(server)
+            failing = state_changes(events, "failing")
+            recovered = state_changes(events, "recovered")
+            if {(q, e.replace("failing", "recovered")) for q, e in failing} <= set(recovered):
+                break
+            assert time.monotonic() < deadline, f"failing {failing}, recovered only {recovered}"
+            assert client.set("packed", item(3000, 1000)) == b"STORED"
+            time.sleep(0.05)
+        assert sorted(failing) == sorted(set(failing)), failing
+        assert sorted(recovered) == sorted(set(recovered)), recovered
+        assert not raw, raw[:20]
+        client.close()
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def immutable(small_disk):
+    """``immutable(True/False)``: ``chattr +i``/``-i`` on the tmpfs data directory (no file can
+    be created, renamed or deleted in it; an open journal can still be written)."""
+    def set_immutable(on: bool) -> None:
+        result = subprocess.run(["chattr", "+i" if on else "-i", str(small_disk)], capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.skip(f"cannot chattr the tmpfs here: {result.stderr.strip()}")
+
+    yield set_immutable
+    subprocess.run(["chattr", "-i", str(small_disk)], capture_output=True)
+
+
+def test_rotations_that_fail_with_eperm_are_logged_once_and_recover(small_disk, tmp_path, immutable):
+    """A data directory where no file can be created or renamed (``EPERM``): rotations and
+    rewrites fail while writes go on; every SET is still answered ``STORED``, the failure is
+    one line per queue and kind of work, the queue actor never fails, and once the directory
+    is writable again the rotations resume (one ``recovered`` line) and nothing is lost."""
+    config = tmp_path / "kestrel.toml"
+    config.write_text(SMALL_JOURNALS)
+    server = ServerProcess(small_disk, ("--config", str(config)))
+    server.start()
+    try:
+        client = server.client(REPLY_TIMEOUT)
+        stored = {"packed": [], "rw": []}
+        n = 0
+
+        def put(queue: str) -> None:
+            nonlocal n
+            assert client.set(queue, item(n, 1000)) == b"STORED", (queue, n)
+            stored[queue].append(n)
+            n += 1
+
+        for _ in range(10):
+            put("packed")
+        put("rw")  # its file exists before no file can be made
+        assert number(client.get("rw")) == stored["rw"].pop(0)
+        immutable(True)
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            put("packed")
+            put("rw")
+            assert number(client.get("rw")) == stored["rw"].pop(0)  # empty again: a rewrite is due
+            time.sleep(0.01)
+        events, raw = log_lines(server)
+        failing = state_changes(events, "failing")
+        assert ("packed", "journal rotation failing") in failing, failing
+        assert ("rw", "journal rewrite failing") in failing, failing
+        assert sorted(failing) == sorted(set(failing)), f"logged more than once per change: {failing}"
+        for event in events:
+            if event.get("event", "").endswith("failing"):
+                assert event.get("errno") == "EPERM" and "exception" not in event, event
+        assert not [e for e in events if "actor had failed" in e.get("event", "")], "a queue actor failed"
+        assert not raw, raw[:20]
+
+        immutable(False)
+        deadline = time.monotonic() + 10
+        while True:
+            put("packed")
+            put("rw")
+            assert number(client.get("rw")) == stored["rw"].pop(0)
+            recovered = state_changes(log_lines(server)[0], "recovered")
+            if {("packed", "journal rotation recovered"), ("rw", "journal rewrite recovered")} <= set(recovered):
+                break
+            assert time.monotonic() < deadline, f"rotations did not resume: {recovered}"
+            time.sleep(0.05)
+        assert sorted(recovered) == sorted(set(recovered)), recovered
+        assert int(client.stats()["queue_packed_journal_rotations"]) > 0
+        client.close()
+
+        server.stop(signal.SIGKILL)
+        server.start()
+        client = server.client(REPLY_TIMEOUT)
+        for queue, numbers in stored.items():
+            found = [number(client.get(queue)) for _ in numbers]
+            assert found == numbers, queue
+            assert client.get(queue) is None
+        client.close()
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def test_a_write_failing_with_another_errno_answers_server_error_and_recovers(tmp_path):
+    """Not only ``ENOSPC``: a journal write refused with ``EFBIG`` (the server's file-size limit,
+    lowered under it with ``prlimit`` — a read-only remount is refused while a journal is open
+    for writing) gets ``SERVER_ERROR`` at once, is not acknowledged, other queues and ``stats``
+    go on, writes resume by themselves when the limit is lifted, and it is logged once each way."""
+    import resource
+
+    server = ServerProcess(tmp_path / "data")
+    server.start()
+    try:
+        pid = server.proc.pid  # type: ignore[union-attr]
+        client = server.client(REPLY_TIMEOUT)
+        assert client.set("other", b"small") == b"STORED"
+        stored, refused = [], []
+        for n in range(100):
+            assert client.set("jobs", item(n, 1000)) == b"STORED"
+            stored.append(n)
+        limit = os.path.getsize(tmp_path / "data" / "jobs") + 20_000  # far above the log's size
+        try:
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        except (OSError, AttributeError) as exc:
+            pytest.skip(f"cannot lower the server's file-size limit here: {exc}")
+        try:
+            n = 100
+            while True:
+                reply = client.set("jobs", item(n, 1000))
+                if reply != b"STORED":
+                    break
+                stored.append(n)
+                n += 1
+                assert n < 200, "the file-size limit never applied"
+            assert reply == b"SERVER_ERROR journal write failed: File too large", reply
+            refused.append(n)
+            n += 1
+            # a write too large for the hub fails on the threadpool: answered and logged alike
+            assert client.set("large", b"l" * (2 << 20)) == b"SERVER_ERROR journal write failed: File too large"
+            started = time.monotonic()
+            while time.monotonic() - started < 2:  # retries meanwhile: logged once
+                reply = client.set("jobs", item(n, 1000))
+                assert reply.startswith(b"SERVER_ERROR journal write failed: "), reply
+                refused.append(n)
+                n += 1
+                assert client.set("other", b"more") == b"STORED"  # a small journal goes on
+                assert client.stats()["queue_jobs_items"]
+                time.sleep(0.05)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        deadline = time.monotonic() + 10
+        while (reply := client.set("jobs", item(n, 1000))) != b"STORED":
+            assert reply.startswith(b"SERVER_ERROR "), reply
+            refused.append(n)
+            n += 1
+            assert time.monotonic() < deadline, "writes did not resume after the limit was lifted"
+            time.sleep(0.05)
+        stored.append(n)
+        while client.set("large", b"after") != b"STORED":
+            assert time.monotonic() < deadline, "writes to the large queue did not resume"
+            time.sleep(0.05)
+        client.close()
+
+        events, raw = log_lines(server)
+        assert not raw, "lines that are not one JSON event: " + "\n".join(raw[:20])
+        assert sorted(state_changes(events, "failing")) == [("jobs", "journal write failing"),
+                                                            ("large", "journal write failing")]
+        assert sorted(state_changes(events, "recovered")) == [("jobs", "journal write recovered"),
+                                                              ("large", "journal write recovered")]
+        for failing in (e for e in events if e["event"].startswith("journal write failing")):
+            assert failing["errno"] == "EFBIG" and "exception" not in failing, failing
+
+        server.stop(signal.SIGKILL)
+        assert journal_problems(tmp_path / "data" / "jobs") == []  # no torn record left
+        server.start()
+        client = server.client(REPLY_TIMEOUT)
+        count = int(client.stats()["queue_jobs_items"])
+        numbers = [number(client.get("jobs")) for _ in range(count)]
+        assert not set(stored) - set(numbers), "acknowledged items lost"
+        assert set(numbers) <= set(stored) | set(refused) and numbers == sorted(numbers)
+        client.close()
+    finally:
+        server.stop(signal.SIGKILL)
+
+
 # -- case 9: STORED covers every copy ---------------------------------------------------------
 
 
