@@ -61,10 +61,6 @@ QUEUE_METRICS = LATENCIES + (
     "journal_rewrite_usec",
     "journal_rotation_usec",
     "fill_readbehind_usec",
-    "tx_map_size",
-    "tx_expire_list_size",
-    "queue_size",
-    "request_size",
 )
 """Every per-queue metric (``q/<name>/<metric>``); those after :data:`LATENCIES` Kestrel kept
 per queue only."""
@@ -171,10 +167,6 @@ class Histogram:
 _perf_counter = time.perf_counter
 _time = time.time
 
-_SMALL = 4096
-_INDEX = [bisect_left(BOUNDS, value) for value in range(_SMALL)]
-"""The bucket of each value below ``_SMALL`` (negative ones are never recorded here)."""
-
 
 def _bound(index: int) -> int:
     return BOUNDS[index] if index < len(BOUNDS) else 2**31
@@ -188,8 +180,7 @@ class QueueMetrics:
     """
 
     __slots__ = ("histograms", "get_items_hit", "get_items_miss", "set_buckets", "hit_buckets", "miss_buckets",
-                 "delivery_buckets", "request_buckets", "tx_map_buckets", "tx_expire_buckets", "queue_size_buckets",
-                 "idle_samples")
+                 "delivery_buckets")
 
     def __init__(self) -> None:
         self.histograms: dict[str, Histogram] = {}
@@ -199,63 +190,6 @@ class QueueMetrics:
         self.hit_buckets: list[int] | None = None
         self.miss_buckets: list[int] | None = None
         self.delivery_buckets: list[int] | None = None
-        self.request_buckets: list[int] | None = None
-        self.tx_map_buckets: list[int] | None = None
-        self.tx_expire_buckets: list[int] | None = None
-        self.queue_size_buckets: list[int] | None = None
-        self.idle_samples = 0
-        """Samples with no open read not yet in the transaction histograms (:meth:`_fold`)."""
-
-    # Kestrel samples a queue's sizes after every add and remove: the two methods below run
-    # once per request, so they update the bucket lists inline, find small values' buckets
-    # in ``_INDEX`` rather than by bisection, and only count the usual sample with no open
-    # read (``idle_samples``), folded into the two transaction histograms when read.
-
-    def request(self, size: int) -> None:
-        """An add was refused; it asked for ``size`` bytes (``request_size`` counts every add)."""
-        buckets = self.request_buckets or self.histogram("request_size").buckets
-        buckets[_INDEX[size] if size < _SMALL else bisect_left(BOUNDS, size)] += 1
-        buckets[SUM] += size
-
-    def added(self, size: int, open_reads: int, expiring: int, in_memory: int) -> None:
-        """An add of ``size`` bytes was made: :meth:`request`, then :meth:`sampled`."""
-        buckets = self.request_buckets or self.histogram("request_size").buckets
-        buckets[_INDEX[size] if size < _SMALL else bisect_left(BOUNDS, size)] += 1
-        buckets[SUM] += size
-        if open_reads:
-            self._transactions(open_reads, expiring)
-        else:
-            self.idle_samples += 1
-        buckets = self.queue_size_buckets or self.histogram("queue_size").buckets
-        buckets[_INDEX[in_memory] if in_memory < _SMALL else bisect_left(BOUNDS, in_memory)] += 1
-        buckets[SUM] += in_memory
-
-    def sampled(self, open_reads: int, expiring: int, in_memory: int) -> None:
-        """The queue's sizes after a remove (Kestrel's ``addInternalsMetrics``): open reads,
-        those with an expiry deadline (never more than ``open_reads``), items in memory."""
-        if open_reads:
-            self._transactions(open_reads, expiring)
-        else:
-            self.idle_samples += 1
-        buckets = self.queue_size_buckets or self.histogram("queue_size").buckets
-        buckets[_INDEX[in_memory] if in_memory < _SMALL else bisect_left(BOUNDS, in_memory)] += 1
-        buckets[SUM] += in_memory
-
-    def _transactions(self, open_reads: int, expiring: int) -> None:
-        buckets = self.tx_map_buckets or self.histogram("tx_map_size").buckets
-        buckets[_INDEX[open_reads] if open_reads < _SMALL else bisect_left(BOUNDS, open_reads)] += 1
-        buckets[SUM] += open_reads
-        buckets = self.tx_expire_buckets or self.histogram("tx_expire_list_size").buckets
-        buckets[_INDEX[expiring] if expiring < _SMALL else bisect_left(BOUNDS, expiring)] += 1
-        buckets[SUM] += expiring
-
-    def _fold(self) -> None:
-        """Put the samples with no open read into ``tx_map_size`` and ``tx_expire_list_size``."""
-        idle = self.idle_samples
-        if idle:
-            self.idle_samples = 0
-            self.histogram("tx_map_size").buckets[_INDEX[0]] += idle
-            self.histogram("tx_expire_list_size").buckets[_INDEX[0]] += idle
 
     def histogram(self, name: str) -> Histogram:
         histogram = self.histograms.get(name)
@@ -267,7 +201,6 @@ class QueueMetrics:
         return histogram
 
     def merge(self, other: QueueMetrics) -> None:
-        other._fold()
         for name, histogram in other.histograms.items():
             self.histogram(name).merge(histogram)
         self.get_items_hit += other.get_items_hit
@@ -284,10 +217,6 @@ _SLOTS = {
     "get_hit_latency_usec": "hit_buckets",
     "get_miss_latency_usec": "miss_buckets",
     "delivery_latency_msec": "delivery_buckets",
-    "request_size": "request_buckets",
-    "tx_map_size": "tx_map_buckets",
-    "tx_expire_list_size": "tx_expire_buckets",
-    "queue_size": "queue_size_buckets",
 }
 
 

@@ -6,8 +6,7 @@ become ``kestrel_<name>``; a queue's figures are ``kestrel_queue_<name>`` with a
 label (an alias's: ``kestrel_alias_<name>`` with ``alias``; a name's bytes that are not UTF-8
 written ``\\xNN``, as the format must be UTF-8); metrics are histograms whose buckets are a
 subset of the histogram's own, so their counts are exact: durations in seconds
-(``kestrel_queue_set_latency_seconds``, ``kestrel_fsync_delay_seconds``), sizes as they are
-(``kestrel_queue_request_size_bytes``, ``kestrel_queue_tx_map_size``). Per-queue latencies are
+(``kestrel_queue_set_latency_seconds``, ``kestrel_fsync_delay_seconds``). Per-queue latencies are
 not repeated server-wide (sum the queues); the fsync figures are server-wide only, and
 ``fsync_error_<class>`` is ``kestrel_fsync_error_total{exception="<class>"}``. The process
 metrics prometheus_client offers (CPU, memory, file descriptors, Python's GC and version)
@@ -45,14 +44,10 @@ _PROMETHEUS_NAMES = {
     "journal_rewrite_usec": ("journal_rewrite_seconds", 1e-6),
     "journal_rotation_usec": ("journal_rotation_seconds", 1e-6),
     "fill_readbehind_usec": ("fill_readbehind_seconds", 1e-6),
-    "tx_map_size": ("tx_map_size", 1.0),
-    "tx_expire_list_size": ("tx_expire_list_size", 1.0),
-    "queue_size": ("queue_size", 1.0),
-    "request_size": ("request_size_bytes", 1.0),
     "fsync_delay_usec": ("fsync_delay_seconds", 1e-6),
     "item_fsync_delay_usec": ("item_fsync_delay_seconds", 1e-6),
 }
-"""Each metric's Prometheus name (seconds or bytes, as Prometheus names units) and scale."""
+"""Each metric's Prometheus name (in seconds, as Prometheus names units) and scale."""
 FSYNC_ERROR = "fsync_error_"
 _RENAMED = {"uptime": "uptime_seconds", "status/readable": "status_readable", "status/writeable": "status_writeable"}
 

@@ -10,9 +10,8 @@ every item, while ``items`` and ``mem_bytes`` are what is in memory. With a file
 ``check_rotate`` and ``read_behind`` do file I/O on gevent's threadpool, suspending only the
 calling (queue actor) greenlet.
 
-``metrics``, when set (the queue actor sets it), gets Kestrel's per-queue samples: each add's
-``request_size``, the queue's own sizes after each add and remove (``tx_map_size``,
-``tx_expire_list_size``, ``queue_size``) and each read-behind fill's duration.
+``metrics``, when set (the queue actor sets it), gets each read-behind fill's duration
+(``fill_readbehind_usec``).
 """
 
 from __future__ import annotations
@@ -50,13 +49,7 @@ STAT_NAMES = (
 
 
 class QueueSamples(Protocol):
-    """Where a queue records Kestrel's per-queue samples (an ``actors.QueueMetrics``)."""
-
-    def request(self, size: int) -> None: ...
-
-    def added(self, size: int, open_reads: int, expiring: int, in_memory: int) -> None: ...
-
-    def sampled(self, open_reads: int, expiring: int, in_memory: int) -> None: ...
+    """Where a queue records its per-queue metrics (an ``actors.QueueMetrics``)."""
 
     def histogram(self, name: str) -> Any: ...
 
@@ -118,22 +111,7 @@ class QueueCore:
     # -- adding ---------------------------------------------------------------------------
 
     def add(self, data: bytes, expiry: int, now_ms: int) -> bool:
-        """Append an item; ``False`` when refused (too big, full, closed) as §2.4 lists.
-
-        Kestrel's samples: ``request_size`` for every add, the queue's sizes after a stored one."""
-        metrics = self.metrics
-        if self._add(data, expiry, now_ms):
-            if metrics is not None:
-                open_reads = len(self.open_reads)
-                metrics.added(len(data), open_reads,
-                              open_reads if self.config.open_transaction_timeout is not None else 0,
-                              len(self.items))
-            return True
-        if metrics is not None:
-            metrics.request(len(data))
-        return False
-
-    def _add(self, data: bytes, expiry: int, now_ms: int) -> bool:
+        """Append an item; ``False`` when refused (too big, full, closed) as §2.4 lists."""
         config = self.config
         if self.closed or len(data) > config.max_item_size:
             return False
@@ -168,20 +146,7 @@ class QueueCore:
     # -- removing -------------------------------------------------------------------------
 
     def remove(self, now_ms: int, transactional: bool = False) -> Item | None:
-        """Take the head item for good, or open it under a new xid when ``transactional``.
-
-        Every call, hit or miss, samples the queue's sizes afterwards, as Kestrel's does
-        (``addInternalsMetrics``: its transaction map, its expiry list, filled only with an
-        ``open_transaction_timeout``, and its in-memory queue)."""
-        item = self._remove(now_ms, transactional)
-        metrics = self.metrics
-        if metrics is not None:
-            open_reads = len(self.open_reads)
-            metrics.sampled(open_reads, open_reads if self.config.open_transaction_timeout is not None else 0,
-                            len(self.items))
-        return item
-
-    def _remove(self, now_ms: int, transactional: bool) -> Item | None:
+        """Take the head item for good, or open it under a new xid when ``transactional``."""
         if self.closed:
             return None
         if self.config.open_transaction_timeout is not None:

@@ -1,6 +1,6 @@
-"""Kestrel's journal and queue-internals metrics over HTTP, against a real server after known
-traffic: the fsync figures (``PeriodicSyncStorage``), rotation, rewrite and read-behind times,
-the queue's sampled sizes (``PersistentQueue``), and ``finished_but_add`` (``KestrelHandler``)."""
+"""Kestrel's journal metrics over HTTP, against a real server after known traffic: the fsync
+figures (``PeriodicSyncStorage``), rotation, rewrite and read-behind times (``PersistentQueue``),
+and ``finished_but_add`` (``KestrelHandler``)."""
 
 from __future__ import annotations
 
@@ -120,53 +120,6 @@ def test_rewrite_is_timed(make_admin_server, tmp_path):
                      what="a rewrite")
     assert stats["metrics"]["q/compact/journal_rewrite_usec"]["count"] == stats["counters"]["q/compact/journal_rewrites"]
     assert stats["metrics"]["q/compact/journal_rewrite_usec"]["sum"] > 0
-
-
-def test_queue_internals_are_sampled_after_each_add_and_remove(make_admin_server, tmp_path):
-    server = start_with(make_admin_server, tmp_path, """
-        [queues.timed]
-        open_transaction_timeout = "1h"
-        [queues.capped]
-        max_item_size = 4
-    """)
-    client = server.client()
-    for name in ("plain", "timed"):
-        for data in (b"alpha", b"bravo", b"charl"):
-            assert client.set(name, data) == b"STORED"  # sizes after: 1, 2, 3 in memory
-        assert client.get(name + "/open") == b"alpha"  # after: 1 open, 2 in memory
-        assert client.get(name + "/peek") == b"bravo"  # a peek samples nothing
-        other = server.client()
-        assert other.get(name + "/open") == b"bravo"  # after: 2 open, 1 in memory
-        assert client.get(name + "/close") is None  # a confirm: no sample
-        other.close()
-    metrics = stats_of(server)["metrics"]
-    for name in ("plain", "timed"):
-        queue_size = metrics[f"q/{name}/queue_size"]
-        assert (queue_size["count"], queue_size["sum"]) == (5, 1 + 2 + 3 + 2 + 1), name
-        tx_map = metrics[f"q/{name}/tx_map_size"]
-        assert (tx_map["count"], tx_map["sum"]) == (5, 0 + 0 + 0 + 1 + 2), name
-        request_size = metrics[f"q/{name}/request_size"]
-        assert (request_size["count"], request_size["sum"]) == (3, 15), name
-        assert (request_size["minimum"], request_size["maximum"]) == (5, 5)
-    # the expiry list holds the open reads only with an open_transaction_timeout
-    assert (metrics["q/plain/tx_expire_list_size"]["count"], metrics["q/plain/tx_expire_list_size"]["sum"]) == (5, 0)
-    assert (metrics["q/timed/tx_expire_list_size"]["count"], metrics["q/timed/tx_expire_list_size"]["sum"]) == (5, 3)
-    # a refused add counts its request too, and samples no sizes
-    assert client.set("capped", b"too long") == b"NOT_STORED"
-    assert client.set("capped", b"ok") == b"STORED"
-    metrics = stats_of(server)["metrics"]
-    assert (metrics["q/capped/request_size"]["count"], metrics["q/capped/request_size"]["sum"]) == (2, 10)
-    assert metrics["q/capped/queue_size"]["count"] == 1
-    families = {f.name: f for f in text_string_to_metric_families(request(server.admin_url + "/metrics").body.decode())}
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
-    assert families["kestrel_queue_request_size_bytes"].type == "histogram"
-    assert samples[("kestrel_queue_request_size_bytes_sum", (("queue", "capped"),))] == 10
-    assert samples[("kestrel_queue_tx_map_size_sum", (("queue", "plain"),))] == 3
-    assert samples[("kestrel_queue_queue_size_count", (("queue", "plain"),))] == 5
-    # a deleted queue drops its metrics, as its other figures
-    assert client.call(b"delete plain") == b"DELETED"
-    stats = stats_of(server)
-    assert not [name for section in stats.values() for name in section if name.startswith("q/plain/")]
 
 
 def test_open_reads_that_reach_a_client_gone_count_finished_but_add(make_admin_server, tmp_path):
