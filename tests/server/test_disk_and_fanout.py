@@ -601,9 +601,7 @@ def test_stored_covers_fanout_and_alias_copies_across_sigkill(tmp_path, rounds):
             if round_ % 2:  # the recipe: a child made by referring to it, not configured
                 assert client.get("loose+keep") is None
                 assert client.set("loose", value) == b"STORED"
-                server.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
-                server.proc.wait()  # type: ignore[union-attr]
-                server.proc = None
+                server.kill()
                 client.close()
                 server.start()
                 client = server.client(REPLY_TIMEOUT)
@@ -619,9 +617,7 @@ def test_stored_covers_fanout_and_alias_copies_across_sigkill(tmp_path, rounds):
                 + b"set via 0 0 %d\r\n%s\r\n" % (len(value), value)
             )
             replies = [client.read_line() for _ in range(3)]
-            server.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
-            server.proc.wait()  # type: ignore[union-attr]
-            server.proc = None
+            server.kill()
             client.close()
             assert replies == [b"STORED"] * 3, replies
 
@@ -653,9 +649,7 @@ def test_text_and_thrift_puts_cover_fanout_and_alias_copies_across_sigkill(tmp_p
             else:
                 thrift = server.thrift_client(REPLY_TIMEOUT)
                 replies = [thrift.put(queue, [value]) for queue in ("fan", "both", "synced")]
-            server.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
-            server.proc.wait()  # type: ignore[union-attr]
-            server.proc = None
+            server.kill()
             assert replies in ([b"+1"] * 3, [1] * 3), replies
 
             server.start()
@@ -683,9 +677,7 @@ def test_expired_items_move_durably(tmp_path):
             # the GET sweeps the expired item to dst; STORED after it covers the REMOVE too
             assert client.get("src") is None
             assert client.set("src", b"marker") == b"STORED"
-            server.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
-            server.proc.wait()  # type: ignore[union-attr]
-            server.proc = None
+            server.kill()
             client.close()
 
             server.start()
