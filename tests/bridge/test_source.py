@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -126,6 +127,45 @@ def test_server_restarted_mid_query_loses_nothing(server, spark, tmp_path):
     # Duplicates: at most the one batch held open. The items read ahead went back with the
     # restart too, but were never handed to Spark (their connections are checked first).
     assert len(out) - len(items) <= 400
+
+
+def test_keep_alive_holds_micro_batches_longer_than_the_client_timeout(make_server, spark,
+                                                                       tmp_path):
+    """The server closes connections idle for 2 s; each micro-batch's sink takes ~5 s. The
+    source pings the connections holding the running batch (and the one read ahead) every
+    ``keepAliveInterval`` (1 s by default), so the server never takes a batch back: every item
+    comes exactly once and nothing is left open. Without the pings both batches' connections
+    are closed mid-batch, their items go back to the head of the queue and come again."""
+    server = make_server("--client-timeout", "2")
+    items = [f"k{i}".encode() for i in range(300)]
+    load(server, "held", items)
+    received: list[bytes] = []
+
+    def slow_sink(batch, batch_id):
+        rows = [bytes(r["data"]) for r in batch.select("data").collect()]
+        time.sleep(5)  # longer than --client-timeout: only the keep-alive keeps the batch
+        received.extend(rows)
+
+    query = (stream(spark, [server], "held", maxItemsPerBatch=100).writeStream
+             .foreachBatch(slow_sink).option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .start())
+    try:
+        def settled() -> bool:
+            duplicated = len(received) > len(set(received))
+            return duplicated or (len(received) >= len(items)
+                                  and queue_stats(server, "held") == (0, 0))
+
+        # a duplicate ends the wait at once, and the assertion after it says which items
+        wait_for(settled, 50, "every item received and nothing left open")
+        repeated = sorted(item for item, n in Counter(received).items() if n > 1)
+        assert not repeated, f"{len(repeated)} items delivered more than once: {repeated[:5]}"
+        wait_for(lambda: not query.status["isDataAvailable"]
+                 and not query.status["isTriggerActive"], 10, "the query idle")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert sorted(received) == sorted(items)  # idle: no batch came again meanwhile
+    assert queue_stats(server, "held") == (0, 0)  # queue_held_open_transactions is 0
 
 
 def test_batches_larger_than_one_connections_monitor_cap(make_server, spark, tmp_path):
