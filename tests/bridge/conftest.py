@@ -56,7 +56,7 @@ def standalone_cluster(tmp_path):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
                 return int(json.load(r).get("aliveworkers", 0))
-        except OSError:
+        except (OSError, ValueError):  # not listening yet, or a page still empty at start-up
             return 0
 
     try:
