@@ -621,12 +621,7 @@ def test_stored_covers_fanout_and_alias_copies_across_sigkill(tmp_path, rounds):
             client.close()
             assert replies == [b"STORED"] * 3, replies
 
-            server.start()
-            client = server.client(REPLY_TIMEOUT)
-            for queue in ("fan+keep", "fan", "dest_a", "dest_b", "synced", "synced+always"):
-                assert client.get(queue) == value, f"round {round_}: {queue} lost its copy"
-            client.close()
-            server.stop(signal.SIGKILL)
+            restart_and_find_every_copy(server, value, round_)
     finally:
         server.stop(signal.SIGKILL)
 
@@ -652,14 +647,19 @@ def test_text_and_thrift_puts_cover_fanout_and_alias_copies_across_sigkill(tmp_p
             server.kill()
             assert replies in ([b"+1"] * 3, [1] * 3), replies
 
-            server.start()
-            client = server.client(REPLY_TIMEOUT)
-            for queue in ("fan+keep", "fan", "dest_a", "dest_b", "synced", "synced+always"):
-                assert client.get(queue) == value, f"round {round_}: {queue} lost its copy"
-            client.close()
-            server.stop(signal.SIGKILL)
+            restart_and_find_every_copy(server, value, round_)
     finally:
         server.stop(signal.SIGKILL)
+
+
+def restart_and_find_every_copy(server: ServerProcess, value: bytes, round_: int) -> None:
+    """After a SIGKILL that followed the acknowledgement: every copy of ``value`` is there."""
+    server.start()
+    client = server.client(REPLY_TIMEOUT)
+    for queue in ("fan+keep", "fan", "dest_a", "dest_b", "synced", "synced+always"):
+        assert client.get(queue) == value, f"round {round_}: {queue} lost its copy"
+    client.close()
+    server.stop(signal.SIGKILL)
 
 
 def test_expired_items_move_durably(tmp_path):
