@@ -1,8 +1,13 @@
 """kestrel-actors: a durable message-queue server that speaks Kestrel's protocols.
 
-Subpackages: ``protocol`` (sans-I/O codecs), ``actors`` (the gevent pykka runtime and the
-queue, connection and collection actors), ``journal`` (Kestrel's on-disk format),
-``client`` (the Python client), ``spark_bridge`` (queues into Spark jobs) and ``cli``.
+Subpackages: ``protocol`` (sans-I/O codecs), ``queue`` (a queue's logic, no actors or I/O),
+``journal`` (Kestrel's on-disk format), ``runtime`` (the gevent runtime for pykka),
+``messages`` (the records rooms exchange), ``stats`` (server-wide counters), ``actors`` (the
+queue and collection actors), ``session`` (one client connection), ``admin`` (the HTTP port),
+``client`` (the Python clients), ``spark_bridge`` (queues into Spark) and ``cli``.
+
+A comment's ``behaviour §N`` cites section N of ``docs/behaviour.md``, the project's own
+reference for what the server does and where it differs from Kestrel.
 """
 
 __version__ = "0.1.0"

@@ -186,7 +186,7 @@ def text(value: Any) -> str:
 
 
 def queue_name(value: Any) -> str:
-    """A legal queue name (reference §5.2, plus the limits of :func:`~kestrel_actors._names.name_problem`)."""
+    """A legal queue name (behaviour §5.2, plus the limits of :func:`~kestrel_actors._names.name_problem`)."""
     if not isinstance(value, str):
         raise BadValue(f"expected a queue name (a string); got {_describe(value)}")
     check_queue_name(value)

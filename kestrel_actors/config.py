@@ -21,7 +21,7 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """Everything Kestrel's ``QueueBuilder`` configures for one queue (reference §5.13)."""
+    """Everything Kestrel's ``QueueBuilder`` configures for one queue (behaviour §5.13)."""
 
     max_items: int = INT_MAX
     max_size: int = LONG_MAX

@@ -3,7 +3,7 @@
 Server settings are top-level keys. ``[queue_defaults]`` overrides Kestrel's built-in queue
 defaults for every queue, ``[queues."name"]`` configures one queue, and ``[aliases]`` maps an
 alias name to its destination queues. Queue settings inherit as in Kestrel 2.3.4+ (reference
-§5.13): built-in defaults ← ``queue_defaults`` ← the master's table ← a fanout child's own
+behaviour §5.13): built-in defaults ← ``queue_defaults`` ← the master's table ← a fanout child's own
 table (``P+C``); only keys a table sets override its parent, and a child without a table of
 its own uses its master's resolved settings.
 

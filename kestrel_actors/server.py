@@ -26,8 +26,8 @@ from pykka import ActorRegistry
 from . import KESTREL_VERSION
 from .actors import QueueCollection, ServerStats
 from .actors._collection import QueueOpener, memory_opener
-from .actors._session_collection import ForAll, ForAllKind, Load, Reconfigure
-from .actors._session_queue import IGNORE
+from .messages import ForAll, ForAllKind, Load, Reconfigure
+from .messages import IGNORE
 from .config import ServerConfig
 from .runtime import ReplyFuture
 from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
@@ -181,7 +181,7 @@ class Server:
             raise StartupError(f"data directory {path} is not a writable directory")
 
     def load(self, names: list[str]) -> None:
-        """Create (and replay) the queues found on disk, then read the saved status (§7.1).
+        """Create (and replay) the queues found on disk, then read the saved status (behaviour §7.1).
 
         Any failure here is a :class:`StartupError`: the server never serves half-loaded.
         """
@@ -193,7 +193,7 @@ class Server:
             raise StartupError(f"cannot load the queues in {self.config.data_dir}: {exc}") from exc
 
     def start(self) -> None:
-        """Replay the queues on disk, then listen (§7.1: nothing is served half-loaded)."""
+        """Replay the queues on disk, then listen (behaviour §7.1: nothing is served half-loaded)."""
         self.load(self._discover())
         self.open_file_limit = raise_open_file_limit()
         listener = self._listen(self.config.host, self.config.port, self._serve_memcache)
@@ -247,7 +247,7 @@ class Server:
         self._stopped.wait()
 
     def shutdown(self) -> None:
-        """Begin an orderly shutdown 100 ms from now, as Kestrel does (§7.4)."""
+        """Begin an orderly shutdown 100 ms from now, as Kestrel does (behaviour §7.4)."""
         if not self._shutting_down:
             self._shutting_down = True
             gevent.spawn_later(0.1, self._stop)
@@ -312,7 +312,7 @@ class Server:
     # -- what sessions ask of the server ----------------------------------------------------
 
     def reload(self, reply_to: Any) -> None:
-        """Re-read the config file; only queue settings and aliases change (§2.3, §5.13).
+        """Re-read the config file; only queue settings and aliases change (behaviour §2.3, §5.13).
 
         A broken file is logged and the running configuration stays. ``reply_to`` is told
         once every queue has been sent its new settings.

@@ -5,7 +5,7 @@ all read (one source of truth).
 and the server's own counters into a :class:`StatsSnapshot`. It reads plain attributes only:
 it runs on the hub and never waits. The snapshot then speaks each format's names:
 
-* :meth:`StatsSnapshot.memcache_lines`: the memcache STATS lines (reference §7.3);
+* :meth:`StatsSnapshot.memcache_lines`: the memcache STATS lines (behaviour §7.3);
 * :meth:`StatsSnapshot.counters`, :meth:`~StatsSnapshot.gauges`, :meth:`~StatsSnapshot.labels`
   and :meth:`~StatsSnapshot.histograms`: Kestrel's ostrich names (``q/<name>/items``, …), per
   queue (``queue``) or server-wide (``None``), from which the admin HTTP service builds
@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .actors._collection_queue import QueueStats
-from .actors._stats import LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram, QueueMetrics, ServerStats
+from .messages import QueueStats
+from .stats import LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram, QueueMetrics, ServerStats
 
 __all__ = ["QUEUE_COUNTERS", "QUEUE_GAUGES", "StatsSnapshot", "gather_snapshot", "take_snapshot"]
 
@@ -74,7 +74,7 @@ class StatsSnapshot:
 
     def memcache_lines(self) -> list[tuple[str, object]]:
         """Global stats in Kestrel's order, then ``queue_<name>_<stat>`` for every queue and
-        alias (§7.3).
+        alias (behaviour §7.3).
 
         ``reserved_memory_ratio`` divides the queues' ``max_memory_size`` by physical memory,
         the nearest thing a Python process has to the JVM's max heap.
@@ -201,7 +201,7 @@ def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = Tr
 def gather_snapshot(server: Any, timeout: float = 10.0) -> StatsSnapshot:
     """Ask the collection for every queue's figures and wait for them (a greenlet's wait: the
     hub goes on serving). For callers outside the actors: the admin HTTP service."""
-    from .actors._session_collection import ForAll, ForAllKind
+    from .messages import ForAll, ForAllKind
     from .runtime import ReplyFuture
 
     answers = ReplyFuture()

@@ -1,4 +1,4 @@
-"""The server's operating status (reference §7.2): Up, WriteAvoid, ReadOnly, Quiescent, Down.
+"""The server's operating status (behaviour §7.2): Up, WriteAvoid, ReadOnly, Quiescent, Down.
 
 A plain object, no timer and no I/O except the status file. Kestrel separates the status it
 *reports* (``status`` command, persisted) from the one it *enforces* (what reads and writes
@@ -76,7 +76,7 @@ class Status(enum.Enum):
 
     @property
     def graceful_shutdown(self) -> bool:
-        """Whether empty queues are rewritten before they are closed at shutdown (§6.6)."""
+        """Whether empty queues are rewritten before they are closed at shutdown (behaviour §6.6)."""
         return self is Status.READ_ONLY or self is Status.QUIESCENT
 
     def stricter_than(self, other: Status) -> bool:
@@ -126,7 +126,7 @@ def session_refusals(
     sessions: int, refuse_writes: int | None, refuse_reads: int | None
 ) -> tuple[bool, bool]:
     """``(writes_refused, reads_refused)`` for a session opened while ``sessions`` sessions
-    exist, itself included (``connectionLimitRefuseWrites``/``…Reads``, §1). The answer holds
+    exist, itself included (``connectionLimitRefuseWrites``/``…Reads``, behaviour §1). The answer holds
     for the session's whole lifetime, as if the server were ReadOnly / Quiescent for it."""
     return (
         refuse_writes is not None and sessions > refuse_writes,

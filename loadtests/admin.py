@@ -30,7 +30,7 @@ def _thrift_client(options) -> Iterator[Any]:
     """A thrift connection for set-up and checks; a transport failure is a harness error."""
     from thriftpy2.transport import TTransportException
 
-    from kestrel_actors.thrift_client import ThriftClient
+    from kestrel_actors.client.thrift import ThriftClient
 
     try:
         with ThriftClient(options.host, options.thrift_port, timeout=options.io_timeout,

@@ -129,8 +129,8 @@ class ServerProcess:
         return Client(self.host, self.port, timeout)
 
     def thrift_client(self, timeout: float = 5.0):
-        """A :class:`~kestrel_actors.thrift_client.ThriftClient` on the thrift port."""
-        from kestrel_actors.thrift_client import ThriftClient
+        """A :class:`~kestrel_actors.client.thrift.ThriftClient` on the thrift port."""
+        from kestrel_actors.client.thrift import ThriftClient
 
         assert self.thrift_port, "start the server with ServerProcess(..., thrift_port=True)"
         return ThriftClient(self.host, self.thrift_port, timeout)
@@ -319,7 +319,7 @@ def fill(client: Client, queue: str, *items: bytes) -> None:
         assert client.read_line() == b"STORED"
 
 
-# -- §10.1 FIFO, wire format and binary payloads ---------------------------------------------
+# -- behaviour §10.1 FIFO, wire format and binary payloads ---------------------------------------------
 
 
 # -- the text protocol -------------------------------------------------------------------------

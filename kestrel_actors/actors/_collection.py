@@ -16,13 +16,13 @@ from pykka import ActorDeadError
 
 from ..config import ServerConfig
 from ..journal import MemoryJournal, NotRegularFile
-from ._collection_queue import CloseQueue, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep
-from ._session_collection import AliasAdd, Delete, ForAll, ForAllKind, Gather, Load, Reconfigure, Resolve, Resolved
-from ._session_queue import FLUSH, IGNORE, Add, BatchDone, JournalFailure, QueueBatch
+from ..messages import CloseQueue, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep
+from ..messages import AliasAdd, Delete, ForAll, ForAllKind, Gather, Load, Reconfigure, Resolve, Resolved
+from ..messages import FLUSH, IGNORE, Add, BatchDone, JournalFailure, QueueBatch
 from ._queue import QueueActor
 from ..queue import QueueCore, fanout_master, is_fanout_child, is_queue_name
 from ..runtime import GeventActor
-from ._stats import ServerStats
+from ..stats import ServerStats
 
 __all__ = ["QueueCollection", "QueueOpener", "memory_opener"]
 
@@ -109,7 +109,7 @@ class QueueCollection(GeventActor):
                 self._queue(name)
 
     def _reconfigure(self, config: ServerConfig) -> None:
-        """``reload``: new queue settings and aliases apply to live queues at once (§5.13)."""
+        """``reload``: new queue settings and aliases apply to live queues at once (behaviour §5.13)."""
         self.config = config
         self._note_aliases()
         for name, ref in self.queues.items():
@@ -186,7 +186,7 @@ class QueueCollection(GeventActor):
             reply_to.tell(True)
 
     def _after_sweep(self, answers: list[Any]) -> list[int]:
-        """Delete the queues that expired (§5.12); answer the expired-item counts."""
+        """Delete the queues that expired (behaviour §5.12); answer the expired-item counts."""
         counts = []
         for answer in answers:
             if answer is None:

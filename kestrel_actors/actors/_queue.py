@@ -27,14 +27,14 @@ from pykka import ActorDeadError
 from ..config import QueueConfig
 from ..queue import Journal, QueueCore, Waiter, WaitList, epoch_ms, is_fanout_child
 from ..runtime import Dispatcher, GeventActor, on_own_greenlet
-from ._collection_queue import (
+from ..messages import (
     AddCopy, CloseQueue, CopyDone, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep, Swept,
 )
-from ._session_queue import (
+from ..messages import (
     BATCH_FETCH_BYTES, FETCH_OPS, MANY_FETCHES, Add, BatchDone, CancelWaits, Confirm, Flush, FlushExpired, Inspect,
     JournalFailure, Open, OpenMany, Peek, PutBack, QueueBatch, Remove, Unremove, closed_result, missed_result,
 )
-from ._stats import ServerStats
+from ..stats import ServerStats
 
 __all__ = ["QueueActor"]
 
@@ -348,7 +348,7 @@ class QueueActor(GeventActor):
         """Add to this queue: True, False (refused) or a :class:`JournalFailure`."""
         core = self.core
         if core.config.fanout_only and self.is_master:
-            # the size check comes first; a child inherits fanout_only to no effect (§5.9)
+            # the size check comes first; a child inherits fanout_only to no effect (behaviour §5.9)
             return not core.closed and len(data) <= core.config.max_item_size
         failure = core.journal.failure
         if failure is not None:
@@ -361,7 +361,7 @@ class QueueActor(GeventActor):
         return True
 
     def _add_with_copies(self, data: bytes, expiry: int, now_ms: int, batch: QueueBatch, index: int) -> Any:
-        """Kestrel's fanout (§5.9): a copy to every child first, then the item here. The
+        """Kestrel's fanout (behaviour §5.9): a copy to every child first, then the item here. The
         batch's answer waits for every child's ack (the copy is durable there)."""
         join = batch.copies
         if join is None:
@@ -499,7 +499,7 @@ class QueueActor(GeventActor):
             journal.release(token)
 
     def _queue_expired(self, now_ms: int) -> bool:
-        """§5.12: empty in memory (open reads are not checked) and older than max_queue_age."""
+        """behaviour §5.12: empty in memory (open reads are not checked) and older than max_queue_age."""
         max_age = self.core.config.max_queue_age
         return max_age is not None and not self.core.length and now_ms - self.created_ms > max_age * 1000
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import gevent
 import structlog
 
-from ..actors._stats import Histogram
+from ..stats import Histogram
 from ..snapshot import StatsSnapshot
 
 __all__ = ["MAX_PERIODS", "NamedListeners", "PeriodLatches", "distribution", "ostrich_stats", "ostrich_text", "server_info"]

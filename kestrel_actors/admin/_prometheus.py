@@ -24,7 +24,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from .._names import name_text
-from ..actors._stats import QUEUE_METRICS, SERVER_METRICS, Histogram
+from ..stats import QUEUE_METRICS, SERVER_METRICS, Histogram
 from ..snapshot import StatsSnapshot
 
 __all__ = ["CONTENT_TYPE", "SnapshotCollector", "exposition"]

@@ -135,7 +135,7 @@ class MonitorBatch:
     def abort(self) -> None:
         """Put every item back at the head of its queue (``get <q>/abort`` per item). Each
         abort returns the oldest open item to the head, so the batch comes back in reverse
-        order, as it would after a disconnect (reference §2.6)."""
+        order, as it would after a disconnect (behaviour §2.6)."""
         self._finish(lambda conn, count: _abort(conn, self.queue, count))
 
     def _finish(self, action: Callable[[Connection, int], None]) -> None:

@@ -2,7 +2,7 @@
 
 Every failure is a :class:`KestrelError`. A connection that raised one is closed and never
 reused (its position in the reply stream is unknown), so the server puts that connection's
-open reads back at the head of their queues (reference §2.6).
+open reads back at the head of their queues (behaviour §2.6).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ _REFUSALS = {b"ERROR": ClientError, b"CLIENT_ERROR": ClientError, b"SERVER_ERROR
 def reply_error(command: str, line: bytes) -> KestrelError:
     """The exception for reply ``line`` to ``command`` when it is not the success reply.
 
-    Kestrel never adds text to its error lines (reference §2.2), but other servers do, so
+    Kestrel never adds text to its error lines (behaviour §2.2), but other servers do, so
     only the first word is matched.
     """
     kind = _REFUSALS.get(line.split(b" ", 1)[0])

@@ -77,7 +77,7 @@ def wait_ms(seconds: float | None) -> int:
 
 def get_options(wait: int = 0, open: bool = False, close: bool = False,  # noqa: A002
                 abort: bool = False, peek: bool = False) -> str:
-    """The ``/…`` options of a GET key (reference §2.5); ``wait`` in milliseconds."""
+    """The ``/…`` options of a GET key (behaviour §2.5); ``wait`` in milliseconds."""
     options = f"/t={wait}" if wait > 0 else ""
     if close:
         options += "/close"
@@ -93,7 +93,7 @@ def get_options(wait: int = 0, open: bool = False, close: bool = False,  # noqa:
 def parse_value_header(command: str, line: bytes, key: bytes | None) -> int | None:
     """The data length of a ``VALUE <key> <flags> <len>`` line, or None for ``END``.
 
-    Kestrel answers with the bare queue name whatever options the key carried (§2.5); a
+    Kestrel answers with the bare queue name whatever options the key carried (behaviour §2.5); a
     ``key`` of None accepts any."""
     if line == _END:
         return None

@@ -2,9 +2,9 @@
 
 * :class:`MemoryJournal` — no files (``keep_journal = false``).
 * :class:`FileJournal` — Kestrel's journal files, written by a per-queue writer greenlet with
-  the ``sync_journal`` policy, rotated, rewritten and packed as Kestrel does (reference §6).
+  the ``sync_journal`` policy, rotated, rewritten and packed as Kestrel does (behaviour §6).
 * :func:`open_file_journal` / :func:`make_file_opener` — replay a queue at startup.
-* :func:`queue_names` — the queues found in a data directory (§7.1).
+* :func:`queue_names` — the queues found in a data directory (behaviour §7.1).
 * The record format (:class:`RecordReader`, ``encode_*``) for tools such as the CLI.
 
 The parts that need gevent are imported on first use, so offline tools stay light.

@@ -1,4 +1,4 @@
-"""The journal of a queue on disk: Kestrel's records in ``<data_dir>/<name>`` (reference §6).
+"""The journal of a queue on disk: Kestrel's records in ``<data_dir>/<name>`` (behaviour §6).
 
 :class:`FileJournal` implements the :class:`~kestrel_actors.journal.Journal` protocol. Each
 call encodes its record and hands it to the queue's :class:`JournalWriter` greenlet, so the
@@ -6,7 +6,7 @@ queue actor never waits for the disk on an ordinary change; :meth:`after_durable
 holds a reply until the ``sync_journal`` policy is met. :meth:`size` (``logsize``) counts
 records handed over, written or not, so it is exact right after the call.
 
-Rotation, rewrite and packing follow Kestrel's rules (§6.6). :meth:`check_rotate` applies them
+Rotation, rewrite and packing follow Kestrel's rules (behaviour §6.6). :meth:`check_rotate` applies them
 after a change; a rotation or a rewrite runs in the calling greenlet (the queue actor), which
 it suspends while the file operations and fsyncs run on the threadpool — as Kestrel does under
 the queue's lock. Everything else (other queues, connections) keeps running.
@@ -206,7 +206,7 @@ class FileJournal:
         return not self._writer.unwritten
 
     def check_rotate(self, queue: Any) -> None:
-        """Kestrel's ``checkRotateJournal`` (§6.6): rewrite, rotate, or nothing.
+        """Kestrel's ``checkRotateJournal`` (behaviour §6.6): rewrite, rotate, or nothing.
 
         Call it in an add *before* journaling the item, and in a remove *after* journaling it
         (only when an item was removed). The limits come from ``queue.config`` when it has one,
@@ -335,7 +335,7 @@ class FileJournal:
         self._maintenance_retry_at = self._clock() + MAINTENANCE_RETRY
 
     def rewrite(self, queue: Any) -> bool:
-        """Replace every file by one holding the open reads and the items (§6.6 Rewrite).
+        """Replace every file by one holding the open reads and the items (behaviour §6.6 Rewrite).
 
         Refused (False) in read-behind, where the items on disk are not in ``queue.items``.
         An error before the snapshot is committed leaves the old files (False); one after it
@@ -416,7 +416,7 @@ class FileJournal:
         return self._reader is not None
 
     def start_read_behind(self) -> None:
-        """Start reading behind the writer, from its current position (§5.8)."""
+        """Start reading behind the writer, from its current position (behaviour §5.8)."""
         if self._reader is None and not self.closed:
             self._reader = self._read_behind_from(ReadBehindPosition(self.name, self.size()))
             log.info("dropping to read-behind", queue=self.name, file=self.name, offset=self.size())

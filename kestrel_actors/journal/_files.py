@@ -1,4 +1,4 @@
-"""The files of a queue's journal in the data directory (reference §6.1).
+"""The files of a queue's journal in the data directory (behaviour §6.1).
 
 =========================  ===============================================================
 ``<name>``                 the current journal, appended to

@@ -1,4 +1,4 @@
-"""Kestrel's journal records (reference §6.2): opcodes, encoders, and a reader.
+"""Kestrel's journal records (behaviour §6.2): opcodes, encoders, and a reader.
 
 Every record is a 1-byte opcode followed by a fixed layout; all integers are little-endian and
 signed. The encoders are pure functions returning ``bytes``, so a writer can batch many records

@@ -1,4 +1,4 @@
-"""Opening a queue's journal at startup: replay, then back out the open reads (§6.4, §7.1).
+"""Opening a queue's journal at startup: replay, then back out the open reads (behaviour §6.4, §7.1).
 
 :func:`open_file_journal` is the whole of Kestrel's ``PersistentQueue.setup``: it replays the
 files (on gevent's threadpool when called from a greenlet, since a replay reads the whole

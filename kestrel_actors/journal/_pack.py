@@ -1,4 +1,4 @@
-"""Packing: replacing a queue's older journal files by one file with the same effect (§6.6).
+"""Packing: replacing a queue's older journal files by one file with the same effect (behaviour §6.6).
 
 Kestrel packs the files up to a checkpoint from the queue's *current* in-memory state plus
 empty placeholder items meant to absorb the REMOVE records of the later files. That is only

@@ -1,4 +1,4 @@
-"""The read-behind cursor (reference §5.8): re-reading a queue's items from its journal.
+"""The read-behind cursor (behaviour §5.8): re-reading a queue's items from its journal.
 
 When a queue's bytes reach ``max_memory_size``, later items are only in the journal files.
 The cursor starts where that happened and, as the queue's head is consumed, reads forward

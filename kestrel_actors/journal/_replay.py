@@ -1,4 +1,4 @@
-"""Replaying a queue's journal files into its state at startup (reference §6.4, §6.5, §5.8).
+"""Replaying a queue's journal files into its state at startup (behaviour §6.4, §6.5, §5.8).
 
 :func:`replay_queue` reads the queue's files in replay order and applies every record to an
 empty queue, exactly as Kestrel's ``PersistentQueue.replayJournal`` does:
@@ -17,7 +17,7 @@ impossible opcode, a size that runs past the records after it) is copied to
 after it: see :mod:`._repair`, which tells the two apart. Anything in a file's place that is
 not a regular file is skipped with a warning, never opened (a named pipe would block).
 
-With ``max_memory_size`` set, replay keeps memory bounded the way Kestrel does (§5.8): once
+With ``max_memory_size`` set, replay keeps memory bounded the way Kestrel does (behaviour §5.8): once
 the queue's bytes reach the limit, later items are only counted, and a second cursor re-reads
 them from the files as the head is consumed. If that cursor has not caught up at the end,
 :attr:`ReplayResult.read_behind` says where the live queue must continue reading.

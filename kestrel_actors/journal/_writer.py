@@ -9,7 +9,7 @@ Both run on the hub thread, so no lock guards the list. Only the blocking system
 the hub: ``fdatasync`` always, and a ``write`` when the batch is large, both on gevent's
 threadpool (:func:`run_blocking`).
 
-Sync policies (Kestrel's ``syncJournal``, reference §6.7), as positions in the byte stream
+Sync policies (Kestrel's ``syncJournal``, behaviour §6.7), as positions in the byte stream
 (``appended`` ≥ ``written`` ≥ ``synced``, never reset across files):
 
 * ``None`` — never fsync; :meth:`after_durable` callbacks run once their bytes are written

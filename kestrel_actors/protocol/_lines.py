@@ -11,7 +11,7 @@ import re
 __all__ = ["STATUS_NAMES", "TOO_LONG", "int32", "int32_text", "next_line"]
 
 STATUS_NAMES = frozenset(("up", "readonly", "writeavoid", "quiescent"))
-"""The server statuses a client may name (reference §7.2)."""
+"""The server statuses a client may name (behaviour §7.2)."""
 
 TOO_LONG = object()
 """:func:`next_line`'s answer for a line longer than the limit (complete or not)."""

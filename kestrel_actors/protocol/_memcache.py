@@ -1,6 +1,6 @@
 """Kestrel's memcache text protocol, sans I/O: bytes in, commands out; replies to bytes.
 
-Framing follows naggati's ``MemcacheCodec`` (reference §2.1): a request line ends at ``\\n``
+Framing follows naggati's ``MemcacheCodec`` (behaviour §2.1): a request line ends at ``\\n``
 (a ``\\r`` before it is dropped) and is split on single spaces; a storage
 command is followed by a data block of the declared length plus two bytes that are skipped
 unchecked. Two limits Kestrel lacks guard the server: a line longer than ``max_line_bytes`` or
@@ -100,7 +100,7 @@ _LINES_MAX = 4096
 
 
 def parse_get_key(key: str) -> Get | Bad:
-    """Split ``q/opt/opt`` into a :class:`Get` (reference §2.5), or the error it earns."""
+    """Split ``q/opt/opt`` into a :class:`Get` (behaviour §2.5), or the error it earns."""
     timeout_ms = None
     is_open = is_close = is_abort = is_peek = False
     if "/" in key:
@@ -133,7 +133,7 @@ def parse_get_key(key: str) -> Get | Bad:
 
 
 def parse_request_line(tokens: list[bytes]) -> object:
-    """Turn the tokens of a non-storage request line into a command (reference §2.3)."""
+    """Turn the tokens of a non-storage request line into a command (behaviour §2.3)."""
     command = tokens[0].lower()
     argc = len(tokens)
     if command == b"get" or command == b"gets":
@@ -191,7 +191,7 @@ def parse_request_line(tokens: list[bytes]) -> object:
 
 
 def _storage_header(tokens: list[bytes]) -> tuple[str, int] | Bad:
-    """What a storage line means once its data block has arrived (reference §2.4): the queue
+    """What a storage line means once its data block has arrived (behaviour §2.4): the queue
     and expiry of a SET, or the error that replaces it (given after the data is consumed)."""
     if tokens[0].lower() != b"set":
         return CLIENT_ERROR_CLOSE

@@ -1,4 +1,4 @@
-"""DUMP_STATS and DUMP_CONFIG replies, composed from the answers the queues gathered (§7.3).
+"""DUMP_STATS and DUMP_CONFIG replies, composed from the answers the queues gathered (behaviour §7.3).
 
 STATS itself is ``stats_reply`` over ``kestrel_actors.snapshot``'s memcache lines (one source
 for memcache, ``/stats.json`` and ``/metrics``). ``queues`` are ``QueueStats`` answers: each has

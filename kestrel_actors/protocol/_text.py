@@ -1,6 +1,6 @@
 """Kestrel's text protocol (port 2222), sans I/O: bytes in, commands out; replies to bytes.
 
-Framing follows Kestrel's ``TextCodec`` (reference §3): a request is a line ending at ``\\n``
+Framing follows Kestrel's ``TextCodec`` (behaviour §3): a request is a line ending at ``\\n``
 (a ``\\r`` before it is dropped), decoded as queue names are (UTF-8, any bytes kept:
 :func:`kestrel_actors._names.name_from_wire`) and split on single spaces, with the command
 lower-cased. A first line ending in ``:`` collects the following lines as items until

@@ -3,7 +3,7 @@
 They are separate classes from the memcache ones because their semantics and replies differ:
 every text fetch is transactional and first confirms what the connection holds open on the
 queue, ``put`` carries several items and an expiry in milliseconds *relative to now*, and every
-reply is a ``+n`` / ``-message`` / ``:data`` / ``*`` line (reference §3). Errors found while
+reply is a ``+n`` / ``-message`` / ``:data`` / ``*`` line (behaviour §3). Errors found while
 parsing are plain :class:`~._commands.Bad` commands, as for memcache.
 """
 

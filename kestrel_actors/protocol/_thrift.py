@@ -1,4 +1,4 @@
-"""Kestrel's thrift protocol, sans I/O: framed transport + binary protocol (reference §4).
+"""Kestrel's thrift protocol, sans I/O: framed transport + binary protocol (behaviour §4).
 
 The IDL is Kestrel's own ``kestrel.thrift``, shipped beside this module and loaded at run time
 by thriftpy2, so field ids, types and defaults come from the one file a client is generated

@@ -4,7 +4,7 @@
 and tests can drive it directly. Time comes in as an argument (epoch milliseconds), so expiry
 is deterministic. Every change is reported to the queue's journal in the order it happens.
 
-Read-behind (§5.8): once the queue holds ``max_memory_size`` bytes, new items go only to the
+Read-behind (behaviour §5.8): once the queue holds ``max_memory_size`` bytes, new items go only to the
 journal, and each removal refills memory from the journal. So ``length`` and ``bytes`` count
 every item, while ``items`` and ``mem_bytes`` are what is in memory. With a file journal,
 ``check_rotate`` and ``read_behind`` do file I/O on gevent's threadpool, suspending only the
@@ -78,7 +78,7 @@ def take_head(queue: HeldItems) -> Item:
 
 
 class QueueCore:
-    """Items, open reads and counters of one queue (reference §5)."""
+    """Items, open reads and counters of one queue (behaviour §5)."""
 
     def __init__(self, name: str, config: QueueConfig, journal: Journal) -> None:
         self.name = name
@@ -111,7 +111,7 @@ class QueueCore:
     # -- adding ---------------------------------------------------------------------------
 
     def add(self, data: bytes, expiry: int, now_ms: int) -> bool:
-        """Append an item; ``False`` when refused (too big, full, closed) as §2.4 lists."""
+        """Append an item; ``False`` when refused (too big, full, closed) as behaviour §2.4 lists."""
         config = self.config
         if self.closed or len(data) > config.max_item_size:
             return False
@@ -219,7 +219,7 @@ class QueueCore:
         del self._open_since[xid]
         item.xid = 0
         self.journal.unremove(xid)
-        self.items.appendleft(item)  # an unremoved item always goes back into memory (§5.8)
+        self.items.appendleft(item)  # an unremoved item always goes back into memory (behaviour §5.8)
         size = len(item.data)
         self.length += 1
         self.bytes += size
@@ -228,7 +228,7 @@ class QueueCore:
         return True
 
     def flush(self, now_ms: int) -> None:
-        """Remove every ready item (open reads stay open), one REMOVE each (§5.11)."""
+        """Remove every ready item (open reads stay open), one REMOVE each (behaviour §5.11)."""
         while self.length and self._pop_head() is not None:
             self.journal.remove()
             self._fill_read_behind()
@@ -236,7 +236,7 @@ class QueueCore:
         self.total_flushes += 1
 
     def discard_expired(self, now_ms: int, limit: int | None = None) -> int:
-        """Remove expired items at the head, at most ``max_expire_sweep`` (§5.6)."""
+        """Remove expired items at the head, at most ``max_expire_sweep`` (behaviour §5.6)."""
         items = self.items
         if items and items[0].expiry == 0 and self.config.max_age is None:
             return 0  # the head never expires: the common case, checked once per request
@@ -271,7 +271,7 @@ class QueueCore:
     # -- state ----------------------------------------------------------------------------
 
     def stats(self, now_ms: int, waiters: int) -> list[tuple[str, object]]:
-        """The per-queue stats of §7.3, in Kestrel's order (without ``children``)."""
+        """The per-queue stats of behaviour §7.3, in Kestrel's order (without ``children``)."""
         age = 0 if self.bytes == 0 else now_ms - self.last_removed_add_time
         values = (
             self.length,

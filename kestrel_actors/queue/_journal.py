@@ -1,7 +1,7 @@
 """What a queue needs from its journal: the :class:`Journal` protocol and the :class:`Item` it writes.
 
 The queue calls one method per change, in the order the changes happen (these mirror
-Kestrel's journal records, §6.3). A journal may write lazily, but must keep that order, and
+Kestrel's journal records, behaviour §6.3). A journal may write lazily, but must keep that order, and
 :meth:`Journal.after_durable` is how a queue holds a reply until the write that it covers is as
 durable as the queue's ``sync_journal`` policy promises.
 """
@@ -41,7 +41,7 @@ class Item:
 
 
 class Journal(Protocol):
-    """The journal interface of one queue (the calls match Kestrel's records, §6.3)."""
+    """The journal interface of one queue (the calls match Kestrel's records, behaviour §6.3)."""
 
     def add(self, item: Item) -> None:
         """An item was appended at the tail (ADDX)."""
@@ -92,7 +92,7 @@ class Journal(Protocol):
         queue's: ``histogram(name).add(value)``), fdatasyncs in ``sync_stats`` (the server's,
         a ``journal.SyncStats``)."""
 
-    # -- rotation and read-behind (§6.6, §5.8); no-ops for a journal without files ----------
+    # -- rotation and read-behind (behaviour §6.6, §5.8); no-ops for a journal without files ----------
     # ``queue`` below is the queue's state: ``items`` (in memory, head first), ``open_reads``
     # (xid → Item), ``bytes`` (all bytes) and optionally ``length`` (all items, with those
     # only on disk; ``len(items)`` if absent). A QueueCore fits.

@@ -1,7 +1,7 @@
 """The rules every part of the server applies to queues, each in one place.
 
-Transaction ids (§6.3: positive 32-bit, wrapping past an id still open) and the clock items
-are stamped with; the name rules, the fanout ``+`` split among them (§5.9), are
+Transaction ids (behaviour §6.3: positive 32-bit, wrapping past an id still open) and the clock items
+are stamped with; the name rules, the fanout ``+`` split among them (behaviour §5.9), are
 ``kestrel_actors._names`` (a name is bytes on the wire and on disk too), handed on here. The config file, the
 collection, the journal replay and the offline tools all use these.
 """

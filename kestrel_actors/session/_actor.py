@@ -33,8 +33,8 @@ import structlog
 from pykka import ActorDeadError
 
 from .. import protocol as p
-from ..actors._session_collection import Delete, ForAll, ForAllKind, Resolve, Resolved
-from ..actors._session_queue import (
+from ..messages import Delete, ForAll, ForAllKind, Resolve, Resolved
+from ..messages import (
     BatchDone,
     CancelWaits,
     IGNORE,
@@ -49,7 +49,7 @@ from ..actors._session_queue import (
     Unremove,
     closed_result,
 )
-from ..actors._stats import record_batch
+from ..stats import record_batch
 from ..runtime import GeventActor
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Handler, write_refusal
@@ -270,7 +270,7 @@ class SessionActor(GeventActor):
         self.context.control.tell(Shutdown())
 
     def fetch(self, kind: type, timeout_ms: int | None, ops: list[Any]) -> bool:
-        """Append a fetch (``Peek``, ``Open`` or ``Remove``) and count it (§7.3).
+        """Append a fetch (``Peek``, ``Open`` or ``Remove``) and count it (behaviour §7.3).
 
         Returns whether it may wait (a timeout was given).
         """
@@ -289,7 +289,7 @@ class SessionActor(GeventActor):
         self.closing = True
 
     def count_fetch(self, peek: bool) -> None:
-        """Count a fetch in STATS (``cmd_peek`` or ``cmd_get``, §7.3), alias fetches too."""
+        """Count a fetch in STATS (``cmd_peek`` or ``cmd_get``, behaviour §7.3), alias fetches too."""
         if peek:
             self.context.stats.cmd_peek += 1
         else:

@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 
 from ._transport import SocketTransport
-from ..actors._session_queue import Session
+from ..messages import Session
 from ..runtime import Dispatcher
 from ..status import session_refusals
 from ._actor import Disconnected, Received, SessionActor

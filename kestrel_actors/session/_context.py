@@ -1,7 +1,7 @@
 """What a session may ask of its server, and nothing more.
 
 A session reads the server-wide counters and bumps them (``stats``), checks the server's
-status (§7.2) and reads config values, finds queues through the collection, and asks the
+status (behaviour §7.2) and reads config values, finds queues through the collection, and asks the
 server to shut down or reload by a message to ``control``. It never holds the ``Server``.
 The counters and the status are shared, not told: see ADR 0003 for why.
 """
@@ -15,7 +15,7 @@ __all__ = ["Reload", "SessionContext", "Shutdown"]
 
 
 class Shutdown:
-    """Begin an orderly shutdown (§7.4)."""
+    """Begin an orderly shutdown (behaviour §7.4)."""
 
     __slots__ = ()
 
@@ -34,7 +34,7 @@ class SessionContext:
     stats: Any
     """``ServerStats``: the global counters of STATS."""
     status: Any
-    """``ServerStatus``: Up, ReadOnly, Quiescent... (§7.2)."""
+    """``ServerStatus``: Up, ReadOnly, Quiescent... (behaviour §7.2)."""
     collection: Any
     config: Any
     version: str

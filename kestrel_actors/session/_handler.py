@@ -34,7 +34,7 @@ class Handler(Protocol):
         """Whether a command of a ``QUEUE_KINDS`` type needs its queue at all."""
 
     def creates(self, command: Any) -> bool:
-        """Whether a request creates a missing queue (reference §5.2)."""
+        """Whether a request creates a missing queue (behaviour §5.2)."""
 
     def compile(self, command: Any, ops: list[Any]) -> tuple[p.Bad | None, bool]:
         """Append ``command``'s operations to ``ops``; return a preset reply (an error that
@@ -53,7 +53,7 @@ class Handler(Protocol):
         """The reply to a request the server could not carry out (a full disk)."""
 
     def alias_request(self, command: Any, resolved: Any) -> None:
-        """A request on an alias (§5.10)."""
+        """A request on an alias (behaviour §5.10)."""
 
     def answered(self, tag: Any, value: Any) -> None:
         """An answer the session waited for (``Answer``), other than a lookup."""

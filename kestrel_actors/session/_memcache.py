@@ -1,7 +1,7 @@
 """The memcache protocol handler: what each memcache command does to a queue, and its reply.
 
 The request loop, batching, open reads and hang-up are the :class:`~._actor.SessionActor`'s;
-this handler supplies the memcache protocol's guards (reference §2.5: the open limit, a plain
+this handler supplies the memcache protocol's guards (behaviour §2.5: the open limit, a plain
 GET while a read is open) and builds its replies through ``protocol/``.
 """
 
@@ -12,8 +12,8 @@ from collections import deque
 from typing import Any
 
 from .. import protocol as p
-from ..actors._session_collection import AliasAdd, ForAllKind, Resolved
-from ..actors._session_queue import (
+from ..messages import AliasAdd, ForAllKind, Resolved
+from ..messages import (
     FLUSH, FLUSH_EXPIRED, Add, Confirm, JournalFailure, Open, Peek, Remove, Unremove, first_failure,
 )
 from ..protocol._replies import compose_dump_config, compose_dump_stats
@@ -40,7 +40,7 @@ class MemcacheHandler:
         p.Delete: _SERVER_ERROR_CLOSE,
         p.FlushExpired: p.DROP,
     }
-    """Writes that ReadOnly/Quiescent (or the write connection limit) refuse, and how (§7.2)."""
+    """Writes that ReadOnly/Quiescent (or the write connection limit) refuse, and how (behaviour §7.2)."""
 
     def __init__(self, session: Any) -> None:
         self.s = session

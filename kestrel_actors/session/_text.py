@@ -1,4 +1,4 @@
-"""The text protocol handler (port 2222, reference §3).
+"""The text protocol handler (port 2222, behaviour §3).
 
 Same queues, same session as memcache; only the commands and the reply formats differ. Every
 text fetch is transactional and first confirms whatever this connection holds open on the
@@ -12,8 +12,8 @@ from collections import deque
 from typing import Any
 
 from .. import protocol as p
-from ..actors._session_collection import AliasAdd, Gather, Resolved
-from ..actors._session_queue import FLUSH, Add, Confirm, Open, Peek, first_failure
+from ..messages import AliasAdd, Gather, Resolved
+from ..messages import FLUSH, Add, Confirm, Open, Peek, first_failure
 from ..protocol import _text as t
 from ..protocol import _text_commands as tc
 from ..queue import epoch_ms
@@ -50,7 +50,7 @@ class TextHandler:
                 return t.TEXT_NOT_THAT_MANY
             return t.text_count(command.count)
         if type(command) is tc.TextFlush and not self.context.writes_allowed(self.s.session):
-            # Kestrel checks the status before it looks the queue up (§3, §7.2): a flush of a
+            # Kestrel checks the status before it looks the queue up (behaviour §3, §7.2): a flush of a
             # missing queue is refused like any other, not answered +0
             return t.text_unavailable(t.TEXT_OP_FLUSH)
         return t.TEXT_ZERO
@@ -146,7 +146,7 @@ class TextHandler:
                 self.s.out.append(t.text_count(sum(1 for results in value if all(results))))
 
     def alias_request(self, command: Any, resolved: Resolved) -> None:
-        """Text requests on an alias (§5.10): put adds each item to every destination; get
+        """Text requests on an alias (behaviour §5.10): put adds each item to every destination; get
         and peek find nothing (``*``)."""
         kind = type(command)
         s = self.s

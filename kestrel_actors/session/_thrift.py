@@ -1,4 +1,4 @@
-"""The thrift protocol handler (port 2229, reference §4; ADR 0004).
+"""The thrift protocol handler (port 2229, behaviour §4; ADR 0004).
 
 Same queues, same session as memcache and text; what differs is how reliable reads are held.
 A thrift ``get`` with ``auto_abort_msec > 0`` opens its items under process-global ids
@@ -34,8 +34,8 @@ from pykka import ActorDeadError
 from thriftpy2.thrift import TApplicationException
 
 from .. import protocol as p
-from ..actors._session_collection import AliasAdd, ForAllKind, Gather, Resolved
-from ..actors._session_queue import (
+from ..messages import AliasAdd, ForAllKind, Gather, Resolved
+from ..messages import (
     BATCH_FETCH_BYTES, FLUSH, INSPECT, Add, Confirm, OpenMany, Peek, PutBack, QueueBatch, RemoveMany, Unremove, IGNORE,
     first_failure,
 )
@@ -354,7 +354,7 @@ class ThriftHandler:
             self.s.out.append(th.encode_thrift_result(call))
 
     def alias_request(self, command: Any, resolved: Resolved) -> None:
-        """Calls on an alias (§5.10): put adds each item to every destination; get finds
+        """Calls on an alias (behaviour §5.10): put adds each item to every destination; get finds
         nothing; peek answers an empty ``QueueInfo`` (Kestrel fails it: an alias has no
         ``items`` stat); flush does nothing."""
         kind = type(command)

@@ -1,6 +1,6 @@
 """Thrift's open reads: process-global ids, who opened them, and their auto-abort timers.
 
-Kestrel's ``ThriftPendingReads`` (reference §4): an item a thrift ``get`` opens with
+Kestrel's ``ThriftPendingReads`` (behaviour §4): an item a thrift ``get`` opens with
 ``auto_abort_msec > 0`` gets an id that is unique in the process, and any connection may
 confirm or abort it by that id; an abort timer returns it if nobody does. The queue keeps its
 own per-queue xid (the journal needs it); this map translates. It is memory only: after a
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from ..actors._session_queue import IGNORE, QueueBatch, Unremove
+from ..messages import IGNORE, QueueBatch, Unremove
 from ..runtime import Dispatcher, of_this_hub
 
 __all__ = ["OpenRead", "ThriftReads", "first_id"]

@@ -1,7 +1,7 @@
 """Deterministic batch ids: a persisted counter per (queue, server).
 
 Why a counter and not a hash of the items: after a failure the server hands the same items
-back, but in a different order (§2.6 reverses them) and, if more arrived meanwhile, mixed with
+back, but in a different order (behaviour §2.6 reverses them) and, if more arrived meanwhile, mixed with
 new ones, so the retried batch rarely hashes the same. A counter that only moves forward once a
 batch is fully written gives the retry the *same* id whatever it contains, and ``mode
 overwrite`` on ``<output>/batch=<id>/`` then replaces the failed attempt's partial output.

@@ -1,5 +1,5 @@
 """The thrift side of the load tests (``--thrift``, as Kestrel's tools have): roles that speak
-Kestrel's thrift protocol through :class:`kestrel_actors.thrift_client.ThriftClient`.
+Kestrel's thrift protocol through :class:`kestrel_actors.client.thrift.ThriftClient`.
 
 Each role opens its own thrift connection (``thrift_port`` in its arguments) on the run's
 gevent hub, so its greenlets share the thread with the others; a reply later than
@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from kestrel_actors.client import UnexpectedReply
-from kestrel_actors.thrift_client import ThriftClient
+from kestrel_actors.client.thrift import ThriftClient
 
 from ..items import check_item, filler, make_item
 from ..output import say
@@ -167,7 +167,7 @@ def flood_consumer(ctx: ClientContext) -> None:
 
 
 def leaky_consumer(ctx: ClientContext) -> None:
-    """Kestrel's ``LeakyThriftReader`` consumer (reference §8.7): ``get(q, 1, 100, auto_abort)``;
+    """Kestrel's ``LeakyThriftReader`` consumer (behaviour §8.7): ``get(q, 1, 100, auto_abort)``;
     with probability 1 - ``drop`` confirm the item (which must count 1), otherwise drop it
     silently -- no confirm, no abort -- and go on on a new connection (closing the old one
     aborts nothing: the server's auto-abort timer must return the item)."""

@@ -8,7 +8,7 @@ connection without confirming, so the server must abort the open read and delive
 again. Every id must end up confirmed exactly once.
 
 Kestrel's thrift client relies on a 5 s auto-abort; over memcache the hang-up aborts at once.
-With ``--thrift`` (reference §8.7): one producer ``put``s the items, and consumers
+With ``--thrift`` (behaviour §8.7): one producer ``put``s the items, and consumers
 ``get(q, 1, 100, auto_abort_msec=-a)``, confirm with probability 1 - ``-d`` (the confirm must
 count 1), and otherwise drop the item without a word -- the server's auto-abort timer must
 bring it back (the consumer goes on on a new connection; closing one aborts nothing). The

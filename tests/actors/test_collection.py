@@ -7,8 +7,8 @@ import gevent
 from kestrel_actors.actors import QueueBatch, QueueCollection, ServerStats
 from kestrel_actors.runtime import ReplyFuture
 from kestrel_actors.actors._collection import memory_opener
-from kestrel_actors.actors._session_collection import Resolve
-from kestrel_actors.actors._session_queue import Add, Remove
+from kestrel_actors.messages import Resolve
+from kestrel_actors.messages import Add, Remove
 from kestrel_actors.config import ServerConfig
 
 

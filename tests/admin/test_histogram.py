@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from kestrel_actors.actors._stats import BOUNDS, SUM, Histogram
+from kestrel_actors.stats import BOUNDS, SUM, Histogram
 
 
 def test_memory_is_fixed_whatever_is_recorded():

@@ -8,7 +8,7 @@ import socket
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kestrel_actors.actors._stats import QUEUE_METRICS, SERVER_METRICS
+from kestrel_actors.stats import QUEUE_METRICS, SERVER_METRICS
 
 from ..helpers import get_json, request
 from .test_endpoints import DISTRIBUTION_KEYS, wait_for

@@ -7,7 +7,7 @@ import time
 
 import gevent
 
-from kestrel_actors.actors._stats import ServerStats
+from kestrel_actors.stats import ServerStats
 from kestrel_actors.admin._ostrich import MAX_PERIODS, NamedListeners, PeriodLatches
 from kestrel_actors.snapshot import StatsSnapshot
 

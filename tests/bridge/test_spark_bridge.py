@@ -126,7 +126,7 @@ def test_seam_opens_confirms_and_never_reconnects_while_holding(server):
         with pytest.raises(ConnectionLost):
             conn.put_many("elsewhere", [b"x"])
         # A new open starts afresh: the items are back at the head in reverse opening order
-        # (reference §2.6).
+        # (behaviour §2.6).
         assert conn.open_items("mon", 10, 0.2) == [b"c\r\nd", b"", b"a"]
         conn.confirm("mon", 3)
         assert conn.holding == 0 and conn.open_items("mon", 10, 0.2) == []

@@ -155,7 +155,7 @@ def test_monitor_batch_abort_and_exception(client, qname):
     batch = client.monitor(qname, 1, 2)
     batch.abort()
     # each abort puts the oldest open item at the head, so they come back in reverse order,
-    # as after a disconnect (reference §2.6)
+    # as after a disconnect (behaviour §2.6)
     stats = client.queue_stats(qname)
     assert (stats["items"], stats["open_transactions"]) == (2, 0)
     assert client.peek(qname) == b"b"

@@ -1,4 +1,4 @@
-"""Durability with a real server process (reference §6, §7.1, §10 item 11).
+"""Durability with a real server process (behaviour §6, §7.1, §10 item 11).
 
 Every test runs ``kestrel-actors serve`` on a data directory in a temp dir, stops it with
 SIGTERM or kills it with SIGKILL, starts it again on the same directory and checks what comes
@@ -49,7 +49,7 @@ def test_items_survive_a_restart_in_order(make_server, sig):
     for data in ITEMS:
         assert client.set("jobs", data) == b"STORED"
     assert client.get("jobs") == b"first"
-    assert client.get("touched") is None  # creates an empty queue (and its file), §5.2
+    assert client.get("touched") is None  # creates an empty queue (and its file), behaviour §5.2
     client.close()
 
     server.restart(sig)
@@ -57,7 +57,7 @@ def test_items_survive_a_restart_in_order(make_server, sig):
     stats = client.stats()
     assert stats["queue_jobs_items"] == str(len(ITEMS) - 1)
     assert stats["queue_jobs_bytes"] == str(sum(map(len, ITEMS[1:])))
-    assert stats["queue_jobs_total_items"] == str(len(ITEMS))  # add records replayed (§6.4)
+    assert stats["queue_jobs_total_items"] == str(len(ITEMS))  # add records replayed (behaviour §6.4)
     assert stats["queue_touched_items"] == "0"
     assert [client.get("jobs") for _ in ITEMS[1:]] == ITEMS[1:]
     assert client.get("jobs") is None
@@ -104,7 +104,7 @@ def test_an_open_item_comes_back_at_the_head_after_sigkill(make_server):
     stats = client.stats()
     assert stats["queue_q_open_transactions"] == "0"
     assert stats["queue_q_items"] == "3"
-    # the back-out is journaled: UNREMOVE(1), 5 bytes (§6.4)
+    # the back-out is journaled: UNREMOVE(1), 5 bytes (behaviour §6.4)
     assert stats["queue_q_logsize"] == str(3 * 22 + 5 + 5)
     assert os.path.getsize(server.data_dir / "q") == 3 * 22 + 5 + 5
     assert [client.get("q") for _ in range(4)] == [b"a", b"b", b"c", None]
@@ -112,11 +112,11 @@ def test_an_open_item_comes_back_at_the_head_after_sigkill(make_server):
 
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_open_one_to_four_confirm_two_and_four_restart(make_server, sig):
-    """§6.4: open one…four, confirm two and four, restart → one, three, five.
+    """behaviour §6.4: open one…four, confirm two and four, restart → one, three, five.
 
     Each item is opened on its own connection, because ``get q/close`` confirms the *oldest*
-    open read of the connection (§2.5): connection 2 confirms two, connection 4 confirms four.
-    A graceful stop does not abort the open reads into the journal either (§7.4): they are
+    open read of the connection (behaviour §2.5): connection 2 confirms two, connection 4 confirms four.
+    A graceful stop does not abort the open reads into the journal either (behaviour §7.4): they are
     backed out at the next start, in ascending xid order, not in disconnect order.
     """
     server = make_server("--max-open-transactions", "10")
@@ -139,7 +139,7 @@ def test_open_one_to_four_confirm_two_and_four_restart(make_server, sig):
 
 
 def test_several_open_reads_of_one_connection_come_back_in_xid_order(make_server):
-    """Restart recovery puts them back in ascending xid order, twice in a row (§6.4, §11)."""
+    """Restart recovery puts them back in ascending xid order, twice in a row (behaviour §6.4, §11)."""
     server = make_server("--max-open-transactions", "10")
     client = server.client()
     for data in (b"a", b"b", b"c", b"d"):
@@ -290,7 +290,7 @@ def test_sync_always_keeps_every_acknowledged_set_through_sigkill(make_server):
 
 
 def test_logsize_follows_the_record_sizes(server):
-    """§6.2 worked sizes: SET of 11 bytes → 32, GET → 33; /open, /close and abort add 5 each."""
+    """behaviour §6.2 worked sizes: SET of 11 bytes → 32, GET → 33; /open, /close and abort add 5 each."""
     client = server.client()
 
     def logsize(queue: str) -> int:
@@ -336,7 +336,7 @@ def test_logsize_follows_the_record_sizes(server):
 
 
 def test_rotate_logs_rewrites_the_journal_to_an_empty_file(make_server, tmp_path):
-    """§6.6 ServerSpec "rotate logs": maxJournalSize 16 KB, SET 8 KB, GET, SET 8 KB, GET."""
+    """behaviour §6.6 ServerSpec "rotate logs": maxJournalSize 16 KB, SET 8 KB, GET, SET 8 KB, GET."""
     config = write_config(tmp_path, '[queues.rot]\nmax_journal_size = "16KiB"\n')
     server = make_server("--config", config)
     client = server.client()
@@ -388,7 +388,7 @@ def test_a_rewrite_found_by_a_get_on_the_hub_is_done_before_the_reply(make_serve
 
 
 def test_small_max_memory_size_rotates_and_replays(make_server, tmp_path):
-    """A journal bigger than max_memory_size rotates (§6.6 c); the archives replay in order."""
+    """A journal bigger than max_memory_size rotates (behaviour §6.6 c); the archives replay in order."""
     config = write_config(tmp_path, '[queues.small]\nmax_memory_size = "4KiB"\n')
     server = make_server("--config", config)
     items = [numbered(i, 1000) for i in range(60)]
@@ -400,7 +400,7 @@ def test_small_max_memory_size_rotates_and_replays(make_server, tmp_path):
     assert stats["queue_small_journal_rotations"] == "11"
     assert stats["queue_small_items"] == "60"
     assert stats["queue_small_bytes"] == "60000"
-    assert int(stats["queue_small_mem_bytes"]) <= 4096 + 1000  # read-behind (§5.8)
+    assert int(stats["queue_small_mem_bytes"]) <= 4096 + 1000  # read-behind (behaviour §5.8)
     archives = [f for f in queue_files(server.data_dir, "small") if f != "small"]
     assert archives, "no archived journal files"
     assert_numbered(pipe.get_all("small", 25), range(25), size=1000)
@@ -424,8 +424,8 @@ def test_small_max_memory_size_rotates_and_replays(make_server, tmp_path):
 
 def test_packing_under_a_steady_backlog_bounds_the_files_and_replays(make_server, tmp_path):
     """max_journal_size far below what goes through: rotations ask for checkpoints and the
-    archives the read-behind reader has passed are packed (§6.6, the JournalPacking load test
-    §8.6 in small); the files stay bounded and replay to exactly the queue."""
+    archives the read-behind reader has passed are packed (behaviour §6.6, the JournalPacking load test
+    behaviour §8.6 in small); the files stay bounded and replay to exactly the queue."""
     config = write_config(
         tmp_path, '[queues.packed]\nmax_memory_size = "4KiB"\nmax_journal_size = "16KiB"\n')
     server = make_server("--config", config, "--max-open-transactions", "10")
@@ -471,7 +471,7 @@ def _listening(port: int) -> bool:
 
 @pytest.mark.parametrize("how", ["flag", "config-file", "below-a-file"])
 def test_a_data_dir_that_is_a_regular_file_exits_with_code_1(tmp_path, how):
-    """§7.1: a queue path that is not a writable directory → exit code 1 and a clear message;
+    """behaviour §7.1: a queue path that is not a writable directory → exit code 1 and a clear message;
     the process must not stay up (half-alive) nor listen."""
     regular = tmp_path / "not-a-dir"
     regular.write_bytes(b"hello")
@@ -506,7 +506,7 @@ def _stopped_server_with(make_server, queue: str, items: list[bytes], open_first
 
 @pytest.mark.parametrize("cut", [1, 3, 24], ids=["1-byte", "3-bytes", "opcode-only"])
 def test_a_torn_last_add_is_cut_and_the_rest_served(make_server, cut):
-    """§6.5: a journal ending inside a record replays up to the last whole record, and the
+    """behaviour §6.5: a journal ending inside a record replays up to the last whole record, and the
     file is truncated there. Each ADDX of a 4-byte item is 25 bytes."""
     items = [b"it%02d" % i for i in range(5)]
     server = _stopped_server_with(make_server, "torn", items)

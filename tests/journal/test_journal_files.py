@@ -1,5 +1,5 @@
 """FileJournal on the gevent runtime: logsize, the writer and its sync policies, rotation,
-rewrite under crashes, erase, and opening a queue at startup (reference §6)."""
+rewrite under crashes, erase, and opening a queue at startup (behaviour §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kestrel's journal records, byte for byte (reference §6.2, §6.5)."""
+"""Kestrel's journal records, byte for byte (behaviour §6.2, §6.5)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The journal driven by a queue as Kestrel drives it: rotation and rewrite rules (§6.6),
-read-behind (§5.8) and packing, checked against replays of the files on disk.
+"""The journal driven by a queue as Kestrel drives it: rotation and rewrite rules (behaviour §6.6),
+read-behind (behaviour §5.8) and packing, checked against replays of the files on disk.
 
 ``MiniQueue`` is Kestrel's ``PersistentQueue`` reduced to what touches the journal; it shows
 the calls ``QueueCore`` is expected to make.

@@ -1,4 +1,4 @@
-"""Finding and replaying journal files (reference §6.1, §6.4, §6.5), with files built by hand."""
+"""Finding and replaying journal files (behaviour §6.1, §6.4, §6.5), with files built by hand."""
 
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ def test_bad_sizes_do_not_stop_the_server(tmp_path, bad):
     assert datas(result.items) == [b"kept"] and (tmp_path / "q").read_bytes() == addx(b"kept")
 
 
-# -- read-behind during replay (§5.8) --------------------------------------------------------
+# -- read-behind during replay (behaviour §5.8) --------------------------------------------------------
 
 def test_replay_keeps_memory_bounded_and_says_where_to_read_behind(tmp_path):
     items = [encode_add(Item(bytes([65 + i]) * 128, i)) for i in range(20)]

@@ -1,4 +1,4 @@
-"""Read-behind with a real server process (reference §5.8, §6.6, §6.4).
+"""Read-behind with a real server process (behaviour §5.8, §6.6, §6.4).
 
 A queue whose bytes reach ``max_memory_size`` keeps only about that much in memory; the rest
 is read back from its journal as the head is consumed. These tests push far more than
@@ -28,7 +28,7 @@ SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGKI
 
 
 def check_memory(client: Client, queue: str, limit: int, item_size: int, unremoved: int = 0) -> dict[str, int]:
-    """The queue's in-memory part is at most ``limit`` plus one item (§5.8), plus the
+    """The queue's in-memory part is at most ``limit`` plus one item (behaviour §5.8), plus the
     ``unremoved`` items put back at the head since (they always go back into memory)."""
     stats = {k.removeprefix(f"queue_{queue}_"): int(v) for k, v in client.stats().items()
              if k.startswith(f"queue_{queue}_") and v.lstrip("-").isdigit()}
@@ -60,7 +60,7 @@ def test_restart_while_draining_a_read_behind_queue(make_server, tmp_path, sig, 
     stats = check_memory(client, "rb", MIB, KIB)
     assert stats["items"] == count
     assert stats["bytes"] == count * KIB
-    assert stats["journal_rotations"] >= 15  # the current file rotates past 1 MiB (§6.6 c)
+    assert stats["journal_rotations"] >= 15  # the current file rotates past 1 MiB (behaviour §6.6 c)
 
     assert_numbered(pipe.get_all("rb", 7000), range(7000), size=KIB)
     check_memory(client, "rb", MIB, KIB)
@@ -160,7 +160,7 @@ class Sampler:
 
 @pytest.mark.slow
 def test_one_gib_through_a_16_mib_queue_keeps_rss_bounded(make_server, tmp_path):
-    """§5.8: 1 GiB of 1 KiB items through a queue with max_memory_size 16 MiB.
+    """behaviour §5.8: 1 GiB of 1 KiB items through a queue with max_memory_size 16 MiB.
 
     The server's RSS must stay below 16 MiB + 100 MiB at every sample (set, get and all in
     between), ``mem_bytes`` at most 16 MiB plus one item while ``bytes`` reaches 1 GiB, and

@@ -18,7 +18,7 @@ import gevent
 import gevent.event
 from prometheus_client.parser import text_string_to_metric_families
 
-from kestrel_actors.actors._stats import ServerStats
+from kestrel_actors.stats import ServerStats
 from kestrel_actors.admin._ostrich import ostrich_stats
 from kestrel_actors.admin._prometheus import exposition
 from kestrel_actors.config import QueueConfig

@@ -7,7 +7,7 @@ import pytest
 
 from kestrel_actors import protocol as p
 from kestrel_actors.protocol import MemcacheDecoder, TextDecoder, ThriftDecoder
-from kestrel_actors.thrift_client import encode_call
+from kestrel_actors.client.thrift import encode_call
 
 DROP = p.Bad(None, close=True)
 

@@ -1,4 +1,4 @@
-"""The sans-I/O memcache codec: framing, limits and every command's parse (reference §2)."""
+"""The sans-I/O memcache codec: framing, limits and every command's parse (behaviour §2)."""
 
 from __future__ import annotations
 

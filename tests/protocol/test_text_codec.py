@@ -1,4 +1,4 @@
-"""The text protocol codec (reference §3, §10 item 15), at the bytes ↔ commands level."""
+"""The text protocol codec (behaviour §3, §10 item 15), at the bytes ↔ commands level."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def decode(data: bytes) -> list[object]:
     return TextDecoder().feed(data)
 
 
-# -- §10 item 15: the transcript ------------------------------------------------------------
+# -- behaviour §10 item 15: the transcript ------------------------------------------------------------
 
 
 def test_put_then_gets_transcript():

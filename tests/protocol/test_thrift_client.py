@@ -18,7 +18,7 @@ from thriftpy2.thrift import TApplicationException
 from thriftpy2.transport import TTransportException
 
 from kestrel_actors import protocol as p
-from kestrel_actors.thrift_client import Item, QueueInfo, Status, ThriftClient
+from kestrel_actors.client.thrift import Item, QueueInfo, Status, ThriftClient
 
 
 class CodecPeer:

@@ -1,8 +1,8 @@
-"""The sans-I/O thrift codec (reference §4): Kestrel's IDL, framing, every method's call record,
+"""The sans-I/O thrift codec (behaviour §4): Kestrel's IDL, framing, every method's call record,
 every method's reply, and bad frames -- which give an error record, never an exception.
 
 Calls are encoded and replies decoded by thriftpy2's client side (through
-``kestrel_actors.thrift_client``), never by the codec under test. A socket-level test of the
+``kestrel_actors.client.thrift``), never by the codec under test. A socket-level test of the
 server needs the session handler, which is not wired yet (ADR 0004).
 """
 
@@ -21,7 +21,7 @@ from thriftpy2.transport import TMemoryBuffer
 from kestrel_actors import protocol as p
 from kestrel_actors._names import name_from_wire
 from kestrel_actors.protocol import ThriftDecoder, encode_thrift_exception, encode_thrift_result
-from kestrel_actors.thrift_client import Item, QueueInfo, Status, decode_reply, encode_call
+from kestrel_actors.client.thrift import Item, QueueInfo, Status, decode_reply, encode_call
 
 KESTREL_GIT = "/work/.mirror/twitter-archive+kestrel/repo"
 

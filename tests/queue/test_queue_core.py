@@ -1,4 +1,4 @@
-"""QueueCore, the queue logic without actors or I/O (reference §5), with a recording journal."""
+"""QueueCore, the queue logic without actors or I/O (behaviour §5), with a recording journal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The TOML config file: values, inheritance (reference §5.13), and located error messages."""
+"""The TOML config file: values, inheritance (behaviour §5.13), and located error messages."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Malformed input (reference §2.1, §2.2, §2.4, §10): the exact reaction on the offending
+"""Malformed input (behaviour §2.1, §2.2, §2.4, §10): the exact reaction on the offending
 connection, and afterwards the server still serves the next client with earlier items intact."""
 
 from __future__ import annotations

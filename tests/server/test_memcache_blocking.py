@@ -1,4 +1,4 @@
-"""Blocking reads (reference §1, §5.4, §10.5) and MONITOR/CONFIRM (§2.7, §10.14), black-box."""
+"""Blocking reads (behaviour §1, §5.4, §10.5) and MONITOR/CONFIRM (behaviour §2.7, §10.14), black-box."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def readable(clients, timeout):
     return [socks[s] for s in r]
 
 
-# -- §10.5 blocking reads ---------------------------------------------------------------------
+# -- behaviour §10.5 blocking reads ---------------------------------------------------------------------
 
 
 def test_blocking_get_returns_as_soon_as_another_client_sets(module_server, qname):
@@ -130,7 +130,7 @@ def test_one_set_wakes_exactly_one_of_several_waiters(module_server, qname):
     woken = readable(readers, 1.0)
     assert len(woken) == 1
     expect(woken[0], value(qname, b"only-one"))
-    assert woken[0] is readers[0], "the oldest waiter is woken first (§5.4)"
+    assert woken[0] is readers[0], "the oldest waiter is woken first (behaviour §5.4)"
     rest = [r for r in readers if r is not woken[0]]
     assert readable(rest, 0.3) == []
     assert queue_stat(module_server, qname, "waiters") == "2"
@@ -295,7 +295,7 @@ def test_delete_wakes_all_waiters_with_end(module_server, qname):
     assert time.monotonic() - start < 1.0
 
 
-# -- §2.7 / §10.14 MONITOR and CONFIRM ----------------------------------------------------------
+# -- behaviour §2.7 / behaviour §10.14 MONITOR and CONFIRM ----------------------------------------------------------
 
 
 def test_monitor_streams_n_items_then_a_final_end(wide_server, qname):
@@ -417,7 +417,7 @@ def test_monitor_disconnect_without_confirm_returns_items_to_the_head(wide_serve
     c.close()
     wait_queue_stat(wide_server, qname, "open_transactions", "0")
     assert queue_stat(wide_server, qname, "items") == "3"
-    assert drain_queue(wide_server, qname) == [b"B", b"A", b"C"]  # reverse opening order (§2.6)
+    assert drain_queue(wide_server, qname) == [b"B", b"A", b"C"]  # reverse opening order (behaviour §2.6)
 
 
 def test_monitor_items_confirmed_one_by_one_oldest_first(wide_server, qname):

@@ -1,4 +1,4 @@
-"""Black-box memcache conformance (reference §1, §2, §5.1–5.5, §10): exact bytes on the wire.
+"""Black-box memcache conformance (behaviour §1, §2, §5.1–5.5, behaviour §10): exact bytes on the wire.
 
 Every test talks to a real ``kestrel-actors serve`` process over a socket. Tests that share
 ``module_server`` use queue names that no other test uses (``qname``). The helpers they share
@@ -167,7 +167,7 @@ def test_pipelined_sets_and_gets_from_one_write(module_server, qname):
     expect(c, b"".join(b"STORED\r\n" + value(qname, b"%d" % i) for i in range(200)))
 
 
-# -- §10.2 GET option grammar ----------------------------------------------------------------
+# -- behaviour §10.2 GET option grammar ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("suffix", ["/t=10", "/t=10/open", "/open/t=10", "/peek", "/peek/t=10", "/foo/bar"])
@@ -323,7 +323,7 @@ def test_zero_or_negative_timeout_does_not_wait(module_server, qname):
     assert time.monotonic() - start < 0.3
 
 
-# -- §10.3 / §10.4 reliable reads --------------------------------------------------------------
+# -- behaviour §10.3 / behaviour §10.4 reliable reads --------------------------------------------------------------
 
 
 def test_open_then_close_confirms_and_stats_move(module_server, qname):
@@ -432,7 +432,7 @@ def test_close_open_confirms_and_opens_the_next_in_one_step(module_server, qname
 
 
 def test_open_several_reads_close_and_abort_act_on_the_oldest(make_server):
-    # reference §2.5 "open several reads" (limit 10)
+    # behaviour §2.5 "open several reads" (limit 10)
     server = make_server("--max-open-transactions", "10")
     c = server.client()
     fill(c, "q", b"A", b"B", b"C", b"D")
@@ -616,7 +616,7 @@ def test_confirm_non_numeric_count_drops(module_server, qname):
     assert_dropped(c)
 
 
-# -- §10.8 queue management replies, unknown commands, noreply ---------------------------------
+# -- behaviour §10.8 queue management replies, unknown commands, noreply ---------------------------------
 
 
 def test_delete_replies_deleted_and_removes_the_queue(module_server, qname):
@@ -757,7 +757,7 @@ def test_quit_closes_without_reply(module_server):
     assert_dropped(c)
 
 
-# -- §10.9 queue creation and names -------------------------------------------------------------
+# -- behaviour §10.9 queue creation and names -------------------------------------------------------------
 
 
 def _queue_keys(server, name):
@@ -866,7 +866,7 @@ def pymemcache_clients():
     """pymemcache's plain ``Client``, and a subclass for Kestrel's reliable reads.
 
     pymemcache keys each reply by the ``VALUE`` key, but Kestrel answers ``get q/open`` with the
-    bare ``VALUE q`` (reference §2.5), so the plain client raises ``KeyError`` there. The subclass
+    bare ``VALUE q`` (behaviour §2.5), so the plain client raises ``KeyError`` there. The subclass
     maps the bare name back to the key asked for (``_extract_value`` is pymemcache's documented
     override point)."""
     base = pytest.importorskip("pymemcache.client.base")

@@ -1,4 +1,4 @@
-"""STATS and DUMP_STATS over memcache (reference §7.3, §10.10): format, key order, exact values."""
+"""STATS and DUMP_STATS over memcache (behaviour §7.3, §10.10): format, key order, exact values."""
 
 from __future__ import annotations
 

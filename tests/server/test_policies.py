@@ -1,4 +1,4 @@
-"""Queue policies against a real server (reference §5.6–5.13, §1, §10 items 6, 7, 12).
+"""Queue policies against a real server (behaviour §5.6–5.13, behaviour §1, §10 items 6, 7, 12).
 
 Item expiry, limits, fanout, aliases, queue expiry, open-read timeouts, ``reload`` and
 ``dump_config``, start-up config errors, ``client_timeout`` and
@@ -117,7 +117,7 @@ def c(policy_server):
     client.close()
 
 
-# -- item expiry (§2.4, §5.6, §10.6) ------------------------------------------------------------
+# -- item expiry (behaviour §2.4, §5.6, §10.6) ------------------------------------------------------------
 
 
 def test_relative_and_absolute_expiry(c):
@@ -155,7 +155,7 @@ def test_already_expired_item_is_stored_but_never_delivered(c, exptime):
 
 
 def test_flush_expired_replies_the_decimal_count(c):
-    # every SET sweeps the head first (§5.6), so the items must expire after they are added
+    # every SET sweeps the head first (behaviour §5.6), so the items must expire after they are added
     for _ in range(3):
         assert c.set("exflush", b"x", 1) == b"STORED"
     assert c.set("exflush", b"live", 0) == b"STORED"
@@ -211,10 +211,10 @@ def test_max_age_caps_the_expiry(c):
 
 
 def test_expired_items_move_to_expire_to_queue(c):
-    """Expired items are re-added to ``expire_to_queue`` with no expiry (§5.6)."""
+    """Expired items are re-added to ``expire_to_queue`` with no expiry (behaviour §5.6)."""
     total_before = int(c.stats()["total_items"])
     assert c.set("src", b"one", -1) == b"STORED"
-    assert "queue_dst_items" in c.stats()  # the target is created with the source (§5.2)
+    assert "queue_dst_items" in c.stats()  # the target is created with the source (behaviour §5.2)
     assert c.set("src", b"two", -1) == b"STORED"  # this SET's sweep moves "one"
     assert c.call(b"flush_expired src") == b"1"  # and this moves "two"
     stats = c.stats()
@@ -250,7 +250,7 @@ def test_background_sweep_removes_expired_items(make_server):
     assert client.stats()["queue_bgexp_items"] == "0"
 
 
-# -- limits (§5.7, §10.7) -----------------------------------------------------------------------
+# -- limits (behaviour §5.7, §10.7) -----------------------------------------------------------------------
 
 
 def test_max_items_refuses_when_full(c):
@@ -289,7 +289,7 @@ def test_discard_old_when_full_drops_the_head(c):
     assert get_all(c, "disc") == [b"c", b"d"]
 
 
-# -- fanout (§5.9, §10.12) ----------------------------------------------------------------------
+# -- fanout (behaviour §5.9, §10.12) ----------------------------------------------------------------------
 
 
 def test_child_referenced_before_a_set_receives_a_copy(c):
@@ -327,7 +327,7 @@ def test_deleted_child_stops_receiving_copies(c):
     assert c.set("fdel", b"2") == b"STORED"
     stats = c.stats()
     assert "queue_fdel+a_items" not in stats  # not fed, so not re-created either
-    assert stats["queue_fdel_children"] == ""  # the set stays, empty (§5.9)
+    assert stats["queue_fdel_children"] == ""  # the set stays, empty (behaviour §5.9)
     assert get_all(c, "fdel") == [b"1", b"2"]
 
 
@@ -343,7 +343,7 @@ def test_fanout_only_master_stores_nothing_but_children_get_copies(c):
 
 
 def test_fanout_only_master_still_refuses_an_oversized_item(c):
-    """Kestrel checks ``max_item_size`` before ``fanout_only`` (§2.4: NOT_STORED)."""
+    """Kestrel checks ``max_item_size`` before ``fanout_only`` (behaviour §2.4: NOT_STORED)."""
     assert c.set("fobig", b"1234") == b"STORED"
     assert c.set("fobig", b"12345") == b"NOT_STORED"
 
@@ -357,7 +357,7 @@ def test_child_named_in_the_config_gets_the_very_first_set(c):
 
 
 def test_fanout_child_survives_a_restart(make_server):
-    """A child is registered when it is loaded from disk at start-up (§5.9; needs the journal)."""
+    """A child is registered when it is loaded from disk at start-up (behaviour §5.9; needs the journal)."""
     server = make_server()
     client = server.client()
     assert client.get("rfan+a") is None
@@ -369,7 +369,7 @@ def test_fanout_child_survives_a_restart(make_server):
     assert client.get("rfan+a") == b"after"
 
 
-# -- aliases (§5.10, §10.12) --------------------------------------------------------------------
+# -- aliases (behaviour §5.10, §10.12) --------------------------------------------------------------------
 
 
 def test_set_to_an_alias_reaches_every_destination(c):
@@ -424,7 +424,7 @@ def test_flush_and_delete_of_an_alias_do_nothing_to_it(c):
     assert c.get("al2") == b"still"
 
 
-# -- queue expiry (§5.12) -----------------------------------------------------------------------
+# -- queue expiry (behaviour §5.12) -----------------------------------------------------------------------
 
 
 def test_max_queue_age_deletes_an_empty_queue(make_server, tmp_path):
@@ -447,7 +447,7 @@ def test_max_queue_age_deletes_an_empty_queue(make_server, tmp_path):
     assert client.get("fullq") == b"keep"
 
 
-# -- open-read timeout (§5.3) -------------------------------------------------------------------
+# -- open-read timeout (behaviour §5.3) -------------------------------------------------------------------
 
 
 def test_open_transaction_timeout_redelivers_to_a_later_fetch(policy_server):
@@ -468,7 +468,7 @@ def test_open_transaction_timeout_redelivers_to_a_later_fetch(policy_server):
     other.close()
 
 
-# -- reload and dump_config (§2.3, §5.13) -------------------------------------------------------
+# -- reload and dump_config (behaviour §2.3, §5.13) -------------------------------------------------------
 
 
 def dump_config(client: Client) -> dict[str, dict[str, str]]:
@@ -511,9 +511,9 @@ def test_reload_applies_new_queue_settings_to_the_live_server(make_server, tmp_p
     assert client.set("rl", b"c") == b"STORED"
     assert client.set("rl", b"d") == b"NOT_STORED"
     # a child the new file names exists at once and gets copies, even of the item its
-    # full master refused (the copy is made first, §5.9)
+    # full master refused (the copy is made first, behaviour §5.9)
     assert client.stats().get("queue_rl+kid_items") == "3"
-    # max_age applies at the next sweep, to items added before the reload too (§5.6)
+    # max_age applies at the next sweep, to items added before the reload too (behaviour §5.6)
     assert client.get("rlage") is None
     assert client.stats()["queue_rlage_expired_items"] == "1"
     assert client.set("rlnew", b"via-new-alias") == b"STORED"  # reload adds aliases
@@ -581,7 +581,7 @@ def test_unknown_key_at_start_up_exits_1_naming_the_key_and_line(tmp_path):
     assert "max_itemz" in stderr
 
 
-# -- connections: client_timeout and connection limits (§1) -------------------------------------
+# -- connections: client_timeout and connection limits (behaviour §1) -------------------------------------
 
 
 def test_client_timeout_closes_an_idle_connection(make_server):

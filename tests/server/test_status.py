@@ -1,4 +1,4 @@
-"""Server status (reference §7.2): blocking, grace period, persistence. Pure, fake clock."""
+"""Server status (behaviour §7.2): blocking, grace period, persistence. Pure, fake clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Server status on a real server (reference §7.2, §2.3, §3, §10.13).
+"""Server status on a real server (behaviour §7.2, §2.3, §3, §10.13).
 
 ``status`` replies the status; ``status <name>`` changes it. ReadOnly blocks writes (set,
 flush, flush_all, delete, flush_expired), Quiescent blocks reads too; confirm, ``get q/close``,
@@ -56,7 +56,7 @@ def test_readonly_blocks_writes_but_not_reads(server):
     assert reader.get("ro/close") is None
     stats = reader.stats()
     assert stats["queue_ro_items"] == "0"
-    assert stats["cmd_set"] == "2"  # the refused SET is not counted (§2.4)
+    assert stats["cmd_set"] == "2"  # the refused SET is not counted (behaviour §2.4)
     assert reader.call(b"flush_all_expired") == b"0"  # never blocked
     assert reader.call(b"version").startswith(b"VERSION ")
 
@@ -234,7 +234,7 @@ def test_grace_period_loosening_cancels_the_pending_change(make_server, tmp_path
     assert admin.set("cancel", b"x") == b"STORED"
 
 
-# -- text protocol (§3) -------------------------------------------------------------------------
+# -- text protocol (behaviour §3) -------------------------------------------------------------------------
 
 
 @pytest.fixture

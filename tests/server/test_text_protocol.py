@@ -1,4 +1,4 @@
-"""Kestrel's text protocol on ``--text-port`` (reference §3, §10.15): exact bytes on the wire.
+"""Kestrel's text protocol on ``--text-port`` (behaviour §3, §10.15): exact bytes on the wire.
 
 Every test talks to a real ``kestrel-actors serve`` process. The replies end in ``\\n`` only:
 ``+<n>`` a count, ``-<message>`` an error (the connection stays open), ``:<data>`` an item or a
@@ -68,7 +68,7 @@ def m(text_server):
     client.close()
 
 
-# -- the §10.15 transcript ----------------------------------------------------------------------
+# -- the behaviour §10.15 transcript ----------------------------------------------------------------------
 
 
 def test_put_get_transcript(t, m):

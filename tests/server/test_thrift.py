@@ -1,6 +1,6 @@
-"""Kestrel's thrift protocol against a real server process (reference §4, ADR 0004).
+"""Kestrel's thrift protocol against a real server process (behaviour §4, ADR 0004).
 
-Every call goes through :class:`kestrel_actors.thrift_client.ThriftClient` -- thriftpy2's
+Every call goes through :class:`kestrel_actors.client.thrift.ThriftClient` -- thriftpy2's
 client generated from the IDL the server ships -- over a socket to ``serve --thrift-port``.
 """
 
@@ -17,7 +17,7 @@ from thriftpy2.thrift import TApplicationException
 from thriftpy2.transport import TTransportException
 
 from kestrel_actors import KESTREL_VERSION
-from kestrel_actors.thrift_client import Item, Status, ThriftClient, decode_reply, encode_call
+from kestrel_actors.client.thrift import Item, Status, ThriftClient, decode_reply, encode_call
 
 from ..helpers import ServerProcess, wait_for, write_config
 

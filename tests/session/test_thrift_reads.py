@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gevent
 
-from kestrel_actors.actors._session_queue import QueueBatch, Unremove
+from kestrel_actors.messages import QueueBatch, Unremove
 from kestrel_actors.session._thrift_reads import ThriftReads, first_id
 
 

@@ -56,7 +56,7 @@ class Session:
     peer: str
     closed: bool = False
     refuse_reads: bool = False
-    """Set for the session's lifetime by ``connection_limit_refuse_*`` (reference §1)."""
+    """Set for the session's lifetime by ``connection_limit_refuse_*`` (behaviour §1)."""
     refuse_writes: bool = False
 
 
@@ -72,7 +72,7 @@ class Add:
     expiry: int
     chained: bool = False
     """Refused without being tried (``False``) unless the operation before it in the batch
-    stored its item: thrift's ``put`` stops at its first refusal (reference §4)."""
+    stored its item: thrift's ``put`` stops at its first refusal (behaviour §4)."""
 
 
 @dataclass(slots=True, eq=False)

@@ -17,7 +17,7 @@ class QueueStats(NamedTuple):
 
     name: str
     lines: list[tuple[str, object]]
-    """The memcache per-queue stats, in Kestrel's order (§7.3)."""
+    """The memcache per-queue stats, in Kestrel's order (behaviour §7.3)."""
     extra: dict[str, int] | None
     """Figures only ostrich showed (``create_time``, ``max_items``, ``max_bytes``,
     ``journal_size``, ``put_bytes``); ``None`` for an alias."""
@@ -31,7 +31,7 @@ class Swept(NamedTuple):
     name: str
     expired: int
     queue_expired: bool
-    """Empty and older than ``max_queue_age`` (reference §5.12): the collection deletes it."""
+    """Empty and older than ``max_queue_age`` (behaviour §5.12): the collection deletes it."""
 
 
 @dataclass(slots=True, eq=False)
@@ -52,7 +52,7 @@ class DeleteQueue:
 class CloseQueue:
     """Shut down: close the queue (journal flushed, not erased), answer, stop.
 
-    With ``rewrite_empty`` an empty queue first rewrites its journal (§6.6, graceful shutdown).
+    With ``rewrite_empty`` an empty queue first rewrites its journal (behaviour §6.6, graceful shutdown).
     """
 
     reply_to: Any

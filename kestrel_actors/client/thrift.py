@@ -21,7 +21,7 @@ from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TClient, TMessageType
 from thriftpy2.transport import TFramedTransport, TMemoryBuffer, TSocket, TTransportException
 
-from .protocol import KESTREL_IDL, ThriftItem, ThriftQueueInfo, ThriftStatus
+from ..protocol import KESTREL_IDL, ThriftItem, ThriftQueueInfo, ThriftStatus
 
 __all__ = [
     "Item",
@@ -117,7 +117,7 @@ class ThriftClient:
 
 
 def _socket_module(use_gevent: bool | None) -> Any:
-    from .client._connection import cooperative  # one rule for when gevent is in charge
+    from ._connection import cooperative  # one rule for when gevent is in charge
 
     if use_gevent or (use_gevent is None and cooperative() is not None):
         from gevent import socket as gevent_socket

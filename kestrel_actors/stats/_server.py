@@ -1,4 +1,4 @@
-"""Server-wide counters (the global part of STATS, reference §7.3) and the latency figures.
+"""Server-wide counters (the global part of STATS, behaviour §7.3) and the latency figures.
 
 Actors of one server all run on the same gevent hub thread, and a greenlet switches only at
 an I/O or inbox wait, so ``stats.cmd_get += 1`` from any actor is atomic. Sharing these plain
@@ -25,7 +25,7 @@ import time
 from bisect import bisect_left
 from typing import Any
 
-from ._session_queue import MANY_FETCHES, Add, Open, Peek, Remove
+from ..messages import MANY_FETCHES, Add, Open, Peek, Remove
 
 __all__ = [
     "BOUNDS", "LATENCIES", "QUEUE_METRICS", "SERVER_METRICS", "SUM", "Histogram", "QueueMetrics", "ServerStats",

@@ -1,0 +1,31 @@
+"""Server-wide counters and latency histograms: written by the queue actors and sessions, read by
+the snapshot, STATS and the admin port.
+"""
+
+from __future__ import annotations
+
+from ._server import (
+    BOUNDS,
+    Histogram,
+    LATENCIES,
+    MAX_FSYNC_ERROR_NAMES,
+    QUEUE_METRICS,
+    QueueMetrics,
+    SERVER_METRICS,
+    SUM,
+    ServerStats,
+    record_batch,
+)
+
+__all__ = [
+    "BOUNDS",
+    "Histogram",
+    "LATENCIES",
+    "MAX_FSYNC_ERROR_NAMES",
+    "QUEUE_METRICS",
+    "QueueMetrics",
+    "SERVER_METRICS",
+    "SUM",
+    "ServerStats",
+    "record_batch",
+]
