@@ -7,7 +7,7 @@ string round-trips (bytes that are not UTF-8 become lone surrogates and are enco
 unchanged), and it is the encoding Python's ``os`` functions use for file names on Linux, so
 ``os.listdir`` gives the very ``str`` that a client sending the file's name produces.
 Kestrel decodes names ISO-8859-1 and writes files in the JVM's encoding (UTF-8), so a name
-with bytes >= 0x80 has different bytes on its disk than on its wire there; see the README.
+with bytes >= 0x80 has different bytes on its disk than on its wire there; see docs/behaviour.md.
 """
 
 from __future__ import annotations

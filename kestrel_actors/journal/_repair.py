@@ -24,7 +24,7 @@ recovered after it.
 
 Kestrel (``Journal.replayFile``) truncates the file at the first unreadable record and logs
 "DATA MAY HAVE BEEN LOST!": the records after damage are deleted, and nothing is kept aside.
-The README lists the difference. A damaged record that still parses (a size changed to
+docs/behaviour.md lists the difference. A damaged record that still parses (a size changed to
 another size that ends on a record boundary) cannot be noticed without checksums, which
 Kestrel's format does not have.
 """
