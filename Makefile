@@ -1,29 +1,41 @@
-# The two commands of the README: `make run` and `make test`. Everything a test needs is
-# installed here, into .venv, so a fresh clone with Python 3.11 and Java 17 is enough; the admin
-# page's browser test needs Debian's chromium and chromium-driver, installed by `browser` when missing.
+# The two commands of the README: `make run` and `make test`. `make run` installs only what serving
+# needs (`pip install -e .`: the server, the client and the CLI); `make test` installs every extra
+# (spark, load, test) and the Debian packages the tests drive (chromium and chromium-driver,
+# thrift-compiler, libmemcached-tools) when they are missing, so a fresh clone with Python 3.11 and
+# Java 17 is enough.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed
-HOST ?= 127.0.0.1
-PORT ?= 22133
-DATA_DIR ?= ./data
+
+# `make run` passes on only what was given, so a CONFIG file's settings are not overridden by
+# defaults: DATA_DIR (./data, created if missing), HOST, PORT, TEXT_PORT, THRIFT_PORT, ADMIN_PORT, ADMIN_HOST, CONFIG, and ARGS for any
+# other flag of `kestrel-actors serve` (e.g. ARGS="--sync-journal always").
+RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
+	$(if $(PORT),--port $(PORT)) $(if $(TEXT_PORT),--text-port $(TEXT_PORT)) \
+	$(if $(THRIFT_PORT),--thrift-port $(THRIFT_PORT)) $(if $(ADMIN_PORT),--admin-port $(ADMIN_PORT)) \
+	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
 .PHONY: run test bench install clean memcached-tools thrift-compiler browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 
+$(SERVE_STAMP): $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $(SERVE_STAMP)
+
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,spark,load,plot]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,spark,load]'
+	touch $(STAMP) $(SERVE_STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP)
-	mkdir -p $(DATA_DIR)
-	$(BIN)/kestrel-actors serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+run: $(SERVE_STAMP)
+	$(BIN)/kestrel-actors serve $(RUN_FLAGS)
 
 # libmemcached's memcstat/memcping, which the client tests run against the server: Debian's
 # libmemcached-tools, installed only when memcstat is missing (apt-get, through sudo unless root).

@@ -1,6 +1,6 @@
 """``--plot FILE.png``: throughput over time and the latency distribution of a run.
 
-matplotlib is an optional extra (``.[plot]``), so it is imported only here, only when a plot
+matplotlib is an optional extra (``.[load]``), so it is imported only here, only when a plot
 is asked for, with the non-interactive Agg backend.
 """
 
