@@ -1,10 +1,14 @@
-"""The ``kestrel-actors`` command line: ``serve``, ``stats``, ``journal``, ``load``, ``bridge`` and
-the client commands ``put``, ``get``, ``peek`` and ``tail``.
+"""The ``kestrel-actors`` command line: ``serve``, ``stats``, ``journal``, ``load``, ``bridge``,
+the client commands ``put``, ``get``, ``peek`` and ``tail``, and the administration commands
+``move``, ``status``, ``flush`` and ``delete``.
 
 Each subcommand lives in its own module and imports its heavy dependencies (gevent, pyspark)
 only when it runs, so ``kestrel-actors --help`` stays fast and the Spark bridge never loads
 gevent.
 """
+
+import sys
+from typing import Any
 
 import click
 
@@ -12,22 +16,49 @@ from ._bridge import bridge
 from ._client import get, peek, put, tail
 from ._journal import journal
 from ._load import load
+from ._manage import delete, flush, move, status
 from ._serve import serve
 from ._stats import stats
 
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineErrors(click.Group):
+    """click's group, but a usage error is one line on stderr (``kestrel-actors put: …``) and
+    exit 2, not click's three lines of usage, hint and error; other click errors keep their
+    own exit codes."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "kestrel-actors"
+            click.echo(f"{where}: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kestrel-actors")
 def main() -> None:
-    """kestrel-actors: a Kestrel-compatible durable queue server."""
+    """kestrel-actors: a Kestrel-compatible durable queue server.
+
+    Exit codes of the client commands (put, get, peek, tail, move, status, flush, delete):
+    0 done, 1 nothing there, 2 usage error, 3 failed (servers unreachable or an error reply),
+    4 refused by the queue."""
 
 
 main.add_command(serve)
 main.add_command(journal)
 main.add_command(load)
 main.add_command(bridge)
-for _command in (put, get, peek, tail):
+for _command in (put, get, peek, tail, move, status, flush, delete):
     main.add_command(_command)
 main.add_command(stats)

@@ -5,8 +5,10 @@ as they are: ``put --raw`` sends all of stdin as one item, ``get``/``tail --raw`
 back to back. Reads are reliable: an item is confirmed only after it was written to stdout
 and flushed, so a reader killed or cut off (a closed pipe) leaves it at the head of its queue.
 
-Exit codes: 0 done, 1 nothing to read (``get``, ``peek``) or an item refused (``put``), 3 the
-servers could not be used.
+Exit codes (the same for every client command, and in each one's ``--help``): 0 done, 1 nothing
+there (``get``, ``peek``, ``move`` found no item), 2 a usage error (click's: a bad option or queue
+name, one line on stderr), 3 failed (the servers could not be used, or answered an error),
+4 refused (``put``: the queue did not take an item, full or too large).
 """
 
 from __future__ import annotations
@@ -18,13 +20,39 @@ from typing import Any, BinaryIO
 
 import click
 
-__all__ = ["get", "peek", "put", "tail"]
+__all__ = ["QUEUE", "QueueName", "get", "peek", "put", "tail"]
 
 _BATCH = 1000  # lines per pipelined put_many
 
 
+EXIT_NOTHING = 1
+EXIT_FAILED = 3
+EXIT_REFUSED = 4
+EXIT_CODES = ("Exit codes: 0 done, 1 nothing there, 2 usage error, 3 failed (servers unreachable "
+              "or an error reply), 4 refused by the queue.")
+
+
 class _Failed(click.ClickException):
-    exit_code = 3
+    exit_code = EXIT_FAILED
+
+
+class QueueName(click.ParamType):
+    """A queue name the server accepts (behaviour §5.2); anything else is a usage error (exit 2)
+    before any server is asked, since the server would drop the connection for it."""
+
+    name = "queue"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from ..client._wire import queue_key
+
+        try:
+            queue_key(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return str(value)
+
+
+QUEUE = QueueName()
 
 
 def _servers(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,33 +117,35 @@ def _writer(raw: bool) -> Callable[[bytes], None]:
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--raw", is_flag=True, help="All of stdin is one item (default: one item per line).")
 @click.option("--expiry", type=int, default=None,
               help="Memcache expiry: seconds from now (below 1,000,000) or a Unix time.")
 @_servers
 def put(queue: str, raw: bool, expiry: int | None, servers: tuple[str, ...], timeout: float) -> None:
-    """Add the lines of stdin (or all of it, --raw) to QUEUE. Prints nothing; exit 1 if the
-    queue refused an item (full, or too large)."""
+    """Add the lines of stdin (or all of it, --raw) to QUEUE. Prints nothing.
+
+    Exit codes: 0 stored, 2 usage error, 3 failed, 4 the queue refused an item (full, or too
+    large)."""
     client = _client(servers, timeout)
     stdin = sys.stdin.buffer
 
     def run() -> int:
         with client:
             if raw:
-                return 0 if client.put(queue, stdin.read(), expiry) else 1
+                return 0 if client.put(queue, stdin.read(), expiry) else EXIT_REFUSED
             refused = 0
             for batch in _batches(_lines(stdin)):
                 refused += len(batch) - client.put_many(queue, batch, expiry)
             if refused:
                 click.echo(f"{refused} item(s) refused by {queue}", err=True)
-            return 1 if refused else 0
+            return EXIT_REFUSED if refused else 0
 
     _guard(run)
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(min=1),
               help="Items to take (fewer if the queue runs dry).")
 @click.option("-w", "--wait", default=0.0, show_default=True, type=click.FloatRange(min=0),
@@ -124,31 +154,35 @@ def put(queue: str, raw: bool, expiry: int | None, servers: tuple[str, ...], tim
 @_servers
 def get(queue: str, count: int, wait: float, raw: bool, servers: tuple[str, ...], timeout: float) -> None:
     """Take up to COUNT items from QUEUE and print them, one per line. Each is confirmed after
-    it was written. Exit 1 if there was none."""
+    it was written.
+
+    Exit codes: 0 printed some, 1 there was none, 2 usage error, 3 failed."""
     client = _client(servers, timeout)
     write = _writer(raw)
 
     def run() -> int:
         with client:
             got = _read(client, queue, write, count, wait)
-        return 0 if got else 1
+        return 0 if got else EXIT_NOTHING
 
     _guard(run)
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--raw", is_flag=True, help="Write the item without a newline.")
 @_servers
 def peek(queue: str, raw: bool, servers: tuple[str, ...], timeout: float) -> None:
-    """Print the head item of QUEUE without removing it. Exit 1 if the queue is empty."""
+    """Print the head item of QUEUE without removing it.
+
+    Exit codes: 0 printed it, 1 the queue is empty, 2 usage error, 3 failed."""
     client = _client(servers, timeout)
 
     def run() -> int:
         with client:
             item = client.peek(queue)
         if item is None:
-            return 1
+            return EXIT_NOTHING
         _writer(raw)(item)
         return 0
 
@@ -156,7 +190,7 @@ def peek(queue: str, raw: bool, servers: tuple[str, ...], timeout: float) -> Non
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("-n", "--count", default=None, type=click.IntRange(min=1),
               help="Stop after this many items (default: never).")
 @click.option("--idle", default=None, type=click.FloatRange(min=0),
@@ -166,7 +200,9 @@ def peek(queue: str, raw: bool, servers: tuple[str, ...], timeout: float) -> Non
 def tail(queue: str, count: int | None, idle: float | None, raw: bool, servers: tuple[str, ...],
          timeout: float) -> None:
     """Follow QUEUE like ``tail -f``: print each item as it arrives, one per line, and confirm
-    it once written (reliable reads: an item is never lost by a reader that stops)."""
+    it once written (reliable reads: an item is never lost by a reader that stops).
+
+    Exit codes: 0 done, 2 usage error, 3 failed."""
     client = _client(servers, timeout)
     write = _writer(raw)
 

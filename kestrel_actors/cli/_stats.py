@@ -6,6 +6,7 @@ display), with rates in and out computed between two readings.
 
 from __future__ import annotations
 
+import http.client
 import json
 import sys
 import time
@@ -103,7 +104,9 @@ def render(now: Reading, before: Reading | None, where: str) -> Any:
 @click.option("--count", default=0, type=click.IntRange(min=0),
               help="With --watch: stop after this many refreshes (0: never).")
 def stats(host: str, port: int, watch: bool, interval: float, count: int) -> None:
-    """Show a server's queues and figures (from its admin port's /stats.json)."""
+    """Show a server's queues and figures (from its admin port's /stats.json).
+
+    Exit codes: 0 shown, 2 usage error, 3 the admin port could not be read."""
     from rich.console import Console
 
     console = Console()
@@ -111,9 +114,9 @@ def stats(host: str, port: int, watch: bool, interval: float, count: int) -> Non
     if not watch:
         try:
             reading = Reading(fetch(host, port), time.monotonic())
-        except (OSError, ValueError) as exc:
-            click.echo(f"kestrel-actors: cannot read http://{where}/stats.json: {exc}", err=True)
-            sys.exit(1)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            click.echo(f"kestrel-actors stats: cannot read http://{where}/stats.json: {exc!r}", err=True)
+            sys.exit(3)
         console.print(render(reading, None, where))
         return
     from rich.live import Live
@@ -128,7 +131,7 @@ def stats(host: str, port: int, watch: bool, interval: float, count: int) -> Non
                     now = Reading(fetch(host, port), time.monotonic())
                     live.update(render(now, before, where), refresh=True)
                     before = now
-                except (OSError, ValueError) as exc:
+                except (OSError, ValueError, http.client.HTTPException) as exc:
                     live.update(Text(f"cannot read http://{where}/stats.json: {exc}", style="red"), refresh=True)
                 shown += 1
                 if count and shown >= count:

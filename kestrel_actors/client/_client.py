@@ -26,10 +26,12 @@ from ._wire import (
     get_options,
     get_request,
     monitor_request,
+    parse_status,
     parse_stored,
     parse_version,
     queue_key,
     set_request,
+    status_request,
     wait_ms,
 )
 
@@ -511,6 +513,27 @@ class Client:
             return parse_version(conn.read_line())
 
         return self._everywhere(call)
+
+    def status(self) -> dict[str, str]:
+        """Each reachable server's status (``UP``, ``READONLY``, ``WRITEAVOID``, ``QUIESCENT``),
+        by address (as :meth:`stats`)."""
+        def call(conn: Connection) -> str:
+            conn.send(status_request())
+            return parse_status(conn.read_line())
+
+        return self._everywhere(call)
+
+    def set_status(self, status: str) -> None:
+        """Set ``status`` (``up``, ``readonly``, ``writeavoid`` or ``quiescent``) on every
+        server; the first failure is raised after trying them all. A change a grace period
+        holds back is still answered ``END`` (behaviour §7.2)."""
+        request = status_request(status)
+
+        def call(conn: Connection) -> None:
+            conn.send(request)
+            conn.read_end("status")
+
+        self._everywhere(call, every=True)
 
     def flush(self, queue: str) -> None:
         """Remove every ready item of ``queue`` on every server (open reads stay open)."""

@@ -143,4 +143,24 @@ def expect_deleted(line: bytes) -> None:
         raise reply_error("delete", line)
 
 
-__all__ += ["expect_deleted", "expect_end"]
+STATUSES = ("up", "readonly", "writeavoid", "quiescent")
+"""The statuses ``status <name>`` may set (behaviour §7.2); ``down`` is only the server's own."""
+
+
+def status_request(status: str | None = None) -> bytes:
+    """``status`` (ask) or ``status <name>`` (set); ValueError for a name the server refuses."""
+    if status is None:
+        return b"status\r\n"
+    if status.lower() not in STATUSES:
+        raise ValueError(f"not a status: {status!r} (one of {', '.join(STATUSES)})")
+    return b"status %s\r\n" % status.lower().encode()
+
+
+def parse_status(line: bytes) -> str:
+    """The answer to ``status``: ``UP``, ``READONLY``, ``WRITEAVOID`` or ``QUIESCENT``."""
+    if line.upper() != line or not line.isalpha():
+        raise reply_error("status", line)
+    return line.decode("ascii")
+
+
+__all__ += ["STATUSES", "expect_deleted", "expect_end", "parse_status", "status_request"]

@@ -69,5 +69,6 @@ def test_watch_refreshes_in_place_under_a_terminal(admin_server):
 
 def test_an_unreachable_server_is_an_error(tmp_path):
     result = run_stats("--port", str(free_port()))
-    assert result.returncode == 1
+    assert result.returncode == 3  # failed, not "nothing there" (1) or a usage error (2)
     assert "cannot read" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1  # one line, no traceback
