@@ -1,18 +1,47 @@
 """structlog set-up: one event per line, console or JSON, to stderr.
 
 Records from the standard library's ``logging`` (pykka reports actor crashes there) go
-through the same processors and renderer, so a JSON log stays one object per line, with any
-traceback inside the event rather than spread over lines.
+through the same processors and renderer, so a JSON log stays one object per line.
+
+A failure is one line: the exception an event carries becomes its fields (``error``,
+``error_type`` and, for an ``OSError``, ``errno`` by name: :func:`error_fields`, the one rule
+for saying why). Its traceback is printed only at ``--log-level debug`` (plain, without local
+variables), since an operator reads the reason and a developer asks for the rest.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
+from typing import Any
 
 import structlog
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "error_fields"]
+
+
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """The log fields that say why: the error's text and, for an ``OSError``, its errno name."""
+    fields: dict[str, Any] = {"error": str(exc) or type(exc).__name__}
+    code = getattr(exc, "errno", None)
+    if isinstance(exc, OSError) and code is not None:
+        fields["errno"] = errno.errorcode.get(code, code)
+    return fields
+
+
+def _failure_in_one_line(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Replace an event's ``exc_info`` by the fields that say why (no traceback)."""
+    exc_info = event.pop("exc_info", None)
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    exc = exc_info if isinstance(exc_info, BaseException) else (
+        exc_info[1] if isinstance(exc_info, tuple) else None)
+    if exc is not None:
+        for name, value in error_fields(exc).items():
+            event.setdefault(name, value)
+        event.setdefault("error_type", type(exc).__name__)
+    return event
 
 
 def configure_logging(log_format: str = "console", level: str = "info") -> None:
@@ -25,12 +54,16 @@ def configure_logging(log_format: str = "console", level: str = "info") -> None:
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    tracebacks = numeric <= logging.DEBUG
+    renderer: Any
+    shared_tail: list[Any]
     if log_format == "json":
         renderer = structlog.processors.JSONRenderer()
-        shared_tail = [structlog.processors.format_exc_info]
+        shared_tail = [structlog.processors.format_exc_info] if tracebacks else [_failure_in_one_line]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        shared_tail = []
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(),
+                                                 exception_formatter=structlog.dev.plain_traceback)
+        shared_tail = [] if tracebacks else [_failure_in_one_line]
     structlog.configure(
         processors=[*shared, *shared_tail, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),

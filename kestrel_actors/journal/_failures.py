@@ -11,24 +11,16 @@ raise, so it is logged without a traceback; any other exception is a bug, logged
 
 from __future__ import annotations
 
-import errno
 import time
 from typing import Any
 
 import structlog
 
+from ..logs import error_fields
+
 __all__ = ["FailureLog", "error_fields"]
 
 log = structlog.get_logger("kestrel_actors.journal")
-
-
-def error_fields(exc: BaseException) -> dict[str, Any]:
-    """The log fields that say why: the error's text and, for an ``OSError``, its errno name."""
-    fields: dict[str, Any] = {"error": str(exc) or type(exc).__name__}
-    code = getattr(exc, "errno", None)
-    if isinstance(exc, OSError) and code is not None:
-        fields["errno"] = errno.errorcode.get(code, code)
-    return fields
 
 
 class FailureLog:
