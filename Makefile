@@ -17,7 +17,7 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 	$(if $(THRIFT_PORT),--thrift-port $(THRIFT_PORT)) $(if $(ADMIN_PORT),--admin-port $(ADMIN_PORT)) \
 	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
-.PHONY: run test bench install clean memcached-tools thrift-compiler browser
+.PHONY: run test bench install clean memcached-tools thrift-compiler browser node-clients
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -55,6 +55,15 @@ thrift-compiler:
 		$$sudo apt-get update -qq >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq thrift-compiler >/dev/null; }
 
+# node's memcached 2.2.2, whose behaviour README's clients table states: Debian's nodejs and npm
+# when node is missing, then the package into .venv/node_modules.
+node-clients:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq nodejs npm >/dev/null; }
+	@[ -d $(VENV)/node_modules/memcached ] || npm install --silent --no-audit --no-fund --prefix $(VENV) memcached@2.2.2 >/dev/null
+
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
@@ -62,7 +71,7 @@ browser:
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium chromium-driver; \
 	fi
 
-test: $(STAMP) memcached-tools thrift-compiler browser
+test: $(STAMP) memcached-tools thrift-compiler browser node-clients
 	$(BIN)/python -m pytest -q -rfE
 
 bench: $(STAMP)

@@ -1,11 +1,15 @@
 """What third-party memcache clients do against the server: the facts README's "Clients"
-section states, measured here (pymemcache, python-memcached, pylibmc, libmemcached's tools)."""
+section states, measured here (pymemcache, python-memcached, pylibmc, libmemcached's tools,
+node's memcached)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +167,107 @@ def test_memcdump_fails(module_server):
     proc = subprocess.run([tool("memcdump"), f"--servers={module_server.address}"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode != 0 and "Failed to dump keys" in proc.stdout + proc.stderr
+
+
+# -- gets and flush_all: what README's table warns about -----------------------------------------
+
+
+def test_gets_removes_the_item_then_fails_in_pymemcache_and_python_memcached(module_server):
+    """Kestrel's ``gets`` is ``get`` (behaviour §2.3): the server removes the item and answers a
+    VALUE line without a cas field, which both clients fail to parse: the item is lost."""
+    base = pytest.importorskip("pymemcache.client.base")
+    memcache = pytest.importorskip("memcache")
+    client = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=5)
+    try:
+        assert client.set("gets_pm", b"x")
+        with pytest.raises(ValueError):
+            client.gets("gets_pm")
+    finally:
+        client.close()
+    assert queue_items(module_server, "gets_pm") == 0
+    other = memcache.Client([module_server.address], socket_timeout=3)
+    assert other.set("gets_pym", b"x")
+    with pytest.raises(ValueError):
+        other.gets("gets_pym")
+    other.disconnect_all()
+    assert queue_items(module_server, "gets_pym") == 0
+
+
+def test_pylibmc_refuses_gets_before_sending_it(module_server):
+    pylibmc = pytest.importorskip("pylibmc")
+    client = pylibmc.Client([module_server.address])
+    assert client.set("gets_plm", b"x")
+    with pytest.raises(ValueError, match="cas"):
+        client.gets("gets_plm")
+    assert queue_items(module_server, "gets_plm") == 1  # nothing was sent: the item stays
+
+
+def test_flush_all_flushes_but_every_client_reports_a_failure(server):
+    """Kestrel answers ``Flushed all queues.``, where memcached answers ``OK``: the queues are
+    flushed, and each client takes the answer for a failure in its own way."""
+    base = pytest.importorskip("pymemcache.client.base")
+    memcache = pytest.importorskip("memcache")
+    pylibmc = pytest.importorskip("pylibmc")
+
+    def fill() -> None:
+        with Client(server.address) as client:
+            assert client.put("fa", b"x")
+
+    fill()
+    pm = base.Client((server.host, server.port), default_noreply=False, timeout=5)
+    try:
+        assert pm.flush_all() is False
+    finally:
+        pm.close()
+    assert queue_items(server, "fa") == 0
+    fill()
+    pym = memcache.Client([server.address], socket_timeout=3)
+    assert pym.flush_all() is None  # it returns nothing, whatever the answer
+    pym.disconnect_all()
+    assert queue_items(server, "fa") == 0
+    fill()
+    plm = pylibmc.Client([server.address])
+    with pytest.raises(pylibmc.Error, match="flush_all"):
+        plm.flush_all()
+    with pytest.raises(pylibmc.Error, match="DISABLED"):
+        plm.set("fa", b"y")  # and the server is disabled until its retry time
+    assert queue_items(server, "fa") == 0
+
+
+# -- node's memcached 2.2.2 (npm; make test installs it into .venv/node_modules) -----------------
+
+NODE_MODULES = Path(__file__).resolve().parents[2] / ".venv" / "node_modules"
+
+NODE_SCRIPT = r"""
+const Memcached = require('memcached');
+const m = new Memcached(process.argv[2], {timeout: 2000, retries: 0});
+const out = {};
+m.version((err, v) => {
+  out.version = err ? String(err) : v[0].version;
+  m.set('node_q', 'hello', 0, (err, ok) => {
+    out.set = ok;
+    m.get('node_q', (err, data) => {
+      out.get = data;
+      m.set('node_q', 'again', 0, () => {
+        const timer = setTimeout(() => { out.flush = 'no answer'; console.log(JSON.stringify(out)); process.exit(0); }, 3000);
+        m.flush((err, res) => { clearTimeout(timer); out.flush = err ? String(err) : res; console.log(JSON.stringify(out)); process.exit(0); });
+      });
+    });
+  });
+});
+"""
+
+
+def test_node_memcached(server, tmp_path):
+    node = shutil.which("node")
+    if node is None or not (NODE_MODULES / "memcached").is_dir():
+        pytest.skip("node's memcached is not installed (make test installs it)")
+    script = tmp_path / "client.js"
+    script.write_text(NODE_SCRIPT)
+    proc = subprocess.run([node, str(script), server.address], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "NODE_PATH": str(NODE_MODULES)})
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["version"] == "2.4.7" and result["set"] is True and result["get"] == "hello"
+    assert result["flush"] == "no answer"  # flush() never calls back ...
+    assert queue_items(server, "node_q") == 0  # ... though the server flushed
