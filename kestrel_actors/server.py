@@ -29,6 +29,7 @@ from .actors._collection import QueueOpener, memory_opener
 from .messages import ForAll, ForAllKind, Load, Reconfigure
 from .messages import IGNORE
 from .config import ServerConfig
+from .journal import DataDirLocked, lock_data_dir
 from .runtime import ReplyFuture
 from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
 from .status import ServerStatus
@@ -150,7 +151,10 @@ class Server:
         config: ServerConfig,
         opener: QueueOpener | None = None,
         discover: Callable[[], list[str]] | None = None,
+        data_dir_lock: int | None = None,
     ) -> None:
+        """``data_dir_lock``: the descriptor of the data directory's lock if the caller has
+        taken it already (``serve`` does, before it imports the server); else it is taken here."""
         self.config = config
         self.stats = ServerStats()
         self.status = ServerStatus.from_config(config)
@@ -161,6 +165,7 @@ class Server:
         self._shutting_down = False
         self._quiescing = False
         self._check_data_dir()
+        self._data_dir_lock = self._lock_data_dir() if data_dir_lock is None else data_dir_lock
         self._discover = discover or list
         self.collection = QueueCollection.start(config, self.stats, opener or memory_opener)
         self.context = SessionContext(
@@ -179,6 +184,17 @@ class Server:
             raise StartupError(f"cannot create data directory {path}: {exc}") from exc
         if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
             raise StartupError(f"data directory {path} is not a writable directory")
+
+    def _lock_data_dir(self) -> int:
+        """Lock the data directory for this process's whole life (the kernel frees the lock on
+        any exit, so nothing here ever unlocks it); returns the lock's descriptor."""
+        path = self.config.data_dir
+        try:
+            return lock_data_dir(path)
+        except DataDirLocked as exc:
+            raise StartupError(str(exc)) from exc
+        except OSError as exc:
+            raise StartupError(f"cannot lock data directory {path}: {exc}") from exc
 
     def load(self, names: list[str]) -> None:
         """Create (and replay) the queues found on disk, then read the saved status (behaviour §7.1).
