@@ -103,3 +103,9 @@ class CopyDone(NamedTuple):
     index: int
     """Which of the master batch's results the copy belongs to."""
     result: Any
+
+    def unacknowledged(self, failure: Any) -> CopyDone:
+        """This ack once the child's journal write it waited for has failed, as
+        ``BatchDone.unacknowledged`` reads a batch's answer: a stored copy becomes ``failure``
+        (a ``JournalFailure``), which the master's join makes its add's result."""
+        return self._replace(result=failure) if self.result is True else self

@@ -689,3 +689,50 @@ def test_expired_items_move_durably(tmp_path):
             server.stop(signal.SIGKILL)
     finally:
         server.stop(signal.SIGKILL)
+
+
+# -- issue 21.6: a fanout child on a full disk ---------------------------------------------------
+
+
+def test_a_fanout_childs_failing_write_answers_server_error(small_disk, tmp_path):
+    """A child whose journal write fails while it holds a copy's ack answers the master with
+    the failure (a copy's ack is no batch answer: the failure path must take both), so the SET
+    gets ``SERVER_ERROR`` and is not acknowledged; nothing hangs, nothing is logged as a bug,
+    and once there is space again every STORED item is in the master and in the child."""
+    config = tmp_path / "kestrel.toml"
+    config.write_text('[queues.fan]\n[queues."fan+kid"]\n')
+    server = ServerProcess(small_disk, ("--config", str(config)))
+    server.start()
+    try:
+        client = server.client(REPLY_TIMEOUT)
+        assert client.set("fan", item(0)) == b"STORED"
+        stored = [0]
+        filler = fill(small_disk, leave=200_000)
+        n = 1
+        while (reply := client.set("fan", item(n))) == b"STORED":
+            stored.append(n)
+            n += 1
+            assert n < 100, "the disk never filled"
+        assert reply.startswith(b"SERVER_ERROR journal write failed: "), reply
+        for _ in range(3):  # while failing: refused at once, the connection stays
+            n += 1
+            assert client.set("fan", item(n)).startswith(b"SERVER_ERROR journal write failed: ")
+        assert client.stats()["queue_fan+kid_items"]
+        filler.unlink()
+        n += 1
+        _queue_stored(client, "fan", item(n), time.monotonic() + 10)
+        stored.append(n)
+        client.close()
+        events, raw = log_lines(server)
+        assert not raw, raw[:20]
+        assert not [e for e in events if e.get("level") in ("error", "critical") and "exception" in e], events
+        server.stop(signal.SIGKILL)
+        server.start()
+        client = server.client(REPLY_TIMEOUT)
+        for queue in ("fan", "fan+kid"):
+            count = int(client.stats()[f"queue_{queue}_items"])
+            numbers = [number(client.get(queue)) for _ in range(count)]
+            assert not set(stored) - set(numbers), f"{queue}: acknowledged items lost"
+        client.close()
+    finally:
+        server.stop(signal.SIGKILL)
