@@ -515,6 +515,7 @@ class QueueActor(GeventActor):
             "max_bytes": core.config.max_size,
             "journal_size": getattr(journal, "total_size", journal.size)(),
             "put_bytes": core.put_bytes,
+            "journal_failing": 0 if journal.failure is None else 1,
         }
         reply_to.tell(QueueStats(self.name, lines, extra))
 
