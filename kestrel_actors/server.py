@@ -27,7 +27,7 @@ from . import KESTREL_VERSION
 from .actors import QueueCollection, ServerStats
 from .actors._collection import QueueOpener, memory_opener
 from .messages import ForAll, ForAllKind, Load, Reconfigure
-from .messages import IGNORE
+from .messages import IGNORE, ReloadFailed
 from .config import ServerConfig
 from .journal import DataDirLocked, lock_data_dir
 from .runtime import ReplyFuture
@@ -255,7 +255,12 @@ class Server:
         return self._listeners[0].server_port
 
     def serve_forever(self) -> None:
-        """Start, and return once the server has shut down (``shutdown`` or a signal)."""
+        """Start, and return once the server has shut down (``shutdown`` or a signal).
+
+        SIGHUP reloads the config file, as ``reload`` does (from the start: a SIGHUP during a
+        long replay must not kill the process); its outcome is logged.
+        """
+        gevent.signal_handler(signal.SIGHUP, self._reload_on_signal)
         self.start()
         _tune_gc()
         gevent.signal_handler(signal.SIGTERM, self.shutdown)
@@ -327,11 +332,16 @@ class Server:
 
     # -- what sessions ask of the server ----------------------------------------------------
 
+    def _reload_on_signal(self) -> None:
+        log.info("SIGHUP: reloading the configuration")
+        self.reload(IGNORE)
+
     def reload(self, reply_to: Any) -> None:
         """Re-read the config file; only queue settings and aliases change (behaviour §2.3, §5.13).
 
-        A broken file is logged and the running configuration stays. ``reply_to`` is told
-        once every queue has been sent its new settings.
+        ``reply_to`` is told once every queue has been sent its new settings; or, if the file
+        cannot be used, :class:`ReloadFailed` with the reason, logged on one line, while the
+        running configuration stays. Without a config file there is nothing to re-read.
         """
         path = self.config.config_file
         if path:
@@ -340,14 +350,18 @@ class Server:
             try:
                 new = load_config(path)
             except (ConfigError, OSError) as exc:
-                log.error("reload failed; keeping the running configuration", error=str(exc))
-            else:
-                self.config = self.context.config = self.config.replace(
-                    queue_defaults=new.queue_defaults, queues=new.queues, aliases=new.aliases
-                )
-                self.collection.tell(Reconfigure(self.config, reply_to))
-                log.info("configuration reloaded", path=path)
+                problems = exc.problems if isinstance(exc, ConfigError) else [exc]
+                reason = " ".join("; ".join(map(str, problems)).split())  # one line, whatever the file held
+                log.error("reload failed; keeping the running configuration", path=path, error=reason)
+                reply_to.tell(ReloadFailed(reason))
                 return
+            self.config = self.context.config = self.config.replace(
+                queue_defaults=new.queue_defaults, queues=new.queues, aliases=new.aliases
+            )
+            self.collection.tell(Reconfigure(self.config, reply_to))
+            log.info("configuration reloaded", path=path)
+            return
+        log.info("reload: the server was started without a config file; nothing to re-read")
         reply_to.tell(True)
 
 

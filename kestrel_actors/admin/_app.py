@@ -20,6 +20,7 @@ import structlog
 from pykka import ActorDeadError
 
 from .._names import name_text
+from ..messages import ReloadFailed
 from ..runtime import ReplyFuture
 from ..snapshot import gather_snapshot
 from ._ostrich import NamedListeners, PeriodLatches, ostrich_stats, ostrich_text, server_info
@@ -155,7 +156,9 @@ class AdminApp:
     def _reload(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
         done = ReplyFuture()
         self.server.reload(done)
-        done.get(timeout=30)
+        answer = done.get(timeout=30)
+        if type(answer) is ReloadFailed:  # the running configuration stays
+            raise _HttpError("500 Internal Server Error", f"config not reloaded: {answer.reason}")
         return _respond({"response": "ok"}, text)
 
     def _health(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
