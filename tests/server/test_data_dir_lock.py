@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..helpers import REPO, ServerProcess, free_port
+from ..helpers import REPO, free_port
 
 REFUSAL_LIMIT = 5.0
 """Seconds a refused command may take, start-up of the interpreter included (about 0.5 s on an
@@ -51,75 +51,65 @@ def refusal_line(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_a_second_serve_on_the_same_data_dir_exits_1_naming_the_dir_and_the_holder(tmp_path):
+def assert_refused(result: subprocess.CompletedProcess[str], took: float, data_dir: Path, pid: int) -> None:
+    """Exit 1 at once, one line on stderr naming the directory and the lock's holder."""
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert took < REFUSAL_LIMIT, took
+    line = refusal_line(result)
+    assert str(data_dir) in line and f"pid {pid}" in line, line
+
+
+def test_a_second_serve_on_the_same_data_dir_exits_1_naming_the_dir_and_the_holder(make_server, tmp_path):
     data_dir = tmp_path / "data"
-    first = ServerProcess(data_dir).start()
-    try:
-        client = first.client()
-        assert client.set("jobs", b"one") == b"STORED"
-        result, took, port = second_serve(data_dir)
-        assert result.returncode == 1, (result.stdout, result.stderr)
-        assert took < REFUSAL_LIMIT, took
-        line = refusal_line(result)
-        assert str(data_dir) in line and f"pid {first.proc.pid}" in line, line
-        assert result.stdout == ""  # nothing was started, nothing logged
-        # it never listened, and the first server serves on, its item still there once
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        assert client.get("jobs") == b"one"
-        assert client.get("jobs") is None
-    finally:
-        first.stop()
+    first = make_server(data_dir=data_dir)
+    client = first.client()
+    assert client.set("jobs", b"one") == b"STORED"
+    result, took, port = second_serve(data_dir)
+    assert_refused(result, took, data_dir, first.proc.pid)
+    assert result.stdout == ""  # nothing was started, nothing logged
+    # it never listened, and the first server serves on, its item still there once
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    assert client.get("jobs") == b"one"
+    assert client.get("jobs") is None
 
 
-def test_after_a_sigkill_a_new_serve_starts_at_once(tmp_path):
+def test_after_a_sigkill_a_new_serve_starts_at_once(make_server, tmp_path):
     data_dir = tmp_path / "data"
-    server = ServerProcess(data_dir).start()
-    try:
-        assert server.client().set("jobs", b"kept") == b"STORED"
-        server.stop(signal.SIGKILL)
-        assert (data_dir / ".lock").exists()  # the file stays; the kernel dropped the lock
-        started = time.monotonic()
-        server.start()
-        assert time.monotonic() - started < 15  # no wait for a stale lock to time out
-        client = server.client()
-        assert client.get("jobs") == b"kept"
-        assert (data_dir / ".lock").read_text() == f"{server.proc.pid}\n"
-        # the lock file is no queue
-        assert not [name for name in client.stats() if "lock" in name]
-    finally:
-        server.stop()
+    server = make_server(data_dir=data_dir)
+    assert server.client().set("jobs", b"kept") == b"STORED"
+    server.stop(signal.SIGKILL)
+    assert (data_dir / ".lock").exists()  # the file stays; the kernel dropped the lock
+    started = time.monotonic()
+    server.start()
+    assert time.monotonic() - started < 15  # no wait for a stale lock to time out
+    client = server.client()
+    assert client.get("jobs") == b"kept"
+    assert (data_dir / ".lock").read_text() == f"{server.proc.pid}\n"
+    assert not [name for name in client.stats() if "lock" in name]  # the lock file is no queue
 
 
-def test_journal_pack_refuses_a_live_directory_and_changes_nothing(tmp_path):
+def test_journal_pack_refuses_a_live_directory_and_changes_nothing(make_server, tmp_path):
     data_dir = tmp_path / "data"
-    server = ServerProcess(data_dir).start()
-    try:
-        client = server.client()
-        for n in range(50):
-            assert client.set("jobs", b"item-%d" % n) == b"STORED"
-        for _ in range(20):
-            assert client.get("jobs") is not None
-        before = files_state(data_dir)
-        assert "jobs" in before
-        result, took = run_cli("journal", "pack", "jobs", "--data-dir", str(data_dir))
-        assert result.returncode == 1, (result.stdout, result.stderr)
-        assert took < REFUSAL_LIMIT, took
-        line = refusal_line(result)
-        assert str(data_dir) in line and f"pid {server.proc.pid}" in line, line
-        assert files_state(data_dir) == before
-        assert client.get("jobs") == b"item-20"  # the server goes on as if nothing happened
-    finally:
-        server.stop()
+    server = make_server(data_dir=data_dir)
+    client = server.client()
+    for n in range(50):
+        assert client.set("jobs", b"item-%d" % n) == b"STORED"
+    for _ in range(20):
+        assert client.get("jobs") is not None
+    before = files_state(data_dir)
+    assert "jobs" in before
+    result, took = run_cli("journal", "pack", "jobs", "--data-dir", str(data_dir))
+    assert_refused(result, took, data_dir, server.proc.pid)
+    assert files_state(data_dir) == before
+    assert client.get("jobs") == b"item-20"  # the server goes on as if nothing happened
+    client.close()
+    server.stop()
     # stopped, the directory is free: pack works, and the queue's items survive it
     result, _took = run_cli("journal", "pack", "jobs", "--data-dir", str(data_dir))
     assert result.returncode == 0, result.stderr
-    server.start()
-    try:
-        client = server.client()
-        assert [client.get("jobs") for _ in range(30)] == [b"item-%d" % n for n in range(21, 50)] + [None]
-    finally:
-        server.stop()
+    client = server.start().client()
+    assert [client.get("jobs") for _ in range(30)] == [b"item-%d" % n for n in range(21, 50)] + [None]
 
 
 def test_a_serve_started_while_a_pack_holds_the_directory_is_refused(tmp_path):
@@ -137,9 +127,8 @@ def test_a_serve_started_while_a_pack_holds_the_directory_is_refused(tmp_path):
                               text=True)
     try:
         assert holder.stdout.readline() == "locked\n"
-        result, _took, _port = second_serve(data_dir)
-        assert result.returncode == 1
-        assert f"pid {holder.pid}" in refusal_line(result)
+        result, took, _port = second_serve(data_dir)
+        assert_refused(result, took, data_dir, holder.pid)
     finally:
         holder.kill()
         holder.wait()

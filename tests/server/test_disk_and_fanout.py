@@ -24,7 +24,7 @@ from thriftpy2.thrift import TApplicationException
 
 from kestrel_actors.journal import RecordReader
 
-from ..helpers import Client, ServerProcess, free_port, get_json, request
+from ..helpers import Client, ServerProcess, free_port, get_json, log_lines, request
 
 REPLY_TIMEOUT = 5.0
 """Every reply must come within this (a hang fails the test instead of stalling it)."""
@@ -320,17 +320,6 @@ max_journal_size = "16KiB"
 default_journal_size = "4KiB"
 """
 """Journals that rotate, pack (in read-behind) and rewrite every few items."""
-
-
-def log_lines(server: ServerProcess) -> tuple[list[dict], list[str]]:
-    """The server's log as events, and every line that is not one (a traceback printed raw)."""
-    events, raw = [], []
-    for line in server.log_path.read_text(errors="replace").splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            raw.append(line)
-    return events, raw
 
 
 def state_changes(events: list[dict], ending: str) -> list[tuple[str, str]]:

@@ -4,14 +4,13 @@ configuration stays; SIGHUP reloads (and a failed one is one log line, the serve
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from ..helpers import ServerProcess, request, wait_for
+from ..helpers import ServerProcess, log_lines, request, wait_for
 
 GOOD = "[queues.jobs]\nmax_items = 1\n"
 BETTER = "[queues.jobs]\nmax_items = 3\n"
@@ -44,19 +43,8 @@ def max_items(server: ServerProcess) -> int:
         client.close()
 
 
-def events(server: ServerProcess) -> tuple[list[dict], list[str]]:
-    """The server's log: JSON events, and any line that is not one."""
-    parsed, raw = [], []
-    for line in server.log_path.read_text(errors="replace").splitlines():
-        try:
-            parsed.append(json.loads(line))
-        except ValueError:
-            raw.append(line)
-    return parsed, raw
-
-
 def named(server: ServerProcess, event: str) -> list[dict]:
-    return [e for e in events(server)[0] if e.get("event") == event]
+    return [e for e in log_lines(server)[0] if e.get("event") == event]
 
 
 @pytest.fixture
@@ -118,7 +106,7 @@ def test_sighup_reloads_and_a_failed_one_is_logged_once_and_the_server_goes_on(c
     assert server.proc.poll() is None and server.proc.pid == pid
     [failed] = named(server, "reload failed; keeping the running configuration")
     assert "max_items" in failed["error"] and "\n" not in failed["error"], failed
-    assert not events(server)[1], "lines that are not one JSON event"
+    assert not log_lines(server)[1], "lines that are not one JSON event"
     assert max_items(server) == 3
     assert len(named(server, "SIGHUP: reloading the configuration")) == 2
 
