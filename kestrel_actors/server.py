@@ -27,8 +27,9 @@ from . import KESTREL_VERSION
 from .actors import QueueCollection, ServerStats
 from .actors._collection import QueueOpener, memory_opener
 from .messages import ForAll, ForAllKind, Load, Reconfigure
-from .messages import IGNORE
+from .messages import IGNORE, ReloadFailed
 from .config import ServerConfig
+from .journal import DataDirLocked, lock_data_dir
 from .runtime import ReplyFuture
 from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
 from .status import ServerStatus
@@ -150,7 +151,10 @@ class Server:
         config: ServerConfig,
         opener: QueueOpener | None = None,
         discover: Callable[[], list[str]] | None = None,
+        data_dir_lock: int | None = None,
     ) -> None:
+        """``data_dir_lock``: the descriptor of the data directory's lock if the caller has
+        taken it already (``serve`` does, before it imports the server); else it is taken here."""
         self.config = config
         self.stats = ServerStats()
         self.status = ServerStatus.from_config(config)
@@ -161,6 +165,7 @@ class Server:
         self._shutting_down = False
         self._quiescing = False
         self._check_data_dir()
+        self._data_dir_lock = self._lock_data_dir() if data_dir_lock is None else data_dir_lock
         self._discover = discover or list
         self.collection = QueueCollection.start(config, self.stats, opener or memory_opener)
         self.context = SessionContext(
@@ -179,6 +184,17 @@ class Server:
             raise StartupError(f"cannot create data directory {path}: {exc}") from exc
         if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
             raise StartupError(f"data directory {path} is not a writable directory")
+
+    def _lock_data_dir(self) -> int:
+        """Lock the data directory for this process's whole life (the kernel frees the lock on
+        any exit, so nothing here ever unlocks it); returns the lock's descriptor."""
+        path = self.config.data_dir
+        try:
+            return lock_data_dir(path)
+        except DataDirLocked as exc:
+            raise StartupError(str(exc)) from exc
+        except OSError as exc:
+            raise StartupError(f"cannot lock data directory {path}: {exc}") from exc
 
     def load(self, names: list[str]) -> None:
         """Create (and replay) the queues found on disk, then read the saved status (behaviour §7.1).
@@ -239,7 +255,12 @@ class Server:
         return self._listeners[0].server_port
 
     def serve_forever(self) -> None:
-        """Start, and return once the server has shut down (``shutdown`` or a signal)."""
+        """Start, and return once the server has shut down (``shutdown`` or a signal).
+
+        SIGHUP reloads the config file, as ``reload`` does (from the start: a SIGHUP during a
+        long replay must not kill the process); its outcome is logged.
+        """
+        gevent.signal_handler(signal.SIGHUP, self._reload_on_signal)
         self.start()
         _tune_gc()
         gevent.signal_handler(signal.SIGTERM, self.shutdown)
@@ -311,11 +332,16 @@ class Server:
 
     # -- what sessions ask of the server ----------------------------------------------------
 
+    def _reload_on_signal(self) -> None:
+        log.info("SIGHUP: reloading the configuration")
+        self.reload(IGNORE)
+
     def reload(self, reply_to: Any) -> None:
         """Re-read the config file; only queue settings and aliases change (behaviour §2.3, §5.13).
 
-        A broken file is logged and the running configuration stays. ``reply_to`` is told
-        once every queue has been sent its new settings.
+        ``reply_to`` is told once every queue has been sent its new settings; or, if the file
+        cannot be used, :class:`ReloadFailed` with the reason, logged on one line, while the
+        running configuration stays. Without a config file there is nothing to re-read.
         """
         path = self.config.config_file
         if path:
@@ -324,14 +350,18 @@ class Server:
             try:
                 new = load_config(path)
             except (ConfigError, OSError) as exc:
-                log.error("reload failed; keeping the running configuration", error=str(exc))
-            else:
-                self.config = self.context.config = self.config.replace(
-                    queue_defaults=new.queue_defaults, queues=new.queues, aliases=new.aliases
-                )
-                self.collection.tell(Reconfigure(self.config, reply_to))
-                log.info("configuration reloaded", path=path)
+                problems = exc.problems if isinstance(exc, ConfigError) else [exc]
+                reason = " ".join("; ".join(map(str, problems)).split())  # one line, whatever the file held
+                log.error("reload failed; keeping the running configuration", path=path, error=reason)
+                reply_to.tell(ReloadFailed(reason))
                 return
+            self.config = self.context.config = self.config.replace(
+                queue_defaults=new.queue_defaults, queues=new.queues, aliases=new.aliases
+            )
+            self.collection.tell(Reconfigure(self.config, reply_to))
+            log.info("configuration reloaded", path=path)
+            return
+        log.info("reload: the server was started without a config file; nothing to re-read")
         reply_to.tell(True)
 
 

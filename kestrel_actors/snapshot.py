@@ -33,9 +33,10 @@ QUEUE_COUNTERS = (
 
 QUEUE_GAUGES = (
     "items", "max_items", "bytes", "max_bytes", "journal_size", "mem_items", "mem_bytes",
-    "age_msec", "waiters", "open_transactions", "create_time",
+    "age_msec", "waiters", "open_transactions", "create_time", "journal_failing",
 )
-"""Per-queue ostrich gauges, as ``PersistentQueue`` names them."""
+"""Per-queue ostrich gauges, as ``PersistentQueue`` names them, then ours: ``journal_failing``
+is 1 while the queue's journal cannot write (a full disk), else 0."""
 
 ALIAS_COUNTERS = ("put_items", "put_bytes")
 

@@ -136,6 +136,18 @@ class ServerProcess:
         return ThriftClient(self.host, self.thrift_port, timeout)
 
 
+def log_lines(server: ServerProcess) -> tuple[list[dict], list[str]]:
+    """The server's log (``--log-format json``) as events, and every line that is not one (a
+    traceback printed raw)."""
+    events, raw = [], []
+    for line in server.log_path.read_text(errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            raw.append(line)
+    return events, raw
+
+
 class Client(Connection):
     """A raw memcache-protocol connection for tests: send bytes, read exact replies.
 

@@ -256,9 +256,9 @@ class QueueActor(GeventActor):
         def fail(error: OSError) -> None:
             # the records stay pending and are written once the journal recovers; the adds
             # among them are not acknowledged (an unacknowledged SET may or may not be kept)
+            # a batch's answer or a fanout copy's ack: each says how it reads unacknowledged
             failure = JournalFailure(error)
-            for _reply_to, reply in replies:
-                reply.results = [failure if result is True else result for result in reply.results]
+            replies[:] = [(reply_to, reply.unacknowledged(failure)) for reply_to, reply in replies]
             send()
 
         self.core.journal.after_durable(send, fail)
@@ -515,6 +515,7 @@ class QueueActor(GeventActor):
             "max_bytes": core.config.max_size,
             "journal_size": getattr(journal, "total_size", journal.size)(),
             "put_bytes": core.put_bytes,
+            "journal_failing": 0 if journal.failure is None else 1,
         }
         reply_to.tell(QueueStats(self.name, lines, extra))
 

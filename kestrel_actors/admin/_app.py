@@ -1,4 +1,4 @@
-"""The admin HTTP application: ostrich's endpoints, ``/metrics`` and the live page.
+"""The admin HTTP application: ostrich's endpoints, ``/metrics``, ``/health`` and the live page.
 
 It runs under gevent's WSGI server, one greenlet per request on the server's hub. A handler
 only reads: the figures come from one snapshot (:func:`~kestrel_actors.snapshot.gather_snapshot`
@@ -20,6 +20,7 @@ import structlog
 from pykka import ActorDeadError
 
 from .._names import name_text
+from ..messages import ReloadFailed
 from ..runtime import ReplyFuture
 from ..snapshot import gather_snapshot
 from ._ostrich import NamedListeners, PeriodLatches, ostrich_stats, ostrich_text, server_info
@@ -76,6 +77,7 @@ class AdminApp:
             for suffix in ("", ".json", ".txt"):
                 self.routes[stem + suffix] = route
         self.routes["/metrics"] = _Route(self._metrics)
+        self.routes["/health"] = _Route(self._health)
         self.routes["/"] = _Route(self._page)
 
     def close(self) -> None:
@@ -154,8 +156,19 @@ class AdminApp:
     def _reload(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
         done = ReplyFuture()
         self.server.reload(done)
-        done.get(timeout=30)
+        answer = done.get(timeout=30)
+        if type(answer) is ReloadFailed:  # the running configuration stays
+            raise _HttpError("500 Internal Server Error", f"config not reloaded: {answer.reason}")
         return _respond({"response": "ok"}, text)
+
+    def _health(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
+        """``ok`` (200) while every journal writes; 503 naming the queues whose journal write
+        is failing (a full disk), until they recover. ``/ping`` only says the port answers."""
+        snapshot = self._snapshot()
+        failing = [queue.name for queue in snapshot.queues if queue.extra and queue.extra["journal_failing"]]
+        if failing:
+            raise _HttpError("503 Service Unavailable", "journal write failing: " + ", ".join(failing))
+        return _TEXT, b"ok"
 
     def _metrics(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
         return CONTENT_TYPE, exposition(self._snapshot())

@@ -9,7 +9,9 @@
 
 (``REM`` remove, ``RSV`` tentative remove, ``ACK`` confirm, ``CAN`` abort/unremove, ``XID``
 saved xid, ``CON`` continue), then a summary. ``pack`` compacts a stopped server's queue into
-one file. Nothing heavy is imported until a command runs.
+one file; it takes the data directory's lock first, so it refuses a directory a server is
+running in (``dump`` only reads the files it is given). Nothing heavy is imported until a
+command runs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import click
 
 @click.group()
 def journal() -> None:
-    """Inspect and compact journal files (the server must be stopped to pack)."""
+    """Inspect and compact journal files (pack refuses a directory a server has locked)."""
 
 
 @journal.command()
@@ -134,19 +136,34 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False, exists=True),
               help="The server's data directory.")
 def pack(queue: str, data_dir: str) -> None:
-    """Compact every journal file of QUEUE into one (offline: stop the server first).
+    """Compact every journal file of QUEUE into one (offline: it refuses a directory that a
+    running server, or another pack, has locked).
 
     The result holds the queue's open reads and its items; a broken tail is cut first, as the
     server would do at startup.
     """
-    from ..journal._files import journal_files
-    from ..journal._pack import pack_queue
+    from ..journal import DataDirLocked, lock_data_dir
     from ..logs import configure_logging
 
     configure_logging("console", "warning")
 
     if not queue or any(c in queue for c in "./~"):
         raise click.BadParameter("not a queue name", param_hint="QUEUE")
+    try:
+        lock = lock_data_dir(data_dir)  # a live server holds it already: refused, nothing touched
+    except (DataDirLocked, OSError) as exc:
+        click.echo(f"kestrel-actors: {exc}", err=True)
+        sys.exit(1)
+    try:
+        _pack(queue, data_dir)
+    finally:
+        os.close(lock)
+
+
+def _pack(queue: str, data_dir: str) -> None:
+    from ..journal._files import journal_files
+    from ..journal._pack import pack_queue
+
     files = [f for f in journal_files(data_dir, queue) if os.path.exists(os.path.join(data_dir, f))]
     if not files:
         click.echo(f"No journal files for queue {queue!r} in {data_dir}.", err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -42,10 +43,7 @@ MIB = 1024 * 1024
 def serve(ctx: click.Context, config_path: str | None, log_format: str, log_level: str, **flags) -> None:
     """Run a kestrel-actors server in the foreground."""
     from ..config import ServerConfig
-    from ..logs import configure_logging
-    from ..server import Server, StartupError
 
-    configure_logging(log_format, log_level)
     sync_journal = flags.pop("sync_journal")
     if flags["expiration_timer_frequency"] == 0:
         flags["expiration_timer_frequency"] = None
@@ -66,18 +64,39 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
         config = config.replace(**given)
     if sync_journal is not None:
         config = _with_sync_journal(config, sync_journal)
+    data_dir_lock = _lock_data_dir(config.data_dir)
     from ..journal import make_file_opener, queue_names
+    from ..logs import configure_logging
+    from ..server import Server, StartupError
 
+    configure_logging(log_format, log_level)
     try:
         server = Server(
             config,
             opener=make_file_opener(config.data_dir, read_behind=True),
             discover=lambda: queue_names(config.data_dir),
+            data_dir_lock=data_dir_lock,
         )
         server.serve_forever()
     except StartupError as exc:
         click.echo(f"kestrel-actors: {exc}", err=True)
         sys.exit(1)
+
+
+def _lock_data_dir(data_dir: str) -> int | None:
+    """Lock the data directory before the server's modules are imported (a second of start-up),
+    so that a second server on it is refused at once; ``None`` if the directory is unusable,
+    which the server's own check then reports."""
+    from ..journal import DataDirLocked, lock_data_dir
+
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+        return lock_data_dir(data_dir)
+    except DataDirLocked as exc:
+        click.echo(f"kestrel-actors: {exc}", err=True)
+        sys.exit(1)
+    except OSError:
+        return None
 
 
 def _with_sync_journal(config, value: str):

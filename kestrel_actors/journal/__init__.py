@@ -5,6 +5,7 @@
   the ``sync_journal`` policy, rotated, rewritten and packed as Kestrel does (behaviour §6).
 * :func:`open_file_journal` / :func:`make_file_opener` — replay a queue at startup.
 * :func:`queue_names` — the queues found in a data directory (behaviour §7.1).
+* :func:`lock_data_dir` — one process at a time in a data directory (:class:`DataDirLocked`).
 * The record format (:class:`RecordReader`, ``encode_*``) for tools such as the CLI.
 
 The parts that need gevent are imported on first use, so offline tools stay light.
@@ -13,6 +14,7 @@ The parts that need gevent are imported on first use, so offline tools stay ligh
 from typing import Any
 
 from ._files import NotRegularFile, archived_files, erase_files, fsync_dir, journal_files, queue_names
+from ._lock import LOCK_FILE, DataDirLocked, lock_data_dir
 from ._format import (
     CORRUPT, TORN, Problem, Record, RecordReader, encode_add, encode_confirm_remove, encode_continue,
     encode_remove, encode_remove_tentative, encode_unremove,
@@ -32,10 +34,10 @@ _LAZY = {
 }
 
 __all__ = [
-    "CORRUPT", "TORN", "FileJournal", "NotRegularFile", "Item", "Journal", "JournalWriter", "MemoryJournal", "Problem",
+    "CORRUPT", "TORN", "DataDirLocked", "FileJournal", "LOCK_FILE", "NotRegularFile", "Item", "Journal", "JournalWriter", "MemoryJournal", "Problem",
     "ReadBehindPosition", "Record", "RecordReader", "ReplayResult", "archived_files", "encode_add",
     "encode_confirm_remove", "encode_continue", "encode_remove", "encode_remove_tentative",
-    "encode_unremove", "erase_files", "fsync_dir", "journal_files", "make_file_opener", "open_file_journal",
+    "encode_unremove", "erase_files", "fsync_dir", "journal_files", "lock_data_dir", "make_file_opener", "open_file_journal",
     "pack_archives", "pack_queue", "queue_names", "replay_queue", "run_blocking",
 ]
 

@@ -43,6 +43,7 @@ from ._session_collection import (
     Gather,
     Load,
     Reconfigure,
+    ReloadFailed,
     Resolve,
     Resolved,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "QueueBatch",
     "QueueStats",
     "Reconfigure",
+    "ReloadFailed",
     "Remove",
     "RemoveMany",
     "Resolve",

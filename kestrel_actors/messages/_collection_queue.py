@@ -20,7 +20,7 @@ class QueueStats(NamedTuple):
     """The memcache per-queue stats, in Kestrel's order (behaviour §7.3)."""
     extra: dict[str, int] | None
     """Figures only ostrich showed (``create_time``, ``max_items``, ``max_bytes``,
-    ``journal_size``, ``put_bytes``); ``None`` for an alias."""
+    ``journal_size``, ``put_bytes``) and ``journal_failing``; ``None`` for an alias."""
     alias_created: int | None = None
     """An alias's ``create_time`` (Unix seconds): the one gauge ostrich showed for an alias."""
 
@@ -103,3 +103,9 @@ class CopyDone(NamedTuple):
     index: int
     """Which of the master batch's results the copy belongs to."""
     result: Any
+
+    def unacknowledged(self, failure: Any) -> CopyDone:
+        """This ack once the child's journal write it waited for has failed, as
+        ``BatchDone.unacknowledged`` reads a batch's answer: a stored copy becomes ``failure``
+        (a ``JournalFailure``), which the master's join makes its add's result."""
+        return self._replace(result=failure) if self.result is True else self

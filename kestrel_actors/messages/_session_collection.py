@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import enum
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from pykka import ActorDeadError
 
-__all__ = ["AliasAdd", "Delete", "ForAll", "ForAllKind", "Gather", "Load", "Reconfigure", "Resolve", "Resolved"]
+__all__ = [
+    "AliasAdd", "Delete", "ForAll", "ForAllKind", "Gather", "Load", "Reconfigure", "ReloadFailed", "Resolve", "Resolved",
+]
 
 
 @dataclass(slots=True, eq=False)
@@ -91,6 +93,14 @@ class Reconfigure:
 
     config: Any
     reply_to: Any
+
+
+class ReloadFailed(NamedTuple):
+    """The answer to a ``reload`` whose config file cannot be used (unreadable, not TOML, a
+    bad key or value): the running configuration stays, no :class:`Reconfigure` is sent.
+    ``reason`` is one line, for the client."""
+
+    reason: str
 
 
 class Gather:

@@ -232,6 +232,12 @@ class BatchDone:
 
     results: list[Any]
 
+    def unacknowledged(self, failure: JournalFailure) -> BatchDone:
+        """This answer once the journal write it waited for has failed: each add it
+        acknowledged (``True``) becomes ``failure``."""
+        self.results = [failure if result is True else result for result in self.results]
+        return self
+
 
 @dataclass(slots=True, eq=False)
 class CancelWaits:

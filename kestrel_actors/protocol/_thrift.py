@@ -114,7 +114,8 @@ class ThriftPut(_QueueCall):
 @dataclass(frozen=True, slots=True)
 class ThriftGet(_QueueCall):
     """``get``: up to ``max_items``, waiting ``timeout_msec`` (0: no wait); opened under global
-    ids with an abort timer when ``auto_abort_msec`` > 0. Values are as sent (may be < 0)."""
+    ids with an abort timer when ``auto_abort_msec`` > 0. Values are as sent (the two times may
+    be < 0; a negative ``max_items`` is a PROTOCOL_ERROR, never a call)."""
 
     method: ClassVar[str] = "get"
     max_items: int
@@ -340,10 +341,13 @@ def _put(seqid: int, args) -> ThriftPut:
 
 
 def _get(seqid: int, args) -> ThriftGet:
+    max_items = _i32(args, "max_items")
+    if max_items < 0:  # Kestrel read it as "no limit"; answered as an error, nothing removed (issue 21.6)
+        raise _Malformed(f"max_items must not be negative ({max_items})")
     return ThriftGet(
         seqid,
         name_from_wire(_required(args, "queue_name")),
-        _i32(args, "max_items"),
+        max_items,
         _i32(args, "timeout_msec"),
         _i32(args, "auto_abort_msec"),
     )

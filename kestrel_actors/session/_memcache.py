@@ -12,7 +12,7 @@ from collections import deque
 from typing import Any
 
 from .. import protocol as p
-from ..messages import AliasAdd, ForAllKind, Resolved
+from ..messages import AliasAdd, ForAllKind, ReloadFailed, Resolved
 from ..messages import (
     FLUSH, FLUSH_EXPIRED, Add, Confirm, JournalFailure, Open, Peek, Remove, Unremove, first_failure,
 )
@@ -91,7 +91,9 @@ class MemcacheHandler:
         elif tag is Answer.FLUSH_ALL:
             out.append(p.FLUSHED_ALL)
         elif tag is Answer.RELOAD:
-            out.append(p.RELOADED)
+            # Kestrel answers only success; a file that cannot be used says why
+            out.append(p.server_error(f"config not reloaded: {value.reason}") if type(value) is ReloadFailed
+                       else p.RELOADED)
         elif tag is Answer.ALIAS_SET:
             failure = first_failure(value)
             if failure is not None:

@@ -80,7 +80,7 @@ def test_pack_compacts_a_stopped_queue_into_one_file(tmp_path):
     result = run("pack", "q", "--data-dir", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert "Packed 'q'" in result.output
-    assert sorted(os.listdir(tmp_path)) == ["other", "q"]
+    assert sorted(os.listdir(tmp_path)) == [".lock", "other", "q"]  # the lock file stays (issue 21.1)
     after = replay_queue(str(tmp_path), "q")
     assert [i.data for i in after.items] == [i.data for i in expected.items] == [b"old 47", b"old 48", b"old 49", b"new", b"newer"]
     assert {x: i.data for x, i in after.open_items.items()} == {1: b"old 45"}

@@ -39,7 +39,7 @@ CALLS = [
         p.ThriftGet(7, "jobs", 10, 500, 3000),
     ),
     ("get", {"queue_name": "jobs", "max_items": 1}, p.ThriftGet(7, "jobs", 1, 0, 0)),
-    ("get", {"queue_name": "jobs", "max_items": -1}, p.ThriftGet(7, "jobs", -1, 0, 0)),
+    ("get", {"queue_name": "jobs", "max_items": 0, "timeout_msec": -1}, p.ThriftGet(7, "jobs", 0, -1, 0)),
     (
         "confirm",
         {"queue_name": "jobs", "ids": {1, 2, 2**40}},
@@ -326,6 +326,13 @@ def test_missing_argument_without_default_gets_protocol_error():
 def test_missing_max_items_is_zero_as_on_the_jvm():
     body = header("get") + string_field(1, b"q") + STOP
     assert ThriftDecoder().feed(frame(body)) == [p.ThriftGet(7, "q", 0, 0, 0)]
+
+
+def test_negative_max_items_gets_protocol_error():
+    """Kestrel read a negative ``max_items`` as "no limit"; here it is refused (issue 21.6)."""
+    for max_items in (-1, -(2**31)):
+        body = encode_call("get", 7, queue_name="q", max_items=max_items, auto_abort_msec=1000)[4:]
+        assert protocol_error(body) == f"max_items must not be negative ({max_items})"
 
 
 def test_status_outside_the_enum_gets_protocol_error():

@@ -24,7 +24,7 @@ from thriftpy2.thrift import TApplicationException
 
 from kestrel_actors.journal import RecordReader
 
-from ..helpers import Client, ServerProcess, free_port
+from ..helpers import Client, ServerProcess, free_port, get_json, log_lines, request
 
 REPLY_TIMEOUT = 5.0
 """Every reply must come within this (a hang fails the test instead of stalling it)."""
@@ -320,17 +320,6 @@ max_journal_size = "16KiB"
 default_journal_size = "4KiB"
 """
 """Journals that rotate, pack (in read-behind) and rewrite every few items."""
-
-
-def log_lines(server: ServerProcess) -> tuple[list[dict], list[str]]:
-    """The server's log as events, and every line that is not one (a traceback printed raw)."""
-    events, raw = [], []
-    for line in server.log_path.read_text(errors="replace").splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            raw.append(line)
-    return events, raw
 
 
 def state_changes(events: list[dict], ending: str) -> list[tuple[str, str]]:
@@ -687,5 +676,99 @@ def test_expired_items_move_durably(tmp_path):
             assert client.get("src") is None
             client.close()
             server.stop(signal.SIGKILL)
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+# -- issue 21.6: a fanout child on a full disk ---------------------------------------------------
+
+
+def test_a_fanout_childs_failing_write_answers_server_error(small_disk, tmp_path):
+    """A child whose journal write fails while it holds a copy's ack answers the master with
+    the failure (a copy's ack is no batch answer: the failure path must take both), so the SET
+    gets ``SERVER_ERROR`` and is not acknowledged; nothing hangs, nothing is logged as a bug,
+    and once there is space again every STORED item is in the master and in the child."""
+    config = tmp_path / "kestrel.toml"
+    config.write_text('[queues.fan]\n[queues."fan+kid"]\n')
+    server = ServerProcess(small_disk, ("--config", str(config)))
+    server.start()
+    try:
+        client = server.client(REPLY_TIMEOUT)
+        assert client.set("fan", item(0)) == b"STORED"
+        stored = [0]
+        filler = fill(small_disk, leave=200_000)
+        n = 1
+        while (reply := client.set("fan", item(n))) == b"STORED":
+            stored.append(n)
+            n += 1
+            assert n < 100, "the disk never filled"
+        assert reply.startswith(b"SERVER_ERROR journal write failed: "), reply
+        for _ in range(3):  # while failing: refused at once, the connection stays
+            n += 1
+            assert client.set("fan", item(n)).startswith(b"SERVER_ERROR journal write failed: ")
+        assert client.stats()["queue_fan+kid_items"]
+        filler.unlink()
+        n += 1
+        _queue_stored(client, "fan", item(n), time.monotonic() + 10)
+        stored.append(n)
+        client.close()
+        events, raw = log_lines(server)
+        assert not raw, raw[:20]
+        assert not [e for e in events if e.get("level") in ("error", "critical") and "exception" in e], events
+        server.stop(signal.SIGKILL)
+        server.start()
+        client = server.client(REPLY_TIMEOUT)
+        for queue in ("fan", "fan+kid"):
+            count = int(client.stats()[f"queue_{queue}_items"])
+            numbers = [number(client.get(queue)) for _ in range(count)]
+            assert not set(stored) - set(numbers), f"{queue}: acknowledged items lost"
+        client.close()
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def journal_failing(server: ServerProcess) -> tuple[dict[str, float], dict[str, float]]:
+    """``q/<name>/journal_failing`` of /stats.json and ``kestrel_queue_journal_failing`` of
+    /metrics, by queue."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    gauges = get_json(server.admin_url + "/stats.json")["gauges"]
+    ostrich = {name.split("/")[1]: value for name, value in gauges.items()
+               if name.startswith("q/") and name.endswith("/journal_failing")}
+    metrics = request(server.admin_url + "/metrics").body.decode()
+    prometheus = {sample.labels["queue"]: sample.value for family in text_string_to_metric_families(metrics)
+                  for sample in family.samples if sample.name == "kestrel_queue_journal_failing"}
+    return ostrich, prometheus
+
+
+def test_health_and_the_journal_failing_gauge_follow_a_full_disk(small_disk):
+    """/ping says pong and the status stays Up on a full disk; /health answers 503 naming the
+    queue whose journal cannot write, its ``journal_failing`` gauge is 1 (0 for the others), and
+    both come back by themselves once there is space again."""
+    server = ServerProcess(small_disk, admin_port=True)
+    server.start()
+    try:
+        client = server.client(REPLY_TIMEOUT)
+        assert client.set("other", b"small") == b"STORED"
+        assert client.set("jobs", item(0)) == b"STORED"
+        assert request(server.admin_url + "/health") == (200, "text/plain; charset=utf-8", b"ok")
+        assert journal_failing(server) == ({"other": 0, "jobs": 0}, {"other": 0, "jobs": 0})
+
+        filler = fill(small_disk, leave=200_000)
+        n = 1
+        while client.set("jobs", item(n)) == b"STORED":
+            n += 1
+            assert n < 100, "the disk never filled"
+        health = request(server.admin_url + "/health")
+        assert health.status == 503, health
+        assert health.json() == {"error": "journal write failing: jobs"}
+        assert journal_failing(server) == ({"other": 0, "jobs": 1}, {"other": 0, "jobs": 1})
+        assert get_json(server.admin_url + "/ping") == {"response": "pong"}  # only says it answers
+
+        filler.unlink()
+        _queue_stored(client, "jobs", item(n + 1), time.monotonic() + 10)
+        assert request(server.admin_url + "/health") == (200, "text/plain; charset=utf-8", b"ok")
+        assert journal_failing(server) == ({"other": 0, "jobs": 0}, {"other": 0, "jobs": 0})
+        client.close()
     finally:
         server.stop(signal.SIGKILL)

@@ -527,10 +527,11 @@ def test_reload_of_a_broken_file_keeps_the_old_config(make_server, tmp_path):
     client = server.client()
     assert client.set("rl", b"a") == b"STORED"
     write(config, '[queues.rl]\nmax_items = 5\nmax_itemz = 7\n')
-    assert client.call(b"reload") == b"Reloaded config."  # errors are only logged
+    reply = client.call(b"reload")  # the reason, on one line (issue 21.6)
+    assert reply.startswith(b"SERVER_ERROR config not reloaded: ") and b"max_itemz" in reply, reply
     assert client.set("rl", b"b") == b"NOT_STORED"  # still max_items = 1
     write(config, "[queues.rl\nmax_items = 5\n")  # invalid TOML
-    assert client.call(b"reload") == b"Reloaded config."
+    assert client.call(b"reload").startswith(b"SERVER_ERROR config not reloaded: ")
     assert client.set("rl", b"b") == b"NOT_STORED"
     assert client.get("rl") == b"a"
     assert client.set("rl", b"b") == b"STORED"  # and the server keeps working

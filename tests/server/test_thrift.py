@@ -119,8 +119,13 @@ def test_get_edge_arguments(server):
         assert client.get("edges", max_items=0) == []
         # a negative timeout is a deadline already passed: nothing, even with items waiting
         assert client.get("edges", max_items=3, timeout_msec=-1) == []
-        # a negative max_items never reaches 0: everything there is
-        assert [item.data for item in client.get("edges", max_items=-1)] == [b"0", b"1", b"2", b"3", b"4"]
+        # a negative max_items is an error (Kestrel read it as "no limit"), and removes nothing
+        for auto_abort_msec in (0, 1000):
+            with pytest.raises(TApplicationException, match=r"max_items must not be negative \(-1\)") as error:
+                client.get("edges", max_items=-1, auto_abort_msec=auto_abort_msec)
+            assert error.value.type == TApplicationException.PROTOCOL_ERROR
+        assert client.peek("edges").items == 5 and client.peek("edges").open_transactions == 0
+        assert [item.data for item in client.get("edges", max_items=10)] == [b"0", b"1", b"2", b"3", b"4"]
 
 
 def test_get_with_timeout_waits_for_max_items_or_the_deadline(server):
