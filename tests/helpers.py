@@ -128,6 +128,16 @@ class ServerProcess:
     def admin_url(self) -> str:
         return f"http://{self.admin_host}:{self.admin_port}"
 
+    def log_events(self) -> list[dict]:
+        """Every JSON line of the whole log, parsed (``log()`` keeps only the tail as text)."""
+        events = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+        return events
+
     def client(self, timeout: float = 5.0) -> Client:
         return Client(self.host, self.port, timeout)
 

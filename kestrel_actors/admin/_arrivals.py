@@ -25,7 +25,7 @@ log = structlog.get_logger("kestrel_actors.admin")
 class Arrival:
     """One request being waited for on one connection."""
 
-    __slots__ = ("_arrivals", "_sock", "_peer", "_timer", "was_cut")
+    __slots__ = ("_arrivals", "_peer", "_sock", "_timer", "was_cut")
 
     def __init__(self, arrivals: Arrivals, sock: Any, peer: str, deadline: float) -> None:
         self._arrivals = arrivals

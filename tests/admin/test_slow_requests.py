@@ -132,7 +132,7 @@ def test_the_oldest_arriving_request_gives_way_to_a_new_connection(admin_server)
     finally:
         for sock in held:
             sock.close()
-    assert "the oldest of %d requests still arriving" % MAX_ARRIVING in admin_server.log()
+    assert f"the oldest of {MAX_ARRIVING} requests still arriving" in admin_server.log()
 
 
 def test_a_post_whose_body_does_not_arrive_whole_is_not_acted_on(admin_server):
