@@ -32,6 +32,7 @@ __all__ = [
     "status_name",
     "sync_journal",
     "text",
+    "token",
 ]
 
 Parser = Callable[[Any], Any]
@@ -183,6 +184,22 @@ def text(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise BadValue(f"expected a non-empty string; got {_describe(value)}")
     return value
+
+
+_TOKEN = re.compile(r"[!-~]{1,256}\Z")
+
+
+def token(value: Any) -> str:
+    """A secret sent in an HTTP header or a query string: 1 to 256 visible ASCII characters
+    (no spaces), so that it reaches the server byte for byte whichever way it is sent."""
+    if not isinstance(value, str) or not _TOKEN.match(value):
+        raise BadValue(f"expected 1 to 256 visible ASCII characters, no spaces; got {_describe_secret(value)}")
+    return value
+
+
+def _describe_secret(value: Any) -> str:
+    # never echo a secret into a log or a terminal
+    return f"a string of {len(value)} characters" if isinstance(value, str) else _describe(value)
 
 
 def queue_name(value: Any) -> str:

@@ -58,6 +58,11 @@ class ServerConfig:
     """Kestrel's thrift protocol port (framed, binary); 0 disables the listener."""
     admin_port: int = 2223
     """The admin HTTP service (ostrich's endpoints, ``/metrics``, the live page); 0 disables it."""
+    admin_host: str = "127.0.0.1"
+    """The address the admin port binds to: its own, not ``host`` (exposing the memcache port
+    must not expose ``/shutdown``)."""
+    admin_token: str | None = field(default=None, repr=False)
+    """When set, ``/shutdown``, ``/quiesce`` and ``/reload`` require it (kept out of ``repr``)."""
     data_dir: str = "./data"
     max_open_transactions: int = 1
     max_item_bytes: int = 64 * MIB

@@ -70,6 +70,8 @@ SERVER_SETTINGS: dict[str, v.Parser] = {
     "text_port": v.port,
     "thrift_port": v.port,
     "admin_port": v.port,
+    "admin_host": v.text,
+    "admin_token": v.token,
     "data_dir": v.text,
     "max_open_transactions": v.count(0),
     "max_item_bytes": v.size,

@@ -223,7 +223,7 @@ class Server:
             self._listeners.append(thrift)
             log.info("listening", protocol="thrift", host=self.config.host, port=thrift.server_port)
         if self.config.admin_port:
-            self._start_admin(self.config.host, self.config.admin_port)
+            self._start_admin(self.config.admin_host, self.config.admin_port)
         frequency = self.config.expiration_timer_frequency
         if frequency:
             self._sweeper = gevent.spawn(self._sweep_forever, frequency)
@@ -235,12 +235,13 @@ class Server:
 
         self._admin = AdminService(self)
         try:
-            bound = self._admin.start(host, port)
+            bound = self._admin.start(host, port, self.config.admin_token)
         except OSError as exc:
             for listener in self._listeners:
                 listener.close()
             raise StartupError(f"cannot listen on {host}:{port}: {exc}") from exc
-        log.info("listening", protocol="admin http", host=host, port=bound)
+        log.info("listening", protocol="admin http", host=host, port=bound,
+                 token_required=self.config.admin_token is not None)
 
     def _listen(self, host: str, port: int, handle: Callable[[Any, Any], None]) -> StreamServer:
         listener = _Listener((host, port), handle, backlog=1024, spawn=None)

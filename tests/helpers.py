@@ -50,6 +50,9 @@ class ServerProcess:
     def __init__(self, data_dir: Path, args: tuple[str, ...] = (), port: int | None = None,
                  admin_port: int | bool | None = None, thrift_port: int | bool | None = None):
         self.host = "127.0.0.1"
+        self.admin_host = "127.0.0.1"
+        """Where the admin port listens (``--admin-host``, whose default this is): a test that
+        passes another ``--admin-host`` sets it too."""
         self.port = port or free_port()
         self.admin_port = free_port() if admin_port is True else admin_port or None
         self.thrift_port = free_port() if thrift_port is True else thrift_port or None
@@ -80,9 +83,9 @@ class ServerProcess:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
             try:
                 socket.create_connection((self.host, self.port), timeout=0.2).close()
-                for other in (self.admin_port, self.thrift_port):  # listening by now, but be sure
-                    if other:
-                        socket.create_connection((self.host, other), timeout=0.2).close()
+                for host, other in ((self.admin_host, self.admin_port), (self.host, self.thrift_port)):
+                    if other:  # listening by now, but be sure
+                        socket.create_connection((host, other), timeout=0.2).close()
                 return self
             except OSError:
                 time.sleep(0.05)
@@ -123,7 +126,17 @@ class ServerProcess:
 
     @property
     def admin_url(self) -> str:
-        return f"http://{self.host}:{self.admin_port}"
+        return f"http://{self.admin_host}:{self.admin_port}"
+
+    def log_events(self) -> list[dict]:
+        """Every JSON line of the whole log, parsed (``log()`` keeps only the tail as text)."""
+        events = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+        return events
 
     def client(self, timeout: float = 5.0) -> Client:
         return Client(self.host, self.port, timeout)
@@ -556,8 +569,10 @@ class Response(NamedTuple):
         return json.loads(self.body)
 
 
-def request(url: str, method: str = "GET", timeout: float = 10.0) -> Response:
-    req = urllib.request.Request(url, method=method)
+def request(url: str, method: str = "GET", timeout: float = 10.0, headers: dict[str, str] | None = None) -> Response:
+    """One request as ``curl`` makes it: no ``Origin``, no ``Sec-Fetch-*``, the ``Host`` dialled
+    (unless ``headers`` says otherwise)."""
+    req = urllib.request.Request(url, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as reply:
             return Response(reply.status, reply.headers.get("Content-Type", ""), reply.read())

@@ -5,7 +5,8 @@ only reads: the figures come from one snapshot (:func:`~kestrel_actors.snapshot.
 asks the queue collection, and this greenlet alone waits for the answer); the three endpoints
 that act (``/shutdown``, ``/quiesce``, ``/reload``) call the same server methods as the memcache
 commands. Nothing else on this port changes anything. Unknown paths are 404, a query string
-that does not parse or names an unknown parameter is 400, another method is 405.
+that does not parse or names an unknown parameter is 400, another method is 405; who may ask at
+all is :mod:`._guard`'s (403, or 401 without the token).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .._names import name_text
 from ..messages import ReloadFailed
 from ..runtime import ReplyFuture
 from ..snapshot import gather_snapshot
+from ._guard import AdminGuard
 from ._ostrich import NamedListeners, PeriodLatches, ostrich_stats, ostrich_text, server_info
 from ._prometheus import CONTENT_TYPE, exposition
 
@@ -40,10 +42,11 @@ StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
 class _HttpError(Exception):
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: str, message: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
 
 
 class _Route:
@@ -60,8 +63,9 @@ class _Route:
 class AdminApp:
     """The WSGI application of one server's admin port."""
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: Any, guard: AdminGuard) -> None:
         self.server = server
+        self.guard = guard
         self.latches = PeriodLatches(self._snapshot)
         self.namespaces = NamedListeners()
         self.routes: dict[str, _Route] = {}
@@ -69,9 +73,9 @@ class AdminApp:
             ("/ping", self._ping, (), False),
             ("/stats", self._stats, ("period", "namespace", "filtered"), False),
             ("/server_info", self._server_info, (), False),
-            ("/shutdown", self._shutdown, (), True),
-            ("/quiesce", self._quiesce, (), True),
-            ("/reload", self._reload, (), True),
+            ("/shutdown", self._shutdown, ("token",), True),
+            ("/quiesce", self._quiesce, ("token",), True),
+            ("/reload", self._reload, ("token",), True),
         ):
             route = _Route(handler, frozenset(params), acts)
             for suffix in ("", ".json", ".txt"):
@@ -88,6 +92,7 @@ class AdminApp:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
         method = environ.get("REQUEST_METHOD", "GET")
+        extra: tuple[tuple[str, str], ...] = ()
         try:
             route = self.routes.get(path)
             if route is None:
@@ -96,20 +101,29 @@ class AdminApp:
             if method not in allowed:
                 raise _HttpError("405 Method Not Allowed", f"{method} is not allowed on {path}")
             params = _query(environ.get("QUERY_STRING", ""), route.params)
+            self._admit(environ, path, route, params)
             text = path.endswith(".txt")
             content_type, body = route.handler(params, text)
             status = "200 OK"
         except _HttpError as exc:
-            status, content_type = exc.status, _JSON
+            status, content_type, extra = exc.status, _JSON, exc.headers
             body = _json({"error": exc.message})
         except Exception:  # noqa: BLE001 - a failing endpoint must not take the server down
             log.exception("admin request failed", path=path)
             status, content_type = "500 Internal Server Error", _JSON
             body = _json({"error": "internal error"})
         headers = [("Content-Type", content_type), ("Content-Length", str(len(body))),
-                   ("Cache-Control", "no-store")]
+                   ("Cache-Control", "no-store"), *extra]
         start_response(status, headers)
         return [b""] if method == "HEAD" else [body]
+
+    def _admit(self, environ: dict[str, Any], path: str, route: _Route, params: dict[str, str]) -> None:
+        refusal = self.guard.refusal(environ, route.acts, params.get("token"))
+        if refusal is not None:
+            log.warning("admin request refused", path=path, reason=refusal.reason,
+                        peer=environ.get("REMOTE_ADDR"))
+            challenge = (("WWW-Authenticate", 'Bearer realm="kestrel-actors admin"'),) if refusal.challenge else ()
+            raise _HttpError(refusal.status, refusal.reason, challenge)
 
     # -- endpoints ------------------------------------------------------------------------
 

@@ -21,6 +21,12 @@ MIB = 1024 * 1024
               help="Thrift protocol port (framed transport, binary protocol); 0 disables it.")
 @click.option("--admin-port", default=2223, show_default=True, type=click.IntRange(0, 65535),
               help="Admin HTTP port (ostrich's /stats.json, Prometheus /metrics, a live page); 0 disables it.")
+@click.option("--admin-host", default="127.0.0.1", show_default=True,
+              help="Address the admin port listens on; separate from --host, so that opening the "
+                   "memcache port to the network does not open /shutdown.")
+@click.option("--admin-token", default=None, callback=lambda _ctx, _param, value: _token(value),
+              help="Require this token (Authorization: Bearer TOKEN, or ?token=TOKEN) on /shutdown, "
+                   "/quiesce and /reload. Visible to local users in ps: prefer admin_token in --config.")
 @click.option("--data-dir", default="./data", show_default=True,
               help="Directory of the queue journals.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
@@ -97,6 +103,18 @@ def _lock_data_dir(data_dir: str) -> int | None:
         sys.exit(1)
     except OSError:
         return None
+
+
+def _token(value: str | None) -> str | None:
+    from .._config_values import BadValue
+    from .._config_values import token as parse_token
+
+    if value is None:
+        return None
+    try:
+        return parse_token(value)
+    except BadValue as exc:
+        raise click.BadParameter(str(exc), param_hint="--admin-token") from exc
 
 
 def _with_sync_journal(config, value: str):

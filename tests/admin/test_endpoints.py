@@ -347,16 +347,31 @@ def test_admin_port_defaults_to_2223_and_0_disables_it(tmp_path):
         server.stop()
 
 
-def test_admin_port_listens_on_the_servers_host_only(tmp_path):
+def test_admin_port_listens_on_admin_host_not_on_host(tmp_path):
+    """Issue 21.4: the admin port no longer follows --host (exposing memcache exposed
+    /shutdown); it listens on --admin-host, 127.0.0.1 by default."""
     from ..helpers import ServerProcess
 
     server = ServerProcess(tmp_path / "data", admin_port=True)
-    server.host = "127.0.0.2"  # another loopback address: the admin port follows --host
+    server.host = "127.0.0.2"  # another loopback address for memcache
     server.start()
     try:
-        assert get_json(server.admin_url + "/ping") == {"response": "pong"}
+        assert server.client().set("moved", b"x") == b"STORED"
+        assert get_json(server.admin_url + "/ping") == {"response": "pong"}  # on 127.0.0.1
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.2", server.admin_port), timeout=2).close()
+    finally:
+        server.stop()
+    server = ServerProcess(tmp_path / "data", ("--admin-host", "127.0.0.2"), admin_port=True)
+    server.admin_host = "127.0.0.2"
+    server.start()
+    try:
+        assert get_json("http://127.0.0.2:%d/ping" % server.admin_port) == {"response": "pong"}
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", server.admin_port), timeout=2).close()
+        assert server.client().set("stays", b"x") == b"STORED"  # memcache still on --host
+        admin_line = next(line for line in server.log().splitlines() if '"protocol": "admin http"' in line)
+        assert '"host": "127.0.0.2"' in admin_line
     finally:
         server.stop()
 

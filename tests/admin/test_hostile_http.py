@@ -7,7 +7,7 @@ import os
 import socket
 import time
 
-from kestrel_actors.admin import IDLE_TIMEOUT, MAX_CONNECTIONS
+from kestrel_actors.admin import MAX_ARRIVING, REQUEST_DEADLINE, SEND_TIMEOUT
 
 from ..helpers import get_json
 
@@ -20,16 +20,18 @@ def test_half_requests_and_unread_replies_stall_neither_memcache_nor_the_descrip
     client = admin_server.client()
     assert client.set("steady", b"before") == b"STORED"
     before = open_fds(admin_server.proc.pid)
+    address = (admin_server.admin_host, admin_server.admin_port)
+    host = b"Host: %s:%d\r\n" % (admin_server.admin_host.encode(), admin_server.admin_port)
     held = []
     try:
-        for _ in range(MAX_CONNECTIONS + 40):  # more than the admin port serves at once
-            sock = socket.create_connection((admin_server.host, admin_server.admin_port))
-            sock.sendall(b"GET /stats.json HTTP/1.1\r\nHost: x\r\n")  # the blank line never comes
+        for _ in range(MAX_ARRIVING + 40):  # more requests arriving than the admin port waits for
+            sock = socket.create_connection(address)
+            sock.sendall(b"GET /stats.json HTTP/1.1\r\n" + host)  # the blank line never comes
             held.append(sock)
         for _ in range(3):  # pipelined requests whose replies are never read
-            sock = socket.create_connection((admin_server.host, admin_server.admin_port))
+            sock = socket.create_connection(address)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 100)
+            sock.sendall((b"GET /metrics HTTP/1.1\r\n" + host + b"\r\n") * 100)
             held.append(sock)
         time.sleep(0.5)
         # memcache clients are served all along
@@ -39,14 +41,15 @@ def test_half_requests_and_unread_replies_stall_neither_memcache_nor_the_descrip
         other = admin_server.client()
         assert other.get("steady") is not None
         other.close()
-        # the admin connections beyond MAX_CONNECTIONS wait in the backlog, not in our fd table
-        assert open_fds(admin_server.proc.pid) <= before + MAX_CONNECTIONS + 4
-        # the server closes what sends or takes nothing for IDLE_TIMEOUT, and serves again
+        # the oldest half requests gave way: the admin port holds at most MAX_ARRIVING of them
+        assert open_fds(admin_server.proc.pid) <= before + MAX_ARRIVING + 3 + 4
+        # the server closes what does not arrive within the deadline or takes nothing for
+        # SEND_TIMEOUT, and serves again
         for sock in held[1:]:
             sock.close()
-        held[0].settimeout(IDLE_TIMEOUT + 10)
+        held[0].settimeout(REQUEST_DEADLINE + 10)
         assert held[0].recv(100) == b""
-        deadline = time.monotonic() + IDLE_TIMEOUT + 10
+        deadline = time.monotonic() + REQUEST_DEADLINE + SEND_TIMEOUT + 10
         while open_fds(admin_server.proc.pid) > before:
             assert time.monotonic() < deadline, "admin connections still held"
             time.sleep(0.2)
@@ -56,3 +59,28 @@ def test_half_requests_and_unread_replies_stall_neither_memcache_nor_the_descrip
             sock.close()
     assert admin_server.proc.poll() is None
     assert "Traceback" not in admin_server.log()
+
+
+def test_pipelined_requests_leave_memcache_clients_their_turns(admin_server):
+    """An answer never waits, so pipelined requests were answered back to back without the
+    hub polling other sockets: three connections of 100 /metrics held a memcache client up
+    for about 6 s."""
+    client = admin_server.client(timeout=30)
+    assert client.set("steady", b"before") == b"STORED"
+    host = b"Host: %s:%d\r\n" % (admin_server.admin_host.encode(), admin_server.admin_port)
+    piped = []
+    try:
+        for _ in range(3):
+            sock = socket.create_connection((admin_server.admin_host, admin_server.admin_port))
+            sock.sendall((b"GET /metrics HTTP/1.1\r\n" + host + b"\r\n") * 100)
+            piped.append(sock)
+        waits = []
+        for number in range(20):
+            began = time.monotonic()
+            assert client.set("steady", b"%d" % number) == b"STORED"
+            waits.append(time.monotonic() - began)
+            time.sleep(0.05)
+    finally:
+        for sock in piped:
+            sock.close()
+    assert max(waits) < 1.0, f"a SET waited {max(waits):.2f} s behind pipelined admin requests"

@@ -3,31 +3,8 @@
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
-
-CHROMEDRIVER = "/usr/bin/chromedriver"
-
-
-@pytest.fixture
-def browser(tmp_path):
-    driver_path = shutil.which("chromedriver") or CHROMEDRIVER
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1280,800", f"--user-data-dir={tmp_path / 'chromium'}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def test_a_queue_filled_while_the_page_is_open_appears_with_its_items(admin_server, browser, tmp_path):

@@ -98,6 +98,25 @@ def test_server_settings():
     assert config.status_change_grace_period == 30.0
 
 
+def test_admin_address_and_token():
+    """Issue 21.4: the admin port's own address, and the token its acting endpoints require;
+    the token is kept out of repr and out of error messages."""
+    config = parse("""
+        admin_host = "127.0.0.2"
+        admin_token = "s3cret-from-the-file"
+    """)
+    assert (config.admin_host, config.admin_token) == ("127.0.0.2", "s3cret-from-the-file")
+    assert "s3cret" not in repr(config)
+    assert (ServerConfig().admin_host, ServerConfig().admin_token) == ("127.0.0.1", None)
+    assert problems("""
+        admin_token = "two words"
+        admin_host = ""
+    """) == [
+        "k.toml:2: admin_token: expected 1 to 256 visible ASCII characters, no spaces; got a string of 9 characters",
+        "k.toml:3: admin_host: expected a non-empty string; got ''",
+    ]
+
+
 def test_timers_can_be_turned_off():
     config = parse('expiration_timer_frequency = 0\nclient_timeout = "none"\n')
     assert config.expiration_timer_frequency is None and config.client_timeout is None

@@ -69,16 +69,6 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
-def log_events(server: ServerProcess) -> list[dict]:
-    events = []
-    for line in server.log_path.read_text(errors="replace").splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            pass
-    return events
-
-
 def journal_problems(path: Path) -> list[str]:
     """Problems a replay would find reading ``path`` record by record (none for a clean file)."""
     fd = os.open(path, os.O_RDONLY)
@@ -217,7 +207,7 @@ def _full_disk_scenario(server: ServerProcess, disk: Path, text_port: int) -> No
     for sock in (client, other, text, thrift):
         sock.close()
 
-    events = log_events(server)
+    events = server.log_events()
     failing = [e for e in events if e.get("event", "").startswith("journal write failing")]
     recovered = [e for e in events if e.get("event") == "journal write recovered"]
     # one line per queue per change of state, not one per retry
