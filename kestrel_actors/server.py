@@ -160,6 +160,11 @@ class Server:
         self._admin: Any = None
         self.membership: Any = None
         """The ZooKeeper server-set memberships (``cluster.ZooKeeperMembership``), when configured."""
+        if config.zookeeper is not None:
+            from .cluster import ZooKeeperMembership
+
+            self.membership = ZooKeeperMembership(config.zookeeper, self.status,
+                                                  config.status_change_grace_period)
         self._shutting_down = False
         self._quiescing = False
         self._check_data_dir()
@@ -168,6 +173,7 @@ class Server:
         self.context = SessionContext(
             stats=self.stats, status=self.status, collection=self.collection, config=config,
             version=self.version, control=_Control(self), closed=lambda session: self.connections.closed(session),
+            membership=self.membership,
         )
         self.connections = Connections(self.context)
 
@@ -211,7 +217,7 @@ class Server:
             log.info("listening", protocol="thrift", host=self.config.host, port=thrift.server_port)
         if self.config.admin_port:
             self._start_admin(self.config.host, self.config.admin_port)
-        if self.config.zookeeper is not None:
+        if self.membership is not None:
             self._join_server_sets(listener, thrift, text)
         frequency = self.config.expiration_timer_frequency
         if frequency:
@@ -222,13 +228,9 @@ class Server:
     def _join_server_sets(self, *listeners: StreamServer | None) -> None:
         """Join ZooKeeper's read and write sets; the endpoints in Kestrel's order (memcache,
         thrift, text: the first is the main one)."""
-        from .cluster import ZooKeeperMembership
-
         names = ("memcache", "thrift", "text")
         endpoints = {name: (self.config.host, listener.server_port)
                      for name, listener in zip(names, listeners) if listener is not None}
-        self.membership = ZooKeeperMembership(self.config.zookeeper, self.status,
-                                              self.config.status_change_grace_period)
         self.membership.start(endpoints)
 
     def _start_admin(self, host: str, port: int) -> None:

@@ -1,0 +1,155 @@
+"""Servers joining ZooKeeper server sets (issue 23), against a real ZooKeeper: three servers
+join both sets as Twitter server-set members; a ReadOnly server leaves the write set before
+its writes are refused and rejoins after ``status up`` and the grace period; membership and
+the connection state are in ``stats``, ``/stats.json`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+
+from kestrel_actors.client import Client
+
+from ..helpers import stats_of, wait_for
+
+MEMBER = re.compile(r"member_\d{10}\Z")
+THRIFT_STATUSES = {"DEAD", "STARTING", "ALIVE", "STOPPING", "STOPPED", "WARNING"}
+
+
+def service_instance(data: bytes) -> dict:
+    """Read a member as twitter commons' JsonCodec (Gson) does, strictly: only its fields,
+    ``serviceEndpoint`` and ``status`` required, endpoints exactly ``{host, port}``."""
+    document = json.loads(data.decode("utf-8"))
+    assert set(document) <= {"serviceEndpoint", "additionalEndpoints", "status", "shard"}, document
+    assert document["status"] in THRIFT_STATUSES
+
+    def endpoint(value: dict) -> tuple[str, int]:
+        assert set(value) == {"host", "port"}, value
+        assert isinstance(value["host"], str) and value["host"]
+        assert isinstance(value["port"], int) and 0 < value["port"] < 65536
+        return value["host"], value["port"]
+
+    endpoint(document["serviceEndpoint"])
+    for name, value in document.get("additionalEndpoints", {}).items():
+        assert isinstance(name, str)
+        endpoint(value)
+    assert "shard" not in document or isinstance(document["shard"], int)
+    return document
+
+
+def members(zk, path: str) -> dict[str, dict]:
+    """The set's members by node name (none if the set does not exist yet)."""
+    if zk.exists(path) is None:
+        return {}
+    found = {}
+    for child in zk.get_children(path):
+        try:
+            data, _ = zk.get(f"{path}/{child}")
+        except Exception:  # noqa: BLE001 - it left meanwhile
+            continue
+        found[child] = service_instance(data)
+    return found
+
+
+def ports(zk, path: str) -> set[int]:
+    """The memcache ports of the set's ALIVE members."""
+    return {m["additionalEndpoints"]["memcache"]["port"] for m in members(zk, path).values()
+            if m["status"] == "ALIVE"}
+
+
+def status(server, name: str) -> None:
+    conn = server.client()
+    try:
+        assert conn.call(b"status " + name.encode()) == b"END"
+    finally:
+        conn.close()
+
+
+def test_three_servers_join_both_sets_as_twitter_members(make_server, join_args, zk_client, prefix):
+    servers = [make_server(*join_args(), admin_port=True, thrift_port=True)
+               for _ in range(3)]
+    expected = {s.port for s in servers}
+    for set_name in ("read", "write"):
+        assert wait_for(lambda: ports(zk_client, f"{prefix}/{set_name}") == expected, timeout=15), \
+            (set_name, members(zk_client, f"{prefix}/{set_name}"))
+        found = members(zk_client, f"{prefix}/{set_name}")
+        assert all(MEMBER.match(name) for name in found), found
+        for node, member in found.items():
+            stat = zk_client.exists(f"{prefix}/{set_name}/{node}")
+            assert stat.ephemeralOwner != 0  # ephemeral: it goes with the server's session
+            memcache = member["additionalEndpoints"]["memcache"]
+            assert member["serviceEndpoint"] == memcache  # memcache is the main endpoint
+            server = next(s for s in servers if s.port == memcache["port"])
+            assert memcache["host"] == "127.0.0.1"
+            assert member["additionalEndpoints"]["thrift"] == {"host": "127.0.0.1", "port": server.thrift_port}
+            assert "text" not in member["additionalEndpoints"]  # the tests' servers have none
+    stats = stats_of(servers[0])
+    assert (stats["zookeeper_state"], stats["zookeeper_connected"]) == ("CONNECTED", "1")
+    assert (stats["zookeeper_read_member"], stats["zookeeper_write_member"]) == ("1", "1")
+    with urllib.request.urlopen(servers[0].admin_url + "/stats.json") as reply:
+        ostrich = json.load(reply)
+    assert ostrich["gauges"]["zookeeper/connected"] == 1.0
+    assert ostrich["gauges"]["zookeeper/write_member"] == 1.0
+    assert ostrich["labels"]["zookeeper_state"] == "CONNECTED"
+    with urllib.request.urlopen(servers[0].admin_url + "/metrics") as reply:
+        metrics = reply.read().decode()
+    assert "kestrel_zookeeper_connected 1.0" in metrics
+    assert "kestrel_zookeeper_read_member 1.0" in metrics
+
+    servers[2].stop()  # SIGTERM: both memberships marked DEAD and left at once
+    assert wait_for(lambda: ports(zk_client, f"{prefix}/read") == expected - {servers[2].port}, timeout=3)
+    assert ports(zk_client, f"{prefix}/write") == expected - {servers[2].port}
+
+
+def test_read_only_leaves_the_write_set_first_and_rejoins_after_the_grace_period(
+        make_server, join_args, zookeeper, zk_client, prefix, qname):
+    grace = 4.0
+    servers = [make_server(*join_args(grace=grace)) for _ in range(3)]
+    leaving = servers[1]
+    everyone = {s.port for s in servers}
+    assert wait_for(lambda: ports(zk_client, f"{prefix}/write") == everyone, timeout=15)
+    client = Client.from_server_set(zookeeper.hosts, f"{prefix}/write", read_path=f"{prefix}/read")
+    with client:
+        for i in range(30):
+            assert client.put(qname, b"before-%d" % i)
+        stored_before = int(stats_of(leaving)[f"queue_{qname}_total_items"])
+        assert stored_before > 0  # round-robin reached it
+
+        status(leaving, "readonly")
+        changed = time.monotonic()
+        assert wait_for(lambda: leaving.port not in ports(zk_client, f"{prefix}/write"), timeout=grace)
+        left = time.monotonic()
+        assert leaving.port in ports(zk_client, f"{prefix}/read")  # still drained
+        if left - changed < grace - 0.5:  # ZooKeeper first: it still takes writes in the grace period
+            conn = leaving.client()
+            assert conn.set(qname + "_probe", b"x") == b"STORED"
+            conn.close()
+        assert wait_for(lambda: f"127.0.0.1:{leaving.port}" not in client.write_servers, timeout=5)
+        for i in range(30):
+            assert client.put(qname, b"after-%d" % i)
+        assert int(stats_of(leaving)[f"queue_{qname}_total_items"]) == stored_before
+
+        got = []
+        while (item := client.get(qname, timeout=0.5)) is not None:
+            got.append(item)
+        assert sorted(got) == sorted([b"before-%d" % i for i in range(30)] + [b"after-%d" % i for i in range(30)])
+
+        status(leaving, "up")
+        asked = time.monotonic()
+        still_out = leaving.port not in ports(zk_client, f"{prefix}/write")
+        if time.monotonic() - asked < grace - 1.0:
+            assert still_out, "a looser status reaches ZooKeeper only after the grace period"
+        assert wait_for(lambda: leaving.port in ports(zk_client, f"{prefix}/write"), timeout=grace + 10)
+        assert time.monotonic() - asked >= grace - 0.5
+        assert wait_for(lambda: f"127.0.0.1:{leaving.port}" in client.write_servers, timeout=5)
+
+
+def test_quiescent_leaves_both_sets(make_server, join_args, zk_client, prefix):
+    server = make_server(*join_args())
+    assert wait_for(lambda: ports(zk_client, f"{prefix}/read") == {server.port}, timeout=15)
+    status(server, "quiescent")
+    assert wait_for(lambda: not ports(zk_client, f"{prefix}/read") and not ports(zk_client, f"{prefix}/write"),
+                    timeout=5)
+    assert stats_of(server)["zookeeper_read_member"] == "0"
