@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 22133
 DATA_DIR ?= ./data
 
-.PHONY: run test bench install clean memcached-tools thrift-compiler browser
+.PHONY: run test bench install clean memcached-tools thrift-compiler browser zookeeper
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -43,6 +43,16 @@ thrift-compiler:
 		$$sudo apt-get update -qq >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq thrift-compiler >/dev/null; }
 
+# Apache ZooKeeper, which the cluster tests run for real (tests/cluster: a standalone server on a
+# free loopback port, started from Debian's jars with Java 17): Debian's zookeeper package,
+# installed only when its jar is missing.
+zookeeper:
+	@test -f /usr/share/java/zookeeper.jar || { \
+		echo "installing zookeeper"; \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq zookeeper >/dev/null; }
+
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
@@ -50,7 +60,7 @@ browser:
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium chromium-driver; \
 	fi
 
-test: $(STAMP) memcached-tools thrift-compiler browser
+test: $(STAMP) memcached-tools thrift-compiler browser zookeeper
 	$(BIN)/python -m pytest -q -rfE
 
 bench: $(STAMP)
