@@ -6,6 +6,9 @@ the connection state are in ``stats``, ``/stats.json`` and ``/metrics``."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import re
 import time
 import urllib.request
@@ -153,3 +156,22 @@ def test_quiescent_leaves_both_sets(make_server, join_args, zk_client, prefix):
     assert wait_for(lambda: not ports(zk_client, f"{prefix}/read") and not ports(zk_client, f"{prefix}/write"),
                     timeout=5)
     assert stats_of(server)["zookeeper_read_member"] == "0"
+
+
+def test_the_cli_takes_a_server_set(make_server, join_args, zookeeper, zk_client, prefix, qname):
+    servers = [make_server(*join_args()) for _ in range(2)]
+    assert wait_for(lambda: ports(zk_client, f"{prefix}/write") == {s.port for s in servers}, timeout=15)
+    cli = [sys.executable, "-m", "kestrel_actors.cli"]
+    lines = b"".join(b"line-%d\n" % i for i in range(20))
+    put = subprocess.run([*cli, "put", qname, "-s", f"zk://{zookeeper.hosts}{prefix}/write"],
+                         input=lines, capture_output=True, timeout=60)
+    assert put.returncode == 0, put.stderr
+    stats = subprocess.run([*cli, "stats", "-s", f"zk://{zookeeper.hosts}{prefix}/read"],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert stats.returncode == 0, stats.stderr
+    assert all(s.address in stats.stdout for s in servers)
+    assert "CONNECTED" in stats.stdout
+    get = subprocess.run([*cli, "get", qname, "-n", "20", "-s", f"zk://{zookeeper.hosts}{prefix}/read"],
+                         capture_output=True, timeout=60)
+    assert get.returncode == 0, get.stderr
+    assert sorted(get.stdout.splitlines()) == sorted(lines.splitlines())
