@@ -15,7 +15,7 @@ import urllib.request
 
 from kestrel_actors.client import Client
 
-from ..helpers import stats_of, wait_for
+from ..helpers import free_port, stats_of, wait_for
 
 MEMBER = re.compile(r"member_\d{10}\Z")
 THRIFT_STATUSES = {"DEAD", "STARTING", "ALIVE", "STOPPING", "STOPPED", "WARNING"}
@@ -175,3 +175,32 @@ def test_the_cli_takes_a_server_set(make_server, join_args, zookeeper, zk_client
                          capture_output=True, timeout=60)
     assert get.returncode == 0, get.stderr
     assert sorted(get.stdout.splitlines()) == sorted(lines.splitlines())
+
+
+def test_the_spark_source_plans_with_the_members_of_the_moment(make_server, join_args, zookeeper, zk_client,
+                                                               prefix):
+    """What the ``serverSet`` option does at each micro-batch plan, without a JVM: the
+    connection sets follow the members (tests/bridge/test_server_set_option.py runs it in Spark)."""
+    from kestrel_actors.spark_bridge import Connection, KeepAlive
+    from kestrel_actors.spark_bridge._serverset import follow_members, server_set_members
+
+    first, second = make_server(*join_args()), make_server(*join_args())
+    assert wait_for(lambda: ports(zk_client, f"{prefix}/read") == {first.port, second.port}, timeout=15)
+    server_set = f"zk://{zookeeper.hosts}{prefix}/read"
+    assert sorted(map(str, server_set_members(server_set, 10))) == sorted([first.address, second.address])
+    sets: tuple[dict, dict] = ({}, {})
+    keep_alive = KeepAlive(0)
+
+    def connections(address):
+        return [Connection(address), Connection(address)]
+
+    follow_members(sets, server_set, 10, connections, keep_alive)
+    assert all(sorted(one) == sorted([first.address, second.address]) for one in sets)
+    kept = sets[0][first.address]
+    second.stop()
+    assert wait_for(lambda: ports(zk_client, f"{prefix}/read") == {first.port}, timeout=5)
+    follow_members(sets, server_set, 10, connections, keep_alive)
+    assert all(list(one) == [first.address] for one in sets)
+    assert sets[0][first.address] is kept  # a member that stays keeps its connections
+    follow_members(sets, f"zk://127.0.0.1:{free_port()}/nowhere", 1, connections, keep_alive)
+    assert all(list(one) == [first.address] for one in sets)  # ZooKeeper away: servers unchanged
