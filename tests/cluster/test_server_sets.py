@@ -204,3 +204,15 @@ def test_the_spark_source_plans_with_the_members_of_the_moment(make_server, join
     assert sets[0][first.address] is kept  # a member that stays keeps its connections
     follow_members(sets, f"zk://127.0.0.1:{free_port()}/nowhere", 1, connections, keep_alive)
     assert all(list(one) == [first.address] for one in sets)  # ZooKeeper away: servers unchanged
+
+
+def test_the_status_file_read_at_start_up_decides_the_first_memberships(make_server, join_args, zk_client,
+                                                                        prefix, tmp_path):
+    data_dir = tmp_path / "readonly-data"
+    (data_dir / ".kestrel").mkdir(parents=True)
+    (data_dir / ".kestrel" / "status").write_text("ReadOnly\n")
+    server = make_server(*join_args(), data_dir=data_dir)
+    assert wait_for(lambda: ports(zk_client, f"{prefix}/read") == {server.port}, timeout=15)
+    time.sleep(0.5)
+    assert ports(zk_client, f"{prefix}/write") == set()
+    assert stats_of(server)["zookeeper_write_member"] == "0"
