@@ -39,6 +39,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def spawn_logged(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``command`` with its stdout and stderr appended to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+
 class ServerProcess:
     """A server subprocess; ``args`` are extra ``serve`` options (e.g. ``--config``).
 
@@ -71,9 +77,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+        self.proc = spawn_logged(self.command(), self.log_path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -589,12 +593,9 @@ class ZooKeeperProcess:
             "admin.enableServer=false\n4lw.commands.whitelist=ruok\nminSessionTimeout=1000\n"
             "maxSessionTimeout=60000\n"
         )
-        log = open(self.directory / "zookeeper.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", ZOOKEEPER_CLASSPATH,
-             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)],
-            stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+        self.proc = spawn_logged(["java", "-Xmx256m", "-cp", ZOOKEEPER_CLASSPATH,
+                                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)],
+                                 self.directory / "zookeeper.log")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -628,3 +629,20 @@ class ZooKeeperProcess:
         client = KazooClient(self.hosts, **options)
         client.start(10)
         return client
+
+
+def server_set_ports(zk, path: str) -> set[int]:
+    """The memcache ports of the ALIVE members of the server set at ``path`` (read with the
+    kazoo client ``zk``); none while the set does not exist."""
+    if zk.exists(path) is None:
+        return set()
+    found = set()
+    for child in zk.get_children(path):
+        try:
+            data, _ = zk.get(f"{path}/{child}")
+        except Exception:  # noqa: BLE001 - it left meanwhile
+            continue
+        member = json.loads(data)
+        if member["status"] == "ALIVE":
+            found.add(member["additionalEndpoints"]["memcache"]["port"])
+    return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..helpers import ZooKeeperProcess, unique
+from ..helpers import ZooKeeperProcess, server_set_ports, unique, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +37,17 @@ def join_args(zookeeper, prefix):
                 "--zookeeper-session-timeout", str(session_timeout),
                 "--status-change-grace-period", str(grace), *more)
     return args
+
+
+@pytest.fixture
+def start_cluster(make_server, join_args, zk_client, prefix):
+    """Factory: ``start_cluster(count, **join_args)`` starts ``count`` servers joined to
+    ``prefix``'s sets and returns them once both sets list every one."""
+    def start(count: int, **options) -> list:
+        servers = [make_server(*join_args(**options)) for _ in range(count)]
+        everyone = {s.port for s in servers}
+        for set_name in ("read", "write"):
+            assert wait_for(lambda: server_set_ports(zk_client, f"{prefix}/{set_name}") == everyone,
+                            timeout=15), set_name
+        return servers
+    return start

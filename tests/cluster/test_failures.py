@@ -5,7 +5,6 @@ serving and they join again; digest credentials with a creator-only ACL."""
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -15,21 +14,7 @@ import pytest
 from kestrel_actors.client import Client, KestrelError
 
 from ..helpers import ZooKeeperProcess, free_port, stats_of, wait_for
-
-
-def ports(zk, path: str) -> set[int]:
-    if zk.exists(path) is None:
-        return set()
-    found = set()
-    for child in zk.get_children(path):
-        try:
-            data, _ = zk.get(f"{path}/{child}")
-        except Exception:  # noqa: BLE001 - it left meanwhile
-            continue
-        member = json.loads(data)
-        if member["status"] == "ALIVE":
-            found.add(member["serviceEndpoint"]["port"])
-    return found
+from ..helpers import server_set_ports as ports
 
 
 class Producer(threading.Thread):
@@ -68,12 +53,10 @@ def drain(client: Client, queue: str) -> list[bytes]:
 
 
 def test_sigkilled_server_leaves_after_its_session_timeout_and_no_put_is_lost(
-        make_server, join_args, zookeeper, zk_client, prefix, qname):
+        start_cluster, zookeeper, zk_client, prefix, qname):
     session = 3.0
-    servers = [make_server(*join_args(session_timeout=session)) for _ in range(3)]
+    servers = start_cluster(3, session_timeout=session)
     victim = servers[0]
-    everyone = {s.port for s in servers}
-    assert wait_for(lambda: ports(zk_client, f"{prefix}/write") == everyone, timeout=15)
     client = Client.from_server_set(zookeeper.hosts, f"{prefix}/write", read_path=f"{prefix}/read",
                                     retry_after=0.5)
     with client:

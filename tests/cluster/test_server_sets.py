@@ -16,6 +16,7 @@ import urllib.request
 from kestrel_actors.client import Client
 
 from ..helpers import free_port, stats_of, wait_for
+from ..helpers import server_set_ports as ports
 
 MEMBER = re.compile(r"member_\d{10}\Z")
 THRIFT_STATUSES = {"DEAD", "STARTING", "ALIVE", "STOPPING", "STOPPED", "WARNING"}
@@ -54,12 +55,6 @@ def members(zk, path: str) -> dict[str, dict]:
             continue
         found[child] = service_instance(data)
     return found
-
-
-def ports(zk, path: str) -> set[int]:
-    """The memcache ports of the set's ALIVE members."""
-    return {m["additionalEndpoints"]["memcache"]["port"] for m in members(zk, path).values()
-            if m["status"] == "ALIVE"}
 
 
 def status(server, name: str) -> None:
@@ -107,12 +102,10 @@ def test_three_servers_join_both_sets_as_twitter_members(make_server, join_args,
 
 
 def test_read_only_leaves_the_write_set_first_and_rejoins_after_the_grace_period(
-        make_server, join_args, zookeeper, zk_client, prefix, qname):
+        start_cluster, zookeeper, zk_client, prefix, qname):
     grace = 4.0
-    servers = [make_server(*join_args(grace=grace)) for _ in range(3)]
+    servers = start_cluster(3, grace=grace)
     leaving = servers[1]
-    everyone = {s.port for s in servers}
-    assert wait_for(lambda: ports(zk_client, f"{prefix}/write") == everyone, timeout=15)
     client = Client.from_server_set(zookeeper.hosts, f"{prefix}/write", read_path=f"{prefix}/read")
     with client:
         for i in range(30):
