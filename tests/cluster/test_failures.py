@@ -180,3 +180,65 @@ def test_digest_credentials_with_a_creator_only_acl(make_server, join_args, zook
     finally:
         anonymous.stop()
         anonymous.close()
+
+
+class Consumer(threading.Thread):
+    """Takes items through ``client`` with reliable reads (confirmed once recorded) until stopped."""
+
+    def __init__(self, client: Client, queue: str) -> None:
+        super().__init__(daemon=True)
+        self.client, self.queue = client, queue
+        self.consumed: list[bytes] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                with self.client.reliable(self.queue, timeout=0.2) as item:
+                    if item is not None:
+                        self.consumed.append(item)
+            except KestrelError:
+                time.sleep(0.05)  # that server went away: its open item goes back to its queue
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+
+
+def test_a_cluster_driven_from_outside_through_kills_restarts_and_read_only(
+        start_cluster, zookeeper, zk_client, prefix, qname):
+    """Issue 23's 'done when': three servers and one ZooKeeper; a producer and a consumer that
+    follow the sets while one server is set ReadOnly, another is SIGKILLed and restarted, and the
+    first is set Up again. Every acknowledged item is consumed."""
+    readonly, victim, steady = start_cluster(3, session_timeout=3.0, grace=1.0)
+    producer_client = Client.from_server_set(zookeeper.hosts, f"{prefix}/write", retry_after=0.5)
+    consumer_client = Client.from_server_set(zookeeper.hosts, f"{prefix}/read", retry_after=0.5)
+    producer, consumer = Producer(producer_client, qname), Consumer(consumer_client, qname)
+    with producer_client, consumer_client:
+        producer.start()
+        consumer.start()
+        assert wait_for(lambda: len(producer.acknowledged) > 100, timeout=20)
+
+        conn = readonly.client()
+        assert conn.call(b"status readonly") == b"END"
+        conn.close()
+        assert wait_for(lambda: readonly.port not in ports(zk_client, f"{prefix}/write"), timeout=5)
+        victim.kill()
+        assert wait_for(lambda: victim.port not in ports(zk_client, f"{prefix}/read"), timeout=15)
+        count = len(producer.acknowledged)
+        assert wait_for(lambda: len(producer.acknowledged) > count + 100, timeout=20)
+        victim.start()
+        assert wait_for(lambda: victim.port in ports(zk_client, f"{prefix}/write"), timeout=15)
+        conn = readonly.client()
+        assert conn.call(b"status up") == b"END"
+        conn.close()
+        assert wait_for(lambda: readonly.port in ports(zk_client, f"{prefix}/write"), timeout=10)
+        count = len(producer.acknowledged)
+        assert wait_for(lambda: len(producer.acknowledged) > count + 100, timeout=20)
+        producer.stop()
+        acknowledged = set(producer.acknowledged)
+        assert wait_for(lambda: acknowledged <= set(consumer.consumed), timeout=60), \
+            f"{len(acknowledged - set(consumer.consumed))} acknowledged items not consumed"
+        consumer.stop()
+    for server in (readonly, victim, steady):
+        assert stats_of(server)[f"queue_{qname}_items"] == "0"
