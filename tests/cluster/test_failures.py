@@ -114,6 +114,8 @@ def test_zookeeper_stopped_and_restarted_under_load(make_server, tmp_path, qname
             assert wait_for(lambda: all(stats_of(s)["zookeeper_connected"] == "1" for s in servers), timeout=10)
             for set_name in ("read", "write"):  # each joined once per set: no stale member left over
                 assert len(watcher.get_children(f"{prefix}/{set_name}")) == 3
+            for server in servers:  # the outage is logged once, however long the retries went on
+                assert server.log().count("zookeeper connection lost") == 1, server.log()[-3000:]
         finally:
             watcher.stop()
             watcher.close()
