@@ -209,3 +209,14 @@ def test_the_status_file_read_at_start_up_decides_the_first_memberships(make_ser
     time.sleep(0.5)
     assert ports(zk_client, f"{prefix}/write") == set()
     assert stats_of(server)["zookeeper_write_member"] == "0"
+
+
+def test_a_wildcard_bind_publishes_the_machines_address(make_server, join_args, zk_client, prefix):
+    from kestrel_actors.cluster._membership import published_host
+
+    server = make_server(*join_args(), "--host", "0.0.0.0")  # the last --host wins
+    assert wait_for(lambda: ports(zk_client, f"{prefix}/read") == {server.port}, timeout=15)
+    (member,) = members(zk_client, f"{prefix}/read").values()
+    host = member["serviceEndpoint"]["host"]
+    assert host not in ("0.0.0.0", "::", "")
+    assert host == published_host("0.0.0.0")
