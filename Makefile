@@ -17,7 +17,7 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 	$(if $(THRIFT_PORT),--thrift-port $(THRIFT_PORT)) $(if $(ADMIN_PORT),--admin-port $(ADMIN_PORT)) \
 	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
-.PHONY: run test bench install clean memcached-tools thrift-compiler browser node-clients
+.PHONY: run test bench install clean memcached-tools thrift-compiler browser node-clients zookeeper
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -64,6 +64,16 @@ node-clients:
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq nodejs npm >/dev/null; }
 	@[ -d $(VENV)/node_modules/memcached ] || npm install --silent --no-audit --no-fund --prefix $(VENV) memcached@2.2.2 >/dev/null
 
+# Apache ZooKeeper, which the cluster tests run for real (tests/cluster: a standalone server on a
+# free loopback port, started from Debian's jars with Java 17): Debian's zookeeper package,
+# installed only when its jar is missing.
+zookeeper:
+	@test -f /usr/share/java/zookeeper.jar || { \
+		echo "installing zookeeper"; \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq zookeeper >/dev/null; }
+
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
@@ -71,7 +81,7 @@ browser:
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium chromium-driver; \
 	fi
 
-test: $(STAMP) memcached-tools thrift-compiler browser node-clients
+test: $(STAMP) memcached-tools thrift-compiler browser node-clients zookeeper
 	$(BIN)/python -m pytest -q -rfE
 
 bench: $(STAMP)

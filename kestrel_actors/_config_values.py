@@ -33,6 +33,9 @@ __all__ = [
     "sync_journal",
     "text",
     "token",
+    "zookeeper_acl",
+    "zookeeper_credentials",
+    "zookeeper_path",
 ]
 
 Parser = Callable[[Any], Any]
@@ -230,3 +233,31 @@ def status_name(value: Any) -> str:
     if isinstance(value, str) and value.strip().lower() in names:
         return names[value.strip().lower()]
     raise BadValue(f'expected one of "Up", "ReadOnly", "WriteAvoid", "Quiescent"; got {_describe(value)}')
+
+
+def zookeeper_path(value: Any) -> str:
+    """An absolute ZooKeeper path without a trailing slash: ``/kestrel/production``."""
+    if (not isinstance(value, str) or not value.startswith("/") or value.endswith("/")
+            or "//" in value or any(c in value for c in "\0\n\r")):
+        raise BadValue('expected an absolute ZooKeeper path like "/kestrel/production" '
+                       f"(no trailing slash); got {_describe(value)}")
+    return value
+
+
+def zookeeper_acl(value: Any) -> str:
+    """``open`` or ``creator-all`` (Kestrel's ``OpenUnsafeACL``/``EveryoneReadCreatorAllACL``)."""
+    names = {"open": "open", "open-unsafe": "open", "creator-all": "creator-all",
+             "everyone-read-creator-all": "creator-all"}
+    if isinstance(value, str) and value.strip().lower() in names:
+        return names[value.strip().lower()]
+    raise BadValue(f'expected "open" or "creator-all"; got {_describe(value)}')
+
+
+def zookeeper_credentials(value: Any) -> tuple[str, str]:
+    """Digest credentials: a table ``{ user = "…", password = "…" }``."""
+    if isinstance(value, dict) and set(value) == {"user", "password"}:
+        user, password = value["user"], value["password"]
+        if isinstance(user, str) and user and ":" not in user and isinstance(password, str) and password:
+            return user, password
+    raise BadValue('expected a table { user = "name", password = "secret" } '
+                   "(a non-empty user without \":\" and a non-empty password)")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ._names import fanout_master
 
-__all__ = ["QueueConfig", "ServerConfig", "INT_MAX", "LONG_MAX"]
+__all__ = ["QueueConfig", "ServerConfig", "ZooKeeperConfig", "ZooKeeperCredentials", "INT_MAX", "LONG_MAX"]
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -47,6 +47,43 @@ class QueueConfig:
 
 
 @dataclass(frozen=True)
+class ZooKeeperCredentials:
+    """A ZooKeeper digest identity (Kestrel's ``credentials = Some((user, password))``)."""
+
+    user: str
+    password: str
+
+    def __repr__(self) -> str:  # the password stays out of logs and tracebacks
+        return f"ZooKeeperCredentials(user={self.user!r}, password=<set>)"
+
+
+@dataclass(frozen=True)
+class ZooKeeperConfig:
+    """Kestrel's ``zookeeper`` block: the ZooKeeper the server joins its two server sets in,
+    ``<path_prefix>/read`` and ``<path_prefix>/write`` (docs/cluster.md)."""
+
+    host: str
+    path_prefix: str
+    port: int = 2181
+    session_timeout: float = 10.0
+    credentials: ZooKeeperCredentials | None = None
+    acl: str = "open"
+    """``open`` (Kestrel's ``OpenUnsafeACL``) or ``creator-all`` (``EveryoneReadCreatorAllACL``:
+    anyone reads, only the credentials' owner changes; needs ``credentials``)."""
+
+    @property
+    def hosts(self) -> str:
+        """``host:port``, as a ZooKeeper client takes it."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def replace(self, **changes: object) -> ZooKeeperConfig:
+        return dataclasses.replace(self, **changes)
+
+
+ZOOKEEPER_ACLS = ("open", "creator-all")
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """Server-wide settings. Defaults are Kestrel's, except where a server needs a limit."""
 
@@ -78,6 +115,8 @@ class ServerConfig:
     servers on one machine read each other's status)."""
     default_status: str = "Up"
     status_change_grace_period: float = 0.0
+    zookeeper: ZooKeeperConfig | None = None
+    """Join ZooKeeper server sets (Kestrel's ``zookeeper``); ``None``: no ZooKeeper."""
     config_file: str | None = None
     """The TOML file this config came from, re-read by ``reload``."""
     queue_defaults: QueueConfig = field(default_factory=QueueConfig)

@@ -22,12 +22,13 @@ from typing import Any
 
 from . import _config_values as v
 from ._toml_lines import KeyLines, format_key
-from .config import QueueConfig, ServerConfig
+from .config import QueueConfig, ServerConfig, ZooKeeperConfig, ZooKeeperCredentials
 from ._names import fanout_master, is_fanout_child
 
 __all__ = [
     "QUEUE_SETTINGS",
     "SERVER_SETTINGS",
+    "ZOOKEEPER_SETTINGS",
     "ConfigError",
     "ConfigProblem",
     "effective_queue_config",
@@ -111,7 +112,18 @@ QUEUE_SETTINGS: dict[str, v.Parser] = {
 }
 """Keys of ``[queue_defaults]`` and ``[queues."name"]``: a :class:`QueueConfig` field → parser."""
 
-_TABLES = ("queue_defaults", "queues", "aliases")
+ZOOKEEPER_SETTINGS: dict[str, v.Parser] = {
+    "host": v.text,
+    "port": v.count(1, 65535),
+    "path_prefix": v.zookeeper_path,
+    "session_timeout": v.duration,
+    "credentials": v.zookeeper_credentials,
+    "acl": v.zookeeper_acl,
+}
+"""Keys of ``[zookeeper]``: a :class:`ZooKeeperConfig` field → parser (Kestrel's camelCase
+names, ``pathPrefix`` and ``sessionTimeout``, are reported with the snake_case spelling)."""
+
+_TABLES = ("queue_defaults", "queues", "aliases", "zookeeper")
 
 # Kestrel names whose snake_case form is not ours (the others are found by converting camelCase).
 _KESTREL_NAMES = {
@@ -127,9 +139,7 @@ _UNSUPPORTED_QUEUE = {
     "whiteListClientIdForDequeue": _THRIFT_ONLY,
     "whiteListClientIdForEnqueue": _THRIFT_ONLY,
 }
-_UNSUPPORTED_SERVER = {
-    "zookeeper": "kestrel-actors does not register with ZooKeeper",
-}
+_UNSUPPORTED_SERVER: dict[str, str] = {}
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _TOML_POSITION = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\Z")
 
@@ -234,6 +244,31 @@ class _Reader:
             aliases[name] = tuple(destinations)
         return aliases
 
+    def zookeeper(self, raw: Any) -> ZooKeeperConfig | None:
+        if not isinstance(raw, dict):
+            self.problem(("zookeeper",), f"expected a table (host, path_prefix, …); got {raw!r}")
+            return None
+        settings: dict[str, Any] = {}
+        for key, value in raw.items():
+            parser = ZOOKEEPER_SETTINGS.get(key)
+            if parser is None:
+                hint = _did_you_mean(key, _snake(key), list(ZOOKEEPER_SETTINGS))
+                self.problem(("zookeeper", key), "unknown zookeeper setting" + hint)
+            else:
+                self.value(("zookeeper", key), parser, value, settings)
+        missing = [key for key in ("host", "path_prefix") if key not in raw]
+        for key in missing:
+            self.problem(("zookeeper",), f"{key} is required")
+        if settings.get("session_timeout", 1.0) <= 0:
+            self.problem(("zookeeper", "session_timeout"), "expected a duration above 0")
+        if settings.get("acl") == "creator-all" and "credentials" not in raw:
+            self.problem(("zookeeper", "acl"), '"creator-all" needs credentials (user, password)')
+        if missing or self.problems:
+            return None
+        if "credentials" in settings:
+            settings["credentials"] = ZooKeeperCredentials(*settings["credentials"])
+        return ZooKeeperConfig(**settings)
+
     def read(self, document: dict[str, Any]) -> ServerConfig:
         server: dict[str, Any] = {}
         defaults: dict[str, Any] = {}
@@ -246,6 +281,8 @@ class _Reader:
                 tables = self.queues(raw)
             elif key == "aliases":
                 aliases = self.aliases(raw)
+            elif key == "zookeeper":
+                server["zookeeper"] = self.zookeeper(raw)
             elif key in SERVER_SETTINGS:
                 self.value((key,), SERVER_SETTINGS[key], raw, server)
             else:

@@ -162,6 +162,13 @@ class Server:
         self._listeners: list[StreamServer] = []
         self._sweeper: Any = None
         self._admin: Any = None
+        self.membership: Any = None
+        """The ZooKeeper server-set memberships (``cluster.ZooKeeperMembership``), when configured."""
+        if config.zookeeper is not None:
+            from .cluster import ZooKeeperMembership
+
+            self.membership = ZooKeeperMembership(config.zookeeper, self.status,
+                                                  config.status_change_grace_period)
         self._shutting_down = False
         self._quiescing = False
         self._check_data_dir()
@@ -171,6 +178,7 @@ class Server:
         self.context = SessionContext(
             stats=self.stats, status=self.status, collection=self.collection, config=config,
             version=self.version, control=_Control(self), closed=lambda session: self.connections.closed(session),
+            membership=self.membership,
         )
         self.connections = Connections(self.context)
 
@@ -214,6 +222,7 @@ class Server:
         self.open_file_limit = raise_open_file_limit()
         listener = self._listen(self.config.host, self.config.port, self._serve_memcache)
         self._listeners.append(listener)
+        text = thrift = None
         if self.config.text_port:
             text = self._listen(self.config.host, self.config.text_port, self._serve_text)
             self._listeners.append(text)
@@ -224,11 +233,21 @@ class Server:
             log.info("listening", protocol="thrift", host=self.config.host, port=thrift.server_port)
         if self.config.admin_port:
             self._start_admin(self.config.admin_host, self.config.admin_port)
+        if self.membership is not None:
+            self._join_server_sets(listener, thrift, text)
         frequency = self.config.expiration_timer_frequency
         if frequency:
             self._sweeper = gevent.spawn(self._sweep_forever, frequency)
         log.info("listening", protocol="memcache", host=self.config.host, port=listener.server_port,
                  data_dir=str(self.config.data_dir), open_file_limit=self.open_file_limit)
+
+    def _join_server_sets(self, *listeners: StreamServer | None) -> None:
+        """Join ZooKeeper's read and write sets; the endpoints in Kestrel's order (memcache,
+        thrift, text: the first is the main one)."""
+        names = ("memcache", "thrift", "text")
+        endpoints = {name: (self.config.host, listener.server_port)
+                     for name, listener in zip(names, listeners) if listener is not None}
+        self.membership.start(endpoints)
 
     def _start_admin(self, host: str, port: int) -> None:
         from .admin import AdminService
@@ -302,6 +321,8 @@ class Server:
             self._sweeper.kill()
         graceful = self.status.graceful_shutdown()
         self.status.shutdown()
+        if self.membership is not None:
+            self.membership.close()
         closed = ReplyFuture()
         self.collection.tell(ForAll(ForAllKind.CLOSE, closed, graceful=graceful))
         try:

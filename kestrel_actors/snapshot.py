@@ -40,6 +40,8 @@ is 1 while the queue's journal cannot write (a full disk), else 0."""
 
 ALIAS_COUNTERS = ("put_items", "put_bytes")
 
+_ZOOKEEPER_COUNTERS = ("joins", "sessions_expired")
+
 _MEMCACHE_GLOBALS = ServerStats.COUNTERS[: ServerStats.COUNTERS.index("queue_expires") + 1]
 
 
@@ -70,6 +72,8 @@ class StatsSnapshot:
     """Copies of each live queue's metrics; ``None`` key: the whole server's."""
     server_metrics: dict[str, Histogram] = field(default_factory=dict)
     """Copies of the server-wide only metrics (:data:`SERVER_METRICS`)."""
+    zookeeper: Any = None
+    """``cluster.MembershipFigures`` when the server joins ZooKeeper server sets, else None."""
 
     # -- memcache --------------------------------------------------------------------------
 
@@ -91,6 +95,9 @@ class StatsSnapshot:
             ("reserved_memory_ratio", self.reserved_memory_ratio()),
         ]
         lines.extend((name, counters[name]) for name in _MEMCACHE_GLOBALS if name != "total_items")
+        if self.zookeeper is not None:
+            lines.append(("zookeeper_state", self.zookeeper.state))
+            lines.extend((f"zookeeper_{name}", value) for name, value in self.zookeeper_figures().items())
         for queue in self.queues:
             lines.extend((f"queue_{queue.name}_{stat}", value) for stat, value in queue.lines)
         return lines
@@ -103,6 +110,19 @@ class StatsSnapshot:
 
     # -- ostrich's names -------------------------------------------------------------------
 
+    def zookeeper_figures(self) -> dict[str, int]:
+        """The membership's numbers (see docs/cluster.md); empty without ZooKeeper."""
+        figures = self.zookeeper
+        if figures is None:
+            return {}
+        return {
+            "connected": int(figures.connected),
+            "read_member": int(figures.read_member),
+            "write_member": int(figures.write_member),
+            "joins": figures.joins,
+            "sessions_expired": figures.sessions_expired,
+        }
+
     def queue_names(self) -> list[str]:
         return [queue.name for queue in self.queues if queue.extra is not None]
 
@@ -111,6 +131,9 @@ class StatsSnapshot:
         server = {name: value for name, value in self.server_counters.items() if name != "curr_connections"}
         # ``server_counters`` also holds the ``fsync_error_<class>`` counts, when there are any
         server["cmd_get_timeout_dropped"] = server["waiters_aborted"]  # Kestrel counts both
+        for name, value in self.zookeeper_figures().items():
+            if name in _ZOOKEEPER_COUNTERS:
+                server[f"zookeeper/{name}"] = value
         result: dict[str | None, dict[str, int]] = {None: server}
         for queue in self.queues:
             values = dict(queue.lines)
@@ -137,6 +160,8 @@ class StatsSnapshot:
                 "uptime": int(self.time - self.start_time),
                 "status/readable": 1.0 if self.readable else 0.0,
                 "status/writeable": 1.0 if self.writeable else 0.0,
+                **{f"zookeeper/{name}": float(value) for name, value in self.zookeeper_figures().items()
+                   if name not in _ZOOKEEPER_COUNTERS},
             }
         }
         for queue in self.queues:
@@ -151,7 +176,10 @@ class StatsSnapshot:
         return result
 
     def labels(self) -> dict[str, str]:
-        return {"version": self.version, "status": self.status}
+        labels = {"version": self.version, "status": self.status}
+        if self.zookeeper is not None:
+            labels["zookeeper_state"] = self.zookeeper.state
+        return labels
 
     def histograms(self) -> dict[str | None, dict[str, Histogram]]:
         """Every metric, server-wide (``None``: the latencies summed over the queues, and the
@@ -186,6 +214,7 @@ def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = Tr
         },
         queues=list(queues),
         reserved_memory=sum(server.config.queue_config(name).max_memory_size for name in real),
+        zookeeper=server.membership.figures() if getattr(server, "membership", None) is not None else None,
     )
     if with_metrics:
         whole = stats.retired.copy()

@@ -27,7 +27,7 @@ import enum
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import structlog
 
@@ -36,6 +36,7 @@ __all__ = [
     "ForbiddenStatusError",
     "ServerStatus",
     "Status",
+    "StatusListener",
     "UnknownStatusError",
     "default_status_file",
     "session_refusals",
@@ -134,6 +135,15 @@ def session_refusals(
     )
 
 
+class StatusListener(Protocol):
+    """Told of every accepted change just before it happens (Kestrel's ``proposeStatusChange``
+    and ``statusChanged`` hooks, which ``ZooKeeperServerStatus`` overrides): start-up's status
+    file and shutdown come with ``immediate``. It must not block: it runs in whatever
+    handler changed the status."""
+
+    def status_changing(self, old: Status, new: Status, immediate: bool) -> None: ...
+
+
 class ServerStatus:
     """The reported and enforced status of one server, persisted to ``status_file``.
 
@@ -160,6 +170,7 @@ class ServerStatus:
         self._reported = default
         self._enforce_at: float | None = None
         self._enforce(default)
+        self.listener: StatusListener | None = None
 
     @classmethod
     def from_config(cls, config: Any, clock: Callable[[], float] = time.monotonic) -> ServerStatus:
@@ -276,6 +287,8 @@ class ServerStatus:
             log.info("status grace period over; now enforced", status=self._reported.value)
 
     def _change(self, old: Status, new: Status, immediate: bool) -> None:
+        if self.listener is not None:
+            self.listener.status_changing(old, new, immediate)
         self._reported = new
         if new.stricter_than(old) and not immediate and self.grace_period > 0:
             self._enforce_at = self._clock() + self.grace_period

@@ -39,6 +39,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def spawn_logged(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``command`` with its stdout and stderr appended to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+
 class ServerProcess:
     """A server subprocess; ``args`` are extra ``serve`` options (e.g. ``--config``).
 
@@ -74,9 +80,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+        self.proc = spawn_logged(self.command(), self.log_path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -585,3 +589,87 @@ def get_json(url: str) -> Any:
     assert response.status == 200, response
     assert response.content_type == "application/json", response.content_type
     return response.json()
+
+
+# -- ZooKeeper --------------------------------------------------------------------------------
+
+ZOOKEEPER_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar"
+"""Debian's ``zookeeper`` package (``make zookeeper``): its jar names its dependencies."""
+
+
+class ZooKeeperProcess:
+    """A standalone ZooKeeper (Debian's 3.8) on a free loopback port with its own data
+    directory; stopped (or killed) by its pid. ``tickTime`` is 500 ms, so sessions may be as
+    short as one second."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.directory = Path(directory)
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> ZooKeeperProcess:
+        data = self.directory / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "zoo.cfg"
+        config.write_text(
+            f"tickTime=500\ndataDir={data}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n4lw.commands.whitelist=ruok\nminSessionTimeout=1000\n"
+            "maxSessionTimeout=60000\n"
+        )
+        self.proc = spawn_logged(["java", "-Xmx256m", "-cp", ZOOKEEPER_CLASSPATH,
+                                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)],
+                                 self.directory / "zookeeper.log")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"zookeeper exited with {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                    sock.sendall(b"ruok")
+                    if sock.recv(4) == b"imok":
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"zookeeper did not answer ruok within {timeout}s")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def kazoo(self, **options: Any):
+        """A started kazoo client of this ZooKeeper (threads); the caller stops it."""
+        from kazoo.client import KazooClient
+
+        client = KazooClient(self.hosts, **options)
+        client.start(10)
+        return client
+
+
+def server_set_ports(zk, path: str) -> set[int]:
+    """The memcache ports of the ALIVE members of the server set at ``path`` (read with the
+    kazoo client ``zk``); none while the set does not exist."""
+    if zk.exists(path) is None:
+        return set()
+    found = set()
+    for child in zk.get_children(path):
+        try:
+            data, _ = zk.get(f"{path}/{child}")
+        except Exception:  # noqa: BLE001 - it left meanwhile
+            continue
+        member = json.loads(data)
+        if member["status"] == "ALIVE":
+            found.add(member["additionalEndpoints"]["memcache"]["port"])
+    return found

@@ -57,20 +57,23 @@ QUEUE = QueueName()
 
 def _servers(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("-s", "--server", "servers", multiple=True,
-                        help="host:port of a server; repeat for a pool (default: $KESTREL_SERVERS, "
+                        help="host:port of a server; repeat for a pool; or one ZooKeeper server set, "
+                             "zk://host:port/path, followed live (default: $KESTREL_SERVERS, "
                              "comma-separated, or 127.0.0.1:22133).")(func)
     return click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.1),
                         help="Seconds to wait for a reply (a blocking read adds its own wait).")(func)
 
 
 def _client(servers: tuple[str, ...], timeout: float) -> Any:
-    from ..client import Client
+    from ..client import Client, KestrelError
 
     names = list(servers) or os.environ.get("KESTREL_SERVERS", "127.0.0.1:22133").split(",")
     try:
         return Client([name for name in names if name.strip()], timeout=timeout)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--server") from None
+    except KestrelError as exc:  # a server set whose ZooKeeper cannot be reached
+        raise _Failed(str(exc)) from None
 
 
 def _guard(action: Callable[[], int]) -> None:

@@ -7,6 +7,9 @@ import sys
 
 import click
 
+from ._zookeeper import FLAGS as ZOOKEEPER_FLAGS
+from ._zookeeper import with_zookeeper, zookeeper_options
+
 MIB = 1024 * 1024
 
 
@@ -45,12 +48,14 @@ MIB = 1024 * 1024
               help="Close a connection that sends nothing for this many seconds (off by default).")
 @click.option("--expiration-timer-frequency", default=1.0, show_default=True, type=float,
               help="Seconds between background expiry sweeps (0 disables them).")
+@zookeeper_options
 @click.pass_context
 def serve(ctx: click.Context, config_path: str | None, log_format: str, log_level: str, **flags) -> None:
     """Run a kestrel-actors server in the foreground."""
     from ..config import ServerConfig
 
     sync_journal = flags.pop("sync_journal")
+    zookeeper = {name: flags.pop(name) for name in ZOOKEEPER_FLAGS}
     if flags["expiration_timer_frequency"] == 0:
         flags["expiration_timer_frequency"] = None
     if config_path is None:
@@ -70,6 +75,7 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
         config = config.replace(**given)
     if sync_journal is not None:
         config = _with_sync_journal(config, sync_journal)
+    config = with_zookeeper(config, zookeeper)
     data_dir_lock = _lock_data_dir(config.data_dir)
     from ..journal import make_file_opener, queue_names
     from ..logs import configure_logging

@@ -103,13 +103,22 @@ def render(now: Reading, before: Reading | None, where: str) -> Any:
               help="Seconds between refreshes with --watch.")
 @click.option("--count", default=0, type=click.IntRange(min=0),
               help="With --watch: stop after this many refreshes (0: never).")
-def stats(host: str, port: int, watch: bool, interval: float, count: int) -> None:
-    """Show a server's queues and figures (from its admin port's /stats.json).
+@click.option("-s", "--server", "servers", multiple=True,
+              help="Instead of one admin port: the memcache stats of these servers (host:port; "
+                   "repeat), or of a ZooKeeper server set's members (zk://host:port/path).")
+def stats(host: str, port: int, watch: bool, interval: float, count: int, servers: tuple[str, ...]) -> None:
+    """Show a server's queues and figures (from its admin port's /stats.json), or a line per
+    server of a pool or server set (--server).
 
     Exit codes: 0 shown, 2 usage error, 3 the admin port could not be read."""
     from rich.console import Console
 
     console = Console()
+    if servers:
+        from ._cluster_stats import show_cluster
+
+        show_cluster(console, servers)
+        return
     where = f"{host}:{port}"
     if not watch:
         try:

@@ -5,6 +5,11 @@ go round-robin to the healthy servers, reads sweep them. A server that fails (no
 a reset, a reply that never came) is skipped and tried again after ``retry_after`` seconds.
 A reliable read is confirmed or aborted on the connection that opened it, so on the server
 the item came from.
+
+The servers may be a ZooKeeper server set's members (:meth:`Client.from_server_set`, or a
+``zk://host:port/path`` address), followed live: a member that leaves gets no new request, one
+that joins is used. Puts may follow one set (``…/write``) and everything else another
+(``…/read``), so a server taken out of the write path is still drained.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
+from ..cluster._serverset import ServerSetAddress
 from ._connection import Connection, cooperative
-from ._errors import ConnectionLost, KestrelError, ServerError
+from ._errors import ConnectFailed, ConnectionLost, KestrelError, ServerError
 from ._wire import (
     confirm_request,
     expect_deleted,
@@ -174,11 +180,22 @@ class Client:
     def __init__(self, servers: str | ServerAddress | Sequence[str | ServerAddress] = "127.0.0.1:22133",
                  *, timeout: float = 5.0, retry_after: float = 2.0, wait_slice: float = 0.5,
                  max_idle: int = 8, use_gevent: bool | None = None) -> None:
+        self._configure(timeout=timeout, retry_after=retry_after, wait_slice=wait_slice,
+                        max_idle=max_idle, use_gevent=use_gevent)
         if isinstance(servers, str | ServerAddress):
             servers = [servers]
-        self.servers = [_Server(ServerAddress.parse(s)) for s in servers]
+        sets = [s for s in servers if ServerSetAddress.is_address(s)]
+        if sets:
+            if len(servers) > 1:
+                raise ValueError("a zk:// server set must be the only address")
+            self._follow(ServerSetAddress.parse(str(sets[0])), writes_only=False)
+            return
+        self.servers = [self._server(ServerAddress.parse(s)) for s in servers]
         if not self.servers:
             raise ValueError("no servers")
+
+    def _configure(self, *, timeout: float = 5.0, retry_after: float = 2.0, wait_slice: float = 0.5,
+                   max_idle: int = 8, use_gevent: bool | None = None) -> None:
         self.timeout = timeout
         self.retry_after = retry_after
         self.wait_slice = wait_slice
@@ -186,13 +203,103 @@ class Client:
         self.use_gevent = use_gevent
         self._writes = itertools.count()
         self._reads = itertools.count()
+        self.servers: list[_Server] = []
+        """The servers of every call (puts too, unless they follow a set of their own)."""
+        self._writers: list[_Server] | None = None
+        """The servers puts go to when they follow a set of their own; None: :attr:`servers`."""
+        self._known: dict[ServerAddress, _Server] = {}
+        self._followers: list[Any] = []
+
+    @classmethod
+    def from_server_set(cls, zookeeper: str, path: str, *, read_path: str | None = None,
+                        endpoint: str = "memcache", credentials: tuple[str, str] | None = None,
+                        zookeeper_timeout: float = 10.0, **options: Any) -> Client:
+        """A client of the members of the server set at ``path`` in ZooKeeper ``zookeeper``
+        (``"host:port"``, or several comma-separated), followed live. With ``read_path``,
+        puts go to ``path``'s members (``/kestrel/write``) and every other call to
+        ``read_path``'s (``/kestrel/read``). ``endpoint`` names the member endpoint used
+        (the memcache one); ``credentials`` are ZooKeeper digest credentials (a set anyone
+        may read needs none). Waits up to ``zookeeper_timeout`` seconds for the first
+        listing (:class:`ConnectFailed` if ZooKeeper cannot be reached); ``options`` are the
+        constructor's."""
+        client = cls.__new__(cls)
+        client._configure(**options)
+        client._endpoint = endpoint
+        client._credentials = credentials
+        client._zookeeper_timeout = zookeeper_timeout
+        try:
+            client._follow(ServerSetAddress.parse(f"zk://{zookeeper}{read_path or path}"), writes_only=False)
+            if read_path is not None:
+                client._follow(ServerSetAddress.parse(f"zk://{zookeeper}{path}"), writes_only=True)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    # -- server sets ----------------------------------------------------------------------
+
+    _endpoint = "memcache"
+    _credentials: tuple[str, str] | None = None
+    _zookeeper_timeout = 10.0
+
+    def _server(self, address: ServerAddress) -> _Server:
+        """The one :class:`_Server` of ``address`` (its connections and backoff are shared
+        by the read and the write set)."""
+        server = self._known.get(address)
+        if server is None:
+            server = self._known[address] = _Server(address)
+        return server
+
+    def _follow(self, address: ServerSetAddress, writes_only: bool) -> None:
+        from ..cluster._follower import ServerSetFollower
+
+        def changed(members: list[Any]) -> None:
+            found = [member.endpoint(self._endpoint) for member in members]
+            servers = [self._server(ServerAddress(e.host, e.port)) for e in found]
+            if writes_only:
+                self._writers = servers
+            else:
+                self.servers = servers
+            self._forget_unused()
+
+        follower = ServerSetFollower(address, changed, use_gevent=self._hub() is not None,
+                                     credentials=self._credentials)
+        try:
+            follower.start(self._zookeeper_timeout)
+        except TimeoutError as exc:
+            raise ConnectFailed(str(exc)) from None
+        self._followers.append(follower)
+
+    def _forget_unused(self) -> None:
+        """Close the idle connections of servers no set lists any more."""
+        used = {id(s) for s in self.servers} | {id(s) for s in self._writers or ()}
+        for address, server in list(self._known.items()):
+            if id(server) not in used:
+                del self._known[address]
+                _close_idle(server)
 
     # -- connections ----------------------------------------------------------------------
+
+    @property
+    def write_servers(self) -> list[str]:
+        """The addresses puts go to now (``servers`` unless puts follow a set of their own)."""
+        return [str(s) for s in (self.servers if self._writers is None else self._writers)]
+
+    def _pool(self, servers: list[_Server] | None = None) -> list[_Server]:
+        """``servers`` (default :attr:`servers`) as they are now; a followed set with no
+        member fails the call as an unreachable server would."""
+        pool = self.servers if servers is None else servers
+        if not pool:
+            raise ConnectFailed(f"no server: the server set {self._set_names()} has no ALIVE member")
+        return pool
+
+    def _set_names(self) -> str:
+        return ", ".join(str(follower.address) for follower in self._followers) or "(none)"
 
     def connection(self, server: str | None = None) -> Connection:
         """A new raw :class:`Connection` to ``server`` (the first one when None), connected;
         the caller sends its own bytes and closes it."""
-        address = ServerAddress.parse(server) if server else self.servers[0].address
+        address = ServerAddress.parse(server) if server else self._pool()[0].address
         return Connection(address.host, address.port, self.timeout,
                           use_gevent=self.use_gevent).connect()
 
@@ -229,12 +336,7 @@ class Client:
     def _failed(self, server: _Server) -> None:
         server.failures += 1
         server.down_until = time.monotonic() + self.retry_after
-        for idle in server.idle.values():  # connections from before the failure are suspect
-            while idle:
-                try:
-                    idle.pop().close()
-                except IndexError:
-                    break
+        _close_idle(server)  # connections from before the failure are suspect
 
     def _discard(self, server: _Server, conn: Connection, error: BaseException) -> None:
         """After any error on ``conn``: close it (its place in the reply stream is unknown)
@@ -257,12 +359,13 @@ class Client:
     def _call(self, server: _Server, action: Callable[[Connection], T]) -> T:
         return self._use(server, self._acquire(server), action)
 
-    def _order(self, counter: Iterator[int]) -> list[_Server]:
-        """Every server, starting at the next in turn; healthy ones first, then the ones in
-        backoff (so a call fails only when every server has failed)."""
-        n = len(self.servers)
-        start = next(counter) % n
-        turn = self.servers[start:] + self.servers[:start]
+    def _order(self, counter: Iterator[int], servers: list[_Server] | None = None) -> list[_Server]:
+        """Every server (of ``servers``, default :attr:`servers`), starting at the next in
+        turn; healthy ones first, then the ones in backoff (so a call fails only when every
+        server has failed)."""
+        pool = self._pool(servers)
+        start = next(counter) % len(pool)
+        turn = pool[start:] + pool[:start]
         now = time.monotonic()
         return [s for s in turn if s.down_until <= now] + [s for s in turn if s.down_until > now]
 
@@ -304,7 +407,7 @@ class Client:
 
     def _write(self, call: Callable[[Connection], T]) -> T:
         failure: KestrelError | None = None
-        for server in self._order(self._writes):
+        for server in self._order(self._writes, self._writers):
             try:
                 return self._call(server, call)
             except (ConnectionLost, ServerError) as exc:
@@ -354,7 +457,7 @@ class Client:
         it) and returns it."""
         key = queue_key(queue)
         deadline = time.monotonic() + (timeout or 0)
-        pool = len(self.servers) > 1
+        pool = len(self._pool()) > 1
         waited = not pool  # a pool first looks everywhere without waiting
         failure: KestrelError | None = None
         while True:
@@ -412,7 +515,7 @@ class Client:
             raise ValueError("monitor needs seconds >= 0 and max_items >= 1")
         key = queue_key(queue)
         deadline = time.monotonic() + seconds
-        pool = len(self.servers) > 1
+        pool = len(self._pool()) > 1
         items: list[bytes] = []
         parts: dict[int, _Part] = {}
         asked = False
@@ -562,7 +665,7 @@ class Client:
         writes leave them: a dead host is not waited for on each ``stats``."""
         results: dict[str, T] = {}
         failure: KestrelError | None = None
-        servers = self.servers
+        servers = self._pool()
         if not every:
             now = time.monotonic()
             servers = [s for s in servers if s.down_until <= now] or servers
@@ -576,14 +679,13 @@ class Client:
         return results
 
     def close(self) -> None:
-        """Close every pooled connection (open reliable reads held elsewhere are not touched)."""
-        for server in self.servers:
-            for idle in server.idle.values():
-                while idle:
-                    try:
-                        idle.pop().close()
-                    except IndexError:
-                        break
+        """Close every pooled connection (open reliable reads held elsewhere are not touched)
+        and stop following server sets."""
+        followers, self._followers = self._followers, []
+        for follower in followers:
+            follower.stop()
+        for server in list(self._known.values()):
+            _close_idle(server)
 
     def __enter__(self) -> Client:
         return self
@@ -593,6 +695,15 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({[str(s) for s in self.servers]!r})"
+
+
+def _close_idle(server: _Server) -> None:
+    for idle in server.idle.values():
+        while idle:
+            try:
+                idle.pop().close()
+            except IndexError:
+                break
 
 
 def _confirm(conn: Connection, queue: str, count: int) -> None:

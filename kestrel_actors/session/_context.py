@@ -42,6 +42,9 @@ class SessionContext:
     """Takes :class:`Shutdown` and :class:`Reload` by ``tell``."""
     closed: Callable[[Any], None]
     """Called with the ``Session`` once a session has finished."""
+    membership: Any = None
+    """``cluster.ZooKeeperMembership`` when the server joins server sets (its figures are in
+    ``stats``), else None."""
 
     def writes_allowed(self, session: Any) -> bool:
         return not session.refuse_writes and not self.status.blocks_writes()

@@ -54,7 +54,9 @@ from pyspark.sql.datasource import (
 
 from ..client import KestrelError, ServerAddress
 from ._config import parse_duration, parse_servers
+from ..cluster import ServerSetAddress
 from ._kestrel import Connection, KeepAlive
+from ._serverset import follow_members, server_set_members
 
 __all__ = ["KestrelDataSource", "KestrelPartition", "SourceOptions"]
 
@@ -79,6 +81,9 @@ class SourceOptions:
     column: str = "data"
     connect_timeout: float = 5.0
     io_timeout: float = 30.0
+    server_set: str | None = None
+    """``serverSet``: a ZooKeeper server set (``zk://host:port/path``) whose members are the
+    servers, looked up at each micro-batch plan; ``servers`` is then ignored."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -87,8 +92,12 @@ class SourceOptions:
         if not queue or any(ch in queue for ch in " /\r\n\t"):
             raise ValueError(f"kestrel: option queue is required and must be a queue name, "
                              f"got {queue!r}")
+        server_set = lower.get("serverset") or None
+        if server_set is not None:
+            ServerSetAddress.parse(server_set)  # a bad address fails the query at once
         parsed = cls(
-            servers=parse_servers(lower.get("servers", "127.0.0.1:22133")),
+            server_set=server_set,
+            servers=() if server_set else parse_servers(lower.get("servers", "127.0.0.1:22133")),
             queue=queue,
             max_items_per_batch=int(lower.get("maxitemsperbatch", cls.max_items_per_batch)),
             items_per_partition=int(lower.get("itemsperpartition", cls.items_per_partition)),
@@ -317,6 +326,9 @@ class KestrelStreamReader(DataSourceStreamReader):
             return _offset(live.open[max(live.open)])
         budget = getattr(limit, "max_rows", None)
         opened = self._take_prefetch()
+        if self.options.server_set:  # no read-ahead is running now: the sets may change
+            follow_members(live.sets, self.options.server_set, self.options.connect_timeout,
+                           self._connections, live.keep_alive)
         if opened is None or not opened.held:
             now = time.monotonic()
             if now < live.idle_until:
@@ -377,6 +389,11 @@ class KestrelStreamReader(DataSourceStreamReader):
             connection.close()
 
     # helpers -------------------------------------------------------------------------------
+
+    def _connections(self, address: ServerAddress) -> list[Connection]:
+        options = self.options
+        return [Connection(address, options.connect_timeout, options.io_timeout)
+                for _ in range(options.connections_per_server)]
 
     def _take_prefetch(self) -> _Opened | None:
         live = self.live
@@ -479,7 +496,11 @@ def _write_items(options: SourceOptions, column: int, batches: Iterator[Any]) ->
 
     context = TaskContext.get()
     index = context.partitionId() if context is not None else 0
-    address = options.servers[index % len(options.servers)]
+    servers = server_set_members(options.server_set, options.connect_timeout) if options.server_set \
+        else options.servers
+    if not servers:
+        raise ConnectionError(f"kestrel sink: the server set {options.server_set} has no ALIVE member")
+    address = servers[index % len(servers)]
     connection = Connection(address, options.connect_timeout, options.io_timeout)
     stored = 0
     try:

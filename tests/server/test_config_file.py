@@ -44,7 +44,7 @@ def test_every_queue_field_has_a_parser():
 
 
 def test_every_server_field_has_a_parser():
-    tables = {"queue_defaults", "queues", "aliases"}
+    tables = {"queue_defaults", "queues", "aliases", "zookeeper"}
     assert {f.name for f in dataclasses.fields(ServerConfig)} - tables == set(SERVER_SETTINGS)
 
 DOCS = REPO / "docs" / "configuration.md"
