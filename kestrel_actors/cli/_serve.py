@@ -17,7 +17,7 @@ MIB = 1024 * 1024
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
               help="TOML configuration file (see docs/configuration.md); flags given here win.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=22133, show_default=True, type=click.IntRange(1, 65535), help="Memcache protocol port.")
+@click.option("--port", default=22133, show_default=True, type=click.IntRange(0, 65535), help="Memcache protocol port.")
 @click.option("--text-port", default=2222, show_default=True, type=click.IntRange(0, 65535),
               help="Text protocol port; 0 disables it.")
 @click.option("--thrift-port", default=2229, show_default=True, type=click.IntRange(0, 65535),
