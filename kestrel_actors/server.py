@@ -46,6 +46,9 @@ ACCEPT_PAUSE = 0.1
 """Seconds the listener stops accepting when not even its spare descriptor helps."""
 REFUSAL_BURST_GAP = 1.0
 """Refusals closer together than this many seconds are one burst, logged once."""
+DRAIN_SECONDS = 5.0
+"""At shutdown, how long connections may take to answer their requests in flight before the
+queues close (Kestrel drains for 30 s, but evicts blocking reads at once, as we do)."""
 
 
 class _Listener(StreamServer):
@@ -280,6 +283,9 @@ class Server:
             self._sweeper.kill()
         graceful = self.status.graceful_shutdown()
         self.status.shutdown()
+        # no client may be answered once a queue closes: a confirm a closed queue "did" is
+        # not on disk, and would be delivered again after the restart
+        self.connections.drain(DRAIN_SECONDS)
         closed = ReplyFuture()
         self.collection.tell(ForAll(ForAllKind.CLOSE, closed, graceful=graceful))
         try:
