@@ -198,6 +198,8 @@ class Server:
     def start(self) -> None:
         """Replay the queues on disk, then listen (behaviour §7.1: nothing is served half-loaded)."""
         self.load(self._discover())
+        if self._shutting_down:
+            return  # a signal during the replay: the queues close, no listener opens
         self.open_file_limit = raise_open_file_limit()
         listener = self._listen(self.config.host, self.config.port, self._serve_memcache)
         self._listeners.append(listener)
@@ -243,10 +245,12 @@ class Server:
 
     def serve_forever(self) -> None:
         """Start, and return once the server has shut down (``shutdown`` or a signal)."""
-        self.start()
-        _tune_gc()
+        # before the first client can connect: a SIGTERM then is an orderly shutdown, never
+        # the default action's kill (a test signalled just after the port opened hit that)
         gevent.signal_handler(signal.SIGTERM, self.shutdown)
         gevent.signal_handler(signal.SIGINT, self.shutdown)
+        self.start()
+        _tune_gc()
         self._stopped.wait()
 
     def shutdown(self) -> None:

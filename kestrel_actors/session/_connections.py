@@ -100,6 +100,9 @@ class Connections:
             for _session, ref in list(self.live.values()):
                 _tell(ref, Drain())
             self._none_live.wait(timeout)
+        if self.live:
+            log.warning("connections still busy at the end of the shutdown drain; cut off",
+                        connections=len(self.live), seconds=timeout)
         for session, ref in list(self.live.values()):
             session.closed = True  # at once, as a hang-up: its replies are dropped from now on
             _tell(ref, Disconnected())
