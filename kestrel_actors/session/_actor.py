@@ -192,6 +192,8 @@ class SessionActor(GeventActor):
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
+        self.draining = False
+        """The server is shutting down: open reads stay open, for the next start to back out."""
         self.hung_up = False
         self.finished = False
 
@@ -612,6 +614,8 @@ class SessionActor(GeventActor):
         if self.waiting is _MORE:  # nothing of the rest was fetched: nothing to give back
             self._drop_rest()
         self._cancel_wait()
+        if self.draining:  # as Kestrel at shutdown: not aborted into the journal (behaviour §7.4)
+            self.open_reads.clear()
         for name, xids in self.open_reads.items():
             if xids:
                 self.context.stats.cmd_get_open_dropped += len(xids)
@@ -630,7 +634,12 @@ class SessionActor(GeventActor):
     def _wind_down(self) -> None:
         if self.hung_up:
             return
-        self.pending.clear()
+        pending = self.pending
+        head = pending[0] if pending and self.waiting is _RESOLVE else None
+        pending.clear()
+        if head is not None:  # its queue's lookup, in flight, pops it when answered
+            pending.append(head)
+        self.draining = True
         self.closing = True  # _pump starts nothing more, and finishes once nothing is awaited
         self._cancel_wait()
         self._pump()

@@ -228,6 +228,7 @@ MIXED_WORKERS = [
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 65 server starts: ~1.5 min on a 2-core box, 5 min when 5x oversubscribed
 def test_mixed_load_across_sigterms_and_sigkills(tmp_path):
     """Issue 21's load: memcache SETs, ``/open``+``/close``, ``monitor``+``confirm``,
     blocking reads, thrift put/get/confirm and a fanout queue, several connections of each,
