@@ -89,7 +89,6 @@ class Connections:
             self._none_live.set()
         self._log.debug("connection closed", connection=session.id, peer=session.peer)
 
-
     def drain(self, timeout: float) -> None:
         """Shutdown: every session answers what it has in flight and closes (:class:`Drain`);
         blocks the calling greenlet until all have, or ``timeout`` seconds. One still open
