@@ -47,6 +47,9 @@ ACCEPT_PAUSE = 0.1
 """Seconds the listener stops accepting when not even its spare descriptor helps."""
 REFUSAL_BURST_GAP = 1.0
 """Refusals closer together than this many seconds are one burst, logged once."""
+DRAIN_SECONDS = 5.0
+"""At shutdown, how long connections may take to answer their requests in flight before the
+queues close (Kestrel drains for 30 s, but evicts blocking reads at once, as we do)."""
 
 
 class _Listener(StreamServer):
@@ -219,6 +222,8 @@ class Server:
     def start(self) -> None:
         """Replay the queues on disk, then listen (behaviour §7.1: nothing is served half-loaded)."""
         self.load(self._discover())
+        if self._shutting_down:
+            return  # a signal during the replay: the queues close, no listener opens
         self.open_file_limit = raise_open_file_limit()
         listener = self._listen(self.config.host, self.config.port, self._serve_memcache)
         self._listeners.append(listener)
@@ -280,11 +285,13 @@ class Server:
         SIGHUP reloads the config file, as ``reload`` does (from the start: a SIGHUP during a
         long replay must not kill the process); its outcome is logged.
         """
+        # before the first client can connect: a SIGTERM then is an orderly shutdown, never
+        # the default action's kill (a test signalled just after the port opened hit that)
         gevent.signal_handler(signal.SIGHUP, self._reload_on_signal)
-        self.start()
-        _tune_gc()
         gevent.signal_handler(signal.SIGTERM, self.shutdown)
         gevent.signal_handler(signal.SIGINT, self.shutdown)
+        self.start()
+        _tune_gc()
         self._stopped.wait()
 
     def shutdown(self) -> None:
@@ -323,6 +330,9 @@ class Server:
         self.status.shutdown()
         if self.membership is not None:
             self.membership.close()
+        # no client may be answered once a queue closes: a confirm a closed queue "did" is
+        # not on disk, and would be delivered again after the restart
+        self.connections.drain(DRAIN_SECONDS)
         closed = ReplyFuture()
         self.collection.tell(ForAll(ForAllKind.CLOSE, closed, graceful=graceful))
         try:

@@ -48,8 +48,9 @@ class Session:
 
     A queue skips the waiters of a closed session, so a client that hung up never swallows an
     item. Actors share it read-only but for ``closed``, which only the session's own side (its
-    transport's hang-up callback, then the session actor) sets; see ADR 0003 for why it is
-    shared rather than told.
+    transport's hang-up callback, then the session actor) sets, and the server's shutdown for
+    a session its drain had to cut off (ADR 0010); see ADR 0003 for why it is shared rather
+    than told.
     """
 
     id: int

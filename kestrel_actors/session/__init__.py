@@ -9,7 +9,7 @@
 * :class:`Connections` (``_connections``): a socket, a transport and a session, wired up.
 """
 
-from ._actor import Answer, Disconnected, MonitorState, Received, SessionActor
+from ._actor import Answer, Disconnected, Drain, MonitorState, Received, SessionActor
 from ._connections import Connections
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Handler
@@ -18,6 +18,6 @@ from ._text import TextHandler
 from ._thrift import ThriftHandler
 
 __all__ = [
-    "Answer", "Connections", "Disconnected", "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload",
+    "Answer", "Connections", "Disconnected", "Drain", "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload",
     "SessionActor", "SessionContext", "Shutdown", "TextHandler", "ThriftHandler",
 ]

@@ -54,7 +54,7 @@ from ..runtime import GeventActor
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Handler, write_refusal
 
-__all__ = ["Answer", "Disconnected", "MonitorState", "Received", "SessionActor"]
+__all__ = ["Answer", "Disconnected", "Drain", "MonitorState", "Received", "SessionActor"]
 
 log = structlog.get_logger("kestrel_actors.connection")
 
@@ -70,6 +70,14 @@ class Received:
 
 class Disconnected:
     """The client hung up (or the socket failed): finish the session."""
+
+    __slots__ = ()
+
+
+class Drain:
+    """The server is shutting down: answer the request in flight (a blocking read ends now,
+    with a miss), take no other, then close as a hang-up does (Kestrel's drain, behaviour
+    §7.4). The queues close only after this, so every answer a client got is on disk."""
 
     __slots__ = ()
 
@@ -90,6 +98,8 @@ class Answer(enum.Enum):
     RELOAD = "reload"
     ALIAS_SET = "alias_set"
     ALIAS_PUT = "alias_put"
+    CLOSE_READS = "close_reads"
+    """Thrift's confirm or abort, answered once every queue concerned has journaled it."""
 
 
 # Enum members as module globals: ``Answer.BATCH`` costs an enum class lookup (about 85 ns on
@@ -182,6 +192,8 @@ class SessionActor(GeventActor):
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
+        self.draining = False
+        """The server is shutting down: open reads stay open, for the next start to back out."""
         self.hung_up = False
         self.finished = False
 
@@ -203,6 +215,8 @@ class SessionActor(GeventActor):
             self._pump()
         elif kind is Disconnected:
             self._hang_up()
+        elif kind is Drain:
+            self._wind_down()
         else:
             return super().on_receive(message)
         return None
@@ -210,8 +224,11 @@ class SessionActor(GeventActor):
     def _pump(self) -> None:
         pending = self.pending
         transport = self.transport
-        if self.waiting is _MORE and not transport.backed_up:
-            self._send_rest()
+        if self.waiting is _MORE:
+            if self.closing:  # draining: the rest was never run, and is not answered
+                self._drop_rest()
+            elif not transport.backed_up:
+                self._send_rest()
         while pending and self.waiting is None and not self.closing and not transport.backed_up:
             command = pending[0]
             kind = type(command)
@@ -462,6 +479,11 @@ class SessionActor(GeventActor):
             # (open ones were given back by the hang-up, from ``open_reads``)
             self._return_items(ops, results, 0, position, opened=False)
 
+    def _drop_rest(self) -> None:
+        self.waiting = None
+        self.batch = []
+        self.batch_results = None
+
     def _send_rest(self) -> None:
         """Ask the queue for the rest of a batch it answered in parts."""
         name = self.batch_queue
@@ -511,6 +533,7 @@ class SessionActor(GeventActor):
             or opened >= monitor.limit
             or time.monotonic() >= monitor.deadline
             or self.session.closed
+            or self.closing
             or not self.context.reads_allowed(self.session)
         ):
             self.monitor = None
@@ -589,20 +612,37 @@ class SessionActor(GeventActor):
         self.pending.clear()
         self.closing = True
         if self.waiting is _MORE:  # nothing of the rest was fetched: nothing to give back
-            self.waiting = None
-            self.batch = []
-            self.batch_results = None
-        if self.waiting is _BATCH and self.batch_queue in self.refs:
-            try:
-                self.refs[self.batch_queue].tell(CancelWaits(self.session))
-            except ActorDeadError:
-                pass
+            self._drop_rest()
+        self._cancel_wait()
+        if self.draining:  # as Kestrel at shutdown: not aborted into the journal (behaviour §7.4)
+            self.open_reads.clear()
         for name, xids in self.open_reads.items():
             if xids:
                 self.context.stats.cmd_get_open_dropped += len(xids)
                 self._give_back(name, list(xids))
         self.open_reads.clear()
         self.handler.release()
+
+    def _cancel_wait(self) -> None:
+        """A fetch of the batch in flight that waits in its queue is answered now, a miss."""
+        if self.waiting is _BATCH and self.batch_queue in self.refs:
+            try:
+                self.refs[self.batch_queue].tell(CancelWaits(self.session))
+            except ActorDeadError:
+                pass
+
+    def _wind_down(self) -> None:
+        if self.hung_up:
+            return
+        pending = self.pending
+        head = pending[0] if pending and self.waiting is _RESOLVE else None
+        pending.clear()
+        if head is not None:  # its queue's lookup, in flight, pops it when answered
+            pending.append(head)
+        self.draining = True
+        self.closing = True  # _pump starts nothing more, and finishes once nothing is awaited
+        self._cancel_wait()
+        self._pump()
 
     def _give_back(self, name: str, xids: list[int]) -> None:
         self.tell_queue(name, Unremove(tuple(xids)))

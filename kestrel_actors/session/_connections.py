@@ -10,13 +10,15 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+import gevent.event
 import structlog
+from pykka import ActorDeadError
 
 from ._transport import SocketTransport
 from ..messages import Session
 from ..runtime import Dispatcher
 from ..status import session_refusals
-from ._actor import Disconnected, Received, SessionActor
+from ._actor import Disconnected, Drain, Received, SessionActor
 from ._context import SessionContext
 from ._handler import Handler
 
@@ -31,6 +33,9 @@ class Connections:
     def __init__(self, context: SessionContext) -> None:
         self.context = context
         self._next_session = 0
+        self.live: dict[int, tuple[Session, Any]] = {}
+        """Every session not yet finished, by id, with its actor (what a shutdown drains)."""
+        self._none_live = gevent.event.Event()
         self._log = log.bind()
         """Resolved once (logging is configured by now): a module logger is a lazy proxy that
         binds anew on every call, and two of these calls come with every connection."""
@@ -72,13 +77,41 @@ class Connections:
 
         transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, config.client_timeout)
         holder.append(SessionActor.start(context, transport, session, handler_class))
+        self.live[session.id] = (session, holder[0])
         self._log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start()
 
     def closed(self, session: Session) -> None:
         """A session finished (its actor calls this last)."""
         self.context.stats.curr_connections -= 1
+        self.live.pop(session.id, None)
+        if not self.live:
+            self._none_live.set()
         self._log.debug("connection closed", connection=session.id, peer=session.peer)
+
+    def drain(self, timeout: float) -> None:
+        """Shutdown: every session answers what it has in flight and closes (:class:`Drain`);
+        blocks the calling greenlet until all have, or ``timeout`` seconds. One still open
+        then is cut off as if its client had hung up: from now on it sends nothing, so no
+        client is answered by a queue that is closing."""
+        if self.live:
+            self._none_live.clear()
+            for _session, ref in list(self.live.values()):
+                _tell(ref, Drain())
+            self._none_live.wait(timeout)
+        if self.live:
+            log.warning("connections still busy at the end of the shutdown drain; cut off",
+                        connections=len(self.live), seconds=timeout)
+        for session, ref in list(self.live.values()):
+            session.closed = True  # at once, as a hang-up: its replies are dropped from now on
+            _tell(ref, Disconnected())
+
+
+def _tell(ref: Any, message: Any) -> None:
+    try:
+        ref.tell(message)
+    except ActorDeadError:  # finished meanwhile
+        pass
 
 
 def peer_name(address: Any) -> str:

@@ -36,7 +36,7 @@ from thriftpy2.thrift import TApplicationException
 from .. import protocol as p
 from ..messages import AliasAdd, ForAllKind, Gather, Resolved
 from ..messages import (
-    BATCH_FETCH_BYTES, FLUSH, INSPECT, Add, Confirm, OpenMany, Peek, PutBack, QueueBatch, RemoveMany, Unremove, IGNORE,
+    BATCH_FETCH_BYTES, FLUSH, INSPECT, Add, Confirm, OpenMany, Peek, PutBack, QueueBatch, RemoveMany, Unremove,
     first_failure,
 )
 from ..protocol import _thrift as th
@@ -292,7 +292,7 @@ class ThriftHandler:
         elif kind is th.ThriftPut:  # no items
             s.out.append(th.encode_thrift_result(command, 0))
         elif kind is th.ThriftConfirm or kind is th.ThriftAbort:
-            s.out.append(th.encode_thrift_result(command, self._close_reads(command)))
+            self._close_reads(command)
         elif kind is th.ThriftDeleteQueue:
             self.answering = command
             s.delete_queue(command.queue)
@@ -320,26 +320,37 @@ class ThriftHandler:
         self.s.pending.clear()
         self.s.closing = True
 
-    def _close_reads(self, command: Any) -> int:
+    def _close_reads(self, command: Any) -> None:
         """confirm/abort: each known id, from any connection, on the queue that opened it (the
-        ``queue_name`` argument is not used, as in Kestrel). Returns how many ids were known."""
+        ``queue_name`` argument is not used, as in Kestrel). Answers how many ids were known,
+        once every queue concerned has answered: as a SET's, a queue's answer comes only when
+        its records are as durable as ``sync_journal`` says, so a confirmed item never comes
+        back after a crash."""
         closed = self.reads.close(command.ids)
         op = Confirm if type(command) is th.ThriftConfirm else Unremove
         by_queue: dict[int, tuple[Any, list[int]]] = {}
         for read in closed:
             if read.ref is not None:
                 by_queue.setdefault(id(read.ref), (read.ref, []))[1].append(read.xid)
+        if not by_queue:
+            self.s.out.append(th.encode_thrift_result(command, len(closed)))
+            return
+        self.answering = command
+        reply_to = self.s.reply_to(Answer.CLOSE_READS)
+        known = len(closed)
+        gather = Gather(len(by_queue), lambda _answers: reply_to.tell(known))
         for ref, xids in by_queue.values():
             try:
-                ref.tell(QueueBatch([op(tuple(xids))], None, IGNORE))
+                ref.tell(QueueBatch([op(tuple(xids))], None, gather))
             except ActorDeadError:  # a deleted queue: the item went with it
-                pass
-        return len(closed)
+                gather.tell(None)
 
     def answered(self, tag: Answer, value: Any) -> None:
         call = self.answering
         self.answering = None
-        if tag is Answer.ALIAS_PUT:
+        if tag is Answer.CLOSE_READS:
+            self.s.out.append(th.encode_thrift_result(call, value))
+        elif tag is Answer.ALIAS_PUT:
             failure = first_failure(result for results in value for result in results)
             if failure is not None:
                 self.s.out.append(self._server_error(call, failure.message))

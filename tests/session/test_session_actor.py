@@ -19,7 +19,7 @@ from kestrel_actors.protocol import MemcacheDecoder
 from kestrel_actors.protocol._text import TextDecoder
 from kestrel_actors.runtime import Dispatcher
 from kestrel_actors.session import (
-    Disconnected, MemcacheHandler, Received, Reload, SessionActor, SessionContext, Shutdown, TextHandler,
+    Disconnected, Drain, MemcacheHandler, Received, Reload, SessionActor, SessionContext, Shutdown, TextHandler,
 )
 from kestrel_actors.status import ServerStatus, Status
 
@@ -93,6 +93,12 @@ class Client:
     def hang_up(self) -> None:
         Dispatcher.current().deliver(self.ref, Disconnected())
         settle()
+
+    def drain(self) -> bytes:
+        """What the server's shutdown tells every session before the queues close."""
+        Dispatcher.current().deliver(self.ref, Drain())
+        settle()
+        return self.transport.take()
 
 
 def settle() -> None:
@@ -224,3 +230,39 @@ def test_a_handler_that_raises_closes_its_connection_and_gives_back_what_it_held
     assert line["log_level"] == "error" and "a bug in the handler" in line["error"]
     assert writer.send(b"get q\r\n") == b"VALUE q 0 1\r\nx\r\nEND\r\n"  # the open read came back
     assert writer.send(b"get p\r\n") == b"VALUE p 0 1\r\ny\r\nEND\r\n"
+
+
+# -- the shutdown's drain -----------------------------------------------------------------------
+
+
+def test_drain_answers_a_waiting_read_and_nothing_after_it(world):
+    """Kestrel evicts waiters at shutdown: the blocking read is answered, then the connection
+    closes; what the client pipelined behind it is neither run nor answered."""
+    client = world.connect()
+    assert client.send(b"get q/t=5000\r\nset q 0 0 1\r\nx\r\n") == b""
+    assert client.drain() == b"END\r\n"
+    assert client.transport.closed and world.finished == [client.session]
+    assert world.connect().send(b"get q\r\n") == b"END\r\n"  # the SET never ran
+
+
+def test_drain_ends_a_monitor_and_leaves_open_reads_open(world):
+    """Open reads are not aborted into the journal at shutdown (behaviour §7.4): the next
+    start backs them out, in xid order."""
+    writer, reader, monitor = world.connect(), world.connect(), world.connect()
+    writer.send(b"set q 0 0 1\r\na\r\nset q 0 0 1\r\nb\r\n")
+    assert reader.send(b"get q/open\r\n") == b"VALUE q 0 1\r\na\r\nEND\r\n"
+    assert monitor.send(b"monitor q 5 2\r\n") == b"VALUE q 0 1\r\nb\r\nEND\r\n"  # waits for a second
+    assert monitor.drain() == b"END\r\n"  # the stream's end, now
+    assert reader.drain() == b""
+    assert reader.transport.closed and monitor.transport.closed
+    assert writer.send(b"get q\r\n") == b"END\r\n"
+    assert world.stats.cmd_get_open_dropped == 0
+
+
+def test_a_confirm_answered_before_the_drain_stays_confirmed(world):
+    client = world.connect()
+    client.send(b"set q 0 0 1\r\nx\r\n")
+    client.send(b"get q/open\r\n")
+    assert client.send(b"get q/close\r\n") == b"END\r\n"
+    assert client.drain() == b""
+    assert world.connect().send(b"get q\r\n") == b"END\r\n"
