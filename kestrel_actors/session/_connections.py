@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from ._budget import BufferBudget
 from ._transport import SocketTransport
 from ..messages import Session
 from ..runtime import Dispatcher
@@ -30,6 +31,8 @@ class Connections:
 
     def __init__(self, context: SessionContext) -> None:
         self.context = context
+        self.budget = BufferBudget(context.config.max_buffered_bytes)
+        """What every connection buffers, bounded by ``max_buffered_bytes`` (not reloaded)."""
         self._next_session = 0
         self._log = log.bind()
         """Resolved once (logging is configured by now): a module logger is a lazy proxy that
@@ -70,7 +73,8 @@ class Connections:
         def on_bytes(count: int) -> None:
             stats.bytes_read += count
 
-        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, config.client_timeout)
+        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, self.budget,
+                                    config.client_timeout, session.peer)
         holder.append(SessionActor.start(context, transport, session, handler_class))
         self._log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start()
