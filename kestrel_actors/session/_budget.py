@@ -81,8 +81,7 @@ class BufferBudget:
             self.holders.discard(holder)
         total = self.total
         if held > before:
-            if total > self._high:
-                self._high = total
+            self._high = max(self._high, total)
             if total > self.limit and not self._due:
                 self._due = True
                 gevent.get_hub().loop.run_callback(self._shed)

@@ -27,11 +27,10 @@ for a long time after its client has gone.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
-
 import select
 import socket
 import struct
+from typing import TYPE_CHECKING, Any, Callable
 
 import gevent
 import structlog
@@ -140,7 +139,7 @@ class SocketTransport:
         self._over = False
         """Output went over ``OUTPUT_HIGH``: when it drains, reading and the actor resume."""
         self.closed = False
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
         self._out_held = 0
         """The memory ``_out`` keeps: a view keeps the whole reply it is part of."""
@@ -250,7 +249,7 @@ class SocketTransport:
         self._handed = 0
         if self._handed_bytes:
             self._handed_bytes = 0
-            if not self.closed:
+            if self.held and not self.closed:  # else the read that handed them accounts
                 self._account()
         if not self._watcher.active and self._may_read():
             self._read_again()
@@ -377,7 +376,6 @@ class SocketTransport:
         self.on_eof = _ignore
         self.on_bytes = _ignore_count
 
-
     def _drop_output(self) -> None:
         self._out, self._out_bytes, self._out_held, self.backed_up = [], 0, 0, False
 
@@ -394,7 +392,7 @@ def _unsent(data: bytes | memoryview, sent: int) -> bytes | memoryview:
 
 def _footprint(data: bytes | memoryview) -> int:
     """The memory ``data`` keeps alive."""
-    return len(data.obj) if type(data) is memoryview else len(data)
+    return len(data.obj) if type(data) is memoryview else len(data)  # type: ignore[arg-type]
 
 
 _RESET = struct.pack("ii", 1, 0)

@@ -130,7 +130,8 @@ def test_half_sent_large_requests_give_their_memory_back_every_round(make_server
             for client in clients:
                 client.sendall(request)
             # all of it read by the server: it holds 8 x 24 MiB now
-            assert wait_for(lambda: bytes_read(server) - before >= 8 * len(request), 30.0, 0.05)
+            wanted = before + 8 * len(request)
+            assert wait_for(lambda wanted=wanted: bytes_read(server) >= wanted, 30.0, 0.05)
             held = rss(server)
             for client in clients:
                 client.close()
