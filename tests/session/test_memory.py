@@ -34,7 +34,7 @@ PROBE_P99 = 0.25
 """The bound asserted on another client's round trips while the recipes run (p99, seconds).
 
 The issue asks for 100 ms. On the shared two-core machine these tests were written on, under
-load averages of 8 to 13 (other test runs), the p99 measured here was 42-153 ms over a dozen
+load averages of 8 to 18 (other test runs), the p99 measured here was 42-171 ms over a dozen
 runs of each recipe, and an idle server's was 6-10 ms with a maximum of 100-200 ms (the
 scheduler alone): 100 ms cannot be asserted reliably there, 250 ms can. Before the fix, a
 probe during the thousand-client recipe saw p50 0.5-1.6 s and p99 1.4-2.5 s (its STATS
