@@ -108,6 +108,9 @@ class ServerConfig:
     expiration_timer_frequency: float | None = 1.0
     client_timeout: float | None = None
     max_connections: int = 20_000
+    max_buffered_bytes: int = 1024 * MIB
+    """Bound on what all connections buffer together (unfinished requests, unread replies);
+    past it the connections holding the most are closed (ADR 0011)."""
     connection_limit_refuse_writes: int | None = None
     connection_limit_refuse_reads: int | None = None
     status_file: str | None = None

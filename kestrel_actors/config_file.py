@@ -81,6 +81,7 @@ SERVER_SETTINGS: dict[str, v.Parser] = {
     "expiration_timer_frequency": v.optional_duration(zero_is_none=True),
     "client_timeout": v.optional_duration(zero_is_none=True),
     "max_connections": v.count(1),
+    "max_buffered_bytes": v.positive_size,
     "connection_limit_refuse_writes": v.optional_count(0),
     "connection_limit_refuse_reads": v.optional_count(0),
     "status_file": v.text,

@@ -68,6 +68,12 @@ class _Listener(StreamServer):
     seconds without one).
     """
 
+    max_accept = 1
+    """Clients accepted per loop iteration (gevent's default is 100). A client's first requests
+    are handled in the iteration after its accept, all in one go: a burst of a hundred heavy
+    newcomers (each asking for a megabyte of replies) held every other client up for seconds.
+    One per iteration interleaves the newcomers with everyone else's requests (ADR 0011)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._spare: int | None = _reserve_fd()

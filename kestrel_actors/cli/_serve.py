@@ -42,6 +42,10 @@ MIB = 1024 * 1024
 @click.option("--monitor-max-items", default=10_000, show_default=True, type=click.IntRange(min=1),
               help="Most items one monitor command may hold open.")
 @click.option("--max-connections", default=20_000, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-buffered-bytes", default="1G", show_default=True, metavar="SIZE", callback=lambda _ctx, param, value: _size(param, value),
+              help="Bound on what all connections buffer together (unfinished requests, unsent "
+                   "replies), in bytes or with a unit (512M, 2G); past it the connections holding "
+                   "the most are closed.")
 @click.option("--sync-journal", default=None,
               help="Queue default fsync policy: never, always (reply after fsync) or a period like 100ms.")
 @click.option("--client-timeout", default=None, type=click.FloatRange(min=0),
@@ -52,8 +56,12 @@ MIB = 1024 * 1024
 @click.pass_context
 def serve(ctx: click.Context, config_path: str | None, log_format: str, log_level: str, **flags) -> None:
     """Run a kestrel-actors server in the foreground."""
+    from .._malloc import tune_malloc
     from ..config import ServerConfig
+    from ..logs import configure_logging
 
+    tune_malloc()  # large buffers go back to the system when freed (ADR 0011)
+    configure_logging(log_format, log_level)
     sync_journal = flags.pop("sync_journal")
     zookeeper = {name: flags.pop(name) for name in ZOOKEEPER_FLAGS}
     if flags["expiration_timer_frequency"] == 0:
@@ -78,10 +86,8 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
     config = with_zookeeper(config, zookeeper)
     data_dir_lock = _lock_data_dir(config.data_dir)
     from ..journal import make_file_opener, queue_names
-    from ..logs import configure_logging
     from ..server import Server, StartupError
 
-    configure_logging(log_format, log_level)
     try:
         server = Server(
             config,
@@ -121,6 +127,15 @@ def _token(value: str | None) -> str | None:
         return parse_token(value)
     except BadValue as exc:
         raise click.BadParameter(str(exc), param_hint="--admin-token") from exc
+
+
+def _size(param: click.Parameter, value: str | int) -> int:
+    from .._config_values import BadValue, positive_size
+
+    try:
+        return positive_size(value)
+    except BadValue as exc:
+        raise click.BadParameter(str(exc), param=param) from exc
 
 
 def _with_sync_journal(config, value: str):

@@ -25,6 +25,18 @@ class Decoder:
         self._buffer = bytearray()
         self.closed = False
 
+    @property
+    def buffered(self) -> int:
+        """Bytes read and kept for the next read (an unfinished request): what this decoder
+        holds of the server's buffered input (``--max-buffered-bytes``)."""
+        return len(self._buffer)
+
+    def release(self) -> None:
+        """The connection has ended: let go of what is buffered now, not when the decoder is
+        collected (a connection's objects form cycles, which the tuned collector sees late)."""
+        self._buffer = bytearray()
+        self.closed = True
+
     def _decode(self, source: bytes | bytearray, commands: list[object]) -> int:
         """Append to ``commands`` what ``source`` holds complete, stopping after one that
         closes; return where the unparsed rest of ``source`` starts."""

@@ -209,12 +209,23 @@ class TextDecoder(Decoder):
     """Incremental text decoder (see :class:`Decoder`): request lines, and the item lines of a
     ``:`` block. An unfinished block is simply dropped when the connection ends."""
 
-    __slots__ = ("_block", "max_line_bytes")
+    __slots__ = ("_block", "_block_bytes", "max_line_bytes")
 
     def __init__(self, max_line_bytes: int = 64 * 1024) -> None:
         super().__init__()
         self.max_line_bytes = max_line_bytes
         self._block: tuple[list[str], list[bytes]] | None = None
+        self._block_bytes = 0
+        """The size of the items of an unfinished block: buffered input too."""
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer) + self._block_bytes
+
+    def release(self) -> None:
+        super().release()
+        self._block = None
+        self._block_bytes = 0
 
     def _decode(self, source: bytes | bytearray, commands: list[object]) -> int:
         pos = 0
@@ -231,9 +242,12 @@ class TextDecoder(Decoder):
                 tokens, items = block
                 if not line or len(items) >= MAX_PUT_BUFFER:
                     self._block = None
+                    self._block_bytes = 0
                     commands.append(parse_text_request(tokens, tuple(items)))
                 else:
-                    items.append(line.decode("latin-1").encode("utf-8"))
+                    item = line.decode("latin-1").encode("utf-8")
+                    items.append(item)
+                    self._block_bytes += len(item)
                 continue
             text = name_from_wire(line)
             if text.endswith(":"):

@@ -6,7 +6,9 @@
   :class:`ThriftHandler` (``_thrift``, with its process-global open reads in
   ``_thrift_reads``): one protocol each, composed into the session (the :class:`Handler` protocol of ``_handler``).
 * :class:`SessionContext` (``_context``): what a session may ask of the server.
-* :class:`Connections` (``_connections``): a socket, a transport and a session, wired up.
+* :class:`Connections` (``_connections``): a socket, a transport and a session, wired up;
+  the transports (``_transport``) tell the server-wide ``BufferBudget`` (``_budget``) what
+  they buffer, bounded by ``max_buffered_bytes``.
 """
 
 from ._actor import Answer, Disconnected, Drain, MonitorState, Received, SessionActor

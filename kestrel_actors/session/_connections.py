@@ -14,6 +14,7 @@ import gevent.event
 import structlog
 from pykka import ActorDeadError
 
+from ._budget import BufferBudget
 from ._transport import SocketTransport
 from ..messages import Session
 from ..runtime import Dispatcher
@@ -32,6 +33,8 @@ class Connections:
 
     def __init__(self, context: SessionContext) -> None:
         self.context = context
+        self.budget = BufferBudget(context.config.max_buffered_bytes)
+        """What every connection buffers, bounded by ``max_buffered_bytes`` (not reloaded)."""
         self._next_session = 0
         self.live: dict[int, tuple[Session, Any]] = {}
         """Every session not yet finished, by id, with its actor (what a shutdown drains)."""
@@ -75,7 +78,8 @@ class Connections:
         def on_bytes(count: int) -> None:
             stats.bytes_read += count
 
-        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, config.client_timeout)
+        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, self.budget,
+                                    config.client_timeout, session.peer)
         holder.append(SessionActor.start(context, transport, session, handler_class))
         self.live[session.id] = (session, holder[0])
         self._log.debug("connection opened", connection=session.id, peer=session.peer)

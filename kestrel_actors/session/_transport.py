@@ -15,16 +15,28 @@ before it) in one epoll set per hub, which the hub watches as a single descripto
 seen there ends the session at once, so a fetch parked for a client that has gone is
 cancelled before an item can reach it. Nothing of this runs per request: a socket enters the
 set only when its reading pauses and leaves it when reading resumes.
+
+What a connection holds (its decoder's unfinished request, the requests read but not yet
+handled, the unsent replies) is told to the server's :class:`BufferBudget` whenever it changes,
+which closes the heaviest connections when the sum is over ``--max-buffered-bytes``. A closed
+connection lets go of its buffers at once: its objects form reference cycles (the callbacks
+hold the session actor, which holds the transport), and with the collector tuned for the
+request path (``server._tune_gc``) a cycle holding a half-sent 48 MiB request could live on
+for a long time after its client has gone.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import select
+import socket
+import struct
+from typing import TYPE_CHECKING, Any, Callable
 
 import gevent
 import structlog
+
+if TYPE_CHECKING:
+    from ._budget import BufferBudget
 
 __all__ = ["SocketTransport"]
 
@@ -97,7 +109,8 @@ class SocketTransport:
 
     __slots__ = ("sock", "fd", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
                  "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_out",
-                 "_out_bytes", "_writer", "_closing", "_linger", "backed_up", "_hang_ups")
+                 "_out_bytes", "_writer", "_closing", "_linger", "backed_up", "_hang_ups", "budget",
+                 "held", "peer", "_handed_bytes", "_out_held")
 
     def __init__(
         self,
@@ -106,9 +119,17 @@ class SocketTransport:
         on_commands: Callable[[list[Any]], None],
         on_eof: Callable[[], None],
         on_bytes: Callable[[int], None],
+        budget: BufferBudget,
         idle_timeout: float | None = None,
+        peer: str = "",
     ) -> None:
         self.sock = sock
+        self.peer = peer
+        self.budget = budget
+        self.held = 0
+        """Bytes this connection holds, as last told to ``budget``."""
+        self._handed_bytes = 0
+        """Bytes of the reads whose requests were handed over since the actor last caught up."""
         self.fd = sock.fileno()
         self.decoder = decoder
         self.on_commands = on_commands
@@ -118,8 +139,10 @@ class SocketTransport:
         self._over = False
         """Output went over ``OUTPUT_HIGH``: when it drains, reading and the actor resume."""
         self.closed = False
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
+        self._out_held = 0
+        """The memory ``_out`` keeps: a view keeps the whole reply it is part of."""
         self.backed_up = False
         """Whether unsent replies are piling up (over ``OUTPUT_HIGH``): the actor should stop
         producing more. A plain attribute: the session reads it for every command."""
@@ -180,9 +203,18 @@ class SocketTransport:
             self._pause()  # the actor answers what came before, then closes
         if commands:
             self._handed += len(commands)
+            self._handed_bytes += len(data)
             self.on_commands(commands)
             if self._handed > BACKLOG_COMMANDS:
                 self._pause()
+        if not self.closed:
+            self._account()
+
+    def _account(self) -> None:
+        """Tell the budget what this connection holds, if that changed."""
+        held = self._out_held + self.decoder.buffered + self._handed_bytes
+        if held != self.held:
+            self.budget.changed(self, held)
 
     def _pause(self) -> None:
         """Stop reading requests, but keep watching for the client hanging up."""
@@ -215,6 +247,10 @@ class SocketTransport:
     def resume(self) -> None:
         """The connection actor has caught up: read again if reading was paused."""
         self._handed = 0
+        if self._handed_bytes:
+            self._handed_bytes = 0
+            if self.held and not self.closed:  # else the read that handed them accounts
+                self._account()
         if not self._watcher.active and self._may_read():
             self._read_again()
 
@@ -229,17 +265,19 @@ class SocketTransport:
         except BlockingIOError:
             sent = 0
         if sent < len(data):
-            self._keep(memoryview(data)[sent:])  # a view: a large reply is not copied per send
+            self._keep(_unsent(data, sent))
             if self._writer is None:
                 self._writer = self._watcher.loop.io(self.sock.fileno(), 2)
             self._writer.start(self._writable)
 
-    def _keep(self, data: bytes) -> None:
+    def _keep(self, data: bytes | memoryview) -> None:
         self._out.append(data)
         self._out_bytes += len(data)
+        self._out_held += _footprint(data)
         if self._out_bytes > OUTPUT_HIGH:
             self._over = self.backed_up = True
             self._pause()
+        self._account()
 
     def _writable(self) -> None:
         out = self._out
@@ -251,7 +289,8 @@ class SocketTransport:
         except OSError:
             sent = -1
         if sent < 0:  # the client is gone: what is unsent is lost with it
-            self._out, self._out_bytes, self.backed_up = [], 0, False
+            self._drop_output()
+            self._account()
             self._writer.stop()
             if self._closing:
                 self._close_now()
@@ -259,10 +298,12 @@ class SocketTransport:
                 self._stop_reading()
                 self.on_eof()
             return
-        rest = data[sent:]
+        rest = _unsent(data, sent)
         self._out = [rest] if rest else []
         self._out_bytes = len(rest)
+        self._out_held = _footprint(rest)
         self.backed_up = self._out_bytes > OUTPUT_HIGH
+        self._account()
         if rest:
             return
         self._writer.stop()
@@ -288,10 +329,27 @@ class SocketTransport:
         self._linger = self._watcher.loop.timer(CLOSE_LINGER)
         self._linger.start(self._close_now)
 
+    def shed(self) -> None:
+        """End this connection now, dropping what it holds: the server buffers more than
+        ``--max-buffered-bytes`` and this connection holds the most (called by the budget)."""
+        if self.closed:
+            return
+        try:
+            # a reset, not a FIN: the kernel drops the unsent replies too, and the client
+            # sees that it was cut off
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        except OSError:
+            pass
+        on_eof = self.on_eof
+        self._closing = True
+        self._close_now()
+        on_eof()
+
     def _close_now(self) -> None:
         if self.closed:
             return
         self.closed = True
+        self._release()
         self._stop_reading()
         self._watcher.close()
         if self._writer is not None:
@@ -305,3 +363,49 @@ class SocketTransport:
             self.sock.close()
         except OSError:
             pass
+
+    def _release(self) -> None:
+        """Let go of the buffers now, and of the callbacks (they close the cycle through the
+        session actor): see the module docstring."""
+        self._drop_output()
+        self._handed_bytes = 0
+        self.decoder.release()
+        if self.held:
+            self.budget.changed(self, 0)
+        self.on_commands = _ignore_commands
+        self.on_eof = _ignore
+        self.on_bytes = _ignore_count
+
+    def _drop_output(self) -> None:
+        self._out, self._out_bytes, self._out_held, self.backed_up = [], 0, 0, False
+
+
+def _unsent(data: bytes | memoryview, sent: int) -> bytes | memoryview:
+    """The part of ``data`` the kernel did not take: a view while that is most of the reply
+    it belongs to (a large reply is not copied per send), a copy once it is less than half
+    (else a few unsent bytes would keep a whole large reply alive)."""
+    rest = memoryview(data)[sent:]
+    if 2 * len(rest) < _footprint(data):
+        return bytes(rest)
+    return rest
+
+
+def _footprint(data: bytes | memoryview) -> int:
+    """The memory ``data`` keeps alive."""
+    return len(data.obj) if type(data) is memoryview else len(data)  # type: ignore[arg-type]
+
+
+_RESET = struct.pack("ii", 1, 0)
+"""``SO_LINGER`` on, with no time to linger: ``close`` resets the connection."""
+
+
+def _ignore() -> None:
+    pass
+
+
+def _ignore_commands(_commands: list[Any]) -> None:
+    pass
+
+
+def _ignore_count(_count: int) -> None:
+    pass

@@ -1,0 +1,108 @@
+"""The server-wide bound on buffered input and output (``--max-buffered-bytes``, ADR 0011).
+
+Each connection bounds what it buffers on its own (its replies, its pipelined requests: see
+``_transport``), but a thousand connections within their own bounds can still hold gigabytes,
+and a client that stalls half-way through a large request holds its part for as long as it
+likes. :class:`BufferBudget` adds up what every transport holds (the unfinished request its
+decoder keeps, the requests read but not yet handled, the replies not yet sent) and, once the
+sum is over the bound, closes the connections holding the most until it is back under.
+
+Closing, not pausing: a paused connection keeps what it holds, and what a stalled or
+non-reading client holds can only be given back by ending its connection. The heaviest goes
+first, so a client sending ordinary requests (which hold nothing between reads) is never the
+one closed while a heavier one exists.
+
+Shedding runs once per hub loop iteration at most (a callback), never inside a transport's own
+read or send: the sum may go over the bound by what one iteration's reads and replies add.
+
+Freed is not always given back: glibc keeps freed heap memory for reuse (see ``_malloc``). So
+once the sum has fallen ``TRIM_STEP`` below its highest since the last trim, the heap's free
+pages are given back to the system, shortly after (once for a burst of closes).
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Protocol
+
+import gevent
+import structlog
+
+from .._malloc import give_back_free_memory
+
+__all__ = ["BufferBudget", "BufferHolder"]
+
+log = structlog.get_logger("kestrel_actors.transport")
+
+_held = attrgetter("held")
+
+TRIM_STEP = 32 * 1024 * 1024
+"""Bytes the sum must fall below its high-water mark before freed memory is given back."""
+TRIM_DELAY = 0.2
+"""Seconds from that fall to the trim: the rest of a burst of closes is freed by then."""
+
+
+class BufferHolder(Protocol):
+    """What the budget needs of a transport."""
+
+    held: int
+    """Bytes this connection holds now, as last told to :meth:`BufferBudget.changed`."""
+    peer: str
+
+    def shed(self) -> None:
+        """Drop what is held (telling the budget so) and end the connection."""
+
+
+class BufferBudget:
+    """The sum of what every connection buffers, and the bound on it; see the module docstring."""
+
+    __slots__ = ("limit", "total", "holders", "shed_connections", "_due", "_high", "_trim_due")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self.holders: set[BufferHolder] = set()
+        """The connections holding anything: the candidates for shedding."""
+        self.shed_connections = 0
+        """Connections closed by the bound since start-up."""
+        self._due = False
+        self._high = 0
+        """The highest sum since the last trim."""
+        self._trim_due = False
+
+    def changed(self, holder: BufferHolder, held: int) -> None:
+        """``holder`` holds ``held`` bytes now."""
+        before = holder.held
+        holder.held = held
+        self.total += held - before
+        if not before:
+            self.holders.add(holder)
+        elif not held:
+            self.holders.discard(holder)
+        total = self.total
+        if held > before:
+            self._high = max(self._high, total)
+            if total > self.limit and not self._due:
+                self._due = True
+                gevent.get_hub().loop.run_callback(self._shed)
+        elif self._high - total >= TRIM_STEP and not self._trim_due:
+            self._trim_due = True
+            gevent.get_hub().loop.timer(TRIM_DELAY).start(self._trim)
+
+    def _trim(self) -> None:
+        self._trim_due = False
+        self._high = self.total
+        give_back_free_memory()
+
+    def _shed(self) -> None:
+        self._due = False
+        while self.total > self.limit and self.holders:
+            heaviest = max(self.holders, key=_held)
+            log.warning("closing the connection holding the most buffered bytes: the server holds more "
+                        "than --max-buffered-bytes", held_bytes=heaviest.held, buffered_bytes=self.total,
+                        max_buffered_bytes=self.limit, peer=heaviest.peer)
+            self.shed_connections += 1
+            before = self.total
+            heaviest.shed()
+            if self.total >= before:  # it could not let go: never loop on it
+                self.holders.discard(heaviest)
