@@ -39,6 +39,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on ``host:port`` now."""
+    try:
+        socket.create_connection((host, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
 def spawn_logged(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start ``command`` with its stdout and stderr appended to ``log_path``."""
     with open(log_path, "ab") as log:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from kestrel_actors.client import Client
+
+from .helpers import listening
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PORTS = (22133, 2222, 2229, 2223)
@@ -61,18 +62,10 @@ def examples() -> list[Example]:
     return found
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def readme_server(tmp_path_factory):
     """``kestrel-actors serve`` as ``make run`` starts it, in a directory of its own."""
-    busy = [port for port in DEFAULT_PORTS if _listening(port)]
+    busy = [port for port in DEFAULT_PORTS if listening(port)]
     if busy:
         pytest.fail(f"the README's default ports are in use ({busy}): stop what holds them")
     cwd = tmp_path_factory.mktemp("readme")
@@ -83,7 +76,7 @@ def readme_server(tmp_path_factory):
     proc = subprocess.Popen([sys.executable, "-m", "kestrel_actors.cli", "serve"], cwd=cwd, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
-    while not all(_listening(port) for port in DEFAULT_PORTS):
+    while not all(listening(port) for port in DEFAULT_PORTS):
         assert proc.poll() is None and time.monotonic() < deadline, (cwd / "server.log").read_text()
         time.sleep(0.1)
     yield cwd, env

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from ..helpers import (
-    Client, Pipeline, ServerProcess, assert_numbered, drain_pipelined, files_size, free_port,
+    Client, Pipeline, ServerProcess, assert_numbered, drain_pipelined, files_size, free_port, listening,
     number_of, numbered, queue_files, stat, write_config,
 )
 
@@ -461,14 +461,6 @@ def _run_serve(args: list[str], port: int) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, timeout=30)
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("how", ["flag", "config-file", "below-a-file"])
 def test_a_data_dir_that_is_a_regular_file_exits_with_code_1(tmp_path, how):
     """behaviour §7.1: a queue path that is not a writable directory → exit code 1 and a clear message;
@@ -487,7 +479,7 @@ def test_a_data_dir_that_is_a_regular_file_exits_with_code_1(tmp_path, how):
     assert result.returncode == 1, f"exit code {result.returncode}: {message}"
     assert str(regular) in message, message
     assert re.search(r"director|not a dir", message, re.I), message
-    assert not _listening(port)
+    assert not listening(port)
     assert regular.read_bytes() == b"hello"
 
 
