@@ -114,3 +114,31 @@ def test_a_scrape_built_in_chunks_is_the_scrape_built_at_once(monkeypatch):
     assert [line for line in chunked.splitlines() if not line.startswith(process) and b"process" not in line] == \
         [line for line in whole.splitlines() if not line.startswith(process) and b"process" not in line]
     assert len(pauses) >= 14
+
+
+def test_slow_builds_are_reused_for_ten_times_their_build_time_and_shared_while_built():
+    import gevent
+
+    from kestrel_actors.admin._builds import SharedBuilds
+
+    now = [100.0]
+    builds = SharedBuilds(clock=lambda: now[0])
+    made = []
+
+    def build(took: float):
+        def run():
+            made.append(took)
+            gevent.sleep(0.01)  # a second request comes meanwhile
+            now[0] += took
+            return len(made)
+        return run
+
+    first, second = gevent.spawn(builds.get, "slow", build(0.5)), gevent.spawn(builds.get, "slow", build(0.5))
+    gevent.joinall([first, second])
+    assert first.value == second.value == 1 and made == [0.5]  # shared while it was built
+    now[0] += 4.9
+    assert builds.get("slow", build(0.5)) == 1  # reused: 4.9 s < 10 × 0.5 s after it was built
+    now[0] += 0.2
+    assert builds.get("slow", build(0.5)) == 2  # built anew after 5 s
+    assert builds.get("fast", build(0.01)) == 3
+    assert builds.get("fast", build(0.01)) == 4  # a fast build is never reused
