@@ -79,7 +79,8 @@ def ostrich_stats(current: StatsSnapshot, earlier: StatsSnapshot | None = None,
                   pause: Callable[[], None] = _nothing) -> dict[str, dict[str, Any]]:
     """ostrich's stats document. With ``earlier``, counters and metrics are what was added
     from ``earlier`` to ``later`` (default: ``current``); gauges and labels are ``current``'s.
-    ``pause`` is called after every :data:`~kestrel_actors.snapshot.CHUNK` queues."""
+    ``pause`` is called after every :data:`STATS_CHUNK` queues (and every
+    :data:`~kestrel_actors.snapshot.CHUNK` for the gauges)."""
     later = later or current
     counters: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
