@@ -102,8 +102,8 @@ def test_scrapes_back_to_back_for_30_s_keep_memcache_under_50_ms_p99(big_server)
         probe.run(30.0)
     finally:
         scrapes, _ = scraper.communicate(timeout=120)
-    assert scraper.returncode == 0
-    assert int(scrapes) >= 4  # the scrapes were answered all along
     p99 = probe.percentile(0.99)
-    assert len(probe.latencies) > 1000
     assert p99 < 0.050, f"memcache p99 {p99 * 1000:.1f} ms, median {probe.percentile(0.5) * 1000:.1f} ms"
+    assert len(probe.latencies) > 1000
+    assert scraper.returncode == 0
+    assert int(scrapes) >= 4  # the scrapes were answered all along (2 in 30 s before)
