@@ -17,12 +17,15 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .messages import QueueStats
 from .stats import LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram, QueueMetrics, ServerStats
 
-__all__ = ["QUEUE_COUNTERS", "QUEUE_GAUGES", "StatsSnapshot", "gather_snapshot", "take_snapshot"]
+__all__ = ["CHUNK", "QUEUE_COUNTERS", "QUEUE_GAUGES", "StatsSnapshot", "gather_snapshot", "take_snapshot"]
+
+CHUNK = 250
+"""Queues a scrape handles between two pauses (a few milliseconds of the hub's time)."""
 
 QUEUE_COUNTERS = (
     "total_items", "put_items", "put_bytes", "get_items_hit", "get_items_miss", "transactions",
@@ -74,6 +77,8 @@ class StatsSnapshot:
     """Copies of the server-wide only metrics (:data:`SERVER_METRICS`)."""
     zookeeper: Any = None
     """``cluster.MembershipFigures`` when the server joins ZooKeeper server sets, else None."""
+    _by_name: dict[str, QueueStats] | None = field(default=None, repr=False, compare=False)
+    _totals: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     # -- memcache --------------------------------------------------------------------------
 
@@ -103,7 +108,11 @@ class StatsSnapshot:
         return lines
 
     def total(self, stat: str) -> int:
-        return sum(dict(queue.lines)[stat] for queue in self.queues if queue.extra is not None)
+        """``stat`` summed over the queues (not the aliases)."""
+        totals = self._totals.get(stat)
+        if totals is None:
+            totals = self._totals[stat] = sum(dict(queue.lines)[stat] for queue in self.queues if queue.extra is not None)
+        return totals
 
     def reserved_memory_ratio(self) -> str:
         return "%.3f" % (self.reserved_memory / _physical_memory())
@@ -126,33 +135,62 @@ class StatsSnapshot:
     def queue_names(self) -> list[str]:
         return [queue.name for queue in self.queues if queue.extra is not None]
 
+    def scopes(self) -> list[str | None]:
+        """``None`` (the server) then every queue and alias, in :attr:`queues`' order."""
+        return [None] + [queue.name for queue in self.queues]
+
+    def is_alias(self, scope: str | None) -> bool:
+        queue = self._queue(scope)
+        return queue is not None and queue.extra is None
+
+    def _queue(self, scope: str | None) -> QueueStats | None:
+        if scope is None:
+            return None
+        if self._by_name is None:
+            self._by_name = {queue.name: queue for queue in self.queues}
+        return self._by_name.get(scope)
+
     def counters(self) -> dict[str | None, dict[str, int]]:
         """Counters (values that only grow), server-wide (``None``) and per queue or alias."""
-        server = {name: value for name, value in self.server_counters.items() if name != "curr_connections"}
-        # ``server_counters`` also holds the ``fsync_error_<class>`` counts, when there are any
-        server["cmd_get_timeout_dropped"] = server["waiters_aborted"]  # Kestrel counts both
-        for name, value in self.zookeeper_figures().items():
-            if name in _ZOOKEEPER_COUNTERS:
-                server[f"zookeeper/{name}"] = value
-        result: dict[str | None, dict[str, int]] = {None: server}
-        for queue in self.queues:
-            values = dict(queue.lines)
-            if queue.extra is None:
-                result[queue.name] = {name: values[name] for name in ALIAS_COUNTERS}
-                continue
-            metrics = self.metrics.get(queue.name) or QueueMetrics()
-            values["put_items"] = values["total_items"]
-            values["put_bytes"] = queue.extra["put_bytes"]
-            values["get_items_hit"] = metrics.get_items_hit
-            values["get_items_miss"] = metrics.get_items_miss
-            result[queue.name] = {name: values[name] for name in QUEUE_COUNTERS}
-        return result
+        return {scope: self.counters_of(scope) or {} for scope in self.scopes()}
+
+    def counters_of(self, scope: str | None) -> dict[str, int] | None:
+        """The counters of the server (``None``) or of one queue or alias (``None`` if there
+        is no such queue in this snapshot)."""
+        if scope is None:
+            server = {name: value for name, value in self.server_counters.items() if name != "curr_connections"}
+            # ``server_counters`` also holds the ``fsync_error_<class>`` counts, when there are any
+            server["cmd_get_timeout_dropped"] = server["waiters_aborted"]  # Kestrel counts both
+            for name, value in self.zookeeper_figures().items():
+                if name in _ZOOKEEPER_COUNTERS:
+                    server[f"zookeeper/{name}"] = value
+            return server
+        queue = self._queue(scope)
+        if queue is None:
+            return None
+        values = dict(queue.lines)
+        if queue.extra is None:
+            return {name: values[name] for name in ALIAS_COUNTERS}
+        metrics = self.metrics.get(queue.name) or _NO_METRICS
+        values["put_items"] = values["total_items"]
+        values["put_bytes"] = queue.extra["put_bytes"]
+        values["get_items_hit"] = metrics.get_items_hit
+        values["get_items_miss"] = metrics.get_items_miss
+        return {name: values[name] for name in QUEUE_COUNTERS}
 
     def gauges(self) -> dict[str | None, dict[str, float]]:
         """Gauges (values at this moment), server-wide (``None``) and per queue (an alias:
         its ``create_time`` only, as Kestrel's ``AliasedQueue``)."""
-        result: dict[str | None, dict[str, float]] = {
-            None: {
+        result = {}
+        for scope in self.scopes():
+            gauges = self.gauges_of(scope)
+            if gauges is not None:
+                result[scope] = gauges
+        return result
+
+    def gauges_of(self, scope: str | None) -> dict[str, float] | None:
+        if scope is None:
+            return {
                 "items": self.total("items"),
                 "bytes": self.total("bytes"),
                 "reserved_memory_ratio": float(self.reserved_memory_ratio()),
@@ -163,17 +201,15 @@ class StatsSnapshot:
                 **{f"zookeeper/{name}": float(value) for name, value in self.zookeeper_figures().items()
                    if name not in _ZOOKEEPER_COUNTERS},
             }
-        }
-        for queue in self.queues:
-            if queue.extra is None:
-                if queue.alias_created is not None:
-                    result[queue.name] = {"create_time": queue.alias_created}
-                continue
-            values = dict(queue.lines)
-            values.update(queue.extra)
-            values["age_msec"] = values["age"]
-            result[queue.name] = {name: values[name] for name in QUEUE_GAUGES}
-        return result
+        queue = self._queue(scope)
+        if queue is None:
+            return None
+        if queue.extra is None:
+            return None if queue.alias_created is None else {"create_time": queue.alias_created}
+        values = dict(queue.lines)
+        values.update(queue.extra)
+        values["age_msec"] = values["age"]
+        return {name: values[name] for name in QUEUE_GAUGES}
 
     def labels(self) -> dict[str, str]:
         labels = {"version": self.version, "status": self.status}
@@ -184,23 +220,34 @@ class StatsSnapshot:
     def histograms(self) -> dict[str | None, dict[str, Histogram]]:
         """Every metric, server-wide (``None``: the latencies summed over the queues, and the
         fsync figures) and per queue (:data:`QUEUE_METRICS`), empty ones too."""
-        empty = Histogram()
-        result: dict[str | None, dict[str, Histogram]] = {}
-        for name, metrics in self.metrics.items():
-            if name is None:
-                whole = {metric: metrics.histograms.get(metric, empty) for metric in LATENCIES}
-                whole.update((metric, self.server_metrics.get(metric, empty)) for metric in SERVER_METRICS)
-                result[None] = whole
-            else:
-                result[name] = {metric: metrics.histograms.get(metric, empty) for metric in QUEUE_METRICS}
-        return result
+        return {name: self.histograms_of(name) for name in self.metrics}  # type: ignore[misc]
+
+    def histograms_of(self, scope: str | None) -> dict[str, Histogram] | None:
+        """The metrics of the server (``None``) or of a queue; ``None`` for an alias, or when
+        the snapshot was taken without metrics."""
+        metrics = self.metrics.get(scope)  # type: ignore[arg-type]
+        if metrics is None:
+            return None
+        if scope is None:
+            whole = {metric: metrics.histograms.get(metric, _EMPTY) for metric in LATENCIES}
+            whole.update((metric, self.server_metrics.get(metric, _EMPTY)) for metric in SERVER_METRICS)
+            return whole
+        return {metric: metrics.histograms.get(metric, _EMPTY) for metric in QUEUE_METRICS}
 
 
-def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = True) -> StatsSnapshot:
-    """The figures of ``server`` now, with the per-queue ``queues`` the collection gathered."""
+_EMPTY = Histogram()
+"""A metric no value was recorded in (read only)."""
+_NO_METRICS = QueueMetrics()
+
+
+def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = True,
+                  pause: Callable[[], None] | None = None) -> StatsSnapshot:
+    """The figures of ``server`` now, with the per-queue ``queues`` the collection gathered.
+
+    ``pause``, if given, is called after every :data:`CHUNK` queues (the admin port's: let
+    the hub serve clients); the copies are then of nearly one moment."""
     stats: ServerStats = server.stats
     status = server.status
-    real = [queue.name for queue in queues if queue.extra is not None]
     snapshot = StatsSnapshot(
         time=time.time(),
         start_time=stats.start_time,
@@ -213,22 +260,33 @@ def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = Tr
             **{f"fsync_error_{name}": count for name, count in stats.fsync_errors.items()},
         },
         queues=list(queues),
-        reserved_memory=sum(server.config.queue_config(name).max_memory_size for name in real),
+        reserved_memory=0,
         zookeeper=server.membership.figures() if getattr(server, "membership", None) is not None else None,
     )
-    if with_metrics:
-        whole = stats.retired.copy()
-        for name in real:
-            metrics = stats.queues.get(name)
+    whole = stats.retired.copy()
+    items = size = reserved = 0
+    config = server.config
+    for done, queue in enumerate(queues, 1):
+        if queue.extra is not None:
+            lines = dict(queue.lines)
+            items += lines["items"]
+            size += lines["bytes"]
+            reserved += config.queue_config(queue.name).max_memory_size
+            metrics = stats.queues.get(queue.name) if with_metrics else None
             if metrics is not None:
-                snapshot.metrics[name] = metrics.copy()
+                snapshot.metrics[queue.name] = metrics.copy()
                 whole.merge(metrics)
+        if pause is not None and done % CHUNK == 0:
+            pause()
+    snapshot.reserved_memory = reserved
+    snapshot._totals.update(items=items, bytes=size)
+    if with_metrics:
         snapshot.metrics[None] = whole  # type: ignore[index]
         snapshot.server_metrics = {name: histogram.copy() for name, histogram in stats.histograms.items()}
     return snapshot
 
 
-def gather_snapshot(server: Any, timeout: float = 10.0) -> StatsSnapshot:
+def gather_snapshot(server: Any, timeout: float = 10.0, pause: Callable[[], None] | None = None) -> StatsSnapshot:
     """Ask the collection for every queue's figures and wait for them (a greenlet's wait: the
     hub goes on serving). For callers outside the actors: the admin HTTP service."""
     from .messages import ForAll, ForAllKind
@@ -236,4 +294,4 @@ def gather_snapshot(server: Any, timeout: float = 10.0) -> StatsSnapshot:
 
     answers = ReplyFuture()
     server.collection.tell(ForAll(ForAllKind.STATS, answers))
-    return take_snapshot(server, answers.get(timeout=timeout))
+    return take_snapshot(server, answers.get(timeout=timeout), pause=pause)

@@ -481,6 +481,26 @@ def number_of(data: bytes, tag: bytes = b"") -> int:
     return int(data[len(tag):len(tag) + 10])
 
 
+def write_queue_journals(data_dir: Path, count: int, prefix: str = "q", data: bytes = b"x") -> list[str]:
+    """Journal files of ``count`` queues ``<prefix>0`` … in ``data_dir``, each holding one item
+    ``data``: what a server with that many queues leaves behind, made in a moment."""
+    from kestrel_actors.journal import Item, encode_add
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    record = encode_add(Item(data, int(time.time() * 1000)))
+    names = [f"{prefix}{i}" for i in range(count)]
+    for name in names:
+        (data_dir / name).write_bytes(record)
+    return names
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time ``pid`` has used (user and system, every thread), from ``/proc/<pid>/stat``."""
+    with open(f"/proc/{pid}/stat") as stat_file:
+        fields = stat_file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def read_rss_kib(pid: int) -> int:
     """VmRSS of ``pid`` in KiB, from ``/proc/<pid>/status``."""
     with open(f"/proc/{pid}/status") as status:

@@ -11,21 +11,21 @@ all is :mod:`._guard`'s (403, or 401 without the token).
 
 from __future__ import annotations
 
-import json
 import re
 from importlib import resources
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import parse_qsl
 
+import gevent
 import structlog
 from pykka import ActorDeadError
 
-from .._names import name_text
 from ..messages import ReloadFailed
 from ..runtime import ReplyFuture
 from ..snapshot import gather_snapshot
+from ._builds import SharedBuilds
 from ._guard import AdminGuard
-from ._ostrich import NamedListeners, PeriodLatches, ostrich_stats, ostrich_text, server_info
+from ._ostrich import NamedListeners, PeriodLatches, json_bytes, ostrich_json, ostrich_stats, ostrich_text, server_info
 from ._prometheus import CONTENT_TYPE, exposition
 
 __all__ = ["AdminApp"]
@@ -39,6 +39,8 @@ _JSON = "application/json"
 _TEXT = "text/plain; charset=utf-8"
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+Body = bytes | list[bytes]
+"""A reply's body: whole, or in pieces (a scrape's, written as it was built)."""
 
 
 class _HttpError(Exception):
@@ -52,7 +54,7 @@ class _HttpError(Exception):
 class _Route:
     __slots__ = ("handler", "params", "acts")
 
-    def __init__(self, handler: Callable[..., tuple[str, bytes]], params: frozenset[str] = frozenset(),
+    def __init__(self, handler: Callable[..., tuple[str, Body]], params: frozenset[str] = frozenset(),
                  acts: bool = False) -> None:
         self.handler = handler
         self.params = params
@@ -68,6 +70,10 @@ class AdminApp:
         self.guard = guard
         self.latches = PeriodLatches(self._snapshot)
         self.namespaces = NamedListeners()
+        self.pause: Callable[[], None] = gevent.idle
+        """What a scrape's build calls between chunks of queues: it goes on once the hub has
+        nothing else to do, so clients' requests go first."""
+        self.builds: SharedBuilds[tuple[str, Body]] = SharedBuilds()
         self.routes: dict[str, _Route] = {}
         for stem, handler, params, acts in (
             ("/ping", self._ping, (), False),
@@ -80,7 +86,7 @@ class AdminApp:
             route = _Route(handler, frozenset(params), acts)
             for suffix in ("", ".json", ".txt"):
                 self.routes[stem + suffix] = route
-        self.routes["/metrics"] = _Route(self._metrics)
+        self.routes["/metrics"] = _Route(self._metrics, frozenset({"queue_series"}))
         self.routes["/health"] = _Route(self._health)
         self.routes["/"] = _Route(self._page)
 
@@ -107,15 +113,18 @@ class AdminApp:
             status = "200 OK"
         except _HttpError as exc:
             status, content_type, extra = exc.status, _JSON, exc.headers
-            body = _json({"error": exc.message})
+            body = json_bytes({"error": exc.message})
         except Exception:  # noqa: BLE001 - a failing endpoint must not take the server down
             log.exception("admin request failed", path=path)
             status, content_type = "500 Internal Server Error", _JSON
-            body = _json({"error": "internal error"})
-        headers = [("Content-Type", content_type), ("Content-Length", str(len(body))),
+            body = json_bytes({"error": "internal error"})
+        parts = [body] if isinstance(body, bytes) else body  # a scrape's body comes in pieces
+        headers = [("Content-Type", content_type), ("Content-Length", str(sum(map(len, parts)))),
                    ("Cache-Control", "no-store"), *extra]
         start_response(status, headers)
-        return [b""] if method == "HEAD" else [body]
+        if method == "HEAD":
+            return [b""]
+        return parts if isinstance(body, bytes) else _paced(parts, self.pause)
 
     def _admit(self, environ: dict[str, Any], path: str, route: _Route, params: dict[str, str]) -> None:
         refusal = self.guard.refusal(environ, route.acts, params.get("token"))
@@ -129,30 +138,37 @@ class AdminApp:
 
     def _snapshot(self):
         try:
-            return gather_snapshot(self.server)
+            return gather_snapshot(self.server, pause=self.pause)
         except ActorDeadError as exc:
             raise _HttpError("503 Service Unavailable", "the server is shutting down") from exc
 
     def _ping(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
         return _respond({"response": "pong"}, text)
 
-    def _stats(self, params: dict[str, str], text: bool) -> tuple[str, bytes]:
+    def _stats(self, params: dict[str, str], text: bool) -> tuple[str, Body]:
         # ostrich's filtered=1 drops the names its configured filters match; there are none
         if params.get("filtered", "0") not in ("0", "1"):
             raise _HttpError("400 Bad Request", "filtered must be 0 or 1")
         namespace = params.get("namespace")
         if namespace is not None and not _NAMESPACE.match(namespace):
             raise _HttpError("400 Bad Request", "namespace must be 1 to 64 letters, digits, '_', '.' or '-'")
+        period = _period(params["period"]) if "period" in params else None
+        if period is None and namespace is not None:  # each read of a namespace moves it on
+            return self._stats_document(period, namespace, text)
+        return self.builds.get(("/stats.txt" if text else "/stats.json", tuple(sorted(params.items()))),
+                               lambda: self._stats_document(period, None, text))
+
+    def _stats_document(self, period: int | None, namespace: str | None, text: bool) -> tuple[str, Body]:
         snapshot = self._snapshot()
-        if "period" in params:  # as in ostrich, a period wins over a namespace
-            stats = self.latches.stats(_period(params["period"]), snapshot)
+        if period is not None:  # as in ostrich, a period wins over a namespace
+            stats = self.latches.stats(period, snapshot, self.pause)
         elif namespace is not None:
-            stats = self.namespaces.stats(namespace, snapshot)
+            stats = self.namespaces.stats(namespace, snapshot, self.pause)
         else:
-            stats = ostrich_stats(snapshot)
+            stats = ostrich_stats(snapshot, pause=self.pause)
         if text:
-            return _TEXT, name_text(ostrich_text(stats)).encode()
-        return _JSON, _json(stats)
+            return _TEXT, ostrich_text(stats, self.pause)
+        return _JSON, ostrich_json(stats, self.pause)
 
     def _server_info(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
         return _respond(server_info(self.server), text)
@@ -184,11 +200,32 @@ class AdminApp:
             raise _HttpError("503 Service Unavailable", "journal write failing: " + ", ".join(failing))
         return _TEXT, b"ok"
 
-    def _metrics(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
-        return CONTENT_TYPE, exposition(self._snapshot())
+    def _metrics(self, params: dict[str, str], _text: bool) -> tuple[str, Body]:
+        series = params.get("queue_series", "default")
+        if series not in ("default", "all"):
+            raise _HttpError("400 Bad Request", "queue_series must be default or all")
+        return self.builds.get(("/metrics", series),
+                               lambda: (CONTENT_TYPE, exposition(self._snapshot(), series == "all", self.pause)))
 
     def _page(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
         return "text/html; charset=utf-8", PAGE
+
+
+PACE_BYTES = 256 * 1024
+"""Bytes of a scrape written between two pauses."""
+
+
+def _paced(parts: list[bytes], pause: Callable[[], None]) -> Iterator[bytes]:
+    """``parts``, with a ``pause`` after every :data:`PACE_BYTES`: gevent's ``sendall``
+    only gives the hub back when the client's socket is full, and a client that keeps up
+    took a 60 MB scrape in one go."""
+    written = 0
+    for part in parts:
+        yield part
+        written += len(part)
+        if written >= PACE_BYTES:
+            written = 0
+            pause()
 
 
 def _query(query: str, allowed: frozenset[str]) -> dict[str, str]:
@@ -217,25 +254,7 @@ def _period(value: str) -> int:
 def _respond(document: dict[str, Any], text: bool) -> tuple[str, bytes]:
     if text:
         return _TEXT, "".join(f"{key}: {value}\n" for key, value in document.items()).encode()
-    return _JSON, _json(document)
-
-
-def _json(document: Any) -> bytes:
-    text = json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # a name that is not UTF-8: the rule of /stats.txt, \xNN
-        return _json(_name_texts(document))
-
-
-def _name_texts(value: Any) -> Any:
-    if isinstance(value, str):
-        return name_text(value)
-    if isinstance(value, dict):
-        return {name_text(key): _name_texts(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_name_texts(item) for item in value]
-    return value
+    return _JSON, json_bytes(document)
 
 
 PAGE = resources.files(__package__).joinpath("page.html").read_bytes()

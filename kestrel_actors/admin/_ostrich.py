@@ -18,17 +18,23 @@ added since the last read of that name (nothing, the first time). At most
 
 from __future__ import annotations
 
+import itertools
+import json
 import time
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import gevent
 import structlog
 
+from .._names import name_text
 from ..stats import Histogram
-from ..snapshot import StatsSnapshot
+from ..snapshot import CHUNK, StatsSnapshot
 
-__all__ = ["MAX_PERIODS", "NamedListeners", "PeriodLatches", "distribution", "ostrich_stats", "ostrich_text", "server_info"]
+__all__ = [
+    "MAX_PERIODS", "NamedListeners", "PeriodLatches", "distribution", "json_bytes", "ostrich_json", "ostrich_stats",
+    "ostrich_text", "server_info",
+]
 
 log = structlog.get_logger("kestrel_actors.admin")
 
@@ -38,10 +44,12 @@ PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999"
 
 def distribution(histogram: Histogram) -> dict[str, int]:
     count = histogram.count
+    if not count:
+        return dict(_NOTHING)
     result = {
         "count": count,
         "sum": histogram.sum,
-        "average": histogram.sum // count if count else 0,
+        "average": histogram.sum // count,
         "minimum": histogram.minimum(),
         "maximum": histogram.maximum(),
     }
@@ -50,45 +58,135 @@ def distribution(histogram: Histogram) -> dict[str, int]:
     return result
 
 
+_NOTHING = {"count": 0, "sum": 0, "average": 0, "minimum": 0, "maximum": 0, **{name: 0 for name, _ in PERCENTILES}}
+"""The distribution of a metric with no values (most of a quiet queue's)."""
+
+
 def _scoped(scope: str | None, name: str) -> str:
     return name if scope is None else f"q/{scope}/{name}"
 
 
+STATS_CHUNK = 100
+"""Queues whose counters and metrics /stats.json works out between two pauses."""
+
+
+def _nothing() -> None:
+    pass
+
+
 def ostrich_stats(current: StatsSnapshot, earlier: StatsSnapshot | None = None,
-                  later: StatsSnapshot | None = None) -> dict[str, dict[str, Any]]:
+                  later: StatsSnapshot | None = None,
+                  pause: Callable[[], None] = _nothing) -> dict[str, dict[str, Any]]:
     """ostrich's stats document. With ``earlier``, counters and metrics are what was added
-    from ``earlier`` to ``later`` (default: ``current``); gauges and labels are ``current``'s."""
+    from ``earlier`` to ``later`` (default: ``current``); gauges and labels are ``current``'s.
+    ``pause`` is called after every :data:`STATS_CHUNK` queues (and every
+    :data:`~kestrel_actors.snapshot.CHUNK` for the gauges)."""
     later = later or current
-    old_counters = earlier.counters() if earlier is not None else {}
-    old_histograms = earlier.histograms() if earlier is not None else {}
-    counters = {}
-    for scope, values in later.counters().items():
-        before = old_counters.get(scope, {})
+    counters: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    for done, scope in enumerate(later.scopes()):
+        values = later.counters_of(scope) or {}
+        before = (earlier.counters_of(scope) if earlier is not None else None) or {}
         for name, value in values.items():
             counters[_scoped(scope, name)] = value - before.get(name, 0)
-    gauges = {}
-    for scope, values in current.gauges().items():
-        for name, value in values.items():
+        histograms = later.histograms_of(scope)
+        if histograms is not None:
+            old = (earlier.histograms_of(scope) if earlier is not None else None) or {}
+            for name, histogram in histograms.items():
+                if name in old:
+                    histogram = histogram.minus(old[name])
+                metrics[_scoped(scope, name)] = distribution(histogram)
+        if done % STATS_CHUNK == 0:
+            pause()
+    gauges: dict[str, Any] = {}
+    for done, scope in enumerate(current.scopes()):
+        for name, value in (current.gauges_of(scope) or {}).items():
             gauges[_scoped(scope, name)] = value
-    metrics = {}
-    for scope, histograms in later.histograms().items():
-        before = old_histograms.get(scope, {})
-        for name, histogram in histograms.items():
-            metrics[_scoped(scope, name)] = distribution(histogram.minus(before.get(name)))
+        if done % CHUNK == 0:
+            pause()
     return {"counters": counters, "gauges": gauges, "labels": current.labels(), "metrics": metrics}
 
 
-def ostrich_text(stats: dict[str, dict[str, Any]]) -> str:
-    """``/stats.txt``: ostrich's plain-text layout, one section per kind, names sorted."""
-    lines = []
+def ostrich_text(stats: dict[str, dict[str, Any]], pause: Callable[[], None] = _nothing) -> list[bytes]:
+    """``/stats.txt``: ostrich's plain-text layout, one section per kind; in each, the
+    server's names sorted, then the queues' in blocks of whole queues, each block sorted."""
+    parts = []
     for section in ("counters", "gauges", "labels", "metrics"):
-        lines.append(f"{section}:")
-        for name in sorted(stats[section]):
-            value = stats[section][name]
-            if isinstance(value, dict):
-                value = "(" + ", ".join(f"{key}={value[key]}" for key in sorted(value)) + ")"
-            lines.append(f"  {name}: {value}")
-    return "\n".join(lines) + "\n"
+        parts.append(f"{section}:\n".encode())
+        for block in _scope_blocks(stats[section], pause):
+            lines = []
+            for name in block:
+                value = stats[section][name]
+                if isinstance(value, dict):
+                    value = "(" + ", ".join(f"{key}={value[key]}" for key in sorted(value)) + ")"
+                lines.append(f"  {name}: {value}\n")
+            parts.append(name_text("".join(lines)).encode())
+    return parts
+
+
+def _scope_blocks(values: dict[str, Any], pause: Callable[[], None]) -> Iterator[list[str]]:
+    """The names of ``values`` (as :func:`ostrich_stats` made them: the server's, then each
+    queue's together) in blocks of about :data:`JSON_CHUNK`, each block sorted by scope;
+    ``pause`` after each. A sort of every name would hold the hub: 5,000 queues, 60,000 names."""
+    names = iter(values)
+    server = sorted(name for name in itertools.takewhile(lambda name: not name.startswith("q/"), values))
+    yield server
+    pause()
+    block: list[str] = []
+    for name in itertools.islice(names, len(server), None):
+        block.append(name)
+        if len(block) >= JSON_CHUNK and _scope(name) != _scope(block[-2]):
+            last = block.pop()
+            yield sorted(block)
+            pause()
+            block = [last]
+    yield sorted(block)
+
+
+def _scope(name: str) -> str:
+    return name[: name.rfind("/")]
+
+
+def ostrich_json(stats: dict[str, dict[str, Any]], pause: Callable[[], None] = _nothing) -> list[bytes]:
+    """``/stats.json``'s body, as :func:`json_bytes` writes it, :data:`JSON_CHUNK` names at
+    a time (``pause`` after each): one ``json.dumps`` of 5,000 queues' figures held the hub
+    for a tenth of a second."""
+    parts = [b"{"]
+    for index, section in enumerate(sorted(stats)):
+        values = stats[section]
+        parts.append(b'%s"%s":{' % (b"," if index else b"", section.encode()))
+        first = True
+        for block in _scope_blocks(values, pause):
+            if block:
+                parts.append(b"%s%s" % (b"" if first else b",", json_bytes({name: values[name] for name in block})[1:-1]))
+                first = False
+        parts.append(b"}")
+    parts.append(b"}")
+    return parts
+
+
+JSON_CHUNK = 500
+"""Names /stats.json and /stats.txt write between two pauses."""
+
+
+def json_bytes(document: Any) -> bytes:
+    """``document`` as compact JSON in UTF-8, keys sorted; a name that is not UTF-8 is
+    written as ``\\xNN`` (:func:`~kestrel_actors._names.name_text`)."""
+    text = json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a name that is not UTF-8: the rule of /stats.txt, \xNN
+        return json_bytes(_name_texts(document))
+
+
+def _name_texts(value: Any) -> Any:
+    if isinstance(value, str):
+        return name_text(value)
+    if isinstance(value, dict):
+        return {name_text(key): _name_texts(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_name_texts(item) for item in value]
+    return value
 
 
 class _Latch:
@@ -120,7 +218,8 @@ class PeriodLatches:
         self.take = take
         self.latches: OrderedDict[int, _Latch] = OrderedDict()
 
-    def stats(self, period: int, current: StatsSnapshot) -> dict[str, dict[str, Any]]:
+    def stats(self, period: int, current: StatsSnapshot,
+              pause: Callable[[], None] = _nothing) -> dict[str, dict[str, Any]]:
         latch = self.latches.get(period)
         if latch is None:
             latch = self.latches[period] = _Latch(period, self.take, current)
@@ -129,9 +228,9 @@ class PeriodLatches:
                 dropped.greenlet.kill(block=False)
         self.latches.move_to_end(period)
         if latch.report is None:
-            return ostrich_stats(current, latch.base)
+            return ostrich_stats(current, latch.base, pause=pause)
         earlier, later = latch.report
-        return ostrich_stats(current, earlier, later)
+        return ostrich_stats(current, earlier, later, pause)
 
     def close(self) -> None:
         for latch in self.latches.values():
@@ -145,12 +244,13 @@ class NamedListeners:
     def __init__(self) -> None:
         self.last: OrderedDict[str, StatsSnapshot] = OrderedDict()
 
-    def stats(self, name: str, current: StatsSnapshot) -> dict[str, dict[str, Any]]:
+    def stats(self, name: str, current: StatsSnapshot,
+              pause: Callable[[], None] = _nothing) -> dict[str, dict[str, Any]]:
         earlier = self.last.pop(name, current)
         self.last[name] = current
         while len(self.last) > MAX_PERIODS:
             self.last.popitem(last=False)
-        return ostrich_stats(current, earlier)
+        return ostrich_stats(current, earlier, pause=pause)
 
 
 def server_info(server: Any) -> dict[str, Any]:

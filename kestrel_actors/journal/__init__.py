@@ -29,12 +29,13 @@ _LAZY = {
     "FileJournal": "._file",
     "JournalWriter": "._writer",
     "run_blocking": "._writer",
+    "FileOpener": "._open",
     "make_file_opener": "._open",
     "open_file_journal": "._open",
 }
 
 __all__ = [
-    "CORRUPT", "TORN", "DataDirLocked", "FileJournal", "LOCK_FILE", "NotRegularFile", "Item", "Journal", "JournalWriter", "MemoryJournal", "Problem",
+    "CORRUPT", "TORN", "DataDirLocked", "FileJournal", "FileOpener", "LOCK_FILE", "NotRegularFile", "Item", "Journal", "JournalWriter", "MemoryJournal", "Problem",
     "ReadBehindPosition", "Record", "RecordReader", "ReplayResult", "archived_files", "encode_add",
     "encode_confirm_remove", "encode_continue", "encode_remove", "encode_remove_tentative",
     "encode_unremove", "erase_files", "fsync_dir", "journal_files", "lock_data_dir", "make_file_opener", "open_file_journal",

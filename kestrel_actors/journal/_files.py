@@ -26,7 +26,7 @@ import time
 import structlog
 
 __all__ = [
-    "TEMP_MARK", "PACK_SUFFIX", "archived_files", "journal_files", "queue_names", "delete_temp_files",
+    "TEMP_MARK", "PACK_SUFFIX", "archived_files", "files_by_queue", "journal_files", "queue_names", "delete_temp_files",
     "erase_files", "unique_file", "fsync_dir", "file_timestamp", "total_size", "file_size",
     "NotRegularFile", "is_regular", "open_regular",
 ]
@@ -117,10 +117,25 @@ def _listdir(data_dir: str) -> list[str]:
         return []
 
 
-def _timed_files(data_dir: str, name: str) -> list[tuple[int, bool, str]]:
+def files_by_queue(data_dir: str) -> dict[str, list[str]]:
+    """One listing of ``data_dir``, each file under the name of the queue it would belong to
+    (its name up to the first ``.`` or ``~~``).
+
+    Start-up hands each queue its own list (the ``listing`` of :func:`journal_files` and
+    :func:`delete_temp_files`): with thousands of queues, a listing per queue made start-up
+    quadratic (5,000 queues: 50 million names compared).
+    """
+    grouped: dict[str, list[str]] = {}
+    for filename in _listdir(data_dir):
+        owner = filename.partition(".")[0].partition(TEMP_MARK)[0]
+        grouped.setdefault(owner, []).append(filename)
+    return grouped
+
+
+def _timed_files(data_dir: str, name: str, listing: list[str] | None = None) -> list[tuple[int, bool, str]]:
     prefix = name + "."
     found = []
-    for filename in _listdir(data_dir):
+    for filename in _listdir(data_dir) if listing is None else listing:
         if not filename.startswith(prefix):
             continue
         parsed = _parse_suffix(filename[len(prefix):])
@@ -162,18 +177,22 @@ thread while the queue lists from the hub: one listing at a time, or the second 
 the file the first just renamed into place."""
 
 
-def archived_files(data_dir: str, name: str) -> list[str]:
-    """The archived files of queue ``name``, oldest first, after finishing any pack."""
+def archived_files(data_dir: str, name: str, listing: list[str] | None = None) -> list[str]:
+    """The archived files of queue ``name``, oldest first, after finishing any pack.
+
+    ``listing``: the directory's files of this queue, listed just before (else it is listed
+    now); once a pack is finished the directory is listed again."""
     with _listing:
         while True:
-            files = _timed_files(data_dir, name)
+            files = _timed_files(data_dir, name, listing)
             if not _collapse_pack(data_dir, name, files):
                 return [filename for _ts, _pack, filename in files]
+            listing = None
 
 
-def journal_files(data_dir: str, name: str) -> list[str]:
+def journal_files(data_dir: str, name: str, listing: list[str] | None = None) -> list[str]:
     """Every file to replay, in order: the archives, then ``<name>`` (which may not exist)."""
-    return archived_files(data_dir, name) + [name]
+    return archived_files(data_dir, name, listing) + [name]
 
 
 def queue_names(data_dir: str) -> list[str]:
@@ -198,11 +217,12 @@ def queue_names(data_dir: str) -> list[str]:
     return sorted(names)
 
 
-def delete_temp_files(data_dir: str, name: str) -> list[str]:
-    """Delete ``<name>~~*`` (an interrupted rewrite or pack); returns the names deleted."""
+def delete_temp_files(data_dir: str, name: str, listing: list[str] | None = None) -> list[str]:
+    """Delete ``<name>~~*`` (an interrupted rewrite or pack); returns the names deleted.
+    ``listing``: as for :func:`archived_files`."""
     prefix = name + TEMP_MARK
     deleted = []
-    for filename in _listdir(data_dir):
+    for filename in _listdir(data_dir) if listing is None else listing:
         if filename.startswith(prefix):
             try:
                 os.unlink(os.path.join(data_dir, filename))

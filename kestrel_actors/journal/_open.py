@@ -6,24 +6,24 @@ journal), opens the current file for appending, and backs out every transaction 
 in descending xid order it writes ``UNREMOVE(xid)`` and pushes the item back at the head, so
 the items end up at the head in ascending xid order.
 
-:func:`make_file_opener` wraps it in the ``opener(name, config) -> QueueCore`` the queue
-collection takes.
+:class:`FileOpener` (:func:`make_file_opener`) wraps it in the ``opener(name, config) ->
+QueueCore`` the queue collection takes; its :meth:`~FileOpener.open_many` replays the queues
+found at start-up in one threadpool job, from one listing of the data directory.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
 
 from ..config import QueueConfig
 from ._file import FileJournal
-from ._files import erase_files
+from ._files import erase_files, files_by_queue
 from ..queue import QueueCore
 from ._memory import MemoryJournal
 from ._replay import ReplayResult, replay_queue
 from ._writer import run_blocking
 
-__all__ = ["open_file_journal", "make_file_opener"]
+__all__ = ["FileOpener", "open_file_journal", "make_file_opener"]
 
 
 def open_file_journal(data_dir: str, name: str, config: QueueConfig, *, read_behind: bool = False,
@@ -35,9 +35,19 @@ def open_file_journal(data_dir: str, name: str, config: QueueConfig, *, read_beh
     refill its memory with :meth:`FileJournal.read_behind`). After this call
     ``state.open_items`` is empty and ``state.items`` starts with the backed-out items.
     """
-    replay = functools.partial(replay_queue, data_dir, name, now_ms=now_ms,
-                               max_memory_size=config.max_memory_size if read_behind else None)
+    replay = functools.partial(_replay, data_dir, name, config, read_behind, None, now_ms)
     state: ReplayResult = run_blocking(replay)
+    return _open_replayed(data_dir, name, config, state), state
+
+
+def _replay(data_dir: str, name: str, config: QueueConfig, read_behind: bool, listing: list[str] | None,
+            now_ms: int | None = None) -> ReplayResult:
+    return replay_queue(data_dir, name, now_ms=now_ms, listing=listing,
+                        max_memory_size=config.max_memory_size if read_behind else None)
+
+
+def _open_replayed(data_dir: str, name: str, config: QueueConfig, state: ReplayResult) -> FileJournal:
+    """The journal of a replayed queue, its open reads backed out (see the module docstring)."""
     journal = FileJournal(data_dir, name, config, archived_size=state.archived_size,
                           max_timestamp=state.max_timestamp, read_behind=state.read_behind)
     for xid in sorted(state.open_items, reverse=True):
@@ -48,24 +58,73 @@ def open_file_journal(data_dir: str, name: str, config: QueueConfig, *, read_beh
         state.length += 1
         state.bytes += len(item.data)
         state.mem_bytes += len(item.data)
-    return journal, state
+    return journal
 
 
-def make_file_opener(data_dir: str, *, read_behind: bool = False) -> Callable[[str, QueueConfig], Any]:
-    """An ``opener(name, config) -> QueueCore`` for ``QueueCollection``, journaling in ``data_dir``.
+def _replay_each(data_dir: str, requests: list[tuple[str, QueueConfig]],
+                 read_behind: bool) -> list[ReplayResult | Exception]:
+    """Replay every queue of ``requests`` from one listing of ``data_dir``: a queue that
+    fails gives its exception, the others are replayed all the same."""
+    listings = files_by_queue(data_dir)
+    results: list[ReplayResult | Exception] = []
+    for name, config in requests:
+        try:
+            results.append(_replay(data_dir, name, config, read_behind, listings.get(name, [])))
+        except Exception as exc:  # noqa: BLE001 - raised again where that queue is opened
+            results.append(exc)
+    return results
+
+
+class FileOpener:
+    """An ``opener(name, config) -> QueueCore`` for ``QueueCollection``, journaling in
+    ``data_dir``; :meth:`open_many` opens the queues found at start-up all at once.
 
     ``keep_journal = false`` erases any files of the queue and uses a :class:`MemoryJournal`
     (Kestrel erases them when such a queue is created). Leave ``read_behind`` false until
     ``QueueCore`` handles items that are only on disk.
     """
 
-    def opener(name: str, config: QueueConfig) -> Any:
+    def __init__(self, data_dir: str, read_behind: bool = False) -> None:
+        self.data_dir = data_dir
+        self.read_behind = read_behind
+
+    def __call__(self, name: str, config: QueueConfig) -> QueueCore:
         if not config.keep_journal:
-            erase_files(data_dir, name)
-            return QueueCore(name, config, MemoryJournal())
-        journal, state = open_file_journal(data_dir, name, config, read_behind=read_behind)
+            return self._memory_core(name, config)
+        journal, state = open_file_journal(self.data_dir, name, config, read_behind=self.read_behind)
+        return self._core(name, config, journal, state)
+
+    def open_many(self, requests: list[tuple[str, QueueConfig]]) -> dict[str, QueueCore | Exception]:
+        """Each queue's core, or the exception opening it raised (to be raised where that
+        queue is created).
+
+        Every journal is replayed in one job on the threadpool from one listing of the data
+        directory: start-up with 5,000 queues took 30 s with a listing and a threadpool round
+        trip per queue.
+        """
+        journaled = [(name, config) for name, config in requests if config.keep_journal]
+        states = run_blocking(_replay_each, self.data_dir, journaled, self.read_behind)
+        opened: dict[str, QueueCore | Exception] = {}
+        for (name, config), state in zip(journaled, states):
+            try:
+                if isinstance(state, Exception):
+                    raise state
+                opened[name] = self._core(name, config, _open_replayed(self.data_dir, name, config, state), state)
+            except Exception as exc:  # noqa: BLE001 - raised again where that queue is opened
+                opened[name] = exc
+        return opened
+
+    def _memory_core(self, name: str, config: QueueConfig) -> QueueCore:
+        erase_files(self.data_dir, name)
+        return QueueCore(name, config, MemoryJournal())
+
+    @staticmethod
+    def _core(name: str, config: QueueConfig, journal: FileJournal, state: ReplayResult) -> QueueCore:
         core = QueueCore(name, config, journal)
         core.restore(state)
         return core
 
-    return opener
+
+def make_file_opener(data_dir: str, *, read_behind: bool = False) -> FileOpener:
+    """A :class:`FileOpener` for ``QueueCollection``, journaling in ``data_dir``."""
+    return FileOpener(data_dir, read_behind)

@@ -184,16 +184,18 @@ class _Replay:
 
 
 def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None,
-                 now_ms: int | None = None) -> ReplayResult:
+                 now_ms: int | None = None, listing: list[str] | None = None) -> ReplayResult:
     """Replay every journal file of queue ``name`` (see the module docstring).
 
     Side effects, as in Kestrel: temporary ``~~`` files are deleted, a finished pack is moved
-    into place, and broken files are truncated. Nothing else is written.
+    into place, and broken files are truncated. Nothing else is written. ``listing``: the
+    queue's files in ``data_dir`` as :func:`._files.files_by_queue` found them (else the
+    directory is listed).
     """
     if now_ms is None:
         now_ms = int(time.time() * 1000)
-    delete_temp_files(data_dir, name)
-    files = journal_files(data_dir, name)
+    delete_temp_files(data_dir, name, listing)
+    files = journal_files(data_dir, name, listing)
     result = ReplayResult(files=files)
     replay = _Replay(result, max_memory_size, data_dir, name, now_ms)
     started = time.monotonic()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from operator import add
 from typing import Any
 
 from ..messages import MANY_FETCHES, Add, Open, Peek, Remove
@@ -113,10 +114,8 @@ class Histogram:
         return other
 
     def merge(self, other: Histogram) -> None:
-        mine = self.buckets
-        for index, value in enumerate(other.buckets):
-            if value:
-                mine[index] += value
+        # in place: a queue's QueueMetrics slots hold this very list
+        self.buckets[:] = map(add, self.buckets, other.buckets)
 
     def minus(self, earlier: Histogram | None) -> Histogram:
         """What was recorded since ``earlier`` (a copy of this histogram taken before)."""
@@ -208,7 +207,10 @@ class QueueMetrics:
 
     def copy(self) -> QueueMetrics:
         other = QueueMetrics()
-        other.merge(self)
+        for name, histogram in self.histograms.items():
+            other.histogram(name).buckets[:] = histogram.buckets
+        other.get_items_hit = self.get_items_hit
+        other.get_items_miss = self.get_items_miss
         return other
 
 

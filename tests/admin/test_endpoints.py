@@ -156,12 +156,14 @@ def test_an_alias_has_kestrels_alias_figures(tmp_path, make_admin_server):
     assert started - 1 <= stats["gauges"]["q/everywhere/create_time"] <= time.time() + 1
     assert "q/everywhere/items" not in stats["gauges"]
     assert stats["gauges"]["q/left/items"] == stats["gauges"]["q/right/items"] == 1
-    body = request(server.admin_url + "/metrics").body.decode()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(body) for s in f.samples}
-    assert samples[("kestrel_alias_put_items_total", (("alias", "everywhere"),))] == 1
-    assert samples[("kestrel_alias_create_time", (("alias", "everywhere"),))] == stats["gauges"]["q/everywhere/create_time"]
-    assert ("kestrel_queue_items", (("queue", "everywhere"),)) not in samples
+    for query, with_create_time in (("", False), ("?queue_series=all", True)):
+        body = request(server.admin_url + "/metrics" + query).body.decode()
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(body) for s in f.samples}
+        assert samples[("kestrel_alias_put_items_total", (("alias", "everywhere"),))] == 1
+        create_time = samples.get(("kestrel_alias_create_time", (("alias", "everywhere"),)))
+        assert create_time == (stats["gauges"]["q/everywhere/create_time"] if with_create_time else None)
+        assert ("kestrel_queue_items", (("queue", "everywhere"),)) not in samples
     # a reload keeps an alias's create_time (Kestrel keeps the AliasedQueue) and adds new ones
     time.sleep(1.1)
     config.write_text('[aliases]\neverywhere = ["left"]\nlater = ["right"]\n')
@@ -234,10 +236,19 @@ def test_metrics_in_prometheus_format(admin_server):
     assert families["kestrel_queue_items"].type == "gauge"
     assert samples[("kestrel_queue_items", (("queue", "jobs"),))] == 0
     assert samples[("kestrel_connections", ())] == 3
+    # latencies are server-wide; a queue's histograms only with ?queue_series=all
+    assert families["kestrel_set_latency_seconds"].type == "histogram"
+    assert samples[("kestrel_set_latency_seconds_count", ())] == 3
+    assert samples[("kestrel_delivery_latency_seconds_count", ())] == 3
+    assert "kestrel_queue_set_latency_seconds" not in families
+    every = request(admin_server.admin_url + "/metrics?queue_series=all").body.decode()
+    families = {family.name: family for family in text_string_to_metric_families(every)}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
     assert families["kestrel_queue_set_latency_seconds"].type == "histogram"
     assert samples[("kestrel_queue_set_latency_seconds_count", (("queue", "jobs"),))] == 3
     assert samples[("kestrel_queue_set_latency_seconds_bucket", (("le", "+Inf"), ("queue", "jobs")))] == 3
     assert samples[("kestrel_queue_delivery_latency_seconds_count", (("queue", "jobs"),))] == 3
+    assert samples[("kestrel_queue_max_items", (("queue", "jobs"),))] == 2**31 - 1
     info = families["kestrel_info"]  # an info metric: in the 0.0.4 text format, a gauge of 1
     assert info.samples[0].labels["status"] == "Up" and info.samples[0].value == 1
     assert "process_cpu_seconds" in families and "process_resident_memory_bytes" in families

@@ -63,7 +63,7 @@ def test_a_failed_fdatasync_is_counted_by_class_and_the_retry_timed(tmp_path, mo
                              config=SimpleNamespace(queue_config=lambda name: QueueConfig()))
     snapshot = take_snapshot(server, [])
     assert ostrich_stats(snapshot)["counters"]["fsync_error_OSError"] == 1
-    families = {f.name: f for f in text_string_to_metric_families(exposition(snapshot).decode())}
+    families = {f.name: f for f in text_string_to_metric_families(b"".join(exposition(snapshot)).decode())}
     errors = families["kestrel_fsync_error"]
     assert [(s.labels, s.value) for s in errors.samples if s.name.endswith("_total")] == [({"exception": "OSError"}, 1)]
 
