@@ -8,7 +8,8 @@ written ``\\xNN``, as the format must be UTF-8); metrics are histograms whose bu
 subset of the histogram's own, so their counts are exact: durations in seconds
 (``kestrel_queue_set_latency_seconds``, ``kestrel_fsync_delay_seconds``). Per-queue latencies are
 not repeated server-wide (sum the queues); the fsync figures are server-wide only, and
-``fsync_error_<class>`` is ``kestrel_fsync_error_total{exception="<class>"}``. The process
+``fsync_error_<class>`` is ``kestrel_fsync_error_total{exception="<class>"}``;
+``oldest_item_age_msec`` is ``kestrel_queue_oldest_item_age_seconds``. The process
 metrics prometheus_client offers (CPU, memory, file descriptors, Python's GC and version)
 come along.
 """
@@ -49,6 +50,7 @@ _PROMETHEUS_NAMES = {
 }
 """Each metric's Prometheus name (in seconds, as Prometheus names units) and scale."""
 FSYNC_ERROR = "fsync_error_"
+OLDEST_ITEM_AGE = "oldest_item_age_msec"
 _RENAMED = {"uptime": "uptime_seconds", "status/readable": "status_readable", "status/writeable": "status_writeable"}
 
 
@@ -79,6 +81,7 @@ class SnapshotCollector:
         gauges = snapshot.gauges()
         for name, value in gauges.pop(None).items():
             yield GaugeMetricFamily(f"kestrel_{_name(name)}", f"Kestrel gauge {name}", value=value)
+        yield _oldest_item_ages(gauges)
         yield from _per_scope(gauges, aliases, GaugeMetricFamily, "gauge")
         histograms = snapshot.histograms()
         server = histograms.pop(None, None)
@@ -95,6 +98,17 @@ class SnapshotCollector:
             for queue, by_metric in histograms.items():
                 _add_histogram(family, [name_text(queue)], by_metric[metric], scale)
             yield family
+
+
+def _oldest_item_ages(gauges: dict) -> GaugeMetricFamily:
+    """``q/<name>/oldest_item_age_msec``, taken out of ``gauges``, in Prometheus's base unit."""
+    family = GaugeMetricFamily("kestrel_queue_oldest_item_age_seconds",
+                               "Seconds the queue's head item has waited (0: empty)", labels=["queue"])
+    for scope, figures in gauges.items():
+        msec = figures.pop(OLDEST_ITEM_AGE, None)
+        if msec is not None:
+            family.add_metric([name_text(scope)], msec / 1000)
+    return family
 
 
 def _add_histogram(family: HistogramMetricFamily, labels: list[str], histogram: Histogram, scale: float) -> None:
