@@ -12,6 +12,7 @@ import subprocess
 import sys
 import termios
 import time
+from typing import Callable
 
 from ..helpers import create_queues, free_port
 
@@ -38,18 +39,19 @@ def test_one_reading_shows_every_queue_with_its_items(admin_server):
     assert "Up" in result.stdout and "connections 1" in result.stdout
 
 
-def test_watch_refreshes_in_place_under_a_terminal(admin_server):
-    client = admin_server.client()
-    client.set("watched", b"x")
+def watch_in_terminal(port: int, *args: str, lines: int = 40, columns: int = 120,
+                      on_output: Callable[[bytes], None] | None = None) -> str:
+    """Everything ``stats --watch`` draws on a pseudo-terminal of ``lines`` × ``columns``
+    (``on_output`` sees what has arrived so far after each read)."""
     leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+    env = {key: value for key, value in os.environ.items() if key not in ("LINES", "COLUMNS")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kestrel_actors.cli", "stats", "--port", str(admin_server.admin_port),
-         "--watch", "--interval", "0.3", "--count", "4"],
-        stdin=follower, stdout=follower, stderr=follower, env=dict(os.environ, TERM="xterm", COLUMNS="120"),
+        [sys.executable, "-m", "kestrel_actors.cli", "stats", "--port", str(port), "--watch", *args],
+        stdin=follower, stdout=follower, stderr=follower, env=dict(env, TERM="xterm"),
     )
     os.close(follower)
     output = b""
-    changed = False
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -59,13 +61,25 @@ def test_watch_refreshes_in_place_under_a_terminal(admin_server):
         if not chunk:
             break
         output += chunk
+        if on_output is not None:
+            on_output(output)
+    os.close(leader)
+    assert proc.wait(timeout=30) == 0
+    return output.decode(errors="replace")
+
+
+def test_watch_refreshes_in_place_under_a_terminal(admin_server):
+    client = admin_server.client()
+    client.set("watched", b"x")
+    changed = []
+
+    def change_once(output: bytes) -> None:
         # Once only: a first frame can arrive in several chunks, and each would add another item.
         if not changed and b"watched" in output:
             client.set("watched", b"y")  # the next refreshes show 2
-            changed = True
-    os.close(leader)
-    assert proc.wait(timeout=30) == 0
-    text = output.decode(errors="replace")
+            changed.append(True)
+
+    text = watch_in_terminal(admin_server.admin_port, "--interval", "0.3", "--count", "4", on_output=change_once)
     assert text.count("watched") >= 3  # redrawn at each refresh
     assert "\x1b[" in text  # cursor movement: drawn in place, not appended
     last = [cell.strip() for cell in text[text.rindex("watched"):].split("\n")[0].split("│")]
@@ -126,27 +140,8 @@ def test_one_reading_sorts_filters_and_shows_the_oldest_item(admin_server):
 
 
 def watch_once(port: int, lines: int, columns: int, *args: str) -> str:
-    """The last ``--watch`` frame drawn on a pseudo-terminal of ``lines`` × ``columns``."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
-    env = {key: value for key, value in os.environ.items() if key not in ("LINES", "COLUMNS")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kestrel_actors.cli", "stats", "--port", str(port), "--watch", "--count", "1", *args],
-        stdin=follower, stdout=follower, stderr=follower, env=dict(env, TERM="xterm"),
-    )
-    os.close(follower)
-    output = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal closed: the command has ended
-            break
-        if not chunk:
-            break
-        output += chunk
-    os.close(leader)
-    assert proc.wait(timeout=30) == 0
-    text = output.decode(errors="replace")
+    """The last ``--watch`` frame drawn on a pseudo-terminal of ``lines`` × ``columns``, as text."""
+    text = watch_in_terminal(port, "--count", "1", *args, lines=lines, columns=columns)
     last = text.rsplit("\x1b[1A", 1)[-1]  # rich's Live moves the cursor up over a frame to redraw it
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", last).replace("\r", "")
 
