@@ -191,8 +191,12 @@ class AdminApp:
         return CONTENT_TYPE, exposition(self._snapshot())
 
     def _page(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
-        # the first snapshot goes in the page, so its first paint shows the queues
-        initial = _json(ostrich_stats(self._snapshot()))
+        # the first snapshot goes in the page, so its first paint shows the queues; shutting
+        # down, the page comes without one and says so at its first fetch
+        try:
+            initial = _json(ostrich_stats(self._snapshot()))
+        except _HttpError:
+            initial = b"null"
         for raw, escaped in _SCRIPT_ESCAPES:  # JSON inside <script>: no "</script>" can end it early
             initial = initial.replace(raw, escaped)
         return "text/html; charset=utf-8", PAGE.replace(_INITIAL_STATS, initial, 1)
