@@ -36,10 +36,11 @@ QUEUE_COUNTERS = (
 
 QUEUE_GAUGES = (
     "items", "max_items", "bytes", "max_bytes", "journal_size", "mem_items", "mem_bytes",
-    "age_msec", "waiters", "open_transactions", "create_time", "journal_failing",
+    "age_msec", "waiters", "open_transactions", "create_time", "journal_failing", "oldest_item_age_msec",
 )
 """Per-queue ostrich gauges, as ``PersistentQueue`` names them, then ours: ``journal_failing``
-is 1 while the queue's journal cannot write (a full disk), else 0."""
+is 1 while the queue's journal cannot write (a full disk), else 0; ``oldest_item_age_msec``
+is how long the head item has waited (memcache ``oldest_item_age``)."""
 
 ALIAS_COUNTERS = ("put_items", "put_bytes")
 
@@ -209,6 +210,7 @@ class StatsSnapshot:
         values = dict(queue.lines)
         values.update(queue.extra)
         values["age_msec"] = values["age"]
+        values["oldest_item_age_msec"] = values["oldest_item_age"]
         return {name: values[name] for name in QUEUE_GAUGES}
 
     def labels(self) -> dict[str, str]:

@@ -579,6 +579,19 @@ class Pipeline(Connection):
         return values
 
 
+def create_queues(server: ServerProcess, names: Iterable[str], data: bytes = b"x") -> int:
+    """One item in each queue named (so each exists), in one pipelined burst; how many."""
+    requests = [set_request(name, data) for name in names]
+    pipe = Pipeline(server.host, server.port)
+    try:
+        pipe.stream([b"".join(requests)])
+        pipe.expect_stored(len(requests))
+        pipe.wait_sent()
+    finally:
+        pipe.close()
+    return len(requests)
+
+
 def _batches(requests: Iterable[bytes], size: int) -> Iterator[bytes]:
     batch: list[bytes] = []
     for request in requests:

@@ -505,9 +505,11 @@ class QueueActor(GeventActor):
 
     def _reply_stats(self, reply_to: Any) -> None:
         core = self.core
-        lines = core.stats(epoch_ms(), len(self.waiters))
+        now_ms = epoch_ms()
+        lines = core.stats(now_ms, len(self.waiters))
         if self.has_children:
             lines.append(("children", ",".join(self.children)))
+        lines.append(("oldest_item_age", core.oldest_item_age(now_ms)))  # ours: after Kestrel's keys
         journal = core.journal
         extra = {
             "create_time": self.created_ms // 1000,

@@ -1,4 +1,5 @@
-"""The admin HTTP application: ostrich's endpoints, ``/metrics``, ``/health`` and the live page.
+"""The admin HTTP application: ostrich's endpoints, ``/metrics``, ``/health``, the live page and
+``/queue.json?name=`` (one queue's configuration, for the page's detail view).
 
 It runs under gevent's WSGI server, one greenlet per request on the server's hub. A handler
 only reads: the figures come from one snapshot (:func:`~kestrel_actors.snapshot.gather_snapshot`
@@ -21,6 +22,7 @@ import structlog
 from pykka import ActorDeadError
 
 from ..messages import ReloadFailed
+from ..protocol._replies import config_settings
 from ..runtime import ReplyFuture
 from ..snapshot import gather_snapshot
 from ._builds import SharedBuilds
@@ -89,6 +91,7 @@ class AdminApp:
         self.routes["/metrics"] = _Route(self._metrics, frozenset({"queue_series"}))
         self.routes["/health"] = _Route(self._health)
         self.routes["/"] = _Route(self._page)
+        self.routes["/queue.json"] = _Route(self._queue, frozenset({"name"}))
 
     def close(self) -> None:
         self.latches.close()
@@ -208,7 +211,25 @@ class AdminApp:
                                lambda: (CONTENT_TYPE, exposition(self._snapshot(), series == "all", self.pause)))
 
     def _page(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
-        return "text/html; charset=utf-8", PAGE
+        # the first snapshot goes in the page, so its first paint shows the queues; shutting
+        # down, the page comes without one and says so at its first fetch
+        try:
+            initial = _json(ostrich_stats(self._snapshot()))
+        except _HttpError:
+            initial = b"null"
+        for raw, escaped in _SCRIPT_ESCAPES:  # JSON inside <script>: no "</script>" can end it early
+            initial = initial.replace(raw, escaped)
+        return "text/html; charset=utf-8", PAGE.replace(_INITIAL_STATS, initial, 1)
+
+    def _queue(self, params: dict[str, str], _text: bool) -> tuple[str, bytes]:
+        """One queue's effective configuration (the page's detail view), as ``dump_config``."""
+        name = params.get("name")
+        if name is None:
+            raise _HttpError("400 Bad Request", "name is required")
+        if name not in self._snapshot().queue_names():
+            raise _HttpError("404 Not Found", f"no such queue: {name}")
+        config = dict(config_settings(self.server.config.queue_config(name)))
+        return _JSON, _json({"name": name, "config": config})
 
 
 PACE_BYTES = 256 * 1024
@@ -259,3 +280,5 @@ def _respond(document: dict[str, Any], text: bool) -> tuple[str, bytes]:
 
 PAGE = resources.files(__package__).joinpath("page.html").read_bytes()
 """The live page: one self-contained file (no external assets), refreshing from /stats.json."""
+_INITIAL_STATS = b"__INITIAL_STATS__"
+_SCRIPT_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"))

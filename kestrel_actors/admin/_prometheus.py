@@ -14,9 +14,10 @@ Each queue costs series, and a scrape's build runs on the hub the queues share: 
 queue has only the series an operator watches (:data:`QUEUE_COUNTERS`, :data:`QUEUE_GAUGES`;
 an alias :data:`ALIAS_COUNTERS`), and the latency histograms are server-wide.
 ``every_series`` (``/metrics?queue_series=all``) adds the rest of Kestrel's per-queue figures
-and every per-queue histogram (:data:`~kestrel_actors.stats.QUEUE_METRICS`): 175 series a
-queue instead of 14. The per-queue families are built :data:`~kestrel_actors.snapshot.CHUNK`
+and every per-queue histogram (:data:`~kestrel_actors.stats.QUEUE_METRICS`): 177 series a
+queue instead of 16. The per-queue families are built :data:`~kestrel_actors.snapshot.CHUNK`
 queues at a time, with a ``pause`` between chunks.
+``oldest_item_age_msec`` is ``kestrel_queue_oldest_item_age_seconds``.
 """
 
 from __future__ import annotations
@@ -45,15 +46,16 @@ QUEUE_COUNTERS = (
 )
 """A queue's counters in a default scrape: what came in, what went out or was missed, what was
 lost to expiry or a full queue, and the reads given back."""
-QUEUE_GAUGES = ("items", "bytes", "mem_bytes", "age_msec", "waiters", "open_transactions", "journal_size",
-                "journal_failing")
+QUEUE_GAUGES = ("items", "bytes", "mem_bytes", "age_msec", "oldest_item_age_msec", "waiters",
+                "open_transactions", "journal_size", "journal_failing")
 """A queue's gauges in a default scrape: its backlog (items, bytes; ``mem_bytes`` below
-``bytes``: it reads behind), how old its head is, who waits on it, its journal's size, and
+``bytes``: it reads behind), Kestrel's age (of the last item read) and how long the head
+item has waited (the backlog's age, in seconds), who waits on it, its journal's size, and
 whether its journal writes are failing (the alert for a full disk)."""
 ALIAS_COUNTERS = ("put_items", "put_bytes")
 SERIES_PER_QUEUE = len(QUEUE_COUNTERS) + len(QUEUE_GAUGES)
-EVERY_SERIES_PER_QUEUE = 176
-"""12 counters, 12 gauges, 8 histograms of 19 series each."""
+EVERY_SERIES_PER_QUEUE = 177
+"""12 counters, 13 gauges, 8 histograms of 19 series each."""
 
 PROMETHEUS_BOUNDS = tuple(4**power for power in range(0, 16))
 """1, 4, 16, … 4**15 (about 18 minutes in µs): each is a bound of the histogram's buckets."""
@@ -72,6 +74,7 @@ _PROMETHEUS_NAMES = {
 }
 """Each metric's Prometheus name (in seconds, as Prometheus names units) and scale."""
 FSYNC_ERROR = "fsync_error_"
+OLDEST_ITEM_AGE = "oldest_item_age_msec"
 _RENAMED = {"uptime": "uptime_seconds", "status/readable": "status_readable", "status/writeable": "status_writeable"}
 
 
@@ -109,6 +112,7 @@ class SnapshotCollector:
                 family = HistogramMetricFamily(f"kestrel_{name}", f"Kestrel metric {metric}")
                 _add_histogram(family, [], server[metric], scale)
                 yield family
+
 
 
 def _add_histogram(family: HistogramMetricFamily, labels: list[str], histogram: Histogram, scale: float) -> None:
@@ -162,6 +166,8 @@ class _ScopeFamilies:
                 self.family(family, "counter", f"Kestrel counter q/<{label}>/{name}").append(
                     f"{family}{{{labels}}} {floatToGoString(value)}\n")
             for name, value in gauges.items():
+                if name == OLDEST_ITEM_AGE:  # ours, so in Prometheus's base unit
+                    name, value = "oldest_item_age_seconds", value / 1000
                 family = f"kestrel_{label}_{_name(name)}"
                 self.family(family, "gauge", f"Kestrel gauge q/<{label}>/{name}").append(
                     f"{family}{{{labels}}} {floatToGoString(value)}\n")

@@ -12,7 +12,7 @@ from typing import Any
 from .._names import name_bytes
 from ._memcache import END
 
-__all__ = ["compose_dump_config", "compose_dump_stats"]
+__all__ = ["compose_dump_config", "compose_dump_stats", "config_settings"]
 
 QueueStats = Any
 
@@ -40,11 +40,16 @@ def compose_dump_config(configs: list[tuple[str, Any]]) -> bytes:
             settings = [("destinations", ",".join(config))]
             kind = "alias"
         else:
-            settings = [(key, _config_value(value)) for key, value in vars(config).items()]
+            settings = config_settings(config)
             kind = "queue"
         body = "\r\n  ".join(f"{key}={value}" for key, value in settings)
         blocks.append(f"{kind} '{name}' {{\r\n  {body}\r\n}}")
     return name_bytes("\r\n".join(blocks)) + b"\r\n" + END
+
+
+def config_settings(config: Any) -> list[tuple[str, str]]:
+    """A queue's effective settings as ``dump_config`` (and the admin page) shows them."""
+    return [(key, _config_value(value)) for key, value in vars(config).items()]
 
 
 def _config_value(value: object) -> str:

@@ -293,6 +293,14 @@ class QueueCore:
         )
         return list(zip(STAT_NAMES, values))
 
+    def oldest_item_age(self, now_ms: int) -> int:
+        """Milliseconds since the head item (the next a read gets) was added, 0 when the queue
+        holds none in memory. Kestrel's ``age`` dates the last item *read*, so a backlog nobody
+        reads shows 0 there; this is the figure an operator alerts on. In read-behind the head
+        is still in memory; it is not filled here (no journal I/O for a stats answer)."""
+        items = self.items
+        return max(0, now_ms - items[0].add_time) if items else 0
+
     def close(self) -> None:
         self.closed = True
 

@@ -12,7 +12,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..helpers import get_json, request
+from ..helpers import get_json, request, stats_of, write_config
 
 
 DISTRIBUTION_KEYS = {"count", "sum", "average", "minimum", "maximum", "p50", "p90", "p95", "p99", "p999", "p9999"}
@@ -415,3 +415,18 @@ def test_names_outside_latin1_and_not_utf8_in_every_endpoint(make_server, tmp_pa
     gauges = json.loads(stats.body.decode("utf-8"))["gauges"]  # strict UTF-8, no lone surrogate
     assert gauges["q/caf\\xe9/items"] == 1 and gauges["q/jobs+\u6f22/items"] == 0
     assert request(server.admin_url + "/").status == 200
+
+
+def test_queue_json_gives_one_queues_configuration_as_dump_config(make_admin_server, tmp_path):
+    config = write_config(tmp_path, '[queues."tight"]\nmax_items = 5\n')
+    server = make_admin_server("--config", config)
+    server.client().set("tight", b"x")
+    answer = get_json(server.admin_url + "/queue.json?name=tight")
+    assert answer["name"] == "tight"
+    assert answer["config"]["max_items"] == "5"
+    assert answer["config"]["max_age"] == "none"  # dump_config's words, exact for 2**63 - 1 too
+    assert answer["config"]["max_size"] == str(2**63 - 1)
+    assert request(server.admin_url + "/queue.json?name=nosuch").status == 404
+    assert request(server.admin_url + "/queue.json").status == 400
+    assert request(server.admin_url + "/queue.json?queue=tight").status == 400
+    assert "queue_nosuch_items" not in stats_of(server)  # asking does not create it

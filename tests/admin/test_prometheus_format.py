@@ -37,7 +37,8 @@ def _snapshot(every_name: tuple[str, ...] = NAMES):
         metrics.histogram("journal_rewrite_usec").add(5_000_000)
         extra = {"create_time": 1_700_000_000, "max_items": 10, "max_bytes": 2**40, "journal_size": 5,
                  "put_bytes": 3 * index, "journal_failing": 0}
-        queues.append(QueueStats(name, core.stats(2, index), extra))
+        lines = [*core.stats(2, index), ("oldest_item_age", 1500 * index)]  # as the queue actor answers
+        queues.append(QueueStats(name, lines, extra))
     queues.append(QueueStats("everywhere", [("put_items", 4), ("put_bytes", 8), ("children", "jobs")], None, 1_700_000_001))
     server = SimpleNamespace(stats=stats, status=ServerStatus(None), version="test",
                              config=SimpleNamespace(queue_config=lambda name: QueueConfig()))
@@ -58,6 +59,8 @@ def _families_as_prometheus_client_writes_them(snapshot) -> bytes:
         for values, families, kind, word in ((snapshot.counters_of(scope), counters, CounterMetricFamily, "counter"),
                                              (snapshot.gauges_of(scope) or {}, gauges, GaugeMetricFamily, "gauge")):
             for name, value in values.items():
+                if name == "oldest_item_age_msec":  # written in seconds, Prometheus's base unit
+                    name, value = "oldest_item_age_seconds", value / 1000
                 family = families.get((label, name))
                 if family is None:
                     family = families[(label, name)] = kind(f"kestrel_{label}_{_name(name)}",
@@ -94,9 +97,10 @@ def test_every_series_is_written_as_prometheus_client_writes_it():
 def test_the_default_series_are_the_ones_kept():
     snapshot = _snapshot()
     body = b"".join(exposition(snapshot)).decode()
-    kept = {f"kestrel_queue_{name}_total" for name in QUEUE_COUNTERS} | {f"kestrel_queue_{name}" for name in QUEUE_GAUGES}
+    kept = {f"kestrel_queue_{name}_total" for name in QUEUE_COUNTERS} | {
+        f"kestrel_queue_{name}".replace("oldest_item_age_msec", "oldest_item_age_seconds") for name in QUEUE_GAUGES}
     jobs = {line.split("{")[0] for line in body.splitlines() if 'queue="jobs"}' in line}
-    assert jobs == kept and len(kept) == 15
+    assert jobs == kept and len(kept) == 16
     assert 'kestrel_alias_put_items_total{alias="everywhere"} 4.0' in body
     assert "kestrel_alias_create_time" not in body
     assert "kestrel_set_latency_seconds_count 3.0" in body  # the queues' latencies, server-wide
@@ -106,7 +110,7 @@ def test_a_scrape_built_in_chunks_is_the_scrape_built_at_once(monkeypatch):
     names = tuple(f"q{number}" for number in range(40))
     snapshot = _snapshot(names)
     pauses = []
-    monkeypatch.setattr(_prometheus, "SERIES_PER_PAUSE", 15 * 3)  # three queues a chunk
+    monkeypatch.setattr(_prometheus, "SERIES_PER_PAUSE", 16 * 3)  # three queues a chunk
     chunked = b"".join(exposition(snapshot, pause=lambda: pauses.append(1)))
     monkeypatch.setattr(_prometheus, "SERIES_PER_PAUSE", 10**9)
     whole = b"".join(exposition(snapshot))

@@ -73,12 +73,13 @@ def test_per_queue_keys_are_contiguous_and_in_order(server):
     keys = [k for k, _ in stat_lines(c)]
     assert keys[:19] == GLOBAL_KEYS
     queue_keys = keys[19:]
-    assert len(queue_keys) == 16 * len(names)
-    blocks = [queue_keys[i : i + 16] for i in range(0, len(queue_keys), 16)]
+    # Kestrel's 16, in its order, then ours: oldest_item_age
+    assert len(queue_keys) == 17 * len(names)
+    blocks = [queue_keys[i : i + 17] for i in range(0, len(queue_keys), 17)]
     seen = []
     for block in blocks:
         name = next(n for n in names if block[0] == f"queue_{n}_items")
-        assert block == [f"queue_{name}_{stat}" for stat in QUEUE_STATS]
+        assert block == [f"queue_{name}_{stat}" for stat in QUEUE_STATS] + [f"queue_{name}_oldest_item_age"]
         seen.append(name)
     assert sorted(seen) == sorted(names)
 
@@ -254,7 +255,7 @@ def test_dump_stats_of_a_missing_name(server):
 
 
 def _dump_block(name: str, stats: dict[str, str]) -> bytes:
-    lines = [f"queue '{name}' {{"] + [f"  {k}={stats[f'queue_{name}_{k}']}" for k in QUEUE_STATS] + ["}"]
+    lines = [f"queue '{name}' {{"] + [f"  {k}={stats[f'queue_{name}_{k}']}" for k in [*QUEUE_STATS, "oldest_item_age"]] + ["}"]
     return "\r\n".join(lines).encode()
 
 
@@ -265,7 +266,8 @@ def test_dump_stats_block_format(server):
     lines = data.split(b"\r\n")
     assert lines[0] == b"queue 'q' {"
     assert [line.split(b"=")[0] for line in lines[1:17]] == [b"  " + k.encode() for k in QUEUE_STATS]
-    assert lines[17:] == [b"}", b"END", b""]
+    assert lines[17].startswith(b"  oldest_item_age=")  # ours, after Kestrel's 16
+    assert lines[18:] == [b"}", b"END", b""]
     stats = dict(stat_lines(c))
     dumped = {line[2:].split(b"=")[0].decode(): line.split(b"=", 1)[1].decode() for line in lines[1:17]}
     for k in QUEUE_STATS:
@@ -281,13 +283,12 @@ def test_dump_stats_of_several_names_and_of_all(server):
     c.send(b"get one\r\n")
     expect(c, value("one", b"1"))
     stats = dict(stat_lines(c))
-    stats.pop("queue_one_age"), stats.pop("queue_two_age")
 
-    def strip_age(data: bytes) -> bytes:
-        return re.sub(rb"  age=\d+", b"  age=", data)
+    def strip_age(data: bytes) -> bytes:  # both ages move with the clock
+        return re.sub(rb"  (age|oldest_item_age)=\d+", rb"  \1=", data)
 
     def block(name):
-        s = dict(stats, **{f"queue_{name}_age": ""})
+        s = dict(stats, **{f"queue_{name}_age": "", f"queue_{name}_oldest_item_age": ""})
         return _dump_block(name, s)
 
     named = raw_reply(c, b"dump_stats two nosuch one")
