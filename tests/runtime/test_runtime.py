@@ -330,23 +330,26 @@ def test_a_suspended_dispatcher_does_not_hold_up_other_actors():
         quick.stop()
 
 
-def test_an_inline_actor_without_on_start_gets_a_greenlet_only_when_needed():
+def test_an_actor_with_greenlet_on_demand_gets_its_greenlet_only_when_needed():
     seen: list = []
 
     class Lazy(GeventActor):
         inline_dispatch = True
+        greenlet_on_demand = True
 
         def on_receive(self, message):
             seen.append((message, gevent.getcurrent()))
             if message == "bye":
-                self.stop()  # its own stop: handled inline as well
+                self.stop()  # pykka's stop: handled by pykka's loop, on a greenlet spawned now
 
     ref = Lazy.start()
     mailbox = ref.actor_inbox
     ref.tell("hello")
     assert seen == [("hello", gevent.getcurrent())] and mailbox.greenlet is None
     ref.tell("bye")
-    assert not ref.is_alive() and mailbox.greenlet is None
+    assert mailbox.greenlet is not None
+    gevent.sleep(0.01)
+    assert not ref.is_alive() and mailbox.greenlet.dead
 
     asked = Lazy.start()
     asked.ask("question", timeout=1)  # an ask runs on the actor's own greenlet: spawned now
