@@ -62,6 +62,8 @@ __all__ = ["GeventActor", "GeventFuture", "ReplyFuture", "on_own_greenlet"]
 
 T = TypeVar("T")
 
+log = structlog.get_logger("kestrel_actors.runtime")
+
 _URN_FORMAT = str(uuid.uuid4().urn)[:-12] + "%012x"
 """Actor URNs: one random UUID per process, its last 48 bits a counter. As unique as pykka's
 ``uuid4()`` per actor, without a ``getrandom`` system call for every connection."""

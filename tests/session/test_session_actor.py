@@ -13,7 +13,7 @@ import structlog.testing
 import pytest
 
 from kestrel_actors.runtime import Dispatcher
-from kestrel_actors.session import Disconnected, MemcacheHandler, Received, Reload, Shutdown, TextHandler
+from kestrel_actors.session import MemcacheHandler, Received, Reload, Shutdown, TextHandler
 from kestrel_actors.status import Status
 
 from ..helpers import World, settle
