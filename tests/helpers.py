@@ -30,13 +30,14 @@ from typing import Any, Iterable, Iterator, NamedTuple
 
 import gevent
 
-from kestrel_actors.actors import QueueCollection, ServerStats, Session
+from kestrel_actors.actors import QueueBatch, QueueCollection, ServerStats, Session
 from kestrel_actors.actors._collection import memory_opener
 from kestrel_actors.client import Connection, set_request
 from kestrel_actors.config import ServerConfig
 from kestrel_actors.protocol import MemcacheDecoder
 from kestrel_actors.protocol._text import TextDecoder
-from kestrel_actors.runtime import Dispatcher
+from kestrel_actors.messages import Resolve
+from kestrel_actors.runtime import Dispatcher, ReplyFuture
 from kestrel_actors.session import (
     Disconnected, MemcacheHandler, Received, Reload, SessionActor, SessionContext,
 )
@@ -661,3 +662,22 @@ def settle() -> None:
         if not dispatcher.due and not dispatcher.running:
             gevent.sleep(0.001)
             return
+
+
+def resolve_queue(collection: Any, name: str) -> Any:
+    """The ref of queue ``name``'s actor, asked of ``collection`` (created if need be)."""
+    reply = ReplyFuture()
+    collection.tell(Resolve(name, True, reply))
+    return reply.get(timeout=2).ref
+
+
+def batch_reply(ref: Any, *ops: Any, session: Any = None) -> ReplyFuture:
+    """Tell a queue's actor one batch; its reply, not waited for (a fetch may park)."""
+    reply = ReplyFuture()
+    ref.tell(QueueBatch(list(ops), session, reply))
+    return reply
+
+
+def run_batch(ref: Any, *ops: Any, session: Any = None) -> list[Any]:
+    """Tell a queue's actor one batch and wait for its results, one per operation."""
+    return batch_reply(ref, *ops, session=session).get(timeout=3).results

@@ -12,37 +12,15 @@ import time
 import gevent
 import pytest
 
-from kestrel_actors.actors import QueueBatch
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
 from kestrel_actors.messages import (
     Add, Confirm, Flush, JournalFailure, Open, OpenMany, Peek, PutBack, Remove, RemoveMany,
-    Resolve, Unremove,
+    Unremove,
 )
 from kestrel_actors.queue import QueueCore
-from kestrel_actors.runtime import ReplyFuture
 
-from ..helpers import World, settle
-
-
-def resolve(collection, name: str):
-    reply = ReplyFuture()
-    collection.tell(Resolve(name, True, reply))
-    return reply.get(timeout=2).ref
-
-
-def run(ref, *ops, session=None):
-    """Tell one batch and wait for its answer: the results, one per operation."""
-    reply = ReplyFuture()
-    ref.tell(QueueBatch(list(ops), session, reply))
-    return reply.get(timeout=3).results
-
-
-def later(ref, *ops, session=None) -> ReplyFuture:
-    """Tell one batch and return its reply, not waited for (a fetch that parks)."""
-    reply = ReplyFuture()
-    ref.tell(QueueBatch(list(ops), session, reply))
-    return reply
+from ..helpers import World, batch_reply as later, resolve_queue as resolve, run_batch as run, settle
 
 
 def soon() -> float:
@@ -51,13 +29,6 @@ def soon() -> float:
 
 def data(results) -> list:
     return [None if item is None else item.data for item in results]
-
-
-@pytest.fixture
-def world(tmp_path):
-    world = World(tmp_path)
-    yield world
-    world.collection.stop()
 
 
 @pytest.fixture

@@ -100,11 +100,14 @@ def test_tells_left_in_the_inbox_at_stop_become_dead_letters():
             return super().on_receive(message)
 
         def on_dead_letter(self, message):
+            if message == "bad":
+                raise ValueError("cannot answer this one")  # logged; the rest still answered
             dead.append(message)
 
     actor = StopsEarly.start()
     actor.tell("stop-now")
     actor.tell("a")
+    actor.tell("bad")
     actor.tell("b")
     gevent.sleep(0.05)
     assert not actor.is_alive()
@@ -500,28 +503,6 @@ def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
 
 
 # -- pykka's loop does the work (issue 25.2) -------------------------------------------------------
-
-
-def test_a_dead_letter_handler_that_raises_does_not_keep_the_rest():
-    dead: list = []
-
-    class Picky(GeventActor):
-        def on_receive(self, message):
-            if message == "stop-now":
-                self._stop()
-
-        def on_dead_letter(self, message):
-            if message == "bad":
-                raise ValueError("cannot answer this one")
-            dead.append(message)
-
-    ref = Picky.start()
-    ref.tell("stop-now")
-    ref.tell("bad")
-    ref.tell("good")
-    gevent.sleep(0.05)
-    assert not ref.is_alive()
-    assert dead == ["good"]
 
 
 def test_an_inline_failure_runs_on_failure_on_the_actors_own_greenlet():

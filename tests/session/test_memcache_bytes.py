@@ -11,14 +11,7 @@ import time
 
 import pytest
 
-from ..helpers import World, set_cmd, value
-
-
-@pytest.fixture
-def world(tmp_path):
-    world = World(tmp_path)
-    yield world
-    world.collection.stop()
+from ..helpers import set_cmd, value
 
 
 @pytest.fixture

@@ -10,20 +10,12 @@ from __future__ import annotations
 
 import gevent
 import structlog.testing
-import pytest
 
 from kestrel_actors.runtime import Dispatcher
 from kestrel_actors.session import MemcacheHandler, Received, Reload, Shutdown, TextHandler
 from kestrel_actors.status import Status
 
-from ..helpers import World, settle
-
-
-@pytest.fixture
-def world(tmp_path):
-    world = World(tmp_path)
-    yield world
-    world.collection.stop()
+from ..helpers import settle
 
 
 def test_set_then_get_exact_bytes(world):
