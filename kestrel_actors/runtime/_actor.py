@@ -234,10 +234,14 @@ class _Mailbox:
     def put(self, envelope: Any, /) -> None:
         """Queue ``envelope`` (pykka's ``ask`` and ``Actor.stop`` come here), or run a tell
         inline; wake the actor's greenlet if it waits for the envelope."""
-        if not self.idle:
-            self.items.append(envelope)
-        elif not (self.inline and envelope.reply_to is None and self.ran_inline(envelope.message)):
-            self.items.append(envelope)
+        if self.idle and self.inline and envelope.reply_to is None and self.ran_inline(envelope.message):
+            return
+        self.enqueue(envelope)
+
+    def enqueue(self, envelope: Any) -> None:
+        """Queue ``envelope`` for the actor's greenlet, waking it if it waits."""
+        self.items.append(envelope)
+        if self.idle:
             self.wake()
 
     def ran_inline(self, message: Any) -> bool:
@@ -361,8 +365,15 @@ class _GeventRef(pykka.ActorRef[Any]):
         if self.actor_stopped._set:  # type: ignore[attr-defined]  # noqa: SLF001
             raise ActorDeadError(f"{self} not found")
         mailbox: _Mailbox = self.actor_inbox  # type: ignore[assignment]
-        if not (mailbox.idle and mailbox.inline and mailbox.ran_inline(message)):
-            mailbox.put(_Letter(message))
+        # _Mailbox.ran_inline's rules, written out: a call less per tell on the request path
+        if mailbox.idle and mailbox.inline and type(message) not in _NOT_INLINE:
+            if getcurrent() is not mailbox.hub:
+                mailbox._run_inline(message, False)  # noqa: SLF001
+                return
+            if mailbox.actor.may_run_on_hub():  # type: ignore[union-attr]
+                mailbox._run_inline(message, True)  # noqa: SLF001
+                return
+        mailbox.enqueue(_Letter(message))
 
 
 class GeventActor(pykka.Actor):
