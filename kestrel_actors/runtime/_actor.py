@@ -56,7 +56,7 @@ import pykka.messages
 import structlog
 from greenlet import getcurrent, greenlet
 from pykka import ActorDeadError
-from pykka.messages import ProxyCall, ProxyGetAttr
+from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr
 
 __all__ = ["GeventActor", "GeventFuture", "ReplyFuture", "on_own_greenlet"]
 
@@ -109,6 +109,9 @@ _PYKKA_MESSAGES = frozenset(
 )
 """pykka's own messages: every class its public ``pykka.messages`` module defines (the proxy
 calls and the stop). They are pykka's to handle, on the actor's greenlet, never inline."""
+
+_STOP_MESSAGES = _PYKKA_MESSAGES - {ProxyCall, ProxyGetAttr, ProxySetAttr}
+"""pykka's messages other than its three public proxy messages: its stop."""
 
 _OWN_GREENLET: set[type] = set()
 """Message types that never run inline (see :func:`on_own_greenlet`)."""
@@ -348,6 +351,15 @@ class _Mailbox:
             raise
         if stopped._set:
             items.appendleft(_AFTER_STOP)  # a handler called _stop(): pykka's loop must end
+        elif not (items[0].reply_to is None and type(items[0].message) in _STOP_MESSAGES):
+            self.wake()
+            return
+        if self.greenlet is None and (not on_hub or actor.may_run_on_hub()):
+            # an actor that never needed its greenlet, and what comes next ends it: pykka's loop
+            # runs here, on this greenlet, and cannot wait (its first message is the end); a
+            # session's hang-up is spared a greenlet's spawn and first switch
+            actor._actor_loop()  # noqa: SLF001
+            return
         self.wake()
 
 

@@ -343,16 +343,18 @@ def test_an_actor_with_greenlet_on_demand_gets_its_greenlet_only_when_needed():
         def on_receive(self, message):
             seen.append((message, gevent.getcurrent()))
             if message == "bye":
-                self.stop()  # pykka's stop: handled by pykka's loop, on a greenlet spawned now
+                self.stop()  # pykka's stop next: pykka's loop runs here, and ends at once
+
+        def on_stop(self):
+            seen.append(("on_stop", gevent.getcurrent()))
 
     ref = Lazy.start()
     mailbox = ref.actor_inbox
     ref.tell("hello")
     assert seen == [("hello", gevent.getcurrent())] and mailbox.greenlet is None
     ref.tell("bye")
-    assert mailbox.greenlet is not None
-    gevent.sleep(0.01)
-    assert not ref.is_alive() and mailbox.greenlet.dead
+    assert not ref.is_alive() and mailbox.greenlet is None  # stopped before tell returned
+    assert seen[-1] == ("on_stop", gevent.getcurrent())
 
     asked = Lazy.start()
     asked.ask("question", timeout=1)  # an ask runs on the actor's own greenlet: spawned now
