@@ -27,7 +27,8 @@ from pathlib import Path
 
 __all__ = ["main"]
 
-REPO = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+"""The folder that holds ``kestrel_actors``: the load itself runs from there, with this code."""
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -59,7 +60,7 @@ def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[flo
                 time.sleep(0.1)
         before = _cpu_seconds(server.pid)
         out = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests", *scenario, "-p", str(port), "--no-progress"],
-                             cwd=REPO, capture_output=True, text=True, check=False).stdout
+                             cwd=PACKAGE_ROOT, capture_output=True, text=True, check=False).stdout
         spent = _cpu_seconds(server.pid) - before
     finally:
         server.terminate()
