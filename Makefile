@@ -85,7 +85,7 @@ test: $(STAMP) memcached-tools thrift-compiler browser node-clients zookeeper
 	$(BIN)/python -m pytest -q -rfE
 
 bench: $(STAMP)
-	PEER=$(PEER) $(BIN)/python -m loadtests.bench --write docs/benchmarks.md
+	PEER=$(PEER) $(BIN)/python -m kestrel_actors.loadtests.bench --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

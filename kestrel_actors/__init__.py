@@ -4,7 +4,8 @@ Subpackages: ``protocol`` (sans-I/O codecs), ``queue`` (a queue's logic, no acto
 ``journal`` (Kestrel's on-disk format), ``runtime`` (the gevent runtime for pykka),
 ``messages`` (the records rooms exchange), ``stats`` (server-wide counters), ``actors`` (the
 queue and collection actors), ``session`` (one client connection), ``admin`` (the HTTP port),
-``client`` (the Python clients), ``spark_bridge`` (queues into Spark) and ``cli``.
+``client`` (the Python clients), ``spark_bridge`` (queues into Spark), ``cli`` and
+``loadtests`` (the load tests and benches, ``python -m kestrel_actors.loadtests``).
 
 A comment's ``behaviour §N`` cites section N of ``docs/behaviour.md``, the project's own
 reference for what the server does and where it differs from Kestrel.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import ServerProcess, unique
+from .helpers import ServerProcess, World, unique
 
 
 @pytest.fixture
@@ -43,3 +43,12 @@ def server(make_server):
 def qname() -> str:
     """A queue name no other test in this process uses."""
     return unique()
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A server without sockets (:class:`~tests.helpers.World`): one queue collection with
+    memory journals and the context its in-process sessions share."""
+    world = World(tmp_path)
+    yield world
+    world.collection.stop()

@@ -5,7 +5,10 @@ port with a data directory in a temp dir (:class:`ServerProcess`), and may stop 
 SIGTERM or SIGKILL and start it again on the same port and data directory. Below it: raw
 memcache and text clients, the exact-bytes helpers of the conformance tests, the journal
 file helpers of the durability tests, and :class:`Pipeline` for deeply pipelined traffic.
-No test module imports another.
+At the end, the in-process harness: a :class:`World` (a queue collection and the sessions'
+context, no sockets) whose sessions write to a :class:`BufferTransport`, for the actors' and
+sessions' own tests and the byte-exact tests that need no process. No test module imports
+another.
 """
 
 from __future__ import annotations
@@ -25,7 +28,20 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple
 
+import gevent
+
+from kestrel_actors.actors import QueueBatch, QueueCollection, ServerStats, Session
+from kestrel_actors.actors._collection import memory_opener
 from kestrel_actors.client import Connection, set_request
+from kestrel_actors.config import ServerConfig
+from kestrel_actors.protocol import MemcacheDecoder
+from kestrel_actors.protocol._text import TextDecoder
+from kestrel_actors.messages import Resolve
+from kestrel_actors.runtime import Dispatcher, ReplyFuture
+from kestrel_actors.session import (
+    Disconnected, Drain, MemcacheHandler, Received, Reload, SessionActor, SessionContext,
+)
+from kestrel_actors.status import ServerStatus
 
 
 
@@ -715,3 +731,116 @@ def server_set_ports(zk, path: str) -> set[int]:
         if member["status"] == "ALIVE":
             found.add(member["additionalEndpoints"]["memcache"]["port"])
     return found
+
+
+# -- in process: real actors, no sockets -------------------------------------------------------
+
+
+class BufferTransport:
+    """Stands for a client socket's transport: what the session sends is kept."""
+
+    def __init__(self) -> None:
+        self.sent = b""
+        self.backed_up = False
+        self.closed = False
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+    def resume(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self) -> bytes:
+        sent, self.sent = self.sent, b""
+        return sent
+
+
+class Control:
+    """The server as a session sees it: records what it is told."""
+
+    def __init__(self) -> None:
+        self.told: list = []
+
+    def tell(self, message) -> None:
+        self.told.append(message)
+        if type(message) is Reload:
+            message.reply_to.tell(True)
+
+
+class World:
+    """A server without sockets: one queue collection (memory journals unless ``opener`` says
+    otherwise) and the context its sessions share; :meth:`connect` opens a session."""
+
+    def __init__(self, tmp_path, opener=None, **config) -> None:
+        config = ServerConfig(data_dir=str(tmp_path), **config)
+        self.config = config
+        self.stats = ServerStats()
+        self.collection = QueueCollection.start(config, self.stats, opener or memory_opener)
+        self.control = Control()
+        self.finished: list[Session] = []
+        self.context = SessionContext(
+            stats=self.stats, status=ServerStatus.from_config(config), collection=self.collection,
+            config=config, version="test", control=self.control, closed=self.finished.append,
+        )
+        self.next_id = 0
+
+    def connect(self, handler=MemcacheHandler) -> SessionClient:
+        self.next_id += 1
+        return SessionClient(self, handler, self.next_id)
+
+
+class SessionClient:
+    """One connection in process: a real session actor over a :class:`BufferTransport`."""
+
+    def __init__(self, world: World, handler, number: int) -> None:
+        self.transport = BufferTransport()
+        self.session = Session(number, "in-process")
+        self.decoder = MemcacheDecoder() if issubclass(handler, MemcacheHandler) else TextDecoder(1024)
+        self.ref = SessionActor.start(world.context, self.transport, self.session, handler)
+
+    def send(self, data: bytes) -> bytes:
+        Dispatcher.current().deliver(self.ref, Received(self.decoder.feed(data)))
+        settle()
+        return self.transport.take()
+
+    def hang_up(self) -> None:
+        Dispatcher.current().deliver(self.ref, Disconnected())
+        settle()
+
+    def drain(self) -> bytes:
+        """What the server's shutdown tells every session before the queues close."""
+        Dispatcher.current().deliver(self.ref, Drain())
+        settle()
+        return self.transport.take()
+
+
+def settle() -> None:
+    """Let the dispatcher, the queues' held answers and the sessions run to quiet."""
+    dispatcher = Dispatcher.current()
+    for _ in range(100):
+        gevent.sleep(0.001)
+        if not dispatcher.due and not dispatcher.running:
+            gevent.sleep(0.001)
+            return
+
+
+def resolve_queue(collection: Any, name: str) -> Any:
+    """The ref of queue ``name``'s actor, asked of ``collection`` (created if need be)."""
+    reply = ReplyFuture()
+    collection.tell(Resolve(name, True, reply))
+    return reply.get(timeout=2).ref
+
+
+def batch_reply(ref: Any, *ops: Any, session: Any = None) -> ReplyFuture:
+    """Tell a queue's actor one batch; its reply, not waited for (a fetch may park)."""
+    reply = ReplyFuture()
+    ref.tell(QueueBatch(list(ops), session, reply))
+    return reply
+
+
+def run_batch(ref: Any, *ops: Any, session: Any = None) -> list[Any]:
+    """Tell a queue's actor one batch and wait for its results, one per operation."""
+    return batch_reply(ref, *ops, session=session).get(timeout=3).results

@@ -446,7 +446,7 @@ class QueueActor(GeventActor):
             waiters.remove(waiter)
             session = waiter.batch.session
             if session is not None and session.closed:
-                self._finishmissed_result(waiter)
+                self._answer_with_a_miss(waiter)
                 continue
             self._run(waiter.batch, waiter.index, waiter.results)
             return
@@ -458,7 +458,7 @@ class QueueActor(GeventActor):
             waiter.results.append(missed_result(waiter.batch.ops[waiter.index]))
             self._run(waiter.batch, waiter.index + 1, waiter.results)
 
-    def _finishmissed_result(self, waiter: Waiter) -> None:
+    def _answer_with_a_miss(self, waiter: Waiter) -> None:
         """Answer a parked batch with a miss and nothing after it (its client has gone)."""
         waiter.results.append(missed_result(waiter.batch.ops[waiter.index]))
         try:
@@ -471,7 +471,7 @@ class QueueActor(GeventActor):
         if waiter is not None:
             self.stats.waiters_aborted += 1
             self.waiters.remove(waiter)
-            self._finishmissed_result(waiter)
+            self._answer_with_a_miss(waiter)
 
     # -- the rest -------------------------------------------------------------------------
 
@@ -526,7 +526,7 @@ class QueueActor(GeventActor):
         self._send_replies()
         core.close()
         for waiter in self.waiters.clear():
-            self._finishmissed_result(waiter)
+            self._answer_with_a_miss(waiter)
         if erase:
             core.journal.erase()
         else:

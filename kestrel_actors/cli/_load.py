@@ -1,7 +1,7 @@
-"""``kestrel-actors load <scenario> [options]``: the load tests of the ``loadtests`` package.
+"""``kestrel-actors load <scenario> [options]``: the load tests of the ``kestrel_actors.loadtests`` package.
 
-All arguments are handed unchanged to ``loadtests.cli.main`` (the same command as
-``python -m loadtests``). The import happens only when the command runs, so
+All arguments are handed unchanged to ``kestrel_actors.loadtests.cli.main`` (the same command as
+``python -m kestrel_actors.loadtests``). The import happens only when the command runs, so
 ``kestrel-actors --help`` does not load gevent or the load-test code.
 """
 
@@ -20,6 +20,6 @@ __all__ = ["load"]
 def load(args: tuple[str, ...]) -> None:
     """Run a load-test scenario (put-many, get-many, many-clients, flood, packing,
     leaky-reader) against a running server. `kestrel-actors load --help` lists them."""
-    from loadtests.cli import main
+    from kestrel_actors.loadtests.cli import main
 
     main.main(args=list(args), prog_name="kestrel-actors load")

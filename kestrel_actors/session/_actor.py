@@ -160,6 +160,9 @@ class SessionActor(GeventActor):
     """An idle session's messages (reads from the transport, a queue's answers) run on the
     sender's greenlet: its handlers never wait (replies go to the transport's buffer)."""
 
+    greenlet_on_demand = True
+    """One session per connection, and most never need a greenlet of their own (no on_start)."""
+
     def may_run_on_hub(self) -> bool:
         # never suspends: what it asks of queues or the collection is a tell, and each of those
         # decides for itself whether it may run on the hub

@@ -1,6 +1,6 @@
-"""The load-test harness (``loadtests``): every scenario once, small, against a real server.
+"""The load-test harness (``kestrel_actors.loadtests``): every scenario once, small, against a real server.
 
-Each scenario runs as a subprocess exactly as a user would run it (``python -m loadtests`` or
+Each scenario runs as a subprocess exactly as a user would run it (``python -m kestrel_actors.loadtests`` or
 ``kestrel-actors load``) and must exit 0 with a JSON line whose figures add up. The harness
 must also *fail* when the server misbehaves, so some tests plant an out-of-order or foreign
 item in the queue (with -F, no flush) and require exit code 1, and the checkers are fed bad
@@ -15,9 +15,9 @@ import sys
 
 import pytest
 
-from loadtests.figures import Figures, Recorder, bucket_of, bucket_value
-from loadtests.items import make_item, packing_item
-from loadtests.report import EXIT_FAILED, Outcome, tally
+from kestrel_actors.loadtests.figures import Figures, Recorder, bucket_of, bucket_value
+from kestrel_actors.loadtests.items import make_item, packing_item
+from kestrel_actors.loadtests.report import EXIT_FAILED, Outcome, tally
 
 from ..helpers import REPO, ServerProcess
 
@@ -28,7 +28,7 @@ def run_load(server, *args: str, via: str = "module", timeout: float = 60,
     """Run a scenario against ``server`` (``-p port``: the memcache port unless given);
     return (exit code, final JSON record, stdout)."""
     if via == "module":
-        command = [sys.executable, "-m", "loadtests"]
+        command = [sys.executable, "-m", "kestrel_actors.loadtests"]
     else:
         command = [sys.executable, "-m", "kestrel_actors.cli", "load"]
     port = server.port if port is None else port
@@ -220,7 +220,7 @@ def test_get_many_detects_foreign_bytes(server):
 
 def test_order_checker_rejects_reordering():
     from kestrel_actors.client import UnexpectedReply
-    from loadtests.scenarios._stamped import OrderChecker
+    from kestrel_actors.loadtests.scenarios._stamped import OrderChecker
 
     checker = OrderChecker([0, 10, 20])  # backlog 0-9, producer A 10-19, producer B 20-29
     for item in (0, 1, 10, 20, 11, 21):
@@ -235,7 +235,7 @@ def test_order_checker_rejects_reordering():
 
 def test_hit_checker_rejects_corruption_and_foreign_ids():
     from kestrel_actors.client import UnexpectedReply, value_reply
-    from loadtests.scenarios._stamped import HitChecker
+    from kestrel_actors.loadtests.scenarios._stamped import HitChecker
 
     check = HitChecker("q", 64, limit=10)
     assert check.item(value_reply("q", make_item(7, 64))) == 7
@@ -270,7 +270,7 @@ def test_histogram_percentiles_are_within_a_fraction_of_a_percent():
 # -- make bench ----------------------------------------------------------------------------
 
 def test_bench_splice_keeps_the_text_around_the_markers():
-    from loadtests.bench import END, START, splice
+    from kestrel_actors.loadtests.bench import END, START, splice
 
     text = f"# Title\n\nintro\n\n{START}\nold table\n{END}\n\nafterword\n"
     result = splice(text, "new table")
@@ -282,10 +282,10 @@ def test_bench_splice_keeps_the_text_around_the_markers():
 
 @pytest.mark.slow
 def test_bench_quick_run_writes_the_table(tmp_path):
-    """``python -m loadtests.bench`` starts its own server and fills in the markdown table."""
+    """``python -m kestrel_actors.loadtests.bench`` starts its own server and fills in the markdown table."""
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\nkeep me\n")
-    proc = subprocess.run([sys.executable, "-m", "loadtests.bench", "--quick", "--runs", "1",
+    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.bench", "--quick", "--runs", "1",
                            "--only", "flood", "--only", "durable", "--write", str(doc)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -296,9 +296,9 @@ def test_bench_quick_run_writes_the_table(tmp_path):
 
 
 def test_path_bench_drives_the_real_actors_and_reports_each_scenario():
-    """``python -m loadtests.path_bench``: every scenario runs on a server in process (its GETs
+    """``python -m kestrel_actors.loadtests.path_bench``: every scenario runs on a server in process (its GETs
     are checked to return the filled items) and prints a CPU time per request."""
-    proc = subprocess.run([sys.executable, "-m", "loadtests.path_bench", "--rounds", "1",
+    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.path_bench", "--rounds", "1",
                            "--requests", "400"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [line.split()[0] for line in proc.stdout.splitlines() if "µs/request" in line]
@@ -307,7 +307,7 @@ def test_path_bench_drives_the_real_actors_and_reports_each_scenario():
 
 @pytest.mark.slow
 def test_ab_bench_alternates_two_trees_and_reports_each():
-    proc = subprocess.run([sys.executable, "-m", "loadtests.ab_bench", "--rounds", "2", "flood -n 500",
+    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.ab_bench", "--rounds", "2", "flood -n 500",
                            str(REPO), f"{REPO}/"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = [line for line in proc.stdout.splitlines() if "µs per request" in line and "median" not in line]
@@ -317,7 +317,7 @@ def test_ab_bench_alternates_two_trees_and_reports_each():
 
 def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
     """With a peer the goal is the ratio of medians; without one, the absolute target."""
-    from loadtests.bench import Benchmark, Row, Side, render
+    from kestrel_actors.loadtests.bench import Benchmark, Row, Side, render
 
     bench = Benchmark("b", ("flood",), "items/s", goal=1.0, target=10.0)
     ours = Side(records=[{"rate": 90.0, "lost": 0, "duplicated": 0,
@@ -333,17 +333,17 @@ def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
 
 
 def test_floor_server_stores_what_put_many_sends(tmp_path):
-    """The issue-12 floor (loadtests/floor_server.py) answers put-many as a server would, and
+    """The issue-12 floor (kestrel_actors/loadtests/floor_server.py) answers put-many as a server would, and
     its journal file holds every item: what docs/benchmarks.md measures against is real work."""
     from ..helpers import free_port, wait_for
 
     port = free_port()
     journal = tmp_path / "floor.journal"
-    proc = subprocess.Popen([sys.executable, "-m", "loadtests.floor_server", str(port), str(journal)], cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "kestrel_actors.loadtests.floor_server", str(port), str(journal)], cwd=REPO)
     try:
         assert wait_for(lambda: _accepts(port), timeout=20)
         result = subprocess.run(
-            [sys.executable, "-m", "loadtests", "put-many", "-c", "1", "-n", "200", "-b", "100", "-F",
+            [sys.executable, "-m", "kestrel_actors.loadtests", "put-many", "-c", "1", "-n", "200", "-b", "100", "-F",
              "-p", str(port), "--no-progress"],
             cwd=REPO, capture_output=True, text=True, timeout=60,
         )

@@ -100,11 +100,14 @@ def test_tells_left_in_the_inbox_at_stop_become_dead_letters():
             return super().on_receive(message)
 
         def on_dead_letter(self, message):
+            if message == "bad":
+                raise ValueError("cannot answer this one")  # logged; the rest still answered
             dead.append(message)
 
     actor = StopsEarly.start()
     actor.tell("stop-now")
     actor.tell("a")
+    actor.tell("bad")
     actor.tell("b")
     gevent.sleep(0.05)
     assert not actor.is_alive()
@@ -330,23 +333,28 @@ def test_a_suspended_dispatcher_does_not_hold_up_other_actors():
         quick.stop()
 
 
-def test_an_inline_actor_without_on_start_gets_a_greenlet_only_when_needed():
+def test_an_actor_with_greenlet_on_demand_gets_its_greenlet_only_when_needed():
     seen: list = []
 
     class Lazy(GeventActor):
         inline_dispatch = True
+        greenlet_on_demand = True
 
         def on_receive(self, message):
             seen.append((message, gevent.getcurrent()))
             if message == "bye":
-                self.stop()  # its own stop: handled inline as well
+                self.stop()  # pykka's stop next: pykka's loop runs here, and ends at once
+
+        def on_stop(self):
+            seen.append(("on_stop", gevent.getcurrent()))
 
     ref = Lazy.start()
     mailbox = ref.actor_inbox
     ref.tell("hello")
     assert seen == [("hello", gevent.getcurrent())] and mailbox.greenlet is None
     ref.tell("bye")
-    assert not ref.is_alive() and mailbox.greenlet is None
+    assert not ref.is_alive() and mailbox.greenlet is None  # stopped before tell returned
+    assert seen[-1] == ("on_stop", gevent.getcurrent())
 
     asked = Lazy.start()
     asked.ask("question", timeout=1)  # an ask runs on the actor's own greenlet: spawned now
@@ -494,3 +502,76 @@ def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
             ours.close()
             theirs.close()
         ref.stop()
+
+
+# -- pykka's loop does the work (issue 25.2) -------------------------------------------------------
+
+
+def test_an_inline_failure_runs_on_failure_on_the_actors_own_greenlet():
+    seen: list = []
+
+    class Fails(GeventActor):
+        inline_dispatch = True
+
+        def on_start(self):
+            self.greenlet = gevent.getcurrent()
+
+        def on_receive(self, message):
+            seen.append(("handled", gevent.getcurrent() is self.greenlet))
+            raise ValueError("boom")
+
+        def on_failure(self, *exc_info):
+            seen.append(("on_failure", gevent.getcurrent() is self.greenlet, exc_info[0]))
+
+    ref = Fails.start()
+    gevent.sleep(0.01)
+    ref.tell("x")  # inline, on this greenlet; pykka's loop then fails the actor on its own
+    gevent.sleep(0.01)
+    assert seen == [("handled", False), ("on_failure", True, ValueError)]
+    assert not ref.is_alive()
+
+
+def test_a_greenlet_killed_while_it_runs_a_handler_inline_fails_that_actor_alone():
+    release = gevent.event.Event()
+
+    class Waits(GeventActor):
+        inline_dispatch = True
+
+        def on_receive(self, message):
+            release.wait()  # the sender's greenlet suspends here
+
+    bystander = Recorder.start()
+    ref = Waits.start()
+    try:
+        gevent.sleep(0.01)
+        sender = gevent.spawn(ref.tell, "x")
+        gevent.sleep(0.01)
+        sender.kill()  # GreenletExit thrown into the sender, inside the actor's handler
+        assert sender.dead and isinstance(sender.value, gevent.GreenletExit)
+        gevent.sleep(0.01)
+        assert not ref.is_alive()  # its handler was cut short: it fails
+        assert bystander.is_alive() and bystander.ask("still here", timeout=1) == 1  # no stop_all
+    finally:
+        release.set()
+        bystander.stop()
+
+
+def test_actor_stopped_wait_blocks_only_the_calling_greenlet(actor):
+    stopper = gevent.spawn_later(0.05, actor.stop)
+    assert actor.actor_stopped.wait(2) is True  # the hub ran on: the stop was handled
+    assert not actor.is_alive() and stopper.join(1) is None
+    assert Recorder.start().actor_stopped.wait(0.01) is False
+
+
+def test_a_future_takes_one_value_as_pykka_says():
+    import queue
+
+    future = GeventFuture()
+    future.set(1)
+    with pytest.raises(queue.Full):
+        future.set(2)
+    hooked = GeventFuture()
+    hooked.set_get_hook(lambda timeout: 3)
+    with pytest.raises(queue.Full):
+        hooked.set(4)
+    assert (future.get(timeout=0), hooked.get(timeout=0)) == (1, 3)

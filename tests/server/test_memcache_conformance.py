@@ -5,12 +5,12 @@ Every test talks to a real ``kestrel-actors serve`` process over a socket. Tests
 with the other ``test_memcache_*`` modules are in ``tests/helpers.py``.
 
 Blocking reads and MONITOR live in ``test_memcache_blocking.py``, malformed input in
-``test_memcache_bad_input.py`` and STATS/DUMP_STATS in ``test_memcache_stats.py``.
+``test_memcache_bad_input.py`` and STATS/DUMP_STATS in ``test_memcache_stats.py``. The
+byte-exact tests that need no socket run in process: ``tests/session/test_memcache_bytes.py``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import time
 
@@ -32,95 +32,6 @@ def test_set_then_get_exact_bytes(module_server, qname):
     assert_silent(c, 0.2)
 
 
-@pytest.mark.parametrize("flags", [123, 1, 2147483647, -1, -2147483648])
-def test_flags_are_accepted_and_always_returned_as_zero(module_server, qname, flags):
-    c = module_server.client()
-    c.send(b"set %s %d 0 3\r\nabc\r\n" % (qname.encode(), flags))
-    expect(c, b"STORED\r\n")
-    c.send(b"get %s\r\n" % qname.encode())
-    expect(c, value(qname, b"abc"))
-
-
-BINARY_PAYLOADS = {
-    "crlf-inside": b"line one\r\nline two\r\n",
-    "only-crlf": b"\r\n",
-    "end-marker": b"\r\nEND\r\nVALUE x 0 1\r\ny",
-    "nul-bytes": b"\x00\x00abc\x00",
-    "all-bytes": bytes(range(256)),
-    "empty": b"",
-    "lone-lf": b"\n",
-    "one-mib": os.urandom(1 << 20),
-}
-
-
-@pytest.mark.parametrize("name", list(BINARY_PAYLOADS))
-def test_binary_payload_round_trips_exactly(module_server, qname, name):
-    data = BINARY_PAYLOADS[name]
-    c = module_server.client()
-    c.send(set_cmd(qname, data))
-    expect(c, b"STORED\r\n")
-    c.send(b"get %s\r\n" % qname.encode())
-    expect(c, value(qname, data))
-    c.send(b"get %s\r\n" % qname.encode())
-    expect(c, b"END\r\n")
-
-
-def test_empty_item_wire_format(module_server, qname):
-    c = module_server.client()
-    c.send(b"set %s 0 0 0\r\n\r\n" % qname.encode())
-    expect(c, b"STORED\r\n")
-    c.send(b"get %s\r\n" % qname.encode())
-    expect(c, b"VALUE %s 0 0\r\n\r\nEND\r\n" % qname.encode())
-
-
-def test_fifo_order_across_1000_items(module_server, qname):
-    items = [b"item-%04d-" % i + os.urandom(i % 7) for i in range(1000)]
-    c = module_server.client()
-    c.send(b"".join(set_cmd(qname, item) for item in items))
-    expect(c, b"STORED\r\n" * 1000)
-    assert queue_stat(module_server, qname, "items") == "1000"
-    c.send(b"get %s\r\n" % qname.encode() * 1000)
-    expect(c, b"".join(value(qname, item) for item in items))
-    c.send(b"get %s\r\n" % qname.encode())
-    expect(c, b"END\r\n")
-
-
-def test_items_from_several_producers_keep_per_producer_order(module_server, qname):
-    a, b = module_server.client(), module_server.client()
-    for i in range(20):
-        fill(a, qname, b"a%d" % i)
-        fill(b, qname, b"b%d" % i)
-    got = drain_queue(module_server, qname)
-    assert got == [x for i in range(20) for x in (b"a%d" % i, b"b%d" % i)]
-
-
-def test_queue_names_are_case_sensitive(module_server):
-    lower, upper = unique("case"), unique("CASE")
-    c = module_server.client()
-    fill(c, lower, b"lower")
-    fill(c, upper, b"upper")
-    c.send(b"get %s\r\nget %s\r\n" % (upper.encode(), lower.encode()))
-    expect(c, value(upper, b"upper") + value(lower, b"lower"))
-
-
-def test_command_is_case_insensitive(module_server, qname):
-    c = module_server.client()
-    c.send(b"SET %s 0 0 2\r\nhi\r\nGeT %s\r\nGETS %s\r\n" % (qname.encode(), qname.encode(), qname.encode()))
-    expect(c, b"STORED\r\n" + value(qname, b"hi") + b"END\r\n")
-
-
-def test_bare_lf_terminates_a_request_line(module_server, qname):
-    c = module_server.client()
-    c.send(b"set %s 0 0 2\nhi\r\nget %s\n" % (qname.encode(), qname.encode()))
-    expect(c, b"STORED\r\n" + value(qname, b"hi"))
-
-
-def test_trailing_spaces_are_harmless(module_server, qname):
-    c = module_server.client()
-    c.send(b"set %s 0 0 2   \r\nhi\r\nget %s   \r\n" % (qname.encode(), qname.encode()))
-    expect(c, b"STORED\r\n" + value(qname, b"hi"))
-
-
 def test_request_split_across_many_tcp_segments(module_server, qname):
     c = module_server.client()
     request = set_cmd(qname, b"abc\r\ndef") + b"get %s\r\n" % qname.encode()
@@ -128,15 +39,6 @@ def test_request_split_across_many_tcp_segments(module_server, qname):
         c.send(request[i : i + 1])
         time.sleep(0.002)
     expect(c, b"STORED\r\n" + value(qname, b"abc\r\ndef"))
-
-
-def test_latin1_queue_name_round_trips(module_server):
-    name = unique("caf\xe9")
-    c = module_server.client()
-    c.send(set_cmd(name, b"x"))
-    expect(c, b"STORED\r\n")
-    c.send(b"get %s\r\n" % name.encode("latin-1"))
-    expect(c, value(name, b"x"))
 
 
 # -- pipelining ------------------------------------------------------------------------------
@@ -160,41 +62,7 @@ def test_pipelined_commands_answered_in_order(module_server, qname):
     assert re.fullmatch(rb"VERSION \S+", c.read_line())
 
 
-def test_pipelined_sets_and_gets_from_one_write(module_server, qname):
-    q = qname.encode()
-    c = module_server.client()
-    c.send(b"".join(set_cmd(qname, b"%d" % i) + b"get %s\r\n" % q for i in range(200)))
-    expect(c, b"".join(b"STORED\r\n" + value(qname, b"%d" % i) for i in range(200)))
-
-
 # -- behaviour §10.2 GET option grammar ----------------------------------------------------------------
-
-
-@pytest.mark.parametrize("suffix", ["/t=10", "/t=10/open", "/open/t=10", "/peek", "/peek/t=10", "/foo/bar"])
-def test_value_key_is_the_bare_queue_name(module_server, qname, suffix):
-    c = module_server.client()
-    fill(c, qname, b"hello")
-    c.send(b"get %s%s\r\n" % (qname.encode(), suffix.encode()))
-    expect(c, b"VALUE %s 0 5\r\nhello\r\nEND\r\n" % qname.encode())
-
-
-def test_options_work_in_any_order(module_server, qname):
-    q = qname.encode()
-    c = module_server.client()
-    fill(c, qname, b"A", b"B", b"C")
-    c.send(b"get %s/t=10/open\r\n" % q)
-    expect(c, value(qname, b"A"))
-    c.send(b"get %s/open/close\r\n" % q)  # confirms A, opens B
-    expect(c, value(qname, b"B"))
-    c.send(b"get %s/close/t=5/open\r\n" % q)  # confirms B, opens C
-    expect(c, value(qname, b"C"))
-    c.send(b"get %s/close\r\n" % q)
-    expect(c, b"END\r\n")
-    stats = stats_of(module_server)
-    assert stats[f"queue_{qname}_items"] == "0"
-    assert stats[f"queue_{qname}_open_transactions"] == "0"
-    c.close()
-    assert drain_queue(module_server, qname) == []
 
 
 def test_repeated_options_are_harmless(module_server, qname):
@@ -225,14 +93,6 @@ def test_unknown_options_are_ignored_and_give_a_plain_get(module_server, qname, 
     expect(c, value(qname, b"B"))
 
 
-def test_empty_segment_between_options_is_ignored(module_server, qname):
-    c = module_server.client()
-    fill(c, qname, b"A")
-    c.send(b"get %s//peek\r\n" % qname.encode())
-    expect(c, value(qname, b"A"))
-    assert queue_stat(module_server, qname, "items") == "1"
-
-
 ILLEGAL_COMBINATIONS = [
     "open/peek", "peek/open", "close/peek", "peek/close", "open/abort", "abort/open",
     "close/abort", "abort/close", "peek/abort", "abort/peek", "open/close/peek",
@@ -257,46 +117,11 @@ def test_empty_queue_name_is_client_error_and_close(module_server, request_line)
     assert_reply_then_close(c, b"CLIENT_ERROR\r\n")
 
 
-def test_get_close_returns_end_and_never_an_item(module_server, qname):
-    q = qname.encode()
-    c = module_server.client()
-    fill(c, qname, b"A", b"B")
-    c.send(b"get %s/close\r\n" % q * 3)
-    expect(c, b"END\r\n" * 3)
-    assert queue_stat(module_server, qname, "items") == "2"
-    c.send(b"get %s/open\r\nget %s/close\r\nget %s/close\r\n" % (q, q, q))
-    expect(c, value(qname, b"A") + b"END\r\nEND\r\n")
-    assert drain_queue(module_server, qname) == [b"B"]
-
-
 def test_get_close_on_an_empty_or_missing_queue_is_end(module_server, qname):
     c = module_server.client()
     c.send(b"get %s/close\r\n" % qname.encode())
     expect(c, b"END\r\n")
     assert_still_open(c)
-
-
-def test_get_with_two_keys_reads_only_the_first(module_server):
-    a, b = unique("a"), unique("b")
-    c = module_server.client()
-    fill(c, a, b"from-a")
-    fill(c, b, b"from-b")
-    c.send(b"get %s %s\r\n" % (a.encode(), b.encode()))
-    expect(c, value(a, b"from-a"))
-    assert_silent(c, 0.2)
-    # first key empty: END, and the second key is still not read
-    c.send(b"get %s %s\r\n" % (a.encode(), b.encode()))
-    expect(c, b"END\r\n")
-    assert queue_stat(module_server, b, "items") == "1"
-    assert drain_queue(module_server, b) == [b"from-b"]
-
-
-def test_gets_is_an_alias_of_get_without_cas(module_server, qname):
-    q = qname.encode()
-    c = module_server.client()
-    fill(c, qname, b"A", b"B")
-    c.send(b"gets %s\r\ngets %s/peek\r\ngets %s/open\r\ngets %s/close\r\ngets %s\r\n" % (q, q, q, q, q))
-    expect(c, value(qname, b"A") + value(qname, b"B") + value(qname, b"B") + b"END\r\nEND\r\n")
 
 
 @pytest.mark.parametrize("timeout", ["x", "", "1.5", "10ms", "0x10"])
@@ -306,21 +131,6 @@ def test_non_numeric_timeout_drops_the_connection(module_server, qname, timeout)
     c.send(b"get %s/t=%s\r\n" % (qname.encode(), timeout.encode()))
     assert_dropped(c)
     assert drain_queue(module_server, qname) == [b"A"]
-
-
-def test_get_missing_key_is_client_error_and_stays_open(module_server):
-    c = module_server.client()
-    c.send(b"get\r\n")
-    expect(c, b"CLIENT_ERROR\r\n")
-    assert_still_open(c)
-
-
-def test_zero_or_negative_timeout_does_not_wait(module_server, qname):
-    c = module_server.client()
-    start = time.monotonic()
-    c.send(b"get %s/t=0\r\nget %s/t=-500\r\n" % (qname.encode(), qname.encode()))
-    expect(c, b"END\r\nEND\r\n")
-    assert time.monotonic() - start < 0.3
 
 
 # -- behaviour §10.3 / behaviour §10.4 reliable reads --------------------------------------------------------------

@@ -10,112 +10,12 @@ from __future__ import annotations
 
 import gevent
 import structlog.testing
-import pytest
 
-from kestrel_actors.actors import QueueCollection, ServerStats, Session
-from kestrel_actors.actors._collection import memory_opener
-from kestrel_actors.config import ServerConfig
-from kestrel_actors.protocol import MemcacheDecoder
-from kestrel_actors.protocol._text import TextDecoder
 from kestrel_actors.runtime import Dispatcher
-from kestrel_actors.session import (
-    Disconnected, Drain, MemcacheHandler, Received, Reload, SessionActor, SessionContext, Shutdown, TextHandler,
-)
-from kestrel_actors.status import ServerStatus, Status
+from kestrel_actors.session import MemcacheHandler, Received, Reload, Shutdown, TextHandler
+from kestrel_actors.status import Status
 
-
-class BufferTransport:
-    """Stands for a client socket's transport: what the session sends is kept."""
-
-    def __init__(self) -> None:
-        self.sent = b""
-        self.backed_up = False
-        self.closed = False
-
-    def sendall(self, data: bytes) -> None:
-        self.sent += data
-
-    def resume(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def take(self) -> bytes:
-        sent, self.sent = self.sent, b""
-        return sent
-
-
-class Control:
-    """The server as a session sees it: records what it is told."""
-
-    def __init__(self) -> None:
-        self.told: list = []
-
-    def tell(self, message) -> None:
-        self.told.append(message)
-        if type(message) is Reload:
-            message.reply_to.tell(True)
-
-
-class World:
-    """One collection and the context its sessions share."""
-
-    def __init__(self, tmp_path) -> None:
-        config = ServerConfig(data_dir=str(tmp_path))
-        self.stats = ServerStats()
-        self.collection = QueueCollection.start(config, self.stats, memory_opener)
-        self.control = Control()
-        self.finished: list[Session] = []
-        self.context = SessionContext(
-            stats=self.stats, status=ServerStatus.from_config(config), collection=self.collection,
-            config=config, version="test", control=self.control, closed=self.finished.append,
-        )
-        self.next_id = 0
-
-    def connect(self, handler=MemcacheHandler) -> Client:
-        self.next_id += 1
-        return Client(self, handler, self.next_id)
-
-
-class Client:
-    def __init__(self, world: World, handler, number: int) -> None:
-        self.transport = BufferTransport()
-        self.session = Session(number, "in-process")
-        self.decoder = MemcacheDecoder() if issubclass(handler, MemcacheHandler) else TextDecoder(1024)
-        self.ref = SessionActor.start(world.context, self.transport, self.session, handler)
-
-    def send(self, data: bytes) -> bytes:
-        Dispatcher.current().deliver(self.ref, Received(self.decoder.feed(data)))
-        settle()
-        return self.transport.take()
-
-    def hang_up(self) -> None:
-        Dispatcher.current().deliver(self.ref, Disconnected())
-        settle()
-
-    def drain(self) -> bytes:
-        """What the server's shutdown tells every session before the queues close."""
-        Dispatcher.current().deliver(self.ref, Drain())
-        settle()
-        return self.transport.take()
-
-
-def settle() -> None:
-    """Let the dispatcher, the queues' held answers and the sessions run to quiet."""
-    dispatcher = Dispatcher.current()
-    for _ in range(100):
-        gevent.sleep(0.001)
-        if not dispatcher.due and not dispatcher.running:
-            gevent.sleep(0.001)
-            return
-
-
-@pytest.fixture
-def world(tmp_path):
-    world = World(tmp_path)
-    yield world
-    world.collection.stop()
+from ..helpers import settle
 
 
 def test_set_then_get_exact_bytes(world):

@@ -1,12 +1,12 @@
 """Interleaved A/B of two source trees of the server under one load-test command.
 
-    python -m loadtests.ab_bench --rounds 6 "get-many -c 100 -n 100000" TREE_A TREE_B [-- serve args]
+    python -m kestrel_actors.loadtests.ab_bench --rounds 6 "get-many -c 100 -n 100000" TREE_A TREE_B [-- serve args]
 
 On a noisy shared machine two runs minutes apart differ more than most changes do, so the
 two servers take turns (A B, B A, A B, …), each a fresh ``serve`` on a free loopback port
 with an empty data directory, started with ``PYTHONPATH`` set to its tree (a checkout or a
 ``git worktree`` of the commit to compare). The client is always this tree's
-``python -m loadtests``. Reported per tree: the median and best rate, and the server's CPU
+``python -m kestrel_actors.loadtests``. Reported per tree: the median and best rate, and the server's CPU
 time (from ``/proc``) per request handled, fill included.
 """
 
@@ -27,7 +27,8 @@ from pathlib import Path
 
 __all__ = ["main"]
 
-REPO = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+"""The folder that holds ``kestrel_actors``: the load itself runs from there, with this code."""
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -58,8 +59,8 @@ def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[flo
             except OSError:
                 time.sleep(0.1)
         before = _cpu_seconds(server.pid)
-        out = subprocess.run([sys.executable, "-m", "loadtests", *scenario, "-p", str(port), "--no-progress"],
-                             cwd=REPO, capture_output=True, text=True, check=False).stdout
+        out = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests", *scenario, "-p", str(port), "--no-progress"],
+                             cwd=PACKAGE_ROOT, capture_output=True, text=True, check=False).stdout
         spent = _cpu_seconds(server.pid) - before
     finally:
         server.terminate()

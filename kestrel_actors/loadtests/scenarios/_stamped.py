@@ -20,7 +20,7 @@ from ..runner import ClientContext, ClientSpec
 
 __all__ = ["HitChecker", "OrderChecker", "producer", "producer_specs"]
 
-PRODUCER = "loadtests.scenarios._stamped:producer"
+PRODUCER = "kestrel_actors.loadtests.scenarios._stamped:producer"
 
 
 def producer(ctx: ClientContext) -> None:

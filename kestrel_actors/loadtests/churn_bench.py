@@ -1,6 +1,6 @@
 """Connection churn: the server's CPU time per connect, one blocking open read, and hang-up.
 
-    python -m loadtests.churn_bench --port 22133 --pid <server pid> [-n 10000] [-c 20]
+    python -m kestrel_actors.loadtests.churn_bench --port 22133 --pid <server pid> [-n 10000] [-c 20]
 
 Each of ``-c`` greenlets connects, sends ``get churn/t=1000/close/open`` and hangs up at once,
 ``-n`` times in all; the server's CPU time (``/proc/<pid>/stat``) over the run, divided by

@@ -1,6 +1,6 @@
 """Cost of one pykka ask round trip on the threading runtime and on our gevent runtime.
 
-``python -m loadtests.actor_hop_bench``: the figures behind docs/adr/0001-actor-runtime.md.
+``python -m kestrel_actors.loadtests.actor_hop_bench``: the figures behind docs/adr/0001-actor-runtime.md.
 """
 
 from __future__ import annotations

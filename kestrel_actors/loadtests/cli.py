@@ -1,4 +1,4 @@
-"""``python -m loadtests <scenario>`` and ``kestrel-actors load <scenario>``.
+"""``python -m kestrel_actors.loadtests <scenario>`` and ``kestrel-actors load <scenario>``.
 
 Scenario options keep the letters of Kestrel's ``src/scripts/load/*`` tools, so ``-h`` is the
 host (as in Kestrel) and help is ``--help`` only. Every scenario also takes the options in

@@ -1,6 +1,6 @@
 """Spark bridge throughput: items/s from a full queue through a trivial job (``jobs:count``).
 
-``python -m loadtests.spark_bridge_bench [--items 100000] [--item-bytes 1024] [--master local[2]]``
+``python -m kestrel_actors.loadtests.spark_bridge_bench [--items 100000] [--item-bytes 1024] [--master local[2]]``
 
 The queue is filled first (pipelined SETs), Spark is started and warmed up on a separate queue
 (the first job of a session pays for starting the Python workers), then one bridge drains the

@@ -1,6 +1,6 @@
 """``kestrel`` data source throughput: items/s through a streaming query with a trivial sink.
 
-``python -m loadtests.spark_source_bench [--items 200000] [--item-bytes 1024] [--master local[2]]``
+``python -m kestrel_actors.loadtests.spark_source_bench [--items 200000] [--item-bytes 1024] [--master local[2]]``
 
 The queue is filled first (pipelined SETs), Spark is started and one small query warms the
 Python workers up; then ``spark.readStream.format("kestrel")`` drains the queue into the

@@ -35,7 +35,7 @@ __all__ = [
     "thrift_options",
 ]
 
-PRODUCER = "loadtests.scenarios._thrift:producer"
+PRODUCER = "kestrel_actors.loadtests.scenarios._thrift:producer"
 
 
 def thrift_options(func: Any) -> Any:

@@ -2,7 +2,7 @@
 
 Role functions (``producer``, ``consumer`` …) take a ``runner.ClientContext`` and run one
 client connection to completion; they are named in ``runner.ClientSpec`` as
-``"loadtests.scenarios.<module>:<function>"`` so worker processes can import them.
+``"kestrel_actors.loadtests.scenarios.<module>:<function>"`` so worker processes can import them.
 """
 
 __all__: list[str] = []

@@ -63,7 +63,7 @@ def mixed(options: Options, flush: bool, epoch: int, clients: int, total: int, s
     first = 0
     for index in range(clients):
         count = base + (1 if index < spare else 0)
-        specs.append(ClientSpec("loadtests.scenarios.mixed:mixer",
+        specs.append(ClientSpec("kestrel_actors.loadtests.scenarios.mixed:mixer",
                                 {"queue": queue, "first": first, "count": count, "size": size,
                                  "total": total}))
         first += count
@@ -79,7 +79,7 @@ def mixed(options: Options, flush: bool, epoch: int, clients: int, total: int, s
     say(fig.distribution_line())
     if result.errors:
         return outcome
-    drained = run(Plan([ClientSpec("loadtests.scenarios.get_many:drainer",  # GETs until a miss
+    drained = run(Plan([ClientSpec("kestrel_actors.loadtests.scenarios.get_many:drainer",  # GETs until a miss
                                    {"queue": queue, "total": total, "size": size, "rollup": 1})],
                        progress="get", target=total, label="drain", track_ids=total),
                   dataclasses.replace(options, procs=1), epoch)

@@ -25,7 +25,7 @@ from . import _thrift
 
 __all__ = ["command", "getter", "putter", "queue_names"]
 
-_ROLE = "loadtests.scenarios.put_many:"
+_ROLE = "kestrel_actors.loadtests.scenarios.put_many:"
 
 
 def queue_names(queue: str, queues: int) -> list[str]:

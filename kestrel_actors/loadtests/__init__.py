@@ -1,7 +1,7 @@
 """Load tests for kestrel-actors: Kestrel's ``src/scripts/load`` tools re-done with gevent.
 
-``python -m loadtests <scenario>`` (or ``kestrel-actors load <scenario>``) runs one scenario
-against a running server; ``python -m loadtests.bench`` (``make bench``) starts a server and
+``python -m kestrel_actors.loadtests <scenario>`` (or ``kestrel-actors load <scenario>``) runs one scenario
+against a running server; ``python -m kestrel_actors.loadtests.bench`` (``make bench``) starts a server and
 runs the standard benchmark set into docs/benchmarks.md.
 
 Modules: ``client`` (the one memcache client), ``items`` (payloads), ``figures`` (latency

@@ -1,7 +1,7 @@
 """The end of every scenario: verdict, the final JSON line, the optional plot, the exit code.
 
 Every scenario prints Kestrel's own report lines as it goes and then hands an ``Outcome`` to
-``finish``, which prints exactly one JSON line (the figures a script or ``loadtests.bench``
+``finish``, which prints exactly one JSON line (the figures a script or ``kestrel_actors.loadtests.bench``
 parses) and returns the process exit code:
 
 * 0 — the run completed and nothing was wrong;

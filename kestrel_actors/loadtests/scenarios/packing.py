@@ -29,7 +29,7 @@ from ..runner import ClientContext, ClientSpec, Options, Plan, run
 
 __all__ = ["command", "reader", "writer"]
 
-_ROLE = "loadtests.scenarios.packing:"
+_ROLE = "kestrel_actors.loadtests.scenarios.packing:"
 
 
 def writer(ctx: ClientContext) -> None:

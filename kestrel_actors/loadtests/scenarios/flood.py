@@ -95,9 +95,9 @@ def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int,
     args = {"queue": queue, "total": total, "rollup": rollup, "size": size, "starts": starts,
             "limit": prefill + total, "blocking": blocking}
     if thrift:  # get(max_items=r) removes up to r items per call: no monitor/confirm needed
-        role, args = "loadtests.scenarios._thrift:flood_consumer", {**args, "thrift_port": thrift_port}
+        role, args = "kestrel_actors.loadtests.scenarios._thrift:flood_consumer", {**args, "thrift_port": thrift_port}
     else:
-        role = "loadtests.scenarios.flood:consumer"
+        role = "kestrel_actors.loadtests.scenarios.flood:consumer"
     specs += [ClientSpec(role, args) for _ in range(consumers)]
     # producers first, then consumers: dealing round-robin spreads each kind over --procs
     specs.sort(key=lambda spec: spec.role.endswith("consumer"))

@@ -82,10 +82,10 @@ def leaky_reader(options: Options, flush: bool, epoch: int, total: int, drop: fl
         specs = _thrift.producer_specs(queue, total, 1, ITEM_BYTES, thrift_port)
         args = {"queue": queue, "total": total, "drop": drop, "size": ITEM_BYTES,
                 "auto_abort_msec": auto_abort_msec, "thrift_port": thrift_port}
-        specs += [ClientSpec("loadtests.scenarios._thrift:leaky_consumer", args) for _ in range(threads)]
+        specs += [ClientSpec("kestrel_actors.loadtests.scenarios._thrift:leaky_consumer", args) for _ in range(threads)]
     else:
         specs = producer_specs(queue, total, 1, ITEM_BYTES)
-        specs += [ClientSpec("loadtests.scenarios.leaky_reader:consumer",
+        specs += [ClientSpec("kestrel_actors.loadtests.scenarios.leaky_reader:consumer",
                              {"queue": queue, "total": total, "drop": drop}) for _ in range(threads)]
     result = run(Plan(specs, progress="confirm", target=total, label="confirmed",
                       track_ids=total), options, epoch)

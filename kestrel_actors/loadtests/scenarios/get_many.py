@@ -70,7 +70,7 @@ def get_many(options: Options, flush: bool, epoch: int, clients: int, total: int
     outcome.extra["fill"] = fill_fig.summary()
     if outcome.exit_code:
         return outcome
-    specs = [ClientSpec("loadtests.scenarios.get_many:drainer",
+    specs = [ClientSpec("kestrel_actors.loadtests.scenarios.get_many:drainer",
                         {"queue": queue, "total": total, "size": size, "rollup": rollup})
              for _ in range(clients)]
     result = run(Plan(specs, progress="get", target=total, label="get", track_ids=total),

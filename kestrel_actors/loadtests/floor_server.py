@@ -1,6 +1,6 @@
 """A floor for issue 12: the least a gevent server in Python does for one SET, nothing more.
 
-    python -m loadtests.floor_server PORT [JOURNAL_FILE]
+    python -m kestrel_actors.loadtests.floor_server PORT [JOURNAL_FILE]
 
 Not kestrel-actors and not a queue: one libev I/O watcher per connection, memcache's ``set``
 parsed, the item appended to one file with ``os.writev``, ``STORED`` sent; every other line

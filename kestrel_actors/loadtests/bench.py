@@ -1,11 +1,11 @@
 """``make bench``: run the standard load tests against fresh servers, write docs/benchmarks.md.
 
-    python -m loadtests.bench [--write docs/benchmarks.md] [--runs 5] [--quick] [--only NAME]
+    python -m kestrel_actors.loadtests.bench [--write docs/benchmarks.md] [--runs 5] [--quick] [--only NAME]
                               [--peer /tmp/peers/bin/darner]
 
 Each run of a benchmark gets a fresh ``python -m kestrel_actors.cli serve`` on a free loopback
 port with a fresh temporary data directory and runs its scenario as a subprocess
-(``python -m loadtests ... --no-progress``, so each run is exactly the command shown in the
+(``python -m kestrel_actors.loadtests ... --no-progress``, so each run is exactly the command shown in the
 table); the server's CPU time over the run gives its CPU per request. With ``--peer`` (or
 ``PEER=`` in the environment, as ``make bench PEER=...`` passes it) each of our runs is
 followed by one against that binary (darner's command line: ``-p PORT -d DIR``), and the
@@ -243,7 +243,7 @@ def run_once(args: list[str], side: Side, serve_args: tuple[str, ...], peer: str
         return
     try:
         before = server.cpu()
-        command = [sys.executable, "-m", "loadtests", *args, "-p", str(server.port),
+        command = [sys.executable, "-m", "kestrel_actors.loadtests", *args, "-p", str(server.port),
                    "--no-progress", "--timeout", "900"]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=1000)
         spent = server.cpu() - before
@@ -272,7 +272,7 @@ def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: s
         args[i + 1] = bench.quick_args[1]
     if procs > 1:
         args += ["--procs", str(procs)]
-    row = Row(bench, "python -m loadtests " + " ".join(args))
+    row = Row(bench, "python -m kestrel_actors.loadtests " + " ".join(args))
     if bench.requires and bench.requires not in help_text:
         row.skipped = f"server has no {bench.requires} option"
         return row
@@ -332,7 +332,7 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
         "divided by the items it handled (plus the fill of get-many; a flood or many-clients item "
         "is one SET and one GET). p50/p99 are our "
         "latencies in microseconds per request (per burst for rollups). Produced by `make bench` "
-        "(`python -m loadtests.bench`).",
+        "(`python -m kestrel_actors.loadtests.bench`).",
         "",
         "Goal (issue 12): the latency-bound rows (Kestrel's defaults: one request in flight per "
         "client) and the concurrent rows at ≥ 1.0× darner, the pipelined rows at ≥ 2.0×. Rows "
@@ -376,14 +376,14 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
 
 _HEADER = """# Benchmarks
 
-Throughput of kestrel-actors under the load tests in `loadtests/` (Kestrel's
+Throughput of kestrel-actors under the load tests in `kestrel_actors/loadtests/` (Kestrel's
 `src/scripts/load` tools, re-done in Python with gevent, plus `get-many`).
 
-* `make bench` (or `.venv/bin/python -m loadtests.bench --write docs/benchmarks.md`) starts
+* `make bench` (or `.venv/bin/python -m kestrel_actors.loadtests.bench --write docs/benchmarks.md`) starts
   a fresh server per benchmark on a free loopback port, runs each scenario five times and
   rewrites the table below. `--quick` runs 10x fewer items; `--only WORD` picks benchmarks.
 * One scenario by hand, against a running server:
-  `.venv/bin/python -m loadtests put-many -c 100 -n 100000 -p 22133` (or
+  `.venv/bin/python -m kestrel_actors.loadtests put-many -c 100 -n 100000 -p 22133` (or
   `kestrel-actors load put-many ...`); `--help` on each scenario lists Kestrel's option
   letters. Every scenario prints Kestrel's report lines and then one JSON line of figures,
   and exits 1 on a correctness failure (lost, duplicated, reordered or corrupted items, an
@@ -403,7 +403,7 @@ def splice(text: str, table: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.bench",
+    parser = argparse.ArgumentParser(prog="python -m kestrel_actors.loadtests.bench",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--write", metavar="FILE", help="update the table in this markdown file")
     parser.add_argument("--runs", type=int, default=5, help="runs per benchmark (default 5)")

@@ -1,6 +1,6 @@
 """The server's own CPU time per request, in process and without sockets.
 
-    python -m loadtests.path_bench [--rounds 5] [--only NAME]
+    python -m kestrel_actors.loadtests.path_bench [--rounds 5] [--only NAME]
 
 The load tests measure a client and a server sharing two noisy cores; small changes to the
 request path drown in that noise. This drives the real session, queue and journal actors of

@@ -71,7 +71,7 @@ def many_clients(options: Options, flush: bool, epoch: int, sleep: int, total: i
         flush_queues(options, [queue])
     say("many-clients: %d items to %s using %d clients, kill rate %d%%, at %d msec/item" % (
         total, options.host, clients, kill, sleep))
-    specs = [ClientSpec("loadtests.scenarios.many_clients:consumer",
+    specs = [ClientSpec("kestrel_actors.loadtests.scenarios.many_clients:consumer",
                         {"queue": queue, "total": total, "kill": kill,
                          "transactional": transactional}) for _ in range(clients)]
     specs += producer_specs(queue, total, 1, ITEM_BYTES, sleep_ms=sleep, rollup=rollup)
