@@ -111,10 +111,58 @@ def output_values(path: Path) -> list[str]:
 
 
 def spark_env() -> dict[str, str]:
-    """Environment for Spark workers and subprocesses: the repo importable (tests.*)."""
+    """Environment for Spark workers and subprocesses: the repo importable (tests.*), and
+    ``SPARK_HOME`` at :func:`compiled_spark_home`."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["SPARK_HOME"] = compiled_spark_home()
     return env
+
+
+def compiled_spark_home() -> str:
+    """The installed pyspark's Spark home, but with a ``python/lib/pyspark.zip`` that holds
+    compiled ``.pyc`` files beside the sources.
+
+    Spark starts each planner and worker process with pyspark imported from that zip, which
+    ships only sources: every start compiles pyspark again (~1.6 s of CPU), and Spark waits a
+    fixed 10 s for a new Python process to connect back. On 2 cores shared by several test
+    runs that start misses the 10 s ("Python worker failed to connect back"); compiled, it
+    costs ~0.9 s. Built once per pyspark version under the temporary directory.
+    """
+    import compileall
+    import shutil
+    import tempfile
+    import zipfile
+
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    source = home / "python" / "lib" / "pyspark.zip"
+    key = f"{pyspark.__version__}-{int(source.stat().st_mtime)}-{os.getuid()}"
+    farm = Path(tempfile.gettempdir()) / f"kestrel-tests-spark-home-{key}"
+    if (farm / "python" / "lib" / "pyspark.zip").exists():
+        return str(farm)
+    building = Path(tempfile.mkdtemp(prefix="kestrel-tests-spark-home-"))
+    for name in ("bin", "jars", "sbin"):
+        (building / name).symlink_to(home / name)
+    lib = building / "python" / "lib"
+    lib.mkdir(parents=True)
+    for py4j in (home / "python" / "lib").glob("py4j-*.zip"):
+        (lib / py4j.name).symlink_to(py4j)
+    tree = building / "tree"
+    with zipfile.ZipFile(source) as archive:
+        archive.extractall(tree)
+    compileall.compile_dir(str(tree), quiet=1, legacy=True)
+    with zipfile.ZipFile(lib / "pyspark.zip", "w", zipfile.ZIP_STORED) as archive:
+        for path in sorted(tree.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(tree))
+    shutil.rmtree(tree)
+    try:
+        building.rename(farm)
+    except OSError:  # another run built it meanwhile
+        shutil.rmtree(building, ignore_errors=True)
+    return str(farm)
 
 
 def start_bridge(*args: str, log: Path, cwd: Path = REPO) -> subprocess.Popen:

@@ -27,7 +27,9 @@ def spark():
 
     from ._spark_jobs import spark_env
 
-    os.environ["PYTHONPATH"] = spark_env()["PYTHONPATH"]  # Python workers import tests.* jobs
+    env = spark_env()
+    os.environ["PYTHONPATH"] = env["PYTHONPATH"]  # Python workers import tests.* jobs
+    os.environ["SPARK_HOME"] = env["SPARK_HOME"]  # pyspark.zip with compiled files
     session = create_spark_session("local[2]", {"spark.driver.memory": "768m", **LOADED_MACHINE},
                                    "kestrel-spark-tests", partitions=2)
     session.dataSource.register(KestrelDataSource)
