@@ -14,7 +14,7 @@ import pytest
 
 from ._spark_jobs import REPO, drain, queue_stats
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 DOC = REPO / "docs" / "spark-bridge.md"
 

@@ -28,7 +28,7 @@ from ._spark_jobs import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 ITEMS = 20_000
 PER_BATCH = 2_000
