@@ -85,7 +85,7 @@ class Run:
         """Wait until every item is in the output and the queue is empty; (lost, duplicated)."""
         try:
             wait_for(lambda: queue_stats(self.server, "feed") == (0, 0)
-                     and len(set(sink_values(self.sink, self.out))) >= ITEMS, 300,
+                     and len(set(sink_values(self.sink, self.out))) >= ITEMS, 900,
                      "the query to drain the queue", proc, self.log)
             # a batch still running would add rows: wait for the trigger after the last one
             wait_for(lambda: not any(Path(self.checkpoint, "kestrel-wal").glob("batch-*")),
@@ -100,7 +100,7 @@ def test_driver_sigkill_mid_stream_then_restart_is_exactly_once(server, tmp_path
     run = Run(server, sink, tmp_path)
     first = run.start()
     try:
-        wait_for(lambda: committed(run.checkpoint, 1) and planned(run.checkpoint, 2), 240,
+        wait_for(lambda: committed(run.checkpoint, 1) and planned(run.checkpoint, 2), 900,
                  "two batches committed and the third planned", first, run.log)
     finally:
         kill_group(first)  # the Python driver, its JVM and the planner holding the source
@@ -114,7 +114,7 @@ def test_server_sigkill_mid_stream_and_restart_is_exactly_once(server, tmp_path,
     run = Run(server, sink, tmp_path)
     proc = run.start()
     try:
-        wait_for(lambda: committed(run.checkpoint, 1), 240, "two batches committed", proc,
+        wait_for(lambda: committed(run.checkpoint, 1), 900, "two batches committed", proc,
                  run.log)
         server.kill()
         server.start()
@@ -133,7 +133,7 @@ def test_driver_sigkill_between_the_write_ahead_file_and_the_confirm(server, tmp
     first = run.start(env={"KESTREL_SOURCE_PAUSE_AFTER_WAL": "3"})
     wal = run.checkpoint / "kestrel-wal"
     try:
-        wait_for(lambda: (wal / "paused-3").exists(), 240, "batch 3 in the write-ahead log",
+        wait_for(lambda: (wal / "paused-3").exists(), 900, "batch 3 in the write-ahead log",
                  first, run.log)
     finally:
         kill_group(first)
@@ -167,7 +167,7 @@ def test_executor_sigkill_mid_stream_on_a_standalone_cluster_is_exactly_once(
     work = tmp_path / "work"
     try:
         wait_for(lambda: committed(run.checkpoint, 1) and planned(run.checkpoint, 2)
-                 and executor_pids(work), 300, "batch 2 running on an executor", proc, run.log)
+                 and executor_pids(work), 900, "batch 2 running on an executor", proc, run.log)
         for pid in executor_pids(work):
             os.kill(pid, 9)
     except BaseException:
