@@ -6,7 +6,9 @@ The queue is filled first (pipelined SETs), Spark is started and one small query
 Python workers up; then ``spark.readStream.format("kestrel")`` drains the queue into the
 ``noop`` sink (Spark's "write nothing" sink: every row is still read, converted and handed to
 it). The figure is items divided by the time from the query's start until the queue is empty
-with no item left open (the last batch confirmed). Prints report lines, then one JSON line.
+with no item left open and every item has been through the query (the progress's
+``numInputRows``). Then Spark's ``rate-micro-batch`` source runs through the same query shape
+for the same number of rows, for comparison. Prints report lines, then one JSON line.
 
 By default a server is started on a free loopback port with a temporary data directory;
 ``--server host:port`` uses a running one instead (its queue ``bench_source`` is flushed).
@@ -62,7 +64,8 @@ class _FirstRows:
 def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, count: int,
            checkpoint: str, client, breakdown: bool = False, read_ahead: bool = True,
            first_rows: list[float] | None = None) -> float:
-    """Run a query until ``queue`` is empty with nothing open; return its seconds (and, with
+    """Run a query until ``queue`` is empty with nothing open and its ``count`` rows have been
+    through the query; return its seconds (and, with
     ``breakdown``, print the mean per-micro-batch ``durationMs`` of Spark's query progress;
     ``first_rows`` gets the seconds until the first batch with rows was done)."""
     started = time.perf_counter()
@@ -77,7 +80,11 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
         while True:
             first.look(query)
             stats = client.queue_stats(queue)
-            if stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0:
+            # Items are confirmed when their micro-batch is planned (ADR 0013): an empty queue
+            # is not the end, the rows Spark has processed are.
+            processed = sum(p.get("numInputRows", 0) for p in query.recentProgress)
+            if (stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0
+                    and processed >= count):
                 seconds = time.perf_counter() - started
                 first.look(query)
                 if first_rows is not None and first.seconds is not None:
@@ -164,7 +171,8 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
             click.echo(f"spark {master} started in {time.perf_counter() - started:.1f}s")
             try:
                 _drain(spark, where, WARM_QUEUE, max_items_per_batch, items_per_partition,
-                       items, f"{tmp}/warm", client, read_ahead=read_ahead)
+                       min(max_items_per_batch, items), f"{tmp}/warm", client,
+                       read_ahead=read_ahead)
                 _rate_micro_batch(spark, max_items_per_batch, max_items_per_batch,
                                   item_bytes, f"{tmp}/rate-warm")
                 load_average = os.getloadavg()[0]
