@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from ..client import Connection as _Wire
 from ..client import (
     ConnectionLost,
     ServerAddress,
@@ -40,7 +41,6 @@ from ..client import (
     queue_key,
     set_request,
 )
-from ..client import Connection as _Wire
 
 __all__ = ["Connection", "ConnectionLost", "KeepAlive", "keep_alive"]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from ._spark_jobs import load, queue_stats, wait_for
-from .test_source import end_offsets, servers_option, stream
+from .test_source import end_offsets, stream
 
 pytestmark = pytest.mark.spark
 
@@ -30,7 +30,7 @@ def test_columns_are_value_queue_server_and_the_read_time(server, spark, tmp_pat
     assert [(f.name, f.dataType.simpleString()) for f in frame.schema.fields] == [
         ("value", "binary"), ("queue", "string"), ("server", "string"),
         ("timestamp", "timestamp")]
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     query = memory_query(frame.selectExpr("CAST(value AS STRING) AS text", "queue", "server",
                                           "timestamp"), "cols_rows", tmp_path)
     try:
@@ -40,11 +40,11 @@ def test_columns_are_value_queue_server_and_the_read_time(server, spark, tmp_pat
                          "cast(unix_micros(timestamp) as long) as micros from cols_rows").collect()
     finally:
         query.stop()
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     assert sorted((r["text"], r["queue"], r["server"]) for r in rows) == [
         ("alpha", "cols", f"127.0.0.1:{server.port}"), ("beta", "cols", f"127.0.0.1:{server.port}")]
     for row in rows:  # the time the item was read from the server
-        read = datetime.fromtimestamp(row["micros"] / 1e6, timezone.utc)
+        read = datetime.fromtimestamp(row["micros"] / 1e6, UTC)
         assert before <= read <= after
 
 
