@@ -23,11 +23,14 @@ the client never imports gevent on its own.
 from __future__ import annotations
 
 import math
+import select
+import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from ..client import Connection as _Wire
 from ..client import (
     ConnectionLost,
     ServerAddress,
@@ -38,7 +41,6 @@ from ..client import (
     queue_key,
     set_request,
 )
-from ..client import Connection as _Wire
 
 __all__ = ["Connection", "ConnectionLost", "KeepAlive", "keep_alive"]
 
@@ -157,6 +159,21 @@ class Connection:
                 self._version()
             except ConnectionLost as exc:
                 raise ConnectionLost(f"connection to {self.address} lost: {exc}") from exc
+
+    def hung_up(self) -> bool:
+        """Whether the server has closed this connection already (a look at the socket, no
+        round trip): then it has taken this connection's open items back, and a confirm sent
+        now could not land."""
+        with self.lock:
+            sock = self._wire.sock
+            if sock is None:
+                return True
+            try:
+                readable, _, _ = select.select([sock], [], [], 0)
+                # readable with nothing to read is the end of the stream
+                return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
 
     def confirm(self, queue: str, count: int) -> None:
         """Confirm the ``count`` oldest items this connection opened on ``queue``."""

@@ -5,10 +5,12 @@ Register it, then read and write queues like any other format::
     from kestrel_actors.spark_bridge import KestrelDataSource
     spark.dataSource.register(KestrelDataSource)
     events = (spark.readStream.format("kestrel").option("servers", "h1:22133,h2:22133")
-              .option("queue", "events").load())               # data binary, queue, server
+              .option("queue", "events").option("walLocation", "/ckpt/events/kestrel-wal")
+              .load())                               # value binary, queue, server, timestamp
     df.write.format("kestrel").option("queue", "out").mode("append").save()
 
-How the source delivers (the reasoning is in docs/adr/0003-spark-data-source.md):
+How the source delivers (the reasoning is in docs/adr/0003-spark-data-source.md and
+docs/adr/0013-spark-exactly-once.md):
 
 * Spark keeps the stream reader in one long-lived Python process beside the driver JVM and
   calls ``latestOffset``, ``partitions`` and ``commit`` there, one at a time. That process
@@ -16,26 +18,26 @@ How the source delivers (the reasoning is in docs/adr/0003-spark-data-source.md)
   at most ``--monitor-max-items`` open items per connection, so a batch of
   ``maxItemsPerBatch`` items per server uses ``ceil(maxItemsPerBatch / itemsPerConnection)``
   connections per server.
-* ``latestOffset(start)`` first confirms every batch up to ``start`` — Spark asks for the
-  next offset only after it has written the previous batch to its commit log — then opens
-  what is waiting on each server (at most ``maxItemsPerBatch`` per server) and keeps those
-  items in memory under a new sequence number. With ``readAhead`` the next batch has already
-  been opened on a second set of connections while Spark ran this one (:class:`_Prefetch`). The offset is ``{"seq": n, "items": {server:
-  count}}`` in Spark's checkpoint. ``commit(end)`` confirms too (it comes later, only once a
-  further batch is planned, so it cannot be the only place: a drained queue would keep its
-  last batch open for good).
-* ``partitions(start, end)`` hands the opened items themselves to the executors inside the
-  pickled partitions, so ``read`` is a pure function of its partition: an executor retry
-  reads the same rows and never touches a server.
-* A driver that dies drops its connections; each server puts the unconfirmed items back at
-  the head of its queue. A restarted query (same checkpoint) replays an uncommitted batch as
-  empty — its items are not held by the new process, and they come again in the next batch.
-  Duplicates are therefore bounded by one micro-batch; nothing is lost.
+* ``latestOffset(start)`` plans batch ``start.seq + 1``: it opens what is waiting on each
+  server (with ``readAhead``, that was done on a second set of connections while Spark ran
+  the previous batch: :class:`_Prefetch`), writes the batch to the write-ahead log
+  (``walLocation``, :mod:`._wal`) durably, and only then confirms the items on the servers.
+  The offset is ``{"seq": n, "items": {server: count}}``.
+* Once planned, a batch is replayed from its write-ahead file after any restart, never read
+  again from the queue: ``latestOffset`` reuses a file numbered ``start.seq + 1`` it finds,
+  and ``partitions`` of a batch this process did not plan reads the file. So a sink that is
+  idempotent by batch id (the file sink, ``foreachBatch`` writing by batch id) gets each item
+  exactly once. ``commit(end)`` (and the next ``latestOffset``) delete the files Spark has
+  committed.
+* ``partitions(start, end)`` hands the items themselves to the executors inside the pickled
+  partitions, so ``read`` is a pure function of its partition: an executor retry reads the
+  same rows and never touches a server.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -46,6 +48,7 @@ import structlog
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
+    DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
@@ -57,14 +60,47 @@ from ._config import parse_duration, parse_servers
 from ..cluster import ServerSetAddress
 from ._kestrel import Connection, KeepAlive
 from ._serverset import follow_members, server_set_members
+from ._wal import BatchPart, WriteAheadLog
+
+try:  # pyspark >= 4.2
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older pyspark: AvailableNow falls back to Spark's wrapper
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
 
 __all__ = ["KestrelDataSource", "KestrelPartition", "SourceOptions"]
 
 log = structlog.get_logger("kestrel_actors.spark_bridge.source")
 
-SCHEMA = "data binary, queue string, server string"
+SCHEMA = "value binary, queue string, server string, timestamp timestamp"
 _RECONNECT_AFTER = 1.0  # seconds before a server that failed is tried again
 _IDLE_RECHECK = 0.05  # an empty look at the servers is not repeated sooner than this
+_PAUSE_AFTER_WAL = "KESTREL_SOURCE_PAUSE_AFTER_WAL"
+
+# Option names as written in the docs (Spark hands them to us lower-cased or as typed).
+_SOURCE_OPTIONS = ("servers", "serverSet", "queue", "walLocation", "maxItemsPerTrigger", "maxItemsPerBatch",
+                   "minPartitions", "itemsPerPartition", "itemsPerConnection", "readAhead",
+                   "keepAliveInterval", "connectTimeout", "ioTimeout")
+_SINK_OPTIONS = ("servers", "serverSet", "queue", "column", "connectTimeout", "ioTimeout")
+# Spark's own options that reach a sink's options with the user's.
+_SPARK_OPTIONS = ("path", "checkpointLocation")
+# Kafka's options, with why a queue does not offer them.
+_KAFKA_ONLY = {
+    "startingoffsets": "a queue has no offsets to start from: reads are destructive, a reader "
+                       "always gets what is waiting (the oldest first)",
+    "endingoffsets": "a queue has no offsets to end at; use trigger(availableNow=True) to "
+                     "drain what is waiting when the query starts and stop",
+    "startingtimestamp": "a queue keeps no history to seek in",
+    "failondataloss": "a queue never drops items by retention, so there is no data loss to "
+                      "detect or ignore",
+    "maxoffsetspertrigger": "a queue has no offsets; use maxItemsPerTrigger (items per "
+                            "micro-batch across all servers)",
+    "minoffsetspertrigger": "a queue has no offsets; maxItemsPerTrigger bounds a micro-batch",
+    "subscribe": "name the queue with option('queue', ...)",
+    "subscribepattern": "name the queue with option('queue', ...)",
+    "assign": "name the queue with option('queue', ...)",
+    "kafka.bootstrap.servers": "name the servers with option('servers', 'host:port,...')",
+}
 
 
 @dataclass(frozen=True)
@@ -73,12 +109,15 @@ class SourceOptions:
 
     servers: tuple[ServerAddress, ...]
     queue: str
+    wal_location: str | None = None
+    max_items_per_trigger: int | None = None
     max_items_per_batch: int = 50_000
+    min_partitions: int = 1
     items_per_partition: int = 12_500
     items_per_connection: int = 10_000
     read_ahead: bool = True
     keep_alive: float = 1.0
-    column: str = "data"
+    column: str = "value"
     connect_timeout: float = 5.0
     io_timeout: float = 30.0
     server_set: str | None = None
@@ -86,8 +125,10 @@ class SourceOptions:
     servers, looked up at each micro-batch plan; ``servers`` is then ignored."""
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+    def parse(cls, options: Mapping[str, str], sink: bool = False) -> SourceOptions:
         lower = {str(k).lower(): str(v) for k, v in options.items()}
+        _refuse_unknown([str(k) for k in options], _SINK_OPTIONS if sink else _SOURCE_OPTIONS,
+                        "sink" if sink else "source")
         queue = lower.get("queue", "")
         if not queue or any(ch in queue for ch in " /\r\n\t"):
             raise ValueError(f"kestrel: option queue is required and must be a queue name, "
@@ -95,24 +136,28 @@ class SourceOptions:
         server_set = lower.get("serverset") or None
         if server_set is not None:
             ServerSetAddress.parse(server_set)  # a bad address fails the query at once
+        per_trigger = lower.get("maxitemspertrigger")
         parsed = cls(
             server_set=server_set,
             servers=() if server_set else parse_servers(lower.get("servers", "127.0.0.1:22133")),
             queue=queue,
-            max_items_per_batch=int(lower.get("maxitemsperbatch", cls.max_items_per_batch)),
-            items_per_partition=int(lower.get("itemsperpartition", cls.items_per_partition)),
-            items_per_connection=int(lower.get("itemsperconnection",
-                                               cls.items_per_connection)),
+            wal_location=lower.get("wallocation") or None,
+            max_items_per_trigger=None if per_trigger is None else _count(
+                "maxItemsPerTrigger", per_trigger),
+            max_items_per_batch=_count("maxItemsPerBatch", lower.get(
+                "maxitemsperbatch", cls.max_items_per_batch)),
+            min_partitions=_count("minPartitions", lower.get("minpartitions",
+                                                             cls.min_partitions)),
+            items_per_partition=_count("itemsPerPartition", lower.get(
+                "itemsperpartition", cls.items_per_partition)),
+            items_per_connection=_count("itemsPerConnection", lower.get(
+                "itemsperconnection", cls.items_per_connection)),
             read_ahead=_parse_bool(lower.get("readahead", "true")),
             keep_alive=parse_duration(lower.get("keepaliveinterval", "1s")),
-            column=lower.get("column", "data"),
+            column=lower.get("column", "value"),
             connect_timeout=parse_duration(lower.get("connecttimeout", "5s")),
             io_timeout=parse_duration(lower.get("iotimeout", "30s")),
         )
-        if min(parsed.max_items_per_batch, parsed.items_per_partition,
-               parsed.items_per_connection) < 1:
-            raise ValueError("kestrel: maxItemsPerBatch, itemsPerPartition and "
-                             "itemsPerConnection must be >= 1")
         return parsed
 
     @property
@@ -120,6 +165,29 @@ class SourceOptions:
         """A server holds at most ``--monitor-max-items`` open items per connection, so a
         micro-batch of ``maxItemsPerBatch`` items per server needs this many connections."""
         return math.ceil(self.max_items_per_batch / self.items_per_connection)
+
+
+def _refuse_unknown(names: list[str], valid: tuple[str, ...], role: str) -> None:
+    """Spark may hand the names lower-cased; an error quotes them as received."""
+    known = {name.lower() for name in valid + _SPARK_OPTIONS}
+    for name in sorted(names):
+        if name.lower() in known:
+            continue
+        if name.lower() in _KAFKA_ONLY:
+            raise ValueError(f"kestrel {role}: option {name!r} is Kafka's; "
+                             f"{_KAFKA_ONLY[name.lower()]}")
+        raise ValueError(f"kestrel {role}: unknown option {name!r}; the valid options are "
+                         f"{', '.join(valid)}")
+
+
+def _count(name: str, text: Any) -> int:
+    try:
+        value = int(str(text))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"kestrel: option {name} must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def _parse_bool(text: str) -> bool:
@@ -139,19 +207,34 @@ class KestrelDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
+    def reader(self, schema) -> DataSourceReader:
+        raise ValueError(
+            "kestrel: a queue cannot be read as a batch (spark.read): reading takes items out "
+            "of the queue, and a batch read has no checkpoint to confirm them against. Use "
+            "spark.readStream.format('kestrel') with option('walLocation', ...); "
+            "trigger(availableNow=True) drains what is waiting and stops")
+
     def streamReader(self, schema) -> DataSourceStreamReader:
-        return KestrelStreamReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        if options.wal_location is None:
+            raise ValueError(
+                "kestrel source: option walLocation is required for a streaming read: a "
+                "directory every restart of the query reaches, e.g. "
+                "option('walLocation', '<checkpointLocation>/kestrel-wal'); each planned "
+                "micro-batch is kept there so a restart replays it instead of reading the "
+                "queue again (exactly once into idempotent sinks)")
+        return KestrelStreamReader(options)
 
     def writer(self, schema, overwrite: bool) -> KestrelWriter:
         if overwrite:
             raise ValueError("kestrel: a queue can only be appended to; use mode('append')")
-        options = SourceOptions.parse(self.options)
+        options = SourceOptions.parse(self.options, sink=True)
         return KestrelWriter(options, _column_index(schema, options.column))
 
     def streamWriter(self, schema, overwrite: bool) -> KestrelStreamWriter:
         # ``overwrite`` is set for the complete output mode: every micro-batch then sends the
         # whole result table again, which for a queue is simply more items.
-        options = SourceOptions.parse(self.options)
+        options = SourceOptions.parse(self.options, sink=True)
         return KestrelStreamWriter(options, _column_index(schema, options.column))
 
 
@@ -159,12 +242,13 @@ class KestrelDataSource(DataSource):
 
 
 class KestrelPartition(InputPartition):
-    """One task's share of a micro-batch: the opened items themselves (so ``read`` is pure)."""
+    """One task's share of a micro-batch: the planned items themselves (so ``read`` is pure)."""
 
-    def __init__(self, server: str, queue: str, items: list[bytes]) -> None:
+    def __init__(self, server: str, queue: str, read_at: float, items: list[bytes]) -> None:
         super().__init__(None)
         self.server = server
         self.queue = queue
+        self.read_at = read_at
         self.items = items
 
     def __repr__(self) -> str:
@@ -177,18 +261,22 @@ _ConnectionSet = dict[str, list[Connection]]
 
 @dataclass
 class _ReaderState:
-    """What the planner process holds between Spark's calls: connections, opened batches.
+    """What the planner process holds between Spark's calls: connections, planned batches.
 
-    Two sets of connections take turns: the batch Spark is running holds its items on one,
+    Two sets of connections take turns: Spark runs a batch planned (and confirmed) on one,
     while the next batch is opened ahead on the other (:class:`_Prefetch`).
     """
 
     sets: tuple[_ConnectionSet, _ConnectionSet]
     keep_alive: KeepAlive
-    open: dict[int, _OpenBatch] = field(default_factory=dict)
+    wal: WriteAheadLog
+    planned: dict[int, _PlannedBatch] = field(default_factory=dict)
     prefetch: _Prefetch | None = None
     retry_at: dict[str, float] = field(default_factory=dict)
     idle_until: float = 0.0
+    backlog: dict[str, int] = field(default_factory=dict)  # items waiting per server, last seen
+    # Trigger.AvailableNow: per server, how many of the items waiting at the start are left
+    available_now: dict[str, int] | None = None
 
     @classmethod
     def start(cls, options: SourceOptions) -> _ReaderState:
@@ -201,7 +289,7 @@ class _ReaderState:
         keep_alive = KeepAlive(options.keep_alive)
         for connection in _all_connections(sets):
             keep_alive.add(connection)
-        return cls(sets, keep_alive)
+        return cls(sets, keep_alive, WriteAheadLog(options.wal_location or ""))
 
 
 def _all_connections(sets: tuple[_ConnectionSet, ...]) -> Iterator[Connection]:
@@ -210,10 +298,11 @@ def _all_connections(sets: tuple[_ConnectionSet, ...]) -> Iterator[Connection]:
 
 @dataclass(frozen=True)
 class _Held:
-    """Items of a batch opened on one connection, confirmed there after Spark's commit."""
+    """Items opened on one connection, not yet confirmed."""
 
     server: str
     connection: Connection
+    read_at: float
     items: list[bytes]
 
 
@@ -223,14 +312,6 @@ class _Opened:
 
     on: int  # index of the connection set in ``_ReaderState.sets``
     held: list[_Held] = field(default_factory=list)
-
-    @property
-    def items(self) -> dict[str, list[bytes]]:
-        """Per server, in the order opened."""
-        per_server: dict[str, list[bytes]] = {}
-        for part in self.held:
-            per_server.setdefault(part.server, []).extend(part.items)
-        return per_server
 
     def still_held(self, queue: str) -> _Opened:
         """Only the parts whose connection is still up (one ``version`` round trip each):
@@ -248,16 +329,19 @@ class _Opened:
         return kept
 
 
-@dataclass
-class _OpenBatch:
-    """Items opened for one offset sequence number, waiting for Spark's commit."""
+@dataclass(frozen=True)
+class _PlannedBatch:
+    """A micro-batch in the write-ahead log: its items are Spark's, no longer the queue's."""
 
     seq: int
-    opened: _Opened
-    items: dict[str, list[bytes]] = field(init=False)
+    parts: list[BatchPart]
 
-    def __post_init__(self) -> None:
-        self.items = self.opened.items
+    @property
+    def counts(self) -> dict[str, int]:
+        per_server: dict[str, int] = {}
+        for part in self.parts:
+            per_server[part.server] = per_server.get(part.server, 0) + len(part.items)
+        return per_server
 
 
 class _Prefetch:
@@ -265,9 +349,9 @@ class _Prefetch:
 
     The planner process is idle while the executors work, and opening a micro-batch's 50,000
     items costs the server and this process ~0.5–1 s; doing it then takes it off the
-    micro-batch's critical path. Only Spark's calls publish what was opened: the items stay open on their
-    connections, unseen by Spark, until the next ``latestOffset`` makes them a batch (or
-    ``stop`` drops the connections and the servers take them back).
+    micro-batch's critical path. Only Spark's calls publish what was opened: the items stay
+    open on their connections, in no write-ahead file, until the next ``latestOffset`` plans
+    them (or ``stop`` drops the connections and the servers take them back).
     """
 
     def __init__(self, run) -> None:
@@ -294,7 +378,7 @@ class _Prefetch:
         return self._result
 
 
-class KestrelStreamReader(DataSourceStreamReader):
+class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Runs in Spark's Python planner process on the driver; see the module docstring."""
 
     def __init__(self, options: SourceOptions) -> None:
@@ -317,14 +401,47 @@ class KestrelStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         return {"seq": 0, "items": {}}
 
+    def getDefaultReadLimit(self):
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        if self.options.max_items_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_items_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: the query drains what each server holds now, then stops."""
+        live = self.live
+        left: dict[str, int] = {}
+        for name, connections in live.sets[0].items():
+            try:
+                left[name] = connections[0].depth(self.options.queue)
+            except KestrelError as exc:
+                connections[0].close()
+                left[name] = 0
+                log.warning("server_unavailable", queue=self.options.queue, server=name,
+                            error=str(exc)[:300])
+        live.available_now = left
+        live.backlog = dict(left)
+
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        """Confirm what Spark has committed, then open the next batch (or return ``start``)."""
+        """Plan batch ``start.seq + 1`` (or return ``start``: nothing to read)."""
         live = self.live
         done = int(start.get("seq", 0))
-        self._confirm_through(done)
-        if live.open:  # asked again before that batch ran: the same answer
-            return _offset(live.open[max(live.open)])
+        self._forget_through(done)  # Spark asks only once ``done`` is in its commit log
+        seq = done + 1
+        if seq in live.planned:  # asked again before that batch ran: the same answer
+            return _offset(live.planned[seq])
+        if live.wal.has(seq):
+            # Planned (and confirmed) before a restart, or before a stop, but not yet in
+            # Spark's offset log: it is this batch, whatever the queue holds now.
+            batch = _PlannedBatch(seq, live.wal.read(seq))
+            live.planned[seq] = batch
+            log.info("batch_replanned_from_wal", queue=self.options.queue, seq=seq,
+                     items=batch.counts)
+            return _offset(batch)
         budget = getattr(limit, "max_rows", None)
+        if live.available_now is not None and not any(live.available_now.values()):
+            return start  # AvailableNow: everything waiting at the start has been read
         opened = self._take_prefetch()
         if self.options.server_set:  # no read-ahead is running now: the sets may change
             follow_members(live.sets, self.options.server_set, self.options.connect_timeout,
@@ -337,30 +454,34 @@ class KestrelStreamReader(DataSourceStreamReader):
             if not opened.held:
                 live.idle_until = time.monotonic() + _IDLE_RECHECK
                 return start
-        batch = _OpenBatch(done + 1, opened)
-        live.open[batch.seq] = batch
-        if budget is None and self.options.read_ahead:
+        batch = self._plan(seq, opened)
+        if batch is None:
+            return start
+        if budget is None and self.options.read_ahead and live.available_now is None:
             # A read limit can change between calls; only an unlimited query reads ahead.
             ahead = 1 - opened.on
             live.prefetch = _Prefetch(lambda: self._open_all(ahead, None))
         return _offset(batch)
 
+    def reportLatestOffset(self) -> dict:
+        """What the query's progress shows as the source's ``latestOffset``: the last planned
+        batch and the backlog, items waiting per server as last seen."""
+        live = self.live
+        planned = max(live.planned, default=0)
+        return {"seq": planned, "backlog": dict(live.backlog),
+                "backlogTotal": sum(live.backlog.values())}
+
     def partitions(self, start: dict, end: dict) -> list[KestrelPartition]:
-        seq = int(end.get("seq", 0))
-        if seq == int(start.get("seq", 0)):
+        first, last = int(start.get("seq", 0)) + 1, int(end.get("seq", 0))
+        parts = [part for seq in range(first, last + 1) for part in self._planned(seq).parts]
+        total = sum(len(p.items) for p in parts)
+        if not total:
             return []
-        batch = self.live.open.get(seq)
-        if batch is None:
-            # A restarted query replays its last uncommitted batch. This process never opened
-            # those items: the old driver's connections dropped and the servers put them back,
-            # so they come again in the next batch. Replaying nothing loses nothing.
-            log.warning("replayed_batch_not_held", queue=self.options.queue, seq=seq,
-                        items=end.get("items"))
-            return []
-        step = self.options.items_per_partition
-        return [KestrelPartition(server, self.options.queue, items[i:i + step])
-                for server, items in batch.items.items()
-                for i in range(0, len(items), step)]
+        step = min(self.options.items_per_partition,
+                   math.ceil(total / self.options.min_partitions))
+        return [KestrelPartition(part.server, self.options.queue, part.read_at,
+                                 part.items[i:i + step])
+                for part in parts for i in range(0, len(part.items), step)]
 
     def read(self, partition: KestrelPartition) -> Iterator[Any]:
         import pyarrow as pa
@@ -368,17 +489,20 @@ class KestrelStreamReader(DataSourceStreamReader):
         n = len(partition.items)
         if not n:
             return
+        read_at = int(partition.read_at * 1_000_000)
         yield pa.RecordBatch.from_arrays(
             [pa.array(partition.items, pa.binary()),
              pa.array([partition.queue] * n, pa.string()),
-             pa.array([partition.server] * n, pa.string())],
-            names=["data", "queue", "server"])
+             pa.array([partition.server] * n, pa.string()),
+             pa.array([read_at] * n, pa.timestamp("us", tz="UTC"))],
+            names=["value", "queue", "server", "timestamp"])
 
     def commit(self, end: dict) -> None:
-        self._confirm_through(int(end.get("seq", 0)))
+        self._forget_through(int(end.get("seq", 0)))
 
     def stop(self) -> None:
-        """The query ended: unconfirmed items go back to their servers with the connections."""
+        """The query ended: items opened ahead go back to their servers with the connections
+        (planned batches stay in the write-ahead log for the next run)."""
         live, self._live = self._live, None
         if live is None:
             return
@@ -395,6 +519,65 @@ class KestrelStreamReader(DataSourceStreamReader):
         return [Connection(address, options.connect_timeout, options.io_timeout)
                 for _ in range(options.connections_per_server)]
 
+    def _planned(self, seq: int) -> _PlannedBatch:
+        live = self.live
+        batch = live.planned.get(seq)
+        if batch is None:
+            if not live.wal.has(seq):
+                raise RuntimeError(
+                    f"kestrel source: micro-batch {seq} is in the query's offset log but not in "
+                    f"walLocation {live.wal.directory}: the checkpoint and its walLocation must "
+                    f"stay together (was walLocation changed or emptied?)")
+            # A restarted query replays its last uncommitted batch, as it was planned.
+            batch = _PlannedBatch(seq, live.wal.read(seq))
+            live.planned[seq] = batch
+            log.info("batch_replayed_from_wal", queue=self.options.queue, seq=seq,
+                     items=batch.counts)
+        return batch
+
+    def _plan(self, seq: int, opened: _Opened) -> _PlannedBatch | None:
+        """Make the opened items batch ``seq``: durable in the write-ahead log first, then
+        confirmed on their servers. None if every server had taken its items back."""
+        live, queue = self.live, self.options.queue
+        held = opened.held
+        batch = _PlannedBatch(seq, [BatchPart(p.server, p.read_at, p.items) for p in held])
+        live.wal.write(seq, batch.parts)
+        _pause_for_tests(seq, live.wal)
+        returned: list[_Held] = []
+        for part in held:
+            if part.connection.hung_up():
+                # Closed before the confirm could be sent: the server has these items back.
+                part.connection.close()
+                returned.append(part)
+                continue
+            try:
+                part.connection.confirm(queue, len(part.items))
+            except KestrelError as exc:
+                # Sent, but no answer: it may or may not have landed. The items stay in the
+                # batch (never lost); if the server had not applied it they come again
+                # (ADR 0013's window).
+                part.connection.close()
+                log.warning("confirm_uncertain", queue=queue, server=part.server, seq=seq,
+                            items=len(part.items), error=str(exc)[:300])
+        if returned:
+            gone = {id(p) for p in returned}
+            kept = [BatchPart(p.server, p.read_at, p.items) for p in held if id(p) not in gone]
+            log.warning("batch_items_returned", queue=queue, seq=seq,
+                        items=sum(len(p.items) for p in returned))
+            if not kept:
+                live.wal.path(seq).unlink(missing_ok=True)
+                return None
+            batch = _PlannedBatch(seq, kept)
+            live.wal.write(seq, batch.parts)
+        live.planned[seq] = batch
+        return batch
+
+    def _forget_through(self, seq: int) -> None:
+        live = self.live
+        for number in [n for n in live.planned if n <= seq]:
+            del live.planned[number]
+        live.wal.remove_through(seq)
+
     def _take_prefetch(self) -> _Opened | None:
         live = self.live
         prefetch, live.prefetch = live.prefetch, None
@@ -404,7 +587,7 @@ class KestrelStreamReader(DataSourceStreamReader):
             return prefetch.join().still_held(self.options.queue)
         except Exception as exc:  # noqa: BLE001 - its items go back with its connections
             for connection in _all_connections(live.sets):
-                connection.close()  # no batch is open here: nothing else is held
+                connection.close()  # nothing else is open: planned batches are confirmed
             log.warning("prefetch_failed", queue=self.options.queue, error=repr(exc)[:300])
             return None
 
@@ -426,44 +609,48 @@ class KestrelStreamReader(DataSourceStreamReader):
               held: list[_Held]) -> None:
         """Open up to ``cap`` of what one server has waiting, ``itemsPerConnection`` on each
         of its connections in turn (one ``stats``, then one ``monitor`` per connection)."""
-        if now < self.live.retry_at.get(name, 0.0):
+        live = self.live
+        if now < live.retry_at.get(name, 0.0):
             return
         queue = self.options.queue
+        target = live.available_now
+        if target is not None:
+            cap = min(cap, target.get(name, 0))
         connection = connections[0]
         try:
-            left = min(cap, connection.depth(queue))
+            depth = connection.depth(queue)
+            live.backlog[name] = depth
+            left = min(cap, depth)
             for connection in connections:
                 if left <= 0:
                     break
                 got = connection.open_waiting(queue, min(self.options.items_per_connection, left))
                 if not got:
                     break  # another reader took them first
-                held.append(_Held(name, connection, got))
+                held.append(_Held(name, connection, time.time(), got))
                 left -= len(got)
+                live.backlog[name] = max(0, live.backlog[name] - len(got))
+                if target is not None:
+                    target[name] -= len(got)
         except KestrelError as exc:
             # What the other connections opened stays in this batch; this one's is back on
             # the server with the closed connection.
             connection.close()
-            self.live.retry_at[name] = now + _RECONNECT_AFTER
+            live.retry_at[name] = now + _RECONNECT_AFTER
             log.warning("server_unavailable", queue=queue, server=name, error=str(exc)[:300])
 
-    def _confirm_through(self, seq: int) -> None:
-        live = self.live
-        for number in sorted(n for n in live.open if n <= seq):
-            batch = live.open.pop(number)
-            for part in batch.opened.held:
-                try:
-                    part.connection.confirm(self.options.queue, len(part.items))
-                except KestrelError as exc:
-                    # The server already took them back (restart, idle timeout): they will be
-                    # read again — at-least-once, the duplicates are this one batch.
-                    part.connection.close()
-                    log.warning("confirm_failed", queue=self.options.queue, server=part.server,
-                                seq=number, items=len(part.items), error=str(exc)[:300])
+
+def _pause_for_tests(seq: int, wal: WriteAheadLog) -> None:
+    """Tests kill the driver inside ADR 0013's window (a batch durable in the write-ahead log,
+    its items not yet confirmed): ``KESTREL_SOURCE_PAUSE_AFTER_WAL=<seq>`` stops there for
+    that batch, after touching ``<walLocation>/paused-<seq>``."""
+    if os.environ.get(_PAUSE_AFTER_WAL) == str(seq):
+        (wal.directory / f"paused-{seq}").touch()
+        time.sleep(3600)
 
 
-def _offset(batch: _OpenBatch) -> dict:
-    return {"seq": batch.seq, "items": {name: len(v) for name, v in batch.items.items()}}
+def _offset(batch: _PlannedBatch) -> dict:
+    return {"seq": batch.seq, "items": batch.counts}
 
 
 # -- the sink --------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 
 __all__ = [
-    "REPO", "client", "drain", "kill_group", "listening", "load", "output_values",
+    "REPO", "batch_dir_values", "client", "drain", "file_sink_values", "kill_group", "listening", "load", "output_values",
     "queue_stats", "read_json_output", "slow_identity", "spark_env", "start_bridge",
     "wait_for",
 ]
@@ -111,10 +111,58 @@ def output_values(path: Path) -> list[str]:
 
 
 def spark_env() -> dict[str, str]:
-    """Environment for Spark workers and subprocesses: the repo importable (tests.*)."""
+    """Environment for Spark workers and subprocesses: the repo importable (tests.*), and
+    ``SPARK_HOME`` at :func:`compiled_spark_home`."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["SPARK_HOME"] = compiled_spark_home()
     return env
+
+
+def compiled_spark_home() -> str:
+    """The installed pyspark's Spark home, but with a ``python/lib/pyspark.zip`` that holds
+    compiled ``.pyc`` files beside the sources.
+
+    Spark starts each planner and worker process with pyspark imported from that zip, which
+    ships only sources: every start compiles pyspark again (~1.6 s of CPU), and Spark waits a
+    fixed 10 s for a new Python process to connect back. On 2 cores shared by several test
+    runs that start misses the 10 s ("Python worker failed to connect back"); compiled, it
+    costs ~0.9 s. Built once per pyspark version under the temporary directory.
+    """
+    import compileall
+    import shutil
+    import tempfile
+    import zipfile
+
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    source = home / "python" / "lib" / "pyspark.zip"
+    key = f"{pyspark.__version__}-{int(source.stat().st_mtime)}-{os.getuid()}"
+    farm = Path(tempfile.gettempdir()) / f"kestrel-tests-spark-home-{key}"
+    if (farm / "python" / "lib" / "pyspark.zip").exists():
+        return str(farm)
+    building = Path(tempfile.mkdtemp(prefix="kestrel-tests-spark-home-"))
+    for name in ("bin", "jars", "sbin"):
+        (building / name).symlink_to(home / name)
+    lib = building / "python" / "lib"
+    lib.mkdir(parents=True)
+    for py4j in (home / "python" / "lib").glob("py4j-*.zip"):
+        (lib / py4j.name).symlink_to(py4j)
+    tree = building / "tree"
+    with zipfile.ZipFile(source) as archive:
+        archive.extractall(tree)
+    compileall.compile_dir(str(tree), quiet=1, legacy=True)
+    with zipfile.ZipFile(lib / "pyspark.zip", "w", zipfile.ZIP_STORED) as archive:
+        for path in sorted(tree.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(tree))
+    shutil.rmtree(tree)
+    try:
+        building.rename(farm)
+    except OSError:  # another run built it meanwhile
+        shutil.rmtree(building, ignore_errors=True)
+    return str(farm)
 
 
 def start_bridge(*args: str, log: Path, cwd: Path = REPO) -> subprocess.Popen:
@@ -162,33 +210,83 @@ def listening(port: int) -> bool:
 
 def _stream_main(argv: list[str]) -> None:
     """Copy ``--queue`` to ``--out`` through a streaming query (kestrel source → a slow map →
-    kestrel sink) with ``--checkpoint``, until killed or ``--seconds`` pass."""
+    a sink) with ``--checkpoint`` (and its write-ahead log beside it), until killed or
+    ``--seconds`` pass. ``--sink``: ``kestrel`` (the queue ``--out``), ``parquet`` (Spark's
+    file sink into the directory ``--out``) or ``foreachBatch`` (each batch overwrites
+    ``--out/batch=<id>``: idempotent by batch id)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--servers", required=True)
     parser.add_argument("--queue", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--sink", choices=("kestrel", "parquet", "foreachBatch"),
+                        default="kestrel")
     parser.add_argument("--max-items", type=int, default=500)
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
 
     from kestrel_actors.spark_bridge import KestrelDataSource, create_spark_session
 
-    spark = create_spark_session("local[2]", {"spark.driver.memory": "512m"},
+    spark = create_spark_session(args.master, {"spark.driver.memory": "512m",
+                                               "spark.executor.memory": "512m",
+                                               "spark.python.authenticate.socketTimeout": "120s"},
                                  "kestrel-stream-test", partitions=2)
     spark.dataSource.register(KestrelDataSource)
     source = (spark.readStream.format("kestrel").option("servers", args.servers)
               .option("queue", args.queue).option("maxItemsPerBatch", args.max_items)
+              .option("walLocation", f"{args.checkpoint}/kestrel-wal")
               .option("itemsPerPartition", max(1, args.max_items // 2)).load())
-    slow = source.select("data").mapInArrow(partial(_slow_arrow, args.sleep), "data binary")
-    query = (slow.writeStream.format("kestrel").option("servers", args.servers)
-             .option("queue", args.out).option("checkpointLocation", args.checkpoint)
-             .trigger(processingTime="200 milliseconds").start())
+    slow = source.select("value").mapInArrow(partial(_slow_arrow, args.sleep), "value binary")
+    writer = slow.writeStream.option("checkpointLocation", args.checkpoint)
+    if args.sink == "kestrel":
+        writer = (writer.format("kestrel").option("servers", args.servers)
+                  .option("queue", args.out))
+    elif args.sink == "parquet":
+        writer = writer.format("parquet").option("path", args.out)
+    else:
+        writer = writer.foreachBatch(partial(_write_batch, args.out))
+    query = writer.trigger(processingTime="200 milliseconds").start()
     print("query started", flush=True)
     query.awaitTermination(args.seconds)
     query.stop()
     spark.stop()
+
+
+def _write_batch(out: str, batch, batch_id: int) -> None:
+    batch.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
+
+
+def file_sink_values(path: Path) -> list[bytes]:
+    """The ``value`` of every row Spark's file sink committed under ``path`` (the files its
+    ``_spark_metadata`` log lists: what ``spark.read.parquet(path)`` reads)."""
+    import pyarrow.parquet as pq
+
+    files = set()
+    for entry in sorted((path / "_spark_metadata").iterdir()):
+        if entry.name.startswith("."):
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            record = json.loads(line)
+            if record.get("action", "add") == "add":
+                files.add(record["path"].removeprefix("file://").removeprefix("file:"))
+            else:
+                files.discard(record["path"].removeprefix("file://").removeprefix("file:"))
+    return [v for f in sorted(files) for v in pq.read_table(f, columns=["value"])["value"]
+            .to_pylist()]
+
+
+def batch_dir_values(path: Path) -> list[bytes]:
+    """The ``value`` of every row in the complete ``path/batch=<id>`` directories."""
+    import pyarrow.parquet as pq
+
+    values = []
+    for directory in sorted(path.glob("batch=*")):
+        if (directory / "_SUCCESS").exists():
+            for part in sorted(directory.glob("part-*.parquet")):
+                values.extend(pq.read_table(part, columns=["value"])["value"].to_pylist())
+    return values
 
 
 def _slow_arrow(delay, batches):

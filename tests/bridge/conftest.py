@@ -14,6 +14,10 @@ import pytest
 
 from ..helpers import free_port
 
+# Spark waits 15 s for a Python worker to connect back; 2 cores shared by many test runs can
+# take longer to start one.
+LOADED_MACHINE = {"spark.python.authenticate.socketTimeout": "120s"}
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -23,8 +27,10 @@ def spark():
 
     from ._spark_jobs import spark_env
 
-    os.environ["PYTHONPATH"] = spark_env()["PYTHONPATH"]  # Python workers import tests.* jobs
-    session = create_spark_session("local[2]", {"spark.driver.memory": "768m"},
+    env = spark_env()
+    os.environ["PYTHONPATH"] = env["PYTHONPATH"]  # Python workers import tests.* jobs
+    os.environ["SPARK_HOME"] = env["SPARK_HOME"]  # pyspark.zip with compiled files
+    session = create_spark_session("local[2]", {"spark.driver.memory": "768m", **LOADED_MACHINE},
                                    "kestrel-spark-tests", partitions=2)
     session.dataSource.register(KestrelDataSource)
     yield session

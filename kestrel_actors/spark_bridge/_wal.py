@@ -1,0 +1,131 @@
+"""The ``kestrel`` source's write-ahead log: one file per planned micro-batch.
+
+Kestrel items carry no id that survives a re-delivery, so a batch cannot be read again from
+the queue after a restart. Instead the planner writes each batch it plans to
+``<walLocation>/batch-<seq>.wal`` (durably: a temporary file, ``fsync``, ``rename``, ``fsync``
+of the directory) *before* confirming its items on the servers; a restarted query re-reads a
+planned batch from that file, with the same rows (timestamps included). See
+docs/adr/0013-spark-exactly-once.md.
+
+A file holds::
+
+    b"KWAL1\\n" + header JSON + b"\\n" + item lengths (uint32 little-endian) + item bytes
+    + crc32 of everything before it (uint32 little-endian)
+
+The header names the batch's parts: per part the server, its item count and when the items
+were read (``read_at``, seconds since the epoch: the ``timestamp`` column). A file whose
+checksum does not match is refused (a torn file cannot be renamed into place, so that means
+the storage lost data).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import sys
+import zlib
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BatchPart", "WalCorrupt", "WriteAheadLog"]
+
+_MAGIC = b"KWAL1\n"
+_NAME = re.compile(r"^batch-(\d{12})\.wal$")
+_CRC = struct.Struct("<I")
+
+
+class WalCorrupt(RuntimeError):
+    """A write-ahead file that cannot be read back as written."""
+
+
+@dataclass(frozen=True)
+class BatchPart:
+    """Items of one batch read from one server at one moment."""
+
+    server: str
+    read_at: float  # seconds since the epoch when the items were read
+    items: list[bytes]
+
+
+class WriteAheadLog:
+    """The directory of one query's planned batches (``walLocation``)."""
+
+    def __init__(self, location: str) -> None:
+        self.directory = Path(location.removeprefix("file://").removeprefix("file:"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def path(self, seq: int) -> Path:
+        return self.directory / f"batch-{seq:012d}.wal"
+
+    def sequences(self) -> list[int]:
+        return sorted(int(m.group(1)) for name in os.listdir(self.directory)
+                      if (m := _NAME.match(name)))
+
+    def has(self, seq: int) -> bool:
+        return self.path(seq).exists()
+
+    def write(self, seq: int, parts: list[BatchPart]) -> int:
+        """Write batch ``seq`` durably (replacing any file of that number); returns its size."""
+        header = json.dumps({"seq": seq, "parts": [
+            {"server": p.server, "count": len(p.items), "read_at": p.read_at} for p in parts]})
+        lengths = array("I", (len(item) for p in parts for item in p.items))
+        if sys.byteorder != "little":
+            lengths.byteswap()
+        chunks = [_MAGIC, header.encode(), b"\n", lengths.tobytes()]
+        chunks.extend(item for p in parts for item in p.items)
+        crc = 0
+        for chunk in chunks:
+            crc = zlib.crc32(chunk, crc)
+        chunks.append(_CRC.pack(crc))
+        final = self.path(seq)
+        temporary = final.with_name(f".{final.name}.tmp")
+        with open(temporary, "wb") as out:
+            out.writelines(chunks)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, final)
+        self._sync_directory()
+        return sum(len(c) for c in chunks)
+
+    def read(self, seq: int) -> list[BatchPart]:
+        path = self.path(seq)
+        data = memoryview(path.read_bytes())
+        if len(data) < len(_MAGIC) + _CRC.size or bytes(data[:len(_MAGIC)]) != _MAGIC:
+            raise WalCorrupt(f"kestrel: {path} is not a write-ahead file of this source")
+        body, (crc,) = data[:-_CRC.size], _CRC.unpack(data[-_CRC.size:])
+        if zlib.crc32(body) != crc:
+            raise WalCorrupt(f"kestrel: {path} fails its checksum (storage lost data)")
+        newline = bytes(body).index(b"\n", len(_MAGIC))
+        header = json.loads(bytes(body[len(_MAGIC):newline]))
+        total = sum(p["count"] for p in header["parts"])
+        lengths = array("I")
+        at = newline + 1
+        lengths.frombytes(body[at:at + 4 * total])
+        if sys.byteorder != "little":
+            lengths.byteswap()
+        at += 4 * total
+        parts, index = [], 0
+        for described in header["parts"]:
+            items = []
+            for length in lengths[index:index + described["count"]]:
+                items.append(bytes(body[at:at + length]))
+                at += length
+            index += described["count"]
+            parts.append(BatchPart(described["server"], float(described["read_at"]), items))
+        return parts
+
+    def remove_through(self, seq: int) -> None:
+        """Forget batches ``<= seq`` (Spark has committed them)."""
+        for number in self.sequences():
+            if number <= seq:
+                self.path(number).unlink(missing_ok=True)
+
+    def _sync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
