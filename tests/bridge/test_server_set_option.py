@@ -40,7 +40,8 @@ def test_the_source_follows_members_that_join(make_server, spark, zookeeper, tmp
     for n, server in enumerate((first, second)):
         load(server, "followed", [f"s{n}-{i}".encode() for i in range(200)])
     rows = (spark.readStream.format("kestrel").option("serverSet", f"zk://{zookeeper.hosts}{prefix}/read")
-            .option("queue", "followed").load().selectExpr("cast(data as string) as text", "server"))
+            .option("queue", "followed").option("walLocation", str(tmp_path / "checkpoint" / "kestrel-wal"))
+            .load().selectExpr("cast(value as string) as text", "server"))
     query = (rows.writeStream.format("memory").queryName("followed_rows")
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
@@ -69,7 +70,7 @@ def test_the_sink_writes_only_to_the_write_set(make_server, spark, zookeeper):
     assert conn.call(b"status readonly") == b"END"
     conn.close()
     assert wait_for(lambda: members(zookeeper, f"{prefix}/write") == 2, timeout=10)
-    (spark.range(600).selectExpr("cast(id as string) as data").repartition(6).write.format("kestrel")
+    (spark.range(600).selectExpr("cast(id as string) as value").repartition(6).write.format("kestrel")
      .option("serverSet", f"zk://{zookeeper.hosts}{prefix}/write").option("queue", "sunk")
      .mode("append").save())
     assert stats_of(servers[0]).get("queue_sunk_total_items", "0") == "0"
@@ -80,4 +81,4 @@ def test_the_sink_writes_only_to_the_write_set(make_server, spark, zookeeper):
 def test_a_bad_server_set_fails_the_query_at_once(spark):
     with pytest.raises(Exception, match="zk://host:port/path"):
         (spark.readStream.format("kestrel").option("serverSet", "zk://nowhere").option("queue", "q")
-         .load().writeStream.format("memory").queryName("never").start())
+         .option("walLocation", "/tmp/never-kestrel-wal").load().writeStream.format("memory").queryName("never").start())
