@@ -32,7 +32,6 @@ _BLOCK = re.compile(r"^```(sh|python)\n(.*?)^```", re.S | re.M)
 _SKIP = re.compile(r"<!-- example: skip \((.+?)\) -->\s*$")
 # documents whose examples another test runs (it starts what they need: Spark, ZooKeeper)
 _ELSEWHERE = {"docs/spark-bridge.md": "tests/bridge run these against a real Spark",
-              "docs/cluster.md": "tests/cluster run these against a real ZooKeeper",
               "docs/benchmarks.md": "benchmarks, run by make bench"}
 
 
