@@ -60,7 +60,6 @@ QUEUE_GAUGES = ("items", "bytes", "mem_bytes", "age_msec", "oldest_item_age_msec
 item has waited (the backlog's age, in seconds), who waits on it, its journal's size, and
 whether its journal writes are failing (the alert for a full disk)."""
 ALIAS_COUNTERS = ("put_items", "put_bytes")
-SERIES_PER_QUEUE = len(QUEUE_COUNTERS) + len(QUEUE_GAUGES)
 
 PROMETHEUS_BOUNDS = tuple(bound for bound in BOUNDS if bound <= 2**30)
 """Every bound of the histogram's own buckets up to 2**30 (18 minutes in µs, 12 days in ms):
@@ -246,19 +245,26 @@ class _ScopeFamilies:
             lines = self.lines[name] = []
         return lines
 
-    def add(self, snapshot: StatsSnapshot, scopes: list[str | None], every_series: bool) -> None:
-        """Write the samples of ``scopes``' queues and aliases."""
+    def add(self, snapshot: StatsSnapshot, scopes: list[str | None], start: int, every_series: bool) -> int:
+        """Write the samples of ``scopes``' queues and aliases from ``start`` on, until about
+        :data:`SERIES_PER_PAUSE` series are written (a queue's histograms are there only when
+        they hold values, so the series a queue has vary); the index of the next queue."""
         histograms = QUEUE_METRICS if every_series else ()
         for metric in histograms:  # a histogram family is there even without queues, as before
             name, _per_second = _PROMETHEUS_NAMES[metric]
             self.family(f"kestrel_queue_{name}", "histogram", f"Kestrel metric q/<queue>/{metric}")
-        for scope in scopes:
+        written = 0
+        index = start
+        while index < len(scopes) and written < SERIES_PER_PAUSE:
+            scope = scopes[index]
+            index += 1
             label = "alias" if snapshot.is_alias(scope) else "queue"
             labels = f'{label}="{_escape(name_text(scope))}"'  # type: ignore[arg-type]
             for sample in scope_samples(snapshot, scope, every_series):  # type: ignore[arg-type]
                 family = sample.family
                 self.family(family, sample.kind, f"Kestrel {sample.kind} q/<{label}>/{sample.kestrel_name}").append(
                     f"{family}{{{labels}}} {floatToGoString(sample.value)}\n")
+                written += 1
             by_metric = snapshot.histograms_of(scope) if histograms else None
             if by_metric is not None:
                 for metric in histograms:
@@ -268,9 +274,11 @@ class _ScopeFamilies:
                     name, per_second = _PROMETHEUS_NAMES[metric]
                     family = f"kestrel_queue_{name}"
                     _histogram_lines(self.lines[family], family, labels, histogram, per_second)
+                    written += HISTOGRAM_SERIES
         for name, lines in self.lines.items():
             self.parts[name].append("".join(lines).encode())
         self.lines.clear()
+        return index
 
     def text(self) -> Iterator[bytes]:
         """Counters, then gauges, then histograms (as prometheus_client's families came)."""
@@ -312,9 +320,10 @@ def exposition(snapshot: StatsSnapshot, every_series: bool = False,
     pause()
     scopes = snapshot.scopes()[1:]
     per_scope = _ScopeFamilies()
-    chunk = SERIES_PER_PAUSE // (EVERY_SERIES_PER_QUEUE if every_series else SERIES_PER_QUEUE)
-    for start in range(0, max(len(scopes), 1), chunk):
-        per_scope.add(snapshot, scopes[start:start + chunk], every_series)
+    start = per_scope.add(snapshot, scopes, 0, every_series)
+    pause()
+    while start < len(scopes):
+        start = per_scope.add(snapshot, scopes, start, every_series)
         pause()
     parts.extend(per_scope.text())
     return parts
