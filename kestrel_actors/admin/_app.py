@@ -214,7 +214,7 @@ class AdminApp:
         # the first snapshot goes in the page, so its first paint shows the queues; shutting
         # down, the page comes without one and says so at its first fetch
         try:
-            initial = _json(ostrich_stats(self._snapshot()))
+            initial = json_bytes(ostrich_stats(self._snapshot()))
         except _HttpError:
             initial = b"null"
         for raw, escaped in _SCRIPT_ESCAPES:  # JSON inside <script>: no "</script>" can end it early
@@ -229,7 +229,7 @@ class AdminApp:
         if name not in self._snapshot().queue_names():
             raise _HttpError("404 Not Found", f"no such queue: {name}")
         config = dict(config_settings(self.server.config.queue_config(name)))
-        return _JSON, _json({"name": name, "config": config})
+        return _JSON, json_bytes({"name": name, "config": config})
 
 
 PACE_BYTES = 256 * 1024

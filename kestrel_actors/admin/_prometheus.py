@@ -4,8 +4,12 @@ Collectors read one :class:`~kestrel_actors.snapshot.StatsSnapshot` (the numbers
 ``/stats.json`` and memcache ``stats`` show), so there is one source of truth. Kestrel's names
 become ``kestrel_<name>``; a queue's figures are ``kestrel_queue_<name>`` with a ``queue``
 label (an alias's: ``kestrel_alias_<name>`` with ``alias``; a name's bytes that are not UTF-8
-written ``\\xNN``, as the format must be UTF-8); metrics are histograms whose buckets are a
-subset of the histogram's own, so their counts are exact: durations in seconds
+written ``\\xNN``, as the format must be UTF-8), renamed by Prometheus's rules (issue 26 point
+4; docs/admin.md lists every family): base units in the name (durations in ``_seconds``, sizes
+in ``_bytes``, times as ``_timestamp_seconds``), a counter's ``_total`` once, and no sentinel
+value (an unlimited ``max_items``/``max_bytes``, Kestrel's ``age`` of a queue nothing was read
+from: the series is left out). Metrics are histograms whose buckets are a subset of the
+histogram's own, so their counts are exact: durations in seconds
 (``kestrel_set_latency_seconds``, ``kestrel_fsync_delay_seconds``). ``fsync_error_<class>`` is
 ``kestrel_fsync_error_total{exception="<class>"}``. The process metrics prometheus_client
 offers (CPU, memory, file descriptors, Python's GC and version) come along.
@@ -14,15 +18,14 @@ Each queue costs series, and a scrape's build runs on the hub the queues share: 
 queue has only the series an operator watches (:data:`QUEUE_COUNTERS`, :data:`QUEUE_GAUGES`;
 an alias :data:`ALIAS_COUNTERS`), and the latency histograms are server-wide.
 ``every_series`` (``/metrics?queue_series=all``) adds the rest of Kestrel's per-queue figures
-and every per-queue histogram (:data:`~kestrel_actors.stats.QUEUE_METRICS`): 177 series a
-queue instead of 16. The per-queue families are built :data:`~kestrel_actors.snapshot.CHUNK`
-queues at a time, with a ``pause`` between chunks.
-``oldest_item_age_msec`` is ``kestrel_queue_oldest_item_age_seconds``.
+and every per-queue histogram (:data:`~kestrel_actors.stats.QUEUE_METRICS`): up to
+:data:`EVERY_SERIES_PER_QUEUE` series a queue instead of 16. The per-queue families are built a
+chunk of queues at a time, with a ``pause`` between chunks.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
@@ -32,10 +35,14 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
 from .._names import name_text
+from ..config import INT_MAX, LONG_MAX
 from ..snapshot import StatsSnapshot
-from ..stats import LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram
+from ..stats import BOUNDS, LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram
 
-__all__ = ["ALIAS_COUNTERS", "CONTENT_TYPE", "QUEUE_COUNTERS", "QUEUE_GAUGES", "SnapshotCollector", "exposition"]
+__all__ = [
+    "ALIAS_COUNTERS", "CONTENT_TYPE", "PROMETHEUS_BOUNDS", "QUEUE_COUNTERS", "QUEUE_GAUGES", "ScopeSample",
+    "SnapshotCollector", "exposition", "scope_samples",
+]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The text format every Prometheus reads (our names need none of format 1.0.0's escaping)."""
@@ -53,33 +60,113 @@ QUEUE_GAUGES = ("items", "bytes", "mem_bytes", "age_msec", "oldest_item_age_msec
 item has waited (the backlog's age, in seconds), who waits on it, its journal's size, and
 whether its journal writes are failing (the alert for a full disk)."""
 ALIAS_COUNTERS = ("put_items", "put_bytes")
-SERIES_PER_QUEUE = len(QUEUE_COUNTERS) + len(QUEUE_GAUGES)
-EVERY_SERIES_PER_QUEUE = 177
-"""12 counters, 13 gauges, 8 histograms of 19 series each."""
 
-PROMETHEUS_BOUNDS = tuple(4**power for power in range(0, 16))
-"""1, 4, 16, … 4**15 (about 18 minutes in µs): each is a bound of the histogram's buckets."""
+PROMETHEUS_BOUNDS = tuple(bound for bound in BOUNDS if bound <= 2**30)
+"""Every bound of the histogram's own buckets up to 2**30 (18 minutes in µs, 12 days in ms):
+1 to 8, then four a power of two, at most 1.25 times apart, so a quantile Prometheus
+interpolates inside a bucket (``histogram_quantile``) is within 25% of the true value."""
+
+HISTOGRAM_SERIES = len(PROMETHEUS_BOUNDS) + 3
+"""A bucket a bound, ``+Inf``, ``_count`` and ``_sum``: 119."""
+EVERY_SERIES_PER_QUEUE = 11 + 13 + len(QUEUE_METRICS) * HISTOGRAM_SERIES
+"""At most: 11 counters (Kestrel's 12 but ``total_items``, which is ``put_items``), 13 gauges
+(fewer when a limit is unlimited or nothing was read), 8 histograms (each left out while it
+holds no value: a queue that saw no traffic has 24 series or fewer): 976."""
 
 _PROMETHEUS_NAMES = {
-    "set_latency_usec": ("set_latency_seconds", 1e-6),
-    "get_hit_latency_usec": ("get_hit_latency_seconds", 1e-6),
-    "get_miss_latency_usec": ("get_miss_latency_seconds", 1e-6),
-    "delivery_latency_msec": ("delivery_latency_seconds", 1e-3),
-    "get_timeout_msec": ("get_timeout_seconds", 1e-3),
-    "journal_rewrite_usec": ("journal_rewrite_seconds", 1e-6),
-    "journal_rotation_usec": ("journal_rotation_seconds", 1e-6),
-    "fill_readbehind_usec": ("fill_readbehind_seconds", 1e-6),
-    "fsync_delay_usec": ("fsync_delay_seconds", 1e-6),
-    "item_fsync_delay_usec": ("item_fsync_delay_seconds", 1e-6),
+    "set_latency_usec": ("set_latency_seconds", 1e6),
+    "get_hit_latency_usec": ("get_hit_latency_seconds", 1e6),
+    "get_miss_latency_usec": ("get_miss_latency_seconds", 1e6),
+    "delivery_latency_msec": ("delivery_latency_seconds", 1e3),
+    "get_timeout_msec": ("get_timeout_seconds", 1e3),
+    "journal_rewrite_usec": ("journal_rewrite_seconds", 1e6),
+    "journal_rotation_usec": ("journal_rotation_seconds", 1e6),
+    "fill_readbehind_usec": ("fill_readbehind_seconds", 1e6),
+    "fsync_delay_usec": ("fsync_delay_seconds", 1e6),
+    "item_fsync_delay_usec": ("item_fsync_delay_seconds", 1e6),
 }
-"""Each metric's Prometheus name (in seconds, as Prometheus names units) and scale."""
+"""Each metric's Prometheus name (in seconds, as Prometheus names units) and its units a second."""
 FSYNC_ERROR = "fsync_error_"
-OLDEST_ITEM_AGE = "oldest_item_age_msec"
-_RENAMED = {"uptime": "uptime_seconds", "status/readable": "status_readable", "status/writeable": "status_writeable"}
+
+_SERVER_NAMES = {
+    "total_items": "put_items",  # not ``items_total``: ``kestrel_items`` is the gauge of items held
+    "total_connections": "connections_accepted",  # ``kestrel_connections`` is the gauge
+    "bytes_read": "read_bytes",
+    "bytes_written": "written_bytes",
+    "uptime": "uptime_seconds",
+}
+"""Server-wide names Prometheus's rules change (the unit last, then ``_total``); a ``/`` is ``_``."""
+
+_SCOPE_NAMES: dict[str, tuple[str, float] | None] = {
+    "total_items": None,  # a queue's ``put_items`` is the same count
+    "total_flushes": ("flushes", 1),
+    "age_msec": ("age_seconds", 1e3),
+    "oldest_item_age_msec": ("oldest_item_age_seconds", 1e3),
+    "journal_size": ("journal_size_bytes", 1),
+    "create_time": ("create_timestamp_seconds", 1),
+}
+"""A queue's or alias's renamed figures: name and its units a base unit (``None``: left out)."""
+
+_UNLIMITED = {"max_items": INT_MAX, "max_bytes": LONG_MAX}
+"""The value a queue's limit has when the configuration sets none (Kestrel's Int/Long.MaxValue)."""
+
+_EPOCH_DAY_MSEC = 86_400_000
+"""Kestrel's ``age`` is now minus the add time of the last item read, 0 when nothing was: an
+``age`` that dates that item before this (1970-01-02) is of a queue never read since start."""
 
 
 def _name(name: str) -> str:
-    return _RENAMED.get(name, name).replace("/", "_")
+    return _SERVER_NAMES.get(name, name).replace("/", "_")
+
+
+class ScopeSample(NamedTuple):
+    """One series of a queue or alias, under its Prometheus name."""
+
+    family: str
+    """``kestrel_<queue|alias>_<name>``, a counter's with its ``_total``."""
+    kind: str
+    """``counter`` or ``gauge``."""
+    kestrel_name: str
+    value: float
+
+
+def scope_samples(snapshot: StatsSnapshot, scope: str, every_series: bool) -> Iterator[ScopeSample]:
+    """The counters and gauges ``/metrics`` gives queue (or alias) ``scope``: renamed and scaled
+    by Prometheus's rules, sentinel values left out."""
+    alias = snapshot.is_alias(scope)
+    label = "alias" if alias else "queue"
+    counters = snapshot.counters_of(scope) or {}
+    gauges = snapshot.gauges_of(scope) or {}
+    if not every_series:
+        counters = {name: counters[name] for name in (ALIAS_COUNTERS if alias else QUEUE_COUNTERS)}
+        gauges = {} if alias else {name: gauges[name] for name in QUEUE_GAUGES}
+    never_read = snapshot.time * 1000 - _EPOCH_DAY_MSEC
+    for kind, values in (("counter", counters), ("gauge", gauges)):
+        for kestrel_name, value in values.items():
+            series = _SCOPE_SERIES.get((label, kind, kestrel_name))
+            if series is None:
+                series = _SCOPE_SERIES[(label, kind, kestrel_name)] = _scope_series(label, kind, kestrel_name)
+            family, per_unit = series
+            if not family or _UNLIMITED.get(kestrel_name) == value:
+                continue
+            if kestrel_name == "age_msec" and value > never_read:
+                continue
+            yield ScopeSample(family, kind, kestrel_name, value / per_unit if per_unit != 1 else value)
+
+
+_SCOPE_SERIES: dict[tuple[str, str, str], tuple[str, float]] = {}
+""":func:`_scope_series` by label, kind and Kestrel's name."""
+
+
+def _scope_series(label: str, kind: str, kestrel_name: str) -> tuple[str, float]:
+    """The family of a queue's or alias's figure and its units a base unit; ``""``: left out."""
+    name, per_unit = kestrel_name, 1.0
+    if kestrel_name in _SCOPE_NAMES:
+        renamed = _SCOPE_NAMES[kestrel_name]
+        if renamed is None:
+            return "", 1.0
+        name, per_unit = renamed
+    return (f"kestrel_{label}_{name}_total" if kind == "counter" else f"kestrel_{label}_{name}"), per_unit
 
 
 def _nothing() -> None:
@@ -108,18 +195,30 @@ class SnapshotCollector:
         server = snapshot.histograms_of(None)
         if server is not None:
             for metric in LATENCIES + SERVER_METRICS:
-                name, scale = _PROMETHEUS_NAMES[metric]
+                name, per_second = _PROMETHEUS_NAMES[metric]
                 family = HistogramMetricFamily(f"kestrel_{name}", f"Kestrel metric {metric}")
-                _add_histogram(family, [], server[metric], scale)
+                _add_histogram(family, [], server[metric], per_second)
                 yield family
 
 
 
-def _add_histogram(family: HistogramMetricFamily, labels: list[str], histogram: Histogram, scale: float) -> None:
+def _add_histogram(family: HistogramMetricFamily, labels: list[str], histogram: Histogram, per_second: float) -> None:
     counts = histogram.cumulative(PROMETHEUS_BOUNDS)
-    buckets = [(repr(bound * scale), count) for bound, count in zip(PROMETHEUS_BOUNDS, counts)]
+    buckets = [(le, count) for le, count in zip(_le_labels(per_second), counts)]
     buckets.append(("+Inf", histogram.count))
-    family.add_metric(labels, buckets, sum_value=histogram.sum * scale)
+    family.add_metric(labels, buckets, sum_value=histogram.sum / per_second)
+
+
+_LE_LABELS: dict[float, list[str]] = {}
+
+
+def _le_labels(per_second: float) -> list[str]:
+    """The ``le`` labels of :data:`PROMETHEUS_BOUNDS` in seconds (a division by a power of ten
+    gives the shortest decimal: ``1.2e-05``, not ``1.1999999999999999e-05``)."""
+    labels = _LE_LABELS.get(per_second)
+    if labels is None:
+        labels = _LE_LABELS[per_second] = [repr(bound / per_second) for bound in PROMETHEUS_BOUNDS]
+    return labels
 
 
 class _ScopeFamilies:
@@ -146,40 +245,40 @@ class _ScopeFamilies:
             lines = self.lines[name] = []
         return lines
 
-    def add(self, snapshot: StatsSnapshot, scopes: list[str | None], every_series: bool) -> None:
-        """Write the samples of ``scopes``' queues and aliases."""
+    def add(self, snapshot: StatsSnapshot, scopes: list[str | None], start: int, every_series: bool) -> int:
+        """Write the samples of ``scopes``' queues and aliases from ``start`` on, until about
+        :data:`SERIES_PER_PAUSE` series are written (a queue's histograms are there only when
+        they hold values, so the series a queue has vary); the index of the next queue."""
         histograms = QUEUE_METRICS if every_series else ()
         for metric in histograms:  # a histogram family is there even without queues, as before
-            name, _scale = _PROMETHEUS_NAMES[metric]
+            name, _per_second = _PROMETHEUS_NAMES[metric]
             self.family(f"kestrel_queue_{name}", "histogram", f"Kestrel metric q/<queue>/{metric}")
-        for scope in scopes:
-            alias = snapshot.is_alias(scope)
-            label = "alias" if alias else "queue"
+        written = 0
+        index = start
+        while index < len(scopes) and written < SERIES_PER_PAUSE:
+            scope = scopes[index]
+            index += 1
+            label = "alias" if snapshot.is_alias(scope) else "queue"
             labels = f'{label}="{_escape(name_text(scope))}"'  # type: ignore[arg-type]
-            counters = snapshot.counters_of(scope) or {}
-            gauges = snapshot.gauges_of(scope) or {}
-            if not every_series:
-                counters = {name: counters[name] for name in (ALIAS_COUNTERS if alias else QUEUE_COUNTERS)}
-                gauges = {} if alias else {name: gauges[name] for name in QUEUE_GAUGES}
-            for name, value in counters.items():
-                family = f"kestrel_{label}_{_name(name)}_total"
-                self.family(family, "counter", f"Kestrel counter q/<{label}>/{name}").append(
-                    f"{family}{{{labels}}} {floatToGoString(value)}\n")
-            for name, value in gauges.items():
-                if name == OLDEST_ITEM_AGE:  # ours, so in Prometheus's base unit
-                    name, value = "oldest_item_age_seconds", value / 1000
-                family = f"kestrel_{label}_{_name(name)}"
-                self.family(family, "gauge", f"Kestrel gauge q/<{label}>/{name}").append(
-                    f"{family}{{{labels}}} {floatToGoString(value)}\n")
+            for sample in scope_samples(snapshot, scope, every_series):  # type: ignore[arg-type]
+                family = sample.family
+                self.family(family, sample.kind, f"Kestrel {sample.kind} q/<{label}>/{sample.kestrel_name}").append(
+                    f"{family}{{{labels}}} {floatToGoString(sample.value)}\n")
+                written += 1
             by_metric = snapshot.histograms_of(scope) if histograms else None
             if by_metric is not None:
                 for metric in histograms:
-                    name, scale = _PROMETHEUS_NAMES[metric]
+                    histogram = by_metric[metric]
+                    if not histogram.count:  # 119 series of zeros: left out until a value comes
+                        continue
+                    name, per_second = _PROMETHEUS_NAMES[metric]
                     family = f"kestrel_queue_{name}"
-                    _histogram_lines(self.lines[family], family, labels, by_metric[metric], scale)
+                    _histogram_lines(self.lines[family], family, labels, histogram, per_second)
+                    written += HISTOGRAM_SERIES
         for name, lines in self.lines.items():
             self.parts[name].append("".join(lines).encode())
         self.lines.clear()
+        return index
 
     def text(self) -> Iterator[bytes]:
         """Counters, then gauges, then histograms (as prometheus_client's families came)."""
@@ -194,14 +293,14 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _histogram_lines(lines: list[str], family: str, labels: str, histogram: Histogram, scale: float) -> None:
+def _histogram_lines(lines: list[str], family: str, labels: str, histogram: Histogram, per_second: float) -> None:
     counts = histogram.cumulative(PROMETHEUS_BOUNDS)
-    for bound, count in zip(PROMETHEUS_BOUNDS, counts):
-        lines.append(f'{family}_bucket{{le="{bound * scale!r}",{labels}}} {floatToGoString(count)}\n')
+    for le, count in zip(_le_labels(per_second), counts):
+        lines.append(f'{family}_bucket{{le="{le}",{labels}}} {floatToGoString(count)}\n')
     count = floatToGoString(histogram.count)
     lines.append(f'{family}_bucket{{le="+Inf",{labels}}} {count}\n')
     lines.append(f"{family}_count{{{labels}}} {count}\n")
-    lines.append(f"{family}_sum{{{labels}}} {floatToGoString(histogram.sum * scale)}\n")
+    lines.append(f"{family}_sum{{{labels}}} {floatToGoString(histogram.sum / per_second)}\n")
 
 
 SERIES_PER_PAUSE = 1500
@@ -221,9 +320,10 @@ def exposition(snapshot: StatsSnapshot, every_series: bool = False,
     pause()
     scopes = snapshot.scopes()[1:]
     per_scope = _ScopeFamilies()
-    chunk = SERIES_PER_PAUSE // (EVERY_SERIES_PER_QUEUE if every_series else SERIES_PER_QUEUE)
-    for start in range(0, max(len(scopes), 1), chunk):
-        per_scope.add(snapshot, scopes[start:start + chunk], every_series)
+    start = per_scope.add(snapshot, scopes, 0, every_series)
+    pause()
+    while start < len(scopes):
+        start = per_scope.add(snapshot, scopes, start, every_series)
         pause()
     parts.extend(per_scope.text())
     return parts

@@ -48,7 +48,7 @@ def _snapshot(every_name: tuple[str, ...] = NAMES):
 def _families_as_prometheus_client_writes_them(snapshot) -> bytes:
     """The per-queue part of the scrape, as the families the old collector yielded."""
     from kestrel_actors._names import name_text
-    from kestrel_actors.admin._prometheus import _name, _PROMETHEUS_NAMES
+    from kestrel_actors.admin._prometheus import _PROMETHEUS_NAMES, scope_samples
 
     counters, gauges = {}, {}
     histograms = {metric: HistogramMetricFamily(f"kestrel_queue_{_PROMETHEUS_NAMES[metric][0]}",
@@ -56,19 +56,16 @@ def _families_as_prometheus_client_writes_them(snapshot) -> bytes:
                   for metric in QUEUE_METRICS}
     for scope in snapshot.scopes()[1:]:
         label = "alias" if snapshot.is_alias(scope) else "queue"
-        for values, families, kind, word in ((snapshot.counters_of(scope), counters, CounterMetricFamily, "counter"),
-                                             (snapshot.gauges_of(scope) or {}, gauges, GaugeMetricFamily, "gauge")):
-            for name, value in values.items():
-                if name == "oldest_item_age_msec":  # written in seconds, Prometheus's base unit
-                    name, value = "oldest_item_age_seconds", value / 1000
-                family = families.get((label, name))
-                if family is None:
-                    family = families[(label, name)] = kind(f"kestrel_{label}_{_name(name)}",
-                                                            f"Kestrel {word} q/<{label}>/{name}", labels=[label])
-                family.add_metric([name_text(scope)], value)
+        for sample in scope_samples(snapshot, scope, every_series=True):
+            families, kind = (counters, CounterMetricFamily) if sample.kind == "counter" else (gauges, GaugeMetricFamily)
+            family = families.get(sample.family)
+            if family is None:
+                family = families[sample.family] = kind(sample.family, f"Kestrel {sample.kind} q/<{label}>/"
+                                                        f"{sample.kestrel_name}", labels=[label])
+            family.add_metric([name_text(scope)], sample.value)
         for metric, family in histograms.items():
             histograms_of = snapshot.histograms_of(scope)
-            if histograms_of is not None:
+            if histograms_of is not None and histograms_of[metric].count:
                 _prometheus._add_histogram(family, [name_text(scope)], histograms_of[metric],
                                            _PROMETHEUS_NAMES[metric][1])
 
@@ -91,18 +88,20 @@ def test_every_series_is_written_as_prometheus_client_writes_it():
     ours = _per_queue_part(exposition(snapshot, every_series=True))
     assert ours == _families_as_prometheus_client_writes_them(snapshot)
     assert b'queue="we\\"ird\\\\name"' in ours and b'queue="caf\\\\xe9"' in ours
-    assert PROMETHEUS_BOUNDS[-1] == 4**15
+    assert PROMETHEUS_BOUNDS[-1] == 2**30
 
 
 def test_the_default_series_are_the_ones_kept():
     snapshot = _snapshot()
     body = b"".join(exposition(snapshot)).decode()
     kept = {f"kestrel_queue_{name}_total" for name in QUEUE_COUNTERS} | {
-        f"kestrel_queue_{name}".replace("oldest_item_age_msec", "oldest_item_age_seconds") for name in QUEUE_GAUGES}
+        "kestrel_queue_items", "kestrel_queue_bytes", "kestrel_queue_mem_bytes", "kestrel_queue_age_seconds",
+        "kestrel_queue_oldest_item_age_seconds", "kestrel_queue_waiters", "kestrel_queue_open_transactions",
+        "kestrel_queue_journal_size_bytes", "kestrel_queue_journal_failing"}
     jobs = {line.split("{")[0] for line in body.splitlines() if 'queue="jobs"}' in line}
-    assert jobs == kept and len(kept) == 16
+    assert jobs == kept and len(kept) == 16 == len(QUEUE_COUNTERS) + len(QUEUE_GAUGES)
     assert 'kestrel_alias_put_items_total{alias="everywhere"} 4.0' in body
-    assert "kestrel_alias_create_time" not in body
+    assert "kestrel_alias_create_timestamp_seconds" not in body
     assert "kestrel_set_latency_seconds_count 3.0" in body  # the queues' latencies, server-wide
 
 
