@@ -30,13 +30,12 @@ from ..helpers import ServerProcess, read_rss_kib, stats_of, wait_for
 MIB = 1024 * 1024
 SLACK = 64 * MIB
 """How far above its starting point the server may stay once the clients have gone."""
-PROBE_P99 = 0.25
+PROBE_P99 = 0.10
 """The bound asserted on another client's round trips while the recipes run (p99, seconds).
 
-The issue asks for 100 ms. On the shared two-core machine these tests were written on, under
-load averages of 8 to 18 (other test runs), the p99 measured here was 42-171 ms over a dozen
-runs of each recipe, and an idle server's was 6-10 ms with a maximum of 100-200 ms (the
-scheduler alone): 100 ms cannot be asserted reliably there, 250 ms can. Before the fix, a
+The issue's 100 ms. On a quiet two-core machine (the suite alone, as CI runs it) the p99
+measured 16-31 ms across the recipes; under load averages of 8 to 18 from other test runs it
+was 42-171 ms, so a run beside other heavy work may need the machine to itself. Before the fix, a
 probe during the thousand-client recipe saw p50 0.5-1.6 s and p99 1.4-2.5 s (its STATS
 request timed out after 5 s)."""
 
