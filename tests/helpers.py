@@ -676,7 +676,9 @@ class ZooKeeperProcess:
         config.write_text(
             f"tickTime=500\ndataDir={data}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
             "admin.enableServer=false\n4lw.commands.whitelist=ruok\nminSessionTimeout=1000\n"
-            "maxSessionTimeout=60000\n"
+            # no fsync of ZooKeeper's own log: in a full test run other tests' fsyncs stalled
+            # it for seconds, and its clients timed out (nothing here outlives the test)
+            "maxSessionTimeout=60000\nforceSync=no\n"
         )
         self.proc = spawn_logged(["java", "-Xmx256m", "-cp", ZOOKEEPER_CLASSPATH,
                                   "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)],
@@ -712,7 +714,7 @@ class ZooKeeperProcess:
         from kazoo.client import KazooClient
 
         client = KazooClient(self.hosts, **options)
-        client.start(10)
+        client.start(30)
         return client
 
 

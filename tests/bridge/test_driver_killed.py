@@ -47,7 +47,14 @@ def test_driver_sigkill_mid_query_then_restart_from_checkpoint_loses_nothing(ser
         wait_for(lambda: queue_stats(server, "feed") == (0, 0)
                  and queue_stats(server, "feed_out")[0] >= len(items), 240,
                  "the restarted query to drain the queue", second, log)
-        time.sleep(0.5)
+        # The source confirms a micro-batch when it plans it (ADR 0013), so an empty queue no
+        # longer means the sink has written the last batch: wait until the output stops growing.
+        last, steady_since = -1, time.monotonic()
+        while time.monotonic() - steady_since < 5:
+            now = queue_stats(server, "feed_out")[0]
+            if now != last:
+                last, steady_since = now, time.monotonic()
+            time.sleep(0.5)
     finally:
         kill_group(second)
     out = drain(server, "feed_out")

@@ -78,7 +78,11 @@ def test_the_sink_writes_only_to_the_write_set(make_server, spark, zookeeper):
     assert sorted(sunk) == sorted(str(i).encode() for i in range(600))
 
 
-def test_a_bad_server_set_fails_the_query_at_once(spark):
+def test_a_bad_server_set_fails_the_query_at_once(spark, tmp_path):
+    query = (spark.readStream.format("kestrel").option("serverSet", "zk://nowhere").option("queue", "q")
+             .option("walLocation", str(tmp_path / "kestrel-wal")).load()
+             .writeStream.format("memory").queryName("never").start())
+    # the source's options are read when the query starts its source: the query ends with the error
     with pytest.raises(Exception, match="zk://host:port/path"):
-        (spark.readStream.format("kestrel").option("serverSet", "zk://nowhere").option("queue", "q")
-         .option("walLocation", "/tmp/never-kestrel-wal").load().writeStream.format("memory").queryName("never").start())
+        query.awaitTermination(120)
+    assert not query.isActive

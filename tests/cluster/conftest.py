@@ -48,6 +48,6 @@ def start_cluster(make_server, join_args, zk_client, prefix):
         everyone = {s.port for s in servers}
         for set_name in ("read", "write"):
             assert wait_for(lambda: server_set_ports(zk_client, f"{prefix}/{set_name}") == everyone,
-                            timeout=15), set_name
+                            timeout=45), set_name
         return servers
     return start

@@ -122,7 +122,7 @@ def test_read_only_leaves_the_write_set_first_and_rejoins_after_the_grace_period
             conn = leaving.client()
             assert conn.set(qname + "_probe", b"x") == b"STORED"
             conn.close()
-        assert wait_for(lambda: f"127.0.0.1:{leaving.port}" not in client.write_servers, timeout=5)
+        assert wait_for(lambda: f"127.0.0.1:{leaving.port}" not in client.write_servers, timeout=20)
         for i in range(30):
             assert client.put(qname, b"after-%d" % i)
         assert int(stats_of(leaving)[f"queue_{qname}_total_items"]) == stored_before
