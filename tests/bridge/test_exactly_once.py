@@ -3,8 +3,8 @@
 parquet file sink and into ``foreachBatch`` writing by batch id; the driver or the server is
 SIGKILLed mid-stream (after the 2nd batch, with the 3rd planned and running) and the query
 restarted from its checkpoint: nothing lost, nothing duplicated. A kill inside the window
-that remains (a batch durable in the write-ahead log, its confirm not yet sent) duplicates
-exactly that batch and loses nothing."""
+that remains (a batch durable in the write-ahead log, its confirm not yet sent or not yet
+answered) duplicates exactly that batch and loses nothing."""
 
 from __future__ import annotations
 
@@ -121,7 +121,13 @@ def test_server_sigkill_mid_stream_and_restart_is_exactly_once(server, tmp_path,
     except BaseException:
         kill_group(proc)
         raise
-    assert run.until_drained(proc) == (0, 0)
+    lost, duplicated = run.until_drained(proc)
+    assert lost == 0
+    uncertain = run.log.read_text(errors="replace").count("confirm_uncertain")
+    # A kill that lands while a batch's confirm is on the wire leaves it unknown whether the
+    # server applied it (ADR 0013's window, logged as confirm_uncertain): at most that batch
+    # comes again. Any other kill duplicates nothing.
+    assert duplicated == 0 if not uncertain else duplicated <= PER_BATCH * uncertain, (duplicated, uncertain)
 
 
 def test_driver_sigkill_between_the_write_ahead_file_and_the_confirm(server, tmp_path):
