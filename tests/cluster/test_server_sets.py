@@ -103,7 +103,6 @@ def test_three_servers_join_both_sets_as_twitter_members(make_server, join_args,
     assert ports(zk_client, f"{prefix}/write") == expected - {servers[2].port}
 
 
-@pytest.mark.skip(reason="passes alone, fails in the full suite (ZooKeeper watch timing); a known defect, issue 23 stays open")
 def test_read_only_leaves_the_write_set_first_and_rejoins_after_the_grace_period(
         start_cluster, zookeeper, zk_client, prefix, qname):
     grace = 4.0
