@@ -154,6 +154,11 @@ def test_digest_credentials_with_a_creator_only_acl(make_server, join_args, zook
     from kazoo.exceptions import NoAuthError
     from kazoo.security import Permissions
 
+    # the server creates every missing node of its path with its ACL, as Kestrel's ensurePath
+    # does: under a root of its own, so that a creator-only /kestrel does not lock the module's
+    # other tests out (it did, whenever this test was the first to create /kestrel)
+    prefix = f"/acl-only{prefix}"
+
     config = tmp_path / "kestrel.toml"
     config.write_text(
         f'[zookeeper]\nhost = "127.0.0.1"\nport = {zookeeper.port}\npath_prefix = "{prefix}"\n'
