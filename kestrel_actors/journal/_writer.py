@@ -3,8 +3,10 @@
 Why a greenlet and not a :class:`GeventActor`: the queue actor hands over one record per
 change, up to hundreds of thousands a second. As an actor message each record would cost an
 envelope, an inbox put and a future; here it costs a ``list.append``. The pending list *is*
-the mailbox: the queue actor appends encoded records to it and sets an event, and the writer
-greenlet, woken once, takes everything that has piled up and writes it with one ``writev``.
+the mailbox: the queue actor appends encoded records to it and, at the end of its turn, asks
+:meth:`JournalWriter.after_durable`, which writes them in that turn when it may (no
+``always``, a small batch, the file free) or sets an event; the writer greenlet, woken once,
+takes everything that has piled up and writes it with one ``writev``.
 Both run on the hub thread, so no lock guards the list. Only the blocking system calls leave
 the hub: ``fdatasync`` always, and a ``write`` when the batch is large, both on gevent's
 threadpool (:func:`run_blocking`).
@@ -179,7 +181,6 @@ class JournalWriter:
         self._chunks: list[bytes] = []
         self._waiters: deque[tuple[int, Callable[[], None], Callable[[OSError], None] | None]] = deque()
         self._wake = gevent.event.Event()
-        self._kicked = False
         self._loop = gevent.get_hub().loop
         self._io = gevent.lock.Semaphore()
         self._timer: gevent.Greenlet | None = None
@@ -204,27 +205,16 @@ class JournalWriter:
     # -- called by the journal (on the hub thread) -----------------------------------------
 
     def append(self, data: bytes) -> None:
-        """Queue ``data`` for the file; returns at once. Ignored once closed."""
+        """Queue ``data`` for the file; returns at once. Ignored once closed.
+
+        Nothing is scheduled here: the queue actor ends every turn that appended with
+        :meth:`after_durable`, which writes the records in that turn or wakes the writer
+        (issue 24: a lone request costs the loop no callback of the journal's).
+        """
         if self.closed:
             return
         self._chunks.append(data)
         self.appended += len(data)
-        if not self._kicked:
-            self._kicked = True
-            self._loop.run_callback(self._kick)
-
-    def _kick(self) -> None:
-        """Wake the writer greenlet if anything is left for it once the burst is over.
-
-        Usually nothing is: without ``always`` the queue writes small batches itself
-        (:meth:`after_durable`), and waking the writer only to find that done would cost
-        two greenlet switches per burst.
-        """
-        self._kicked = False
-        if self._chunks or self._waiters or (
-            self.mode == PERIODIC and self._timer is None and self.synced < self.written
-        ):
-            self._wake.set()
 
     @property
     def pending(self) -> int:
@@ -259,6 +249,8 @@ class JournalWriter:
         ):
             with self._io:
                 self._write_pending()
+            if self.mode == PERIODIC and self._timer is None and self.synced < self.written:
+                self._timer = gevent.spawn_later(self.period, self._periodic_sync)
         done = self.synced if self.mode == ALWAYS else self.written
         if done >= target or self.closed:
             callback()
@@ -266,6 +258,9 @@ class JournalWriter:
             on_error(self.error)
         else:
             self._waiters.append((target, callback, on_error))
+            # the writer greenlet takes everything pending when it runs: the records of every
+            # queue of this burst share its write and, with ``always``, its fdatasync
+            self._wake.set()
 
     def hold(self) -> int:
         """Keep every record appended from now on off the disk until :meth:`release` is

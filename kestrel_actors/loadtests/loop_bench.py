@@ -142,6 +142,8 @@ class InProcessServer:
 
     def _run(self) -> None:
         from kestrel_actors.journal import make_file_opener, queue_names
+        from kestrel_actors.messages import ForAll, ForAllKind
+        from kestrel_actors.runtime import ReplyFuture
         from kestrel_actors.server import Server
 
         loop = CountingLoop()
@@ -169,9 +171,15 @@ class InProcessServer:
         self.tids.append(threading.get_native_id())
         self._ready.set()
         stop.wait()
-        server.shutdown()
-        gevent.sleep(1.0)  # the orderly stop: queues closed, journals synced
         greenlet.settrace(None)
+        # not Server.shutdown: its ActorRegistry.stop_all would reach actors of other hubs
+        # in this process (a test's)
+        for listener in server._listeners:  # noqa: SLF001 - the bench owns this server
+            listener.close()
+        closed: ReplyFuture[Any] = ReplyFuture()
+        server.collection.tell(ForAll(ForAllKind.CLOSE, closed))
+        closed.get(timeout=30)
+        server.collection.stop()
 
     def server_tids(self) -> list[int]:
         """The server thread and the threads it started (the threadpool's), not the caller's."""
