@@ -146,7 +146,8 @@ class InProcessServer:
         from kestrel_actors.runtime import ReplyFuture
         from kestrel_actors.server import Server
 
-        loop = CountingLoop()
+        # never libev's default loop: it is one per process, and a test's hub may run it
+        loop = CountingLoop(default=False)
         set_hub(_CountingHub(loop=loop))
         counts = loop.counts
 

@@ -28,11 +28,13 @@ def test_a_lone_request_costs_one_loop_turn_and_nothing_scheduled(scenario: str)
     assert counts["switches"] <= SLACK, counts
 
 
-def test_a_lone_durable_set_hands_its_fdatasync_off_once_and_schedules_no_kick() -> None:
+def test_a_lone_durable_set_hands_its_fdatasync_off_once_and_switches_no_greenlet() -> None:
     counts = measure("set-always", REQUESTS).loop
-    # the fdatasync leaves the hub (one threadpool job, whose async watcher brings the answer
-    # back) and the writer greenlet is woken once; the journal's own kick is gone
+    # the fdatasync leaves the hub: one threadpool job, whose async watcher brings its end
+    # back as one callback, from which the reply goes; no writer greenlet, no journal kick
+    assert counts["iterations"] <= 2 + SLACK, counts
     assert counts["threadpool"] <= 1 + SLACK, counts
     assert counts["async_watchers"] <= 1 + SLACK, counts
-    assert counts["callbacks"] <= 2 + SLACK, counts
+    assert counts["callbacks"] <= 1 + SLACK, counts
     assert counts["timer_starts"] <= SLACK, counts
+    assert counts["switches"] <= SLACK, counts
