@@ -30,17 +30,18 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, cast
 
 import gevent
 import gevent.event
 import gevent.libev.corecext as libev
 import greenlet
-from gevent.hub import Hub, set_hub
+from gevent.hub import Hub, set_hub  # type: ignore[attr-defined]
 from gevent.threadpool import ThreadPool
 
-__all__ = ["LoopCounts", "Measured", "measure", "main"]
+__all__ = ["LoopCounts", "Measured", "main", "measure"]
 
 SCENARIOS = ("set", "get", "set-always")
 WARM_UP = 100
@@ -67,7 +68,10 @@ class LoopCounts:
         return {f.name: getattr(self, f.name) / requests for f in fields(self)}
 
 
-class _CountingTimer(libev.timer):  # type: ignore[misc]
+_LibevTimer: Any = libev.timer  # type: ignore[attr-defined]
+
+
+class _CountingTimer(_LibevTimer):  # type: ignore[misc]
     """A libev timer that counts its starts on its loop's counts."""
 
     def start(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -79,14 +83,14 @@ class _CountingTimer(libev.timer):  # type: ignore[misc]
         super().again(callback, *args, **kwargs)
 
 
-class CountingLoop(libev.loop):  # type: ignore[misc]
+class CountingLoop(libev.loop):
     """gevent's libev loop, counting the operations a request may ask of it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.counts = LoopCounts()
 
-    def run_callback(self, func: Callable[..., Any], *args: Any) -> Any:
+    def run_callback(self, func: Callable[..., Any], *args: Any) -> Any:  # type: ignore[override]
         self.counts.callbacks += 1
         return super().run_callback(func, *args)
 
@@ -103,15 +107,15 @@ class CountingLoop(libev.loop):  # type: ignore[misc]
                           counts.threadpool, counts.switches)
 
 
-class _CountingPool(ThreadPool):  # type: ignore[misc]
+class _CountingPool(ThreadPool):
     """gevent's threadpool, counting its hand-offs on its hub's loop."""
 
     def spawn(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.hub.loop.counts.threadpool += 1
+        cast(CountingLoop, self.hub.loop).counts.threadpool += 1
         return super().spawn(func, *args, **kwargs)
 
 
-class _CountingHub(Hub):  # type: ignore[misc]
+class _CountingHub(Hub):
     threadpool_class = _CountingPool
 
 
@@ -148,7 +152,7 @@ class InProcessServer:
 
         # never libev's default loop: it is one per process, and a test's hub may run it
         loop = CountingLoop(default=False)
-        set_hub(_CountingHub(loop=loop))
+        set_hub(_CountingHub(loop=cast(Any, loop)))
         counts = loop.counts
 
         def on_switch(event: str, _args: Any) -> None:
@@ -175,7 +179,7 @@ class InProcessServer:
         greenlet.settrace(None)
         # not Server.shutdown: its ActorRegistry.stop_all would reach actors of other hubs
         # in this process (a test's)
-        for listener in server._listeners:  # noqa: SLF001 - the bench owns this server
+        for listener in server._listeners:  # the bench's own server: no shutdown of its own
             listener.close()
         closed: ReplyFuture[Any] = ReplyFuture()
         server.collection.tell(ForAll(ForAllKind.CLOSE, closed))
