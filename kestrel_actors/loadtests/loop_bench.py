@@ -2,7 +2,8 @@
 
     python -m kestrel_actors.loadtests.loop_bench [--requests 2000] [--no-strace]
 
-A real server (file journals in a temporary directory, memcache on a free loopback port) runs
+A real server (file journals in a temporary directory, memcache on a free loopback port, no
+expiry sweep) runs
 in this process on a thread of its own, with a hub whose libev loop counts what the request
 path asks of it; one client on the main thread sends requests one at a time over a real socket
 and waits for each reply, so every request finds its session and its queue idle. Counted on
@@ -132,7 +133,8 @@ class InProcessServer:
         self.port: int = port
         self.config = ServerConfig(
             port=port, text_port=0, thrift_port=0, admin_port=0, data_dir=self.data_dir,
-            queue_defaults=QueueConfig(sync_journal=sync_journal))
+            # no expiry sweep: once a second it would add its own loop work to the counts
+            expiration_timer_frequency=None, queue_defaults=QueueConfig(sync_journal=sync_journal))
         self.loop: CountingLoop | None = None
         self.tids: list[int] = []
         self._ready = threading.Event()
