@@ -4,8 +4,9 @@
 
 A real server (file journals in a temporary directory, memcache on a free loopback port, no
 expiry sweep) runs in this process on a thread of its own, with a hub whose libev loop counts
-what the request path asks of it; one client on the main thread sends requests one at a time over a real socket
-and waits for each reply, so every request finds its session and its queue idle. Counted on
+what the request path asks of it; one client on the main thread sends requests one at a time
+over a real socket and waits for each reply, so every request finds its session and its queue
+idle. Counted on
 the server's thread, per request: loop iterations (libev's ``iteration``), callbacks scheduled
 (``run_callback``), timer starts, async watchers made, threadpool hand-offs and greenlet
 switches (``greenlet.settrace``); with ``strace`` on the path, the system calls of the
