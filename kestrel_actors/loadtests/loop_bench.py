@@ -6,14 +6,13 @@ A real server (file journals in a temporary directory, memcache on a free loopba
 expiry sweep) runs in this process on a thread of its own, with a hub whose libev loop counts
 what the request path asks of it; one client on the main thread sends requests one at a time
 over a real socket and waits for each reply, so every request finds its session and its queue
-idle. Counted on
-the server's thread, per request: loop iterations (libev's ``iteration``), callbacks scheduled
-(``run_callback``), timer starts, async watchers made, threadpool hand-offs and greenlet
-switches (``greenlet.settrace``); with ``strace`` on the path, the system calls of the
-server's threads too (``strace -c`` attached to each of them, the client's thread left out;
-threads started after the warm-up are not traced). The floor
-(``loadtests/floor_server.py``) does one iteration, one watcher callback and its system calls
-(``epoll_wait``, ``recv``, ``writev``, ``send``) per SET, and none of the rest.
+idle. Counted on the server's thread, per request: loop iterations (libev's ``iteration``),
+callbacks scheduled (``run_callback``), timer starts, async watchers made, threadpool hand-offs
+and greenlet switches (``greenlet.settrace``); with ``strace`` on the path, the system calls of
+the server's threads too (``strace -c`` attached to each of them, the client's thread left out;
+threads started after the warm-up are not traced). The floor (``loadtests/floor_server.py``)
+does one iteration, one watcher callback and its system calls (``epoll_wait``, ``recv``,
+``writev``, ``send``) per SET, and none of the rest.
 
 Scenarios: ``set`` (``set q 0 0 5``, the default ``--sync-journal``), ``get`` (``get q`` of
 the items those SETs left) and ``set-always`` (``--sync-journal always``: a durable SET).
