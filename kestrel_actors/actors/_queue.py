@@ -57,6 +57,10 @@ class _Maintain:
 _MAINTAIN = _Maintain()
 
 
+def _written() -> None:
+    """What waits for records no answer waits for: nothing."""
+
+
 def _reply_to(batch: QueueBatch) -> Any:
     """Where a batch's answer goes: its sender, or the join waiting for its fanout copies."""
     return batch.reply_to if batch.copies is None else batch.copies
@@ -226,7 +230,12 @@ class QueueActor(GeventActor):
                 self._maintaining = True
                 self.actor_ref.tell(_MAINTAIN)
             return
-        if not self._replies or self._flush_due:
+        if self._flush_due:
+            return
+        if not self._replies:
+            # records with no answer to wait for them (a sweep's removes): written now, as
+            # the end of a turn with answers writes them (the journal schedules nothing itself)
+            self.core.journal.after_durable(_written)
             return
         # after the tells already due: every batch of this burst shares one journal write
         if self._dispatcher.after_burst(self.actor_ref, _FLUSH_REPLIES):

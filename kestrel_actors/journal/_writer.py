@@ -3,8 +3,10 @@
 Why a greenlet and not a :class:`GeventActor`: the queue actor hands over one record per
 change, up to hundreds of thousands a second. As an actor message each record would cost an
 envelope, an inbox put and a future; here it costs a ``list.append``. The pending list *is*
-the mailbox: the queue actor appends encoded records to it and sets an event, and the writer
-greenlet, woken once, takes everything that has piled up and writes it with one ``writev``.
+the mailbox: the queue actor appends encoded records to it and, at the end of its turn, asks
+:meth:`JournalWriter.after_durable`, which writes them in that turn when it may (no
+``always``, a small batch, the file free) or sets an event; the writer greenlet, woken once,
+takes everything that has piled up and writes it with one ``writev``.
 Both run on the hub thread, so no lock guards the list. Only the blocking system calls leave
 the hub: ``fdatasync`` always, and a ``write`` when the batch is large, both on gevent's
 threadpool (:func:`run_blocking`).
@@ -16,12 +18,15 @@ Sync policies (Kestrel's ``syncJournal``, behaviour §6.7), as positions in the 
   (``write()`` returned: the data survives a crash of this process, as with Kestrel);
 * ``0.0`` — always: callbacks run only after an ``fdatasync`` covering their bytes. While one
   fdatasync runs, new records pile up and the next round writes and syncs them all at once:
-  a group commit, one fdatasync for every writer that arrived meanwhile;
+  a group commit, one fdatasync for every writer that arrived meanwhile. The turn that asks
+  :meth:`after_durable` writes and hands the fdatasync to the threadpool itself when the
+  file is free, and the fdatasync's end (a hub callback) answers and starts the next round;
+  the writer greenlet takes over only when that cannot be done (issue 24);
 * ``P > 0`` — a timer fsyncs every ``P`` seconds while there are unsynced writes; callbacks
   do not wait for it (Kestrel 2.4 replies ``STORED`` after the write).
 
-Callbacks always run on the hub thread, in the writer greenlet, in the order they were
-registered; they must not block.
+Callbacks always run on the hub thread (in the writer greenlet, the caller's turn, or the
+callback of an fdatasync's end), in the order they were registered; they must not block.
 
 A write or fsync that fails (``ENOSPC``, ``EIO``) never blocks a caller: the writer enters the
 *failing* state (logged once), keeps the unwritten records in order, cuts any half-written
@@ -179,8 +184,9 @@ class JournalWriter:
         self._chunks: list[bytes] = []
         self._waiters: deque[tuple[int, Callable[[], None], Callable[[OSError], None] | None]] = deque()
         self._wake = gevent.event.Event()
-        self._kicked = False
-        self._loop = gevent.get_hub().loop
+        self._hub = gevent.get_hub()
+        self._syncing = False
+        """An fdatasync handed to the threadpool from a turn is in flight (it holds ``_io``)."""
         self._io = gevent.lock.Semaphore()
         self._timer: gevent.Greenlet | None = None
         self.sync_stats: SyncStats | None = None
@@ -204,27 +210,16 @@ class JournalWriter:
     # -- called by the journal (on the hub thread) -----------------------------------------
 
     def append(self, data: bytes) -> None:
-        """Queue ``data`` for the file; returns at once. Ignored once closed."""
+        """Queue ``data`` for the file; returns at once. Ignored once closed.
+
+        Nothing is scheduled here: the queue actor ends every turn that appended with
+        :meth:`after_durable`, which writes the records in that turn or wakes the writer
+        (issue 24: a lone request costs the loop no callback of the journal's).
+        """
         if self.closed:
             return
         self._chunks.append(data)
         self.appended += len(data)
-        if not self._kicked:
-            self._kicked = True
-            self._loop.run_callback(self._kick)
-
-    def _kick(self) -> None:
-        """Wake the writer greenlet if anything is left for it once the burst is over.
-
-        Usually nothing is: without ``always`` the queue writes small batches itself
-        (:meth:`after_durable`), and waking the writer only to find that done would cost
-        two greenlet switches per burst.
-        """
-        self._kicked = False
-        if self._chunks or self._waiters or (
-            self.mode == PERIODIC and self._timer is None and self.synced < self.written
-        ):
-            self._wake.set()
 
     @property
     def pending(self) -> int:
@@ -259,6 +254,10 @@ class JournalWriter:
         ):
             with self._io:
                 self._write_pending()
+            if self.mode == PERIODIC and self._timer is None and self.synced < self.written:
+                self._timer = gevent.spawn_later(self.period, self._periodic_sync)
+        elif self.mode == ALWAYS and self.synced < target and not self._syncing:
+            self._sync_from_turn()
         done = self.synced if self.mode == ALWAYS else self.written
         if done >= target or self.closed:
             callback()
@@ -266,6 +265,68 @@ class JournalWriter:
             on_error(self.error)
         else:
             self._waiters.append((target, callback, on_error))
+            if not self._syncing:
+                # the writer greenlet takes everything pending when it runs; with a sync in
+                # flight, its end starts the next round, which covers these records too
+                self._wake.set()
+
+    def _sync_from_turn(self) -> None:
+        """With ``always``: write what is pending now and hand its fdatasync to the threadpool,
+        from the caller's turn (the hub's included), its end answered by a hub callback
+        (:meth:`_synced_from_turn`) rather than the writer greenlet: a lone durable request
+        costs no greenlet switch. Does nothing when the writer greenlet must do it (a failure,
+        a hold, the file busy, a large batch, no free worker)."""
+        pool = self._hub.threadpool
+        # spawn waits for a free worker, and the hub must never wait: gevent's own count of
+        # them, if this gevent has it; else the writer greenlet does every fdatasync
+        free = getattr(pool, "_available_worker_threads_greenlet_sem", None)
+        if (
+            free is None
+            or free.locked()
+            or self.error is not None
+            or self._held_at is not None
+            or self.closed
+            or self._io.locked()
+            or self.appended - self.written > INLINE_WRITE_MAX
+        ):
+            return
+        self._io.acquire()
+        if not self._write_pending() or self.synced >= self.written:
+            self._io.release()  # a failed write leaves the retries to the writer greenlet
+            return
+        self._syncing = True
+        target = self.written
+        started = _perf_counter()
+        done = pool.spawn(_capturing, os.fdatasync, (self._fd,))
+        done.rawlink(lambda result: self._synced_from_turn(target, started, result.value))
+
+    def _synced_from_turn(self, target: int, started: float, outcome: Any) -> None:
+        """The fdatasync :meth:`_sync_from_turn` handed off has returned (on the hub).
+
+        ``_syncing`` stays set while the answers go: a session answered here may send its next
+        request at once, and its record waits for the next round with the rest, as it would
+        have for the writer greenlet (one fdatasync for all that came meanwhile)."""
+        self._io.release()
+        if type(outcome) is _Raised:
+            self._syncing = False
+            exc = outcome.exc
+            if self.sync_stats is not None:
+                self.sync_stats.fsync_failed(exc)
+            if isinstance(exc, OSError):
+                self._failing(exc)  # the writer greenlet retries, with a back-off
+            else:
+                self._loop_failures.failed(exc)
+                self._wake.set()
+            return
+        self._synced(target, started)
+        if self.error is not None and not self._chunks and self._held_at is None:
+            self._recovered()
+        self._fire()
+        self._syncing = False
+        if self._waiters:  # what came during this fdatasync: the next round covers it all
+            self._sync_from_turn()
+            if not self._syncing:
+                self._wake.set()
 
     def hold(self) -> int:
         """Keep every record appended from now on off the disk until :meth:`release` is
@@ -316,27 +377,30 @@ class JournalWriter:
         """fdatasync the current file (call inside :meth:`exclusive`)."""
         if self.synced < self.written:
             target = self.written
-            stats = self.sync_stats
-            if stats is None:
+            started = _perf_counter()
+            try:
                 run_blocking(os.fdatasync, self._fd)
-            else:
-                started = _perf_counter()
-                try:
-                    run_blocking(os.fdatasync, self._fd)
-                except Exception as exc:
-                    stats.fsync_failed(exc)
-                    raise
-                stats.fsync_done(int((_perf_counter() - started) * 1e6))
-                marks = self._marks
-                if marks:
-                    # as Kestrel: from the write to the fdatasync's start, less the period
-                    period = self.period
-                    for written_at, records in marks:
-                        behind = started - written_at - period
-                        stats.fsync_waited(int(behind * 1e6) if behind > 0 else 0, int(records))
-                    marks.clear()
-            self.fsyncs += 1
-            self.synced = target
+            except Exception as exc:
+                if self.sync_stats is not None:
+                    self.sync_stats.fsync_failed(exc)
+                raise
+            self._synced(target, started)
+
+    def _synced(self, target: int, started: float) -> None:
+        """An fdatasync that started at ``started`` covered the stream up to ``target``."""
+        stats = self.sync_stats
+        if stats is not None:
+            stats.fsync_done(int((_perf_counter() - started) * 1e6))
+            marks = self._marks
+            if marks:
+                # as Kestrel: from the write to the fdatasync's start, less the period
+                period = self.period
+                for written_at, records in marks:
+                    behind = started - written_at - period
+                    stats.fsync_waited(int(behind * 1e6) if behind > 0 else 0, int(records))
+                marks.clear()
+        self.fsyncs += 1
+        self.synced = target
 
     def switch_file(self, path: str) -> None:
         """Append to ``path`` from now on (inside :meth:`exclusive`). If it cannot be opened

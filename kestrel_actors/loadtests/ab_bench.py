@@ -7,7 +7,8 @@ two servers take turns (A B, B A, A B, …), each a fresh ``serve`` on a free lo
 with an empty data directory, started with ``PYTHONPATH`` set to its tree (a checkout or a
 ``git worktree`` of the commit to compare). The client is always this tree's
 ``python -m kestrel_actors.loadtests``. Reported per tree: the median and best rate, and the server's CPU
-time (from ``/proc``) per request handled, fill included.
+time (from ``/proc``) per request handled, fill included, and the system part of it (a
+one-client figure moves with the VM's wake-up cost: issue 24's "two regimes").
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The folder that holds ``kestrel_actors``: the load itself runs from there, with this code."""
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user + system, system) CPU seconds of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick
 
 
 def _free_port() -> int:
@@ -42,8 +45,9 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[float, float]:
-    """One load-test run against a fresh server from ``tree``: (rate, server µs per request)."""
+def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[float, float, float]:
+    """One load-test run against a fresh server from ``tree``: (rate, server µs per request,
+    of which system µs)."""
     port = _free_port()
     data_dir = tempfile.mkdtemp(prefix="ab-bench-")
     env = dict(os.environ, PYTHONPATH=tree)
@@ -58,10 +62,11 @@ def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[flo
                 break
             except OSError:
                 time.sleep(0.1)
-        before = _cpu_seconds(server.pid)
+        before, system_before = _cpu_seconds(server.pid)
         out = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests", *scenario, "-p", str(port), "--no-progress"],
                              cwd=PACKAGE_ROOT, capture_output=True, text=True, check=False).stdout
-        spent = _cpu_seconds(server.pid) - before
+        after, system_after = _cpu_seconds(server.pid)
+        spent, system = after - before, system_after - system_before
     finally:
         server.terminate()
         server.wait()
@@ -70,7 +75,7 @@ def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[flo
     if not record["ok"]:
         raise SystemExit(f"{tree}: the run failed its checks: {record}")
     handled = record["items"] + record.get("fill", {}).get("items", 0)
-    return record["rate"], spent / handled * 1e6
+    return record["rate"], spent / handled * 1e6, system / handled * 1e6
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -80,17 +85,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("trees", nargs=2, help="Two source trees (directories holding kestrel_actors/).")
     parser.add_argument("serve_args", nargs="*", help="Extra ``serve`` options (after --).")
     args = parser.parse_args(argv)
-    results: dict[str, list[tuple[float, float]]] = {tree: [] for tree in args.trees}
+    results: dict[str, list[tuple[float, float, float]]] = {tree: [] for tree in args.trees}
     for round_number in range(args.rounds):
         order = args.trees if round_number % 2 == 0 else args.trees[::-1]
         for tree in order:
-            rate, cpu = run_once(tree, shlex.split(args.scenario), args.serve_args)
-            results[tree].append((rate, cpu))
-            print(f"{tree}: {rate:,.0f}/s, server {cpu:.1f} µs per request", flush=True)
+            rate, cpu, system = run_once(tree, shlex.split(args.scenario), args.serve_args)
+            results[tree].append((rate, cpu, system))
+            print(f"{tree}: {rate:,.0f}/s, server {cpu:.1f} µs per request ({system:.1f} system)",
+                  flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f}")
     for tree, runs in results.items():
-        rates, cpus = [r for r, _ in runs], [c for _, c in runs]
+        rates, cpus, systems = [r for r, _, _ in runs], [c for _, c, _ in runs], [s for _, _, s in runs]
         print(f"{tree}: median {statistics.median(rates):,.0f}/s (best {max(rates):,.0f}); server "
-              f"median {statistics.median(cpus):.1f} µs per request (least {min(cpus):.1f})")
+              f"median {statistics.median(cpus):.1f} µs per request (least {min(cpus):.1f}), system "
+              f"median {statistics.median(systems):.1f} (least {min(systems):.1f})")
 
 
 if __name__ == "__main__":

@@ -305,6 +305,17 @@ def test_path_bench_drives_the_real_actors_and_reports_each_scenario():
     assert names == ["set", "get", "blocking", "churn"]
 
 
+def test_loop_bench_reports_loop_operations_of_each_scenario():
+    """``python -m kestrel_actors.loadtests.loop_bench``: a real server in process, one client; a line
+    of loop operations per request for each scenario (issue 24)."""
+    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.loop_bench", "--requests", "100",
+                           "--no-strace"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "per request:" in line]
+    assert [line.split()[0] for line in lines] == ["set", "get", "set-always"]
+    assert all("iterations" in line and "switches" in line for line in lines)
+
+
 @pytest.mark.slow
 def test_ab_bench_alternates_two_trees_and_reports_each():
     proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.ab_bench", "--rounds", "2", "flood -n 500",
