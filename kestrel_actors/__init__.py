@@ -16,3 +16,7 @@ KESTREL_VERSION = "2.4.7"
 """The Kestrel release whose protocol this server implements. ``version`` (memcache and text)
 and STATS ``version`` report it: libmemcached's tools refuse a major version of 0 and node's
 memcached client wants ``x.y.z``; ``kestrel-actors --version`` prints ``__version__``."""
+
+from ._compiled import install_guard as _install_guard
+
+_install_guard()

@@ -178,7 +178,7 @@ class RecordReader:
                  chunk_size: int = CHUNK_SIZE) -> None:
         if isinstance(source, int):
             self._fd: int | None = source
-            self._buf: bytes | memoryview = b""
+            self._buf: bytes = b""
             self._buf_start = start
             if end is None:
                 end = os.fstat(source).st_size

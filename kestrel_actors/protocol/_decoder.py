@@ -7,11 +7,14 @@ and that a decoder is spent once it has returned a command that closes the conne
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ._commands import Bad
 
 __all__ = ["Decoder"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Decoder:
     """Incremental decoder: :meth:`feed` takes bytes and returns the complete commands.
 

@@ -47,7 +47,7 @@ import queue
 import sys
 import uuid
 from collections import deque
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 import gevent
 import gevent.event
@@ -396,11 +396,11 @@ class GeventActor(pykka.Actor):
     and the answer arrives later as a message.
     """
 
-    inline_dispatch = False
+    inline_dispatch: ClassVar[bool] = False
     """Whether a sender may run this actor's handlers on its own greenlet when the actor is
     idle. Set it only for actors whose handlers never block the hub-free caller for long."""
 
-    greenlet_on_demand = False
+    greenlet_on_demand: ClassVar[bool] = False
     """Whether the actor's greenlet is spawned only when something must run there (an ask,
     pykka's messages, one marked :func:`on_own_greenlet`, its stop), not at start: until then
     an inline actor is run by its senders. pykka's ``on_start`` runs on that greenlet, so only

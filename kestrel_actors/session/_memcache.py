@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import protocol as p
 from ..messages import AliasAdd, ForAllKind, ReloadFailed, Resolved
@@ -30,10 +30,10 @@ _SERVER_ERROR_CLOSE = p.Bad(p.SERVER_ERROR, close=True)
 class MemcacheHandler:
     """Kestrel's ``MemcacheHandler``: memcache commands to queue operations, results to bytes."""
 
-    QUEUE_KINDS: frozenset[type] = frozenset((p.Set, p.Get, p.Confirm, p.Flush, p.FlushExpired))
-    MONITOR_END = p.END
-    QUIT = p.Quit
-    WRITE_REFUSALS: dict[type, p.Bad] = {
+    QUEUE_KINDS: ClassVar[frozenset[type]] = frozenset((p.Set, p.Get, p.Confirm, p.Flush, p.FlushExpired))
+    MONITOR_END: ClassVar[bytes] = p.END
+    QUIT: ClassVar[type] = p.Quit
+    WRITE_REFUSALS: ClassVar[dict[type, p.Bad]] = {
         p.Set: _SERVER_ERROR_CLOSE,
         p.Flush: _SERVER_ERROR_CLOSE,
         p.FlushAll: _SERVER_ERROR_CLOSE,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import select
 import socket
 import struct
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import gevent
 import structlog
@@ -60,7 +60,7 @@ class _HangUpWatch:
     gone, never for incoming requests. The hub watches the set's own descriptor.
     """
 
-    _by_loop: dict[Any, _HangUpWatch] = {}
+    _by_loop: ClassVar[dict[Any, _HangUpWatch]] = {}
 
     def __init__(self, loop: Any) -> None:
         self.epoll = select.epoll()
@@ -149,12 +149,12 @@ class SocketTransport:
         self._closing = False
         self._linger: Any = None
         loop = gevent.get_hub().loop
-        self._watcher = loop.io(self.fd, 1)
+        self._watcher: Any = loop.io(self.fd, 1)  # the stubs lack a watcher's loop and active
         self._hang_ups = _HangUpWatch.of(loop)
         self._writer: Any = None
         """The write watcher, made the first time the kernel does not take a whole reply."""
         self._idle_timeout = idle_timeout
-        self._idle_timer = None
+        self._idle_timer: Any = None
         self._last_read = loop.now()
         if idle_timeout:
             # Kestrel's client_timeout: a connection that sends nothing for that long is closed
