@@ -11,12 +11,12 @@ A comment's ``behaviour §N`` cites section N of ``docs/behaviour.md``, the proj
 reference for what the server does and where it differs from Kestrel.
 """
 
+from ._compiled import install_guard as _install_guard
+
+_install_guard()  # before any compiled module is imported: a stale build must not be (ADR 0015)
+
 __version__ = "0.1.0"
 KESTREL_VERSION = "2.4.7"
 """The Kestrel release whose protocol this server implements. ``version`` (memcache and text)
 and STATS ``version`` report it: libmemcached's tools refuse a major version of 0 and node's
 memcached client wants ``x.y.z``; ``kestrel-actors --version`` prints ``__version__``."""
-
-from ._compiled import install_guard as _install_guard
-
-_install_guard()

@@ -100,7 +100,7 @@ class AddCopy:
 class CopyDone(NamedTuple):
     """A child's answer to a fanout :class:`AddCopy`: the result of its add."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, which nothing here calls
     """Which of the master batch's results the copy belongs to."""
     result: Any
 

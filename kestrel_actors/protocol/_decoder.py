@@ -45,7 +45,7 @@ class Decoder:
         closes; return where the unparsed rest of ``source`` starts."""
         raise NotImplementedError
 
-    def feed(self, data: bytes) -> list[object]:
+    def feed(self, data: bytes | bytearray) -> list[object]:
         if self.closed:
             return []
         buffer = self._buffer

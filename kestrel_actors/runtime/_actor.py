@@ -47,7 +47,8 @@ import queue
 import sys
 import uuid
 from collections import deque
-from typing import Any, Callable, ClassVar, TypeVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import gevent
 import gevent.event
@@ -138,7 +139,7 @@ class GeventFuture(pykka.Future[T]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._result = gevent.event.AsyncResult()
+        self._result: gevent.event.AsyncResult[Any] = gevent.event.AsyncResult()
         self._hooked = False
 
     def get(self, *, timeout: float | None = None) -> Any:
@@ -316,7 +317,7 @@ class _Mailbox:
         """
         actor: GeventActor = self.actor  # type: ignore[assignment]
         items = self.items
-        stopped = actor.actor_stopped
+        stopped: Any = actor.actor_stopped  # a gevent Event: its ``_set`` is cheaper than is_set()
         self.idle = False
         try:
             actor.on_receive(message)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from typing import Any, Callable, ClassVar, TypeVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import gevent
 import structlog

@@ -14,14 +14,14 @@ import gevent.event
 import structlog
 from pykka import ActorDeadError
 
-from ._budget import BufferBudget
-from ._transport import SocketTransport
 from ..messages import Session
 from ..runtime import Dispatcher
 from ..status import session_refusals
 from ._actor import Disconnected, Drain, Received, SessionActor
+from ._budget import BufferBudget
 from ._context import SessionContext
 from ._handler import Handler
+from ._transport import SocketTransport
 
 __all__ = ["Connections"]
 
@@ -112,7 +112,7 @@ class Connections:
 
 
 def _tell(ref: Any, message: Any) -> None:
-    try:
+    try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
         ref.tell(message)
     except ActorDeadError:  # finished meanwhile
         pass

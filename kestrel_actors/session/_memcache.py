@@ -12,9 +12,21 @@ from collections import deque
 from typing import Any, ClassVar
 
 from .. import protocol as p
-from ..messages import AliasAdd, ForAllKind, ReloadFailed, Resolved
 from ..messages import (
-    FLUSH, FLUSH_EXPIRED, Add, Confirm, JournalFailure, Open, Peek, Remove, Unremove, first_failure,
+    FLUSH,
+    FLUSH_EXPIRED,
+    Add,
+    AliasAdd,
+    Confirm,
+    ForAllKind,
+    JournalFailure,
+    Open,
+    Peek,
+    ReloadFailed,
+    Remove,
+    Resolved,
+    Unremove,
+    first_failure,
 )
 from ..protocol._replies import compose_dump_config, compose_dump_stats
 from ..snapshot import take_snapshot

@@ -121,7 +121,7 @@ class Histogram:
         """What was recorded since ``earlier`` (a copy of this histogram taken before)."""
         result = self.copy()
         if earlier is not None:
-            result.buckets = [a - b for a, b in zip(self.buckets, earlier.buckets)]
+            result.buckets = [a - b for a, b in zip(self.buckets, earlier.buckets, strict=False)]
         return result
 
     def percentile(self, fraction: float) -> int:
@@ -348,7 +348,7 @@ def record_batch(stats: ServerStats, queue: str, batch: Any, results: list[Any],
             return
     sets = hits = misses = 0
     delivered = None
-    for op, result in zip(ops, results):
+    for op, result in zip(ops, results):  # noqa: B905 - results may stop early (a part)
         kind = type(op)
         if kind is Add:
             sets += 1
