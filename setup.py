@@ -15,6 +15,7 @@ import tempfile
 from typing import Any
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 
 SWITCH = "KESTREL_ACTORS_MYPYC"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,4 +77,17 @@ def ext_modules() -> list[Any]:
                     opt_level="3")
 
 
-setup(ext_modules=ext_modules())
+class BuildExt(build_ext):
+    """``build_ext`` that gives every extension it outputs the build's time: mypyc rewrites only
+    the C files whose code changed, so an extension can come out older than a ``.py`` edited
+    before the build, and the package's stale-build guard (``_compiled.py``) compares the two."""
+
+    def run(self) -> None:
+        super().run()
+        for ext in self.extensions:
+            path = self.get_ext_fullpath(ext.name)
+            if os.path.exists(path):
+                os.utime(path)
+
+
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": BuildExt})

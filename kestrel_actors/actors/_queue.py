@@ -25,40 +25,15 @@ import structlog
 from pykka import ActorDeadError
 
 from ..config import QueueConfig
-from ..messages import (
-    BATCH_FETCH_BYTES,
-    FETCH_OPS,
-    MANY_FETCHES,
-    Add,
-    AddCopy,
-    BatchDone,
-    CancelWaits,
-    CloseQueue,
-    Confirm,
-    CopyDone,
-    DeleteQueue,
-    Flush,
-    FlushExpired,
-    GetStats,
-    Inspect,
-    JournalFailure,
-    Open,
-    OpenMany,
-    Peek,
-    PutBack,
-    QueueBatch,
-    QueueStats,
-    Remove,
-    SetChildren,
-    SetConfig,
-    Sweep,
-    Swept,
-    Unremove,
-    closed_result,
-    missed_result,
-)
 from ..queue import Journal, QueueCore, Waiter, WaitList, epoch_ms, is_fanout_child
 from ..runtime import Dispatcher, GeventActor, on_own_greenlet
+from ..messages import (
+    AddCopy, CloseQueue, CopyDone, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep, Swept,
+)
+from ..messages import (
+    BATCH_FETCH_BYTES, FETCH_OPS, MANY_FETCHES, Add, BatchDone, CancelWaits, Confirm, Flush, FlushExpired, Inspect,
+    JournalFailure, Open, OpenMany, Peek, PutBack, QueueBatch, Remove, Unremove, closed_result, missed_result,
+)
 from ..stats import ServerStats
 
 __all__ = ["QueueActor"]

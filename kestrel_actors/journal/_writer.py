@@ -53,7 +53,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import gevent
 import gevent.event
@@ -101,10 +101,14 @@ class SyncStats(Protocol):
         """An fdatasync raised ``exc`` (``fsync_error_<class>``)."""
 
 
-class _Raised(NamedTuple):
-    """What a function run on the threadpool raised, carried back to re-raise in the caller."""
+class _Raised:
+    """What a function run on the threadpool raised, carried back to re-raise in the caller.
+    (A plain class: mypyc cannot make a ``NamedTuple`` whose field is annotated ``Exception``.)"""
 
-    exc: Exception
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
 
 
 def _capturing(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:

@@ -33,13 +33,11 @@ import structlog
 from pykka import ActorDeadError
 
 from .. import protocol as p
+from ..messages import Delete, ForAll, ForAllKind, Resolve, Resolved
 from ..messages import (
-    IGNORE,
     BatchDone,
     CancelWaits,
-    Delete,
-    ForAll,
-    ForAllKind,
+    IGNORE,
     Open,
     OpenMany,
     Peek,
@@ -47,14 +45,12 @@ from ..messages import (
     QueueBatch,
     Remove,
     RemoveMany,
-    Resolve,
-    Resolved,
     Session,
     Unremove,
     closed_result,
 )
-from ..runtime import GeventActor
 from ..stats import record_batch
+from ..runtime import GeventActor
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Handler, write_refusal
 
