@@ -87,7 +87,8 @@ def test_a_source_newer_than_its_build_sends_the_whole_set_back_to_pure_python(t
 
 
 def test_the_server_says_whether_it_runs_compiled(tmp_path):
-    expected, _, _ = probe(PACKAGE.parent)
+    same_switch = {PURE_ENV: os.environ[PURE_ENV]} if PURE_ENV in os.environ else {}  # as the server has it
+    expected, _, _ = probe(PACKAGE.parent, **same_switch)
     server = ServerProcess(tmp_path / "data").start()
     try:
         listening = [json.loads(line) for line in server.log().splitlines()
