@@ -307,7 +307,8 @@ class QueueCollection(GeventActor):
         live = [ref for ref in refs if ref is not None]
         if kind is ForAllKind.STATS:
             aliases = self.alias_stats(message.names)
-            _InWaves(live, GetStats, lambda answers: reply_to.tell([a for a in answers if a is not None] + aliases))
+            _InWaves(live, GetStats,
+                     lambda answers: reply_to.tell([a for a in answers if a is not None] + aliases))
         elif kind is ForAllKind.SWEEP:
             _InWaves(live, Sweep, lambda answers: reply_to.tell(self._after_sweep(answers)))
         elif kind is ForAllKind.CLOSE:
@@ -330,7 +331,8 @@ class _InWaves:
     at once 5,000 queues held the hub, and every memcache request, for their 5,000 runs,
     every second (the expiry sweep) and on every scrape."""
 
-    def __init__(self, refs: list[Any], make_message: Callable[[Any], Any], done: Callable[[list[Any]], None]) -> None:
+    def __init__(self, refs: list[Any], make_message: Callable[[Any], Any],
+                 done: Callable[[list[Any]], None]) -> None:
         self.refs = refs
         self.make_message = make_message
         self.done = done

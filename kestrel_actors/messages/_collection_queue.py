@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 __all__ = [
-    "AddCopy", "CloseQueue", "CopyDone", "DeleteQueue", "GetStats", "QueueStats", "SetChildren", "SetConfig", "Sweep",
-    "Swept",
+    "AddCopy", "CloseQueue", "CopyDone", "DeleteQueue", "GetStats", "QueueStats", "SetChildren", "SetConfig",
+    "Sweep", "Swept",
 ]
 
 

@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 from pykka import ActorDeadError
 
 __all__ = [
-    "AliasAdd", "Delete", "ForAll", "ForAllKind", "Gather", "Load", "Reconfigure", "ReloadFailed", "Resolve", "Resolved",
+    "AliasAdd", "Delete", "ForAll", "ForAllKind", "Gather", "Load", "Reconfigure", "ReloadFailed", "Resolve",
+    "Resolved",
 ]
 
 

@@ -63,7 +63,8 @@ class Connections:
         stats.curr_connections += 1
         stats.total_connections += 1
         session.refuse_writes, session.refuse_reads = session_refusals(
-            stats.curr_connections, config.connection_limit_refuse_writes, config.connection_limit_refuse_reads
+            stats.curr_connections, config.connection_limit_refuse_writes,
+            config.connection_limit_refuse_reads,
         )
         holder: list[Any] = []
         tell = Dispatcher.current().tell_from_hub  # transport callbacks run on the hub

@@ -279,7 +279,8 @@ class ThriftHandler:
 
     @staticmethod
     def _server_error(call: Any, message: str) -> bytes:
-        return th.encode_thrift_exception(call.method, call.seqid, TApplicationException.INTERNAL_ERROR, message)
+        return th.encode_thrift_exception(call.method, call.seqid, TApplicationException.INTERNAL_ERROR,
+                                          message)
 
     def release(self) -> None:
         """The client has gone: items a get in progress has fetched (their ids never sent)
