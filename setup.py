@@ -39,7 +39,6 @@ def why_not_compilable() -> str | None:
     except ImportError as exc:
         return f"mypyc is not importable ({exc})"
     from setuptools._distutils.ccompiler import new_compiler
-    from setuptools._distutils.errors import CCompilerError, DistutilsError
     from setuptools._distutils.sysconfig import customize_compiler
 
     compiler = new_compiler()
@@ -50,7 +49,8 @@ def why_not_compilable() -> str | None:
             f.write("#include <Python.h>\nint kestrel_probe(void) { return Py_IsInitialized(); }\n")
         try:
             compiler.compile([source], output_dir=tmp, include_dirs=[sysconfig.get_paths()["include"]])
-        except (CCompilerError, DistutilsError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever stops the probe stops the build (distutils
+            # raises its errors from either of its two module names)
             return f"no working C compiler ({str(exc).strip().splitlines()[-1] if str(exc).strip() else exc})"
     return None
 
