@@ -41,8 +41,8 @@ $(SERVE_STAMP): $(BIN)/python setup.cfg pyproject.toml
 
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,spark,load]'
-	touch $(STAMP) $(SERVE_STAMP)
+	KESTREL_ACTORS_MYPYC=1 $(BIN)/python -m pip install -q -e '.[test,spark,load]'
+	touch $(STAMP) $(SERVE_STAMP) $(COMPILED_STAMP)
 
 install: $(STAMP)
 
