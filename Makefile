@@ -17,7 +17,19 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 	$(if $(THRIFT_PORT),--thrift-port $(THRIFT_PORT)) $(if $(ADMIN_PORT),--admin-port $(ADMIN_PORT)) \
 	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
-.PHONY: run test bench install clean memcached-tools thrift-compiler browser node-clients zookeeper
+.PHONY: run test test-pure compiled bench install clean memcached-tools thrift-compiler browser node-clients zookeeper
+
+# The compiled build (ADR 0015): `pip install -e .` compiles the request path's modules with mypyc
+# in place (`.so` beside each `.py`); `compiled` rebuilds them whenever one of their sources is
+# newer, so `make test` never runs a stale build (the package would fall back to pure Python).
+# KESTREL_ACTORS_MYPYC=1 makes a missing C compiler an error here, not a silent pure run.
+COMPILED_SOURCES := $(shell sed -n 's/^    "\(kestrel_actors\.[a-z_.]*\)",$$/\1/p' kestrel_actors/_compiled.py \
+	| tr . / | sed 's/$$/.py/')
+COMPILED_STAMP := $(VENV)/.compiled
+# What `test-pure` runs against the pure-Python source: the rooms whose modules are compiled and the
+# server tests (the whole suite is too long to run twice in CI).
+PURE_TESTS := tests/protocol tests/queue tests/journal tests/session tests/actors tests/runtime \
+	tests/test_compiled_build.py
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -29,8 +41,8 @@ $(SERVE_STAMP): $(BIN)/python setup.cfg pyproject.toml
 
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,spark,load]'
-	touch $(STAMP) $(SERVE_STAMP)
+	KESTREL_ACTORS_MYPYC=1 $(BIN)/python -m pip install -q -e '.[test,spark,load]'
+	touch $(STAMP) $(SERVE_STAMP) $(COMPILED_STAMP)
 
 install: $(STAMP)
 
@@ -81,11 +93,22 @@ browser:
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium chromium-driver; \
 	fi
 
-test: $(STAMP) memcached-tools thrift-compiler browser node-clients zookeeper
-	$(BIN)/python -m pytest -q -rfE
+$(COMPILED_STAMP): $(STAMP) setup.py $(COMPILED_SOURCES)
+	KESTREL_ACTORS_MYPYC=1 $(BIN)/python setup.py -q build_ext --inplace
+	touch $(COMPILED_STAMP)
+
+compiled: $(COMPILED_STAMP)
+
+test: $(STAMP) $(COMPILED_STAMP) memcached-tools thrift-compiler browser node-clients zookeeper
+	KESTREL_ACTORS_EXPECT_COMPILED=1 $(BIN)/python -m pytest -q -rfE
+
+# the same tests on the pure-Python source, the compiled build left in place (KESTREL_ACTORS_PURE)
+test-pure: $(STAMP) memcached-tools thrift-compiler
+	KESTREL_ACTORS_PURE=1 $(BIN)/python -m pytest -q -rfE $(PURE_TESTS)
 
 bench: $(STAMP)
 	PEER=$(PEER) $(BIN)/python -m kestrel_actors.loadtests.bench --write docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info *__mypyc*.so
+	find kestrel_actors -name '*.so' -delete

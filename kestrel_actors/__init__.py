@@ -11,6 +11,10 @@ A comment's ``behaviour §N`` cites section N of ``docs/behaviour.md``, the proj
 reference for what the server does and where it differs from Kestrel.
 """
 
+from ._compiled import install_guard as _install_guard
+
+_install_guard()  # before any compiled module is imported: a stale build must not be (ADR 0015)
+
 __version__ = "0.1.0"
 KESTREL_VERSION = "2.4.7"
 """The Kestrel release whose protocol this server implements. ``version`` (memcache and text)

@@ -26,8 +26,9 @@ from __future__ import annotations
 import enum
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import structlog
 

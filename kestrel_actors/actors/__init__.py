@@ -1,9 +1,9 @@
 """The server's actors: one per queue, and the collection that knows them by name."""
 
-from ._collection import QueueCollection
 from ..messages import BatchDone, QueueBatch, Session
-from ._queue import QueueActor
 from ..stats import ServerStats
+from ._collection import QueueCollection
+from ._queue import QueueActor
 
 __all__ = [
     "BatchDone",

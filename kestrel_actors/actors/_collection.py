@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gevent
 import structlog
@@ -18,13 +19,34 @@ from pykka import ActorDeadError
 
 from ..config import ServerConfig
 from ..journal import MemoryJournal, NotRegularFile
-from ..messages import CloseQueue, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep
-from ..messages import AliasAdd, Delete, ForAll, ForAllKind, Gather, Load, Reconfigure, Resolve, Resolved
-from ..messages import FLUSH, IGNORE, Add, BatchDone, JournalFailure, QueueBatch
-from ._queue import QueueActor
+from ..messages import (
+    FLUSH,
+    IGNORE,
+    Add,
+    AliasAdd,
+    BatchDone,
+    CloseQueue,
+    Delete,
+    DeleteQueue,
+    ForAll,
+    ForAllKind,
+    Gather,
+    GetStats,
+    JournalFailure,
+    Load,
+    QueueBatch,
+    QueueStats,
+    Reconfigure,
+    Resolve,
+    Resolved,
+    SetChildren,
+    SetConfig,
+    Sweep,
+)
 from ..queue import QueueCore, fanout_master, is_fanout_child, is_queue_name
 from ..runtime import GeventActor
 from ..stats import ServerStats
+from ._queue import QueueActor
 
 __all__ = ["QueueCollection", "QueueOpener", "memory_opener"]
 
@@ -135,7 +157,7 @@ class QueueCollection(GeventActor):
         self.config = config
         self._note_aliases()
         for name, ref in self.queues.items():
-            try:
+            try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
                 ref.tell(SetConfig(config.queue_config(name)))
             except ActorDeadError:
                 pass
@@ -285,7 +307,8 @@ class QueueCollection(GeventActor):
         live = [ref for ref in refs if ref is not None]
         if kind is ForAllKind.STATS:
             aliases = self.alias_stats(message.names)
-            _InWaves(live, GetStats, lambda answers: reply_to.tell([a for a in answers if a is not None] + aliases))
+            _InWaves(live, GetStats,
+                     lambda answers: reply_to.tell([a for a in answers if a is not None] + aliases))
         elif kind is ForAllKind.SWEEP:
             _InWaves(live, Sweep, lambda answers: reply_to.tell(self._after_sweep(answers)))
         elif kind is ForAllKind.CLOSE:
@@ -308,7 +331,8 @@ class _InWaves:
     at once 5,000 queues held the hub, and every memcache request, for their 5,000 runs,
     every second (the expiry sweep) and on every scrape."""
 
-    def __init__(self, refs: list[Any], make_message: Callable[[Any], Any], done: Callable[[list[Any]], None]) -> None:
+    def __init__(self, refs: list[Any], make_message: Callable[[Any], Any],
+                 done: Callable[[list[Any]], None]) -> None:
         self.refs = refs
         self.make_message = make_message
         self.done = done

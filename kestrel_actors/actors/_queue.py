@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import gevent
 import structlog
@@ -125,7 +125,7 @@ class _CopyAck:
 class QueueActor(GeventActor):
     """Serves :class:`QueueBatch` requests for one queue, in arrival order."""
 
-    inline_dispatch = True
+    inline_dispatch: ClassVar[bool] = True
     """A session's batch runs on the session's greenlet when the queue is idle, saving two
     greenlet switches per request; journal file work may suspend that greenlet, never the hub."""
 
@@ -153,7 +153,7 @@ class QueueActor(GeventActor):
         self.expire_target = expire_target
         self._loop = gevent.get_hub().loop
         self.created_ms = epoch_ms()
-        self._replies: list[tuple[Any, BatchDone]] = []
+        self._replies: list[tuple[Any, BatchDone | CopyDone]] = []
         """Answers waiting for the journal: sent together at the end of the burst."""
         self._dispatcher = Dispatcher.current()
         self._flush_due = False
@@ -257,7 +257,7 @@ class QueueActor(GeventActor):
 
         def send() -> None:
             for reply_to, reply in replies:
-                try:
+                try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
                     reply_to.tell(reply)
                 except ActorDeadError:  # that client's session ended meanwhile
                     pass
@@ -452,6 +452,8 @@ class QueueActor(GeventActor):
         waiters = self.waiters
         while waiters:
             waiter = waiters.oldest()
+            if waiter is None:
+                return
             waiters.remove(waiter)
             session = waiter.batch.session
             if session is not None and session.closed:
@@ -470,7 +472,7 @@ class QueueActor(GeventActor):
     def _answer_with_a_miss(self, waiter: Waiter) -> None:
         """Answer a parked batch with a miss and nothing after it (its client has gone)."""
         waiter.results.append(missed_result(waiter.batch.ops[waiter.index]))
-        try:
+        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
             _reply_to(waiter.batch).tell(BatchDone(waiter.results))
         except ActorDeadError:  # its session ended (a failed handler stops it at once)
             pass

@@ -23,21 +23,31 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gevent
 import structlog
 from greenlet import getcurrent
 
 from ..config import QueueConfig
+from ..queue._journal import Item
 from ._failures import FailureLog
 from ._files import (
-    archived_files, erase_files, file_timestamp, fsync_dir, total_size, unique_file,
+    archived_files,
+    erase_files,
+    file_timestamp,
+    fsync_dir,
+    total_size,
+    unique_file,
 )
 from ._format import (
-    REMOVE_RECORD, encode_add, encode_confirm_remove, encode_remove_tentative, encode_unremove,
+    REMOVE_RECORD,
+    encode_add,
+    encode_confirm_remove,
+    encode_remove_tentative,
+    encode_unremove,
 )
-from ..queue._journal import Item
 from ._pack import commit_pack, prepare_pack, write_snapshot
 from ._readbehind import ReadBehindPosition, ReadBehindReader
 from ._writer import JournalWriter, SyncStats, run_blocking
@@ -52,7 +62,7 @@ fsyncs and renames; on a full or read-only disk every add would otherwise try)."
 
 
 def _unlink_quietly(path: str) -> None:
-    try:
+    try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
         os.unlink(path)
     except OSError:
         pass  # a leftover empty archive or temp file: the next listing or replay deals with it
@@ -103,7 +113,7 @@ class FileJournal:
         self.rewrite_failures = FailureLog(name, "rewrite")
         self.pack_failures = FailureLog(name, "pack")
         self._checkpoint = False
-        self._pack_job: gevent.Greenlet | None = None
+        self._pack_job: gevent.Greenlet[..., Any] | None = None
         self._reader: ReadBehindReader | None = None
         if read_behind is not None:
             self._reader = self._read_behind_from(read_behind)
@@ -404,7 +414,7 @@ class FileJournal:
         return True
 
     def _update_archived_size(self) -> None:
-        try:
+        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
             self.archived_size = total_size(self.data_dir, archived_files(self.data_dir, self.name))
         except OSError:
             pass  # a pack could not be finished (it will be at the next listing): keep the old count

@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 import struct
 import time
-from typing import Callable, Iterator, NamedTuple, Union
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from ..queue._journal import Item
 
@@ -156,7 +157,7 @@ class Record:
         return f"Record({name}, offset={self.offset}, size={self.size}, xid={self.xid}, item={self.item!r})"
 
 
-Source = Union[int, bytes, bytearray, memoryview]
+Source = int | bytes | bytearray | memoryview
 ReadFn = Callable[[int, int, int], bytes]
 """``read(fd, length, offset) -> bytes``, ``os.pread`` by default (a journal may pass one
 that runs on gevent's threadpool)."""
@@ -178,7 +179,7 @@ class RecordReader:
                  chunk_size: int = CHUNK_SIZE) -> None:
         if isinstance(source, int):
             self._fd: int | None = source
-            self._buf: bytes | memoryview = b""
+            self._buf: bytes = b""
             self._buf_start = start
             if end is None:
                 end = os.fstat(source).st_size
@@ -276,7 +277,7 @@ class RecordReader:
     def _next_slow(self, op: int, start: int) -> Record | None:
         buf = self._buf
         i = self._i
-        if op == OP_REMOVE or op == OP_REMOVE_TENTATIVE:
+        if op in (OP_REMOVE, OP_REMOVE_TENTATIVE):
             self._i = i + 1
             self.position = start + 1
             self.records += 1

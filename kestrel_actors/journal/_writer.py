@@ -56,8 +56,9 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, NamedTuple, Protocol
+from typing import Any, Protocol, TypeVar
 
 import gevent
 import gevent.event
@@ -68,6 +69,8 @@ from ._failures import FailureLog, error_fields
 from ._files import open_regular
 
 __all__ = ["JournalWriter", "SyncStats", "run_blocking", "NEVER", "ALWAYS", "PERIODIC"]
+
+_T = TypeVar("_T")
 
 log = structlog.get_logger("kestrel_actors.journal")
 
@@ -103,20 +106,24 @@ class SyncStats(Protocol):
         """An fdatasync raised ``exc`` (``fsync_error_<class>``)."""
 
 
-class _Raised(NamedTuple):
-    """What a function run on the threadpool raised, carried back to re-raise in the caller."""
+class _Raised:
+    """What a function run on the threadpool raised, carried back to re-raise in the caller.
+    (A plain class: mypyc cannot make a ``NamedTuple`` whose field is annotated ``Exception``.)"""
 
-    exc: Exception
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
 
 
-def _capturing(fn: Callable, args: tuple) -> Any:  # type: ignore[type-arg]
+def _capturing(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - re-raised by run_blocking in the caller
         return _Raised(exc)
 
 
-def run_blocking(fn: Callable, *args):  # type: ignore[no-untyped-def]
+def run_blocking(fn: Callable[..., _T], *args: Any) -> _T:
     """Run ``fn(*args)`` on gevent's threadpool, blocking only the calling greenlet.
 
     Called from the hub itself (where nothing may block on a switch) it runs inline. An
@@ -130,7 +137,7 @@ def run_blocking(fn: Callable, *args):  # type: ignore[no-untyped-def]
     result = hub.threadpool.apply(_capturing, (fn, args))
     if type(result) is _Raised:
         raise result.exc
-    return result
+    return result  # type: ignore[no-any-return]  # what fn returned, through the threadpool
 
 
 def write_all(fd: int, chunks: list[bytes]) -> None:
@@ -188,7 +195,7 @@ class JournalWriter:
         self._syncing = False
         """An fdatasync handed to the threadpool from a turn is in flight (it holds ``_io``)."""
         self._io = gevent.lock.Semaphore()
-        self._timer: gevent.Greenlet | None = None
+        self._timer: gevent.Greenlet[..., Any] | None = None
         self.sync_stats: SyncStats | None = None
         self._marks: list[list[float]] | None = None
         """While observed with a sync policy: ``[time, records]`` of each batch written since

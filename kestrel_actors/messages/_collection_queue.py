@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 __all__ = [
-    "AddCopy", "CloseQueue", "CopyDone", "DeleteQueue", "GetStats", "QueueStats", "SetChildren", "SetConfig", "Sweep",
-    "Swept",
+    "AddCopy", "CloseQueue", "CopyDone", "DeleteQueue", "GetStats", "QueueStats", "SetChildren", "SetConfig",
+    "Sweep", "Swept",
 ]
 
 
@@ -100,7 +100,7 @@ class AddCopy:
 class CopyDone(NamedTuple):
     """A child's answer to a fanout :class:`AddCopy`: the result of its add."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, which nothing here calls
     """Which of the master batch's results the copy belongs to."""
     result: Any
 

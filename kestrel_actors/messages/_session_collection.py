@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import enum
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from pykka import ActorDeadError
 
 __all__ = [
-    "AliasAdd", "Delete", "ForAll", "ForAllKind", "Gather", "Load", "Reconfigure", "ReloadFailed", "Resolve", "Resolved",
+    "AliasAdd", "Delete", "ForAll", "ForAllKind", "Gather", "Load", "Reconfigure", "ReloadFailed", "Resolve",
+    "Resolved",
 ]
 
 

@@ -6,6 +6,8 @@ are plain value objects with ``__slots__`` (the hot path makes one per request).
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 __all__ = [
     "Bad",
     "Confirm",
@@ -28,16 +30,33 @@ __all__ = [
 ]
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    """A command's attributes: ``__slots__`` up its classes when interpreted; a compiled class
+    keeps no ``__slots__`` but lists its attributes (its bases' included) in ``__mypyc_attrs__``."""
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        compiled: tuple[str, ...] = tuple(getattr(cls, "__mypyc_attrs__", ()))
+        slots = [name for klass in reversed(cls.__mro__) for name in klass.__dict__.get("__slots__", ())]
+        fields = _FIELDS[cls] = compiled + tuple(name for name in slots if name not in compiled)
+    return fields
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class _Command:
+    """Base of every command; the text and thrift codecs (interpreted) subclass it."""
+
     __slots__ = ()
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _fields(type(self)))
         return f"{type(self).__name__}({fields})"
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and all(
-            getattr(self, name) == getattr(other, name) for name in self.__slots__
+            getattr(self, name) == getattr(other, name) for name in _fields(type(self))
         )
 
 

@@ -7,11 +7,14 @@ and that a decoder is spent once it has returned a command that closes the conne
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ._commands import Bad
 
 __all__ = ["Decoder"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Decoder:
     """Incremental decoder: :meth:`feed` takes bytes and returns the complete commands.
 
@@ -42,7 +45,7 @@ class Decoder:
         closes; return where the unparsed rest of ``source`` starts."""
         raise NotImplementedError
 
-    def feed(self, data: bytes) -> list[object]:
+    def feed(self, data: bytes | bytearray) -> list[object]:
         if self.closed:
             return []
         buffer = self._buffer

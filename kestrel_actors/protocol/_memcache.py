@@ -229,7 +229,7 @@ class MemcacheDecoder(Decoder):
                 header, count = self._storage
                 if size - pos < count + 2:
                     break
-                if type(header) is Bad:
+                if isinstance(header, Bad):
                     commands.append(header)
                 else:
                     commands.append(Set(header[0], header[1], bytes(source[pos : pos + count])))
@@ -237,18 +237,17 @@ class MemcacheDecoder(Decoder):
                 self._storage = None
                 continue
             line, pos = next_line(source, pos, self.max_line_bytes)
-            if line is None:
-                break
-            if line is TOO_LONG:
-                commands.append(CLIENT_ERROR_CLOSE)
-                break
+            if type(line) is not bytes:
+                if line is TOO_LONG:
+                    commands.append(CLIENT_ERROR_CLOSE)
+                break  # None: the line is not complete yet
             known = _LINES.get(line)
             if known is not None:
-                if type(known) is Get:
+                if isinstance(known, Get):
                     commands.append(known)
                     continue
-                if known[1] <= self.max_item_bytes:  # type: ignore[index]
-                    self._storage = known  # type: ignore[assignment]
+                if known[1] <= self.max_item_bytes:
+                    self._storage = known
                     continue
             tokens = line.split(b" ")
             while len(tokens) > 1 and not tokens[-1]:
@@ -257,17 +256,17 @@ class MemcacheDecoder(Decoder):
                 if len(tokens) < 5:
                     commands.append(DROP)
                     break
-                count = int32(tokens[4])
-                if count is None or count < 0:
+                data_bytes = int32(tokens[4])
+                if data_bytes is None or data_bytes < 0:
                     commands.append(DROP)
                     break
-                if count > self.max_item_bytes:
+                if data_bytes > self.max_item_bytes:
                     commands.append(CLIENT_ERROR_CLOSE)
                     break
                 header = _storage_header(tokens)
-                self._storage = (header, count)
-                if type(header) is not Bad:
-                    _remember(line, self._storage)
+                self._storage = (header, data_bytes)
+                if not isinstance(header, Bad):
+                    _remember(line, (header, data_bytes))
                 continue
             command = parse_request_line(tokens)
             commands.append(command)

@@ -18,7 +18,6 @@ One limit Kestrel lacks guards the server: a line longer than ``max_line_bytes``
 
 from __future__ import annotations
 
-
 from .._names import name_from_wire
 from ._commands import Bad
 from ._decoder import Decoder
@@ -232,11 +231,10 @@ class TextDecoder(Decoder):
         limit = self.max_line_bytes
         while True:
             line, pos = next_line(source, pos, limit)
-            if line is None:
-                break
-            if line is TOO_LONG:
-                commands.append(_TOO_LONG)
-                break
+            if type(line) is not bytes:
+                if line is TOO_LONG:
+                    commands.append(_TOO_LONG)
+                break  # None: the line is not complete yet
             block = self._block
             if block is not None:
                 tokens, items = block

@@ -32,19 +32,23 @@ strict), and replies are always strict.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import thriftpy2
-from thriftpy2.protocol import TBinaryProtocol
+from thriftpy2 import protocol as _protocol
+from thriftpy2 import transport as _transport
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
-from thriftpy2.transport import TMemoryBuffer
 
 from .._names import name_from_wire
 from ._commands import Bad
 from ._decoder import Decoder
 from ._memcache import DROP  # no reply, close: what Finagle does when a read fails
+
+TBinaryProtocol: Any = _protocol.TBinaryProtocol  # thriftpy2 has no type information
+TMemoryBuffer: Any = _transport.TMemoryBuffer
 
 __all__ = [
     "KESTREL_IDL",
@@ -181,7 +185,7 @@ def _message(name: str, message_type: int, seqid: int, body: object) -> bytes:
     protocol = TBinaryProtocol(buffer)  # strict write, as Java's factory
     protocol.write_message_begin(name, message_type, seqid)
     protocol.write_struct(body)
-    payload = buffer.getvalue()
+    payload: bytes = buffer.getvalue()
     return len(payload).to_bytes(4, "big") + payload
 
 
@@ -277,7 +281,7 @@ def _walk_elements(
     return pos
 
 
-def _walk_struct(frame: bytes, pos: int, end: int, spec: dict | None, depth: int) -> int:
+def _walk_struct(frame: bytes, pos: int, end: int, spec: dict[int, Any] | None, depth: int) -> int:
     """Walk a struct to its STOP; fields that ``spec`` (a thriftpy2 ``thrift_spec``) names
     must carry its type, and a list or set field its element type."""
     while True:
@@ -319,7 +323,7 @@ def _header(frame: bytes) -> tuple[str, int, int]:
     return name, seqid, pos + 4
 
 
-def _required(args: object, field: str) -> object:
+def _required(args: object, field: str) -> Any:
     value = getattr(args, field)
     if value is None:
         raise _Malformed(f"missing {field}")
@@ -327,11 +331,11 @@ def _required(args: object, field: str) -> object:
 
 
 def _i32(args: object, field: str) -> int:
-    value = getattr(args, field)
+    value: int | None = getattr(args, field)
     return 0 if value is None else value  # the JVM's default for an unset primitive
 
 
-def _put(seqid: int, args) -> ThriftPut:
+def _put(seqid: int, args: object) -> ThriftPut:
     return ThriftPut(
         seqid,
         name_from_wire(_required(args, "queue_name")),
@@ -340,7 +344,7 @@ def _put(seqid: int, args) -> ThriftPut:
     )
 
 
-def _get(seqid: int, args) -> ThriftGet:
+def _get(seqid: int, args: object) -> ThriftGet:
     max_items = _i32(args, "max_items")
     if max_items < 0:  # Kestrel read it as "no limit"; answered as an error, nothing removed (issue 21.6)
         raise _Malformed(f"max_items must not be negative ({max_items})")
@@ -353,36 +357,38 @@ def _get(seqid: int, args) -> ThriftGet:
     )
 
 
-def _ids(record: type[ThriftConfirm] | type[ThriftAbort]):
-    def build(seqid: int, args) -> ThriftConfirm | ThriftAbort:
+def _ids(record: type[ThriftConfirm] | type[ThriftAbort]) -> _Builder:
+    def build(seqid: int, args: object) -> ThriftConfirm | ThriftAbort:
         queue = name_from_wire(_required(args, "queue_name"))
         return record(seqid, queue, frozenset(_required(args, "ids")))
 
     return build
 
 
-def _queue(record: type[_QueueCall]):
-    def build(seqid: int, args) -> _QueueCall:
+def _queue(record: type[_QueueCall]) -> _Builder:
+    def build(seqid: int, args: object) -> _QueueCall:
         return record(seqid, name_from_wire(_required(args, "queue_name")))
 
     return build
 
 
-def _bare(record: type[_ThriftCall]):
-    def build(seqid: int, args) -> _ThriftCall:
+def _bare(record: type[_ThriftCall]) -> _Builder:
+    def build(seqid: int, args: object) -> _ThriftCall:
         return record(seqid)
 
     return build
 
 
-def _set_status(seqid: int, args) -> ThriftSetStatus:
+def _set_status(seqid: int, args: object) -> ThriftSetStatus:
     status = _required(args, "status")
     if status not in ThriftStatus._VALUES_TO_NAMES:
         raise _Malformed(f"unknown status {status}")
     return ThriftSetStatus(seqid, status)
 
 
-_BUILDERS = {
+_Builder = Callable[[int, Any], _ThriftCall]
+
+_BUILDERS: dict[str, _Builder] = {
     "put": _put,
     "get": _get,
     "confirm": _ids(ThriftConfirm),

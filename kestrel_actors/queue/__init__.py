@@ -8,8 +8,14 @@ implements it). Both ``journal/`` and ``actors/`` import this room; it imports n
 from ._core import QueueCore, take_head
 from ._journal import Item, Journal
 from ._rules import (
-    MAX_NAME_BYTES, XID_MAX, epoch_ms, fanout_master, is_fanout_child, name_problem, next_xid,
+    MAX_NAME_BYTES,
+    XID_MAX,
+    epoch_ms,
+    fanout_master,
+    is_fanout_child,
     is_queue_name,
+    name_problem,
+    next_xid,
 )
 from ._waitlist import Waiter, WaitList
 

@@ -291,7 +291,7 @@ class QueueCore:
             getattr(self.journal, "rewrites", 0),
             getattr(self.journal, "rotations", 0),
         )
-        return list(zip(STAT_NAMES, values))
+        return list(zip(STAT_NAMES, values, strict=False))
 
     def oldest_item_age(self, now_ms: int) -> int:
         """Milliseconds since the head item (the next a read gets) was added, 0 when the queue

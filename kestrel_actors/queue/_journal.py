@@ -8,7 +8,8 @@ durable as the queue's ``sync_journal`` policy promises.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 __all__ = ["Item", "Journal"]
 
@@ -58,9 +59,11 @@ class Journal(Protocol):
     def confirm_remove(self, xid: int) -> None:
         """Open item ``xid`` was confirmed (CONFIRM_REMOVE)."""
 
-    failure: OSError | None
-    """Set while the journal cannot write (a full disk, an I/O error); ``None`` otherwise.
-    A queue refuses adds meanwhile; changes already made are written once it recovers."""
+    @property
+    def failure(self) -> OSError | None:
+        """Set while the journal cannot write (a full disk, an I/O error); ``None`` otherwise.
+        A queue refuses adds meanwhile; changes already made are written once it recovers.
+        (Read-only here: a journal that never fails may hold a plain ``None``.)"""
 
     def after_durable(self, callback: Callable[[], None],
                       on_error: Callable[[OSError], None] | None = None) -> None:

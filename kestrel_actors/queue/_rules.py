@@ -9,7 +9,7 @@ collection, the journal replay and the offline tools all use these.
 from __future__ import annotations
 
 import time
-from typing import Container
+from collections.abc import Container
 
 from .._names import MAX_NAME_BYTES, fanout_master, is_fanout_child, is_queue_name, name_problem
 

@@ -14,7 +14,8 @@ import heapq
 import itertools
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["WaitList", "Waiter"]
 

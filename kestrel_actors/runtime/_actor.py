@@ -47,7 +47,8 @@ import queue
 import sys
 import uuid
 from collections import deque
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import gevent
 import gevent.event
@@ -138,7 +139,7 @@ class GeventFuture(pykka.Future[T]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._result = gevent.event.AsyncResult()
+        self._result: gevent.event.AsyncResult[Any] = gevent.event.AsyncResult()
         self._hooked = False
 
     def get(self, *, timeout: float | None = None) -> Any:
@@ -316,7 +317,7 @@ class _Mailbox:
         """
         actor: GeventActor = self.actor  # type: ignore[assignment]
         items = self.items
-        stopped = actor.actor_stopped
+        stopped: Any = actor.actor_stopped  # a gevent Event: its ``_set`` is cheaper than is_set()
         self.idle = False
         try:
             actor.on_receive(message)
@@ -396,11 +397,11 @@ class GeventActor(pykka.Actor):
     and the answer arrives later as a message.
     """
 
-    inline_dispatch = False
+    inline_dispatch: ClassVar[bool] = False
     """Whether a sender may run this actor's handlers on its own greenlet when the actor is
     idle. Set it only for actors whose handlers never block the hub-free caller for long."""
 
-    greenlet_on_demand = False
+    greenlet_on_demand: ClassVar[bool] = False
     """Whether the actor's greenlet is spawned only when something must run there (an ask,
     pykka's messages, one marked :func:`on_own_greenlet`, its stop), not at start: until then
     an inline actor is run by its senders. pykka's ``on_start`` runs on that greenlet, so only

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import gevent
 import structlog
@@ -47,8 +48,8 @@ class Dispatcher:
     order: they are taken from one FIFO, and a busy actor queues them in its own inbox.
     """
 
-    _by_hub: weakref.WeakKeyDictionary[Any, Dispatcher] = weakref.WeakKeyDictionary()
-    MAX_PARKED = 8
+    _by_hub: ClassVar[weakref.WeakKeyDictionary[Any, Dispatcher]] = weakref.WeakKeyDictionary()
+    MAX_PARKED: ClassVar[int] = 8
 
     def __init__(self, hub: Any) -> None:
         self.hub = hub

@@ -4,7 +4,8 @@
   monitor streams and hang-up, for any protocol.
 * :class:`MemcacheHandler` (``_memcache``), :class:`TextHandler` (``_text``),
   :class:`ThriftHandler` (``_thrift``, with its process-global open reads in
-  ``_thrift_reads``): one protocol each, composed into the session (the :class:`Handler` protocol of ``_handler``).
+  ``_thrift_reads``): one protocol each, composed into the session (the :class:`Handler`
+  protocol of ``_handler``).
 * :class:`SessionContext` (``_context``): what a session may ask of the server.
 * :class:`Connections` (``_connections``): a socket, a transport and a session, wired up;
   the transports (``_transport``) tell the server-wide ``BufferBudget`` (``_budget``) what
@@ -20,6 +21,6 @@ from ._text import TextHandler
 from ._thrift import ThriftHandler
 
 __all__ = [
-    "Answer", "Connections", "Disconnected", "Drain", "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload",
-    "SessionActor", "SessionContext", "Shutdown", "TextHandler", "ThriftHandler",
+    "Answer", "Connections", "Disconnected", "Drain", "Handler", "MemcacheHandler", "MonitorState",
+    "Received", "Reload", "SessionActor", "SessionContext", "Shutdown", "TextHandler", "ThriftHandler",
 ]

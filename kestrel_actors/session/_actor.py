@@ -27,7 +27,7 @@ import enum
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 from pykka import ActorDeadError
@@ -125,7 +125,7 @@ class _ReplyTo:
         self.tag = tag
 
     def tell(self, value: Any) -> None:
-        try:
+        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
             self.ref.tell(_Answered(self.tag, value))
         except ActorDeadError:
             pass
@@ -146,7 +146,7 @@ class _MonitorResume:
     """A placeholder at the head of ``pending``: continue the monitor once the queue resolves."""
 
     __slots__ = ()
-    queue = None
+    queue: ClassVar[None] = None
 
 
 _MONITOR_RESUME = _MonitorResume()
@@ -156,11 +156,11 @@ _MISSING = object()
 class SessionActor(GeventActor):
     """One client's session: request order, open reads, waits, monitor streams, hang-up."""
 
-    inline_dispatch = True
+    inline_dispatch: ClassVar[bool] = True
     """An idle session's messages (reads from the transport, a queue's answers) run on the
     sender's greenlet: its handlers never wait (replies go to the transport's buffer)."""
 
-    greenlet_on_demand = True
+    greenlet_on_demand: ClassVar[bool] = True
     """One session per connection, and most never need a greenlet of their own (no on_start)."""
 
     def may_run_on_hub(self) -> bool:
@@ -188,7 +188,7 @@ class SessionActor(GeventActor):
         self.batch_ops: list[Any] = []
         self.batch_results: list[Any] | None = None
         """Results of a batch the queue answered in parts, kept until the rest comes."""
-        self.batch_queue: str | None = None
+        self.batch_queue = ""
         self.sent: QueueBatch | None = None
         self.sent_at = 0.0
         """The batch awaiting its answer, and when it left (``perf_counter``): latency figures."""
@@ -330,7 +330,7 @@ class SessionActor(GeventActor):
         ref = self.refs.get(name)
         if ref is None:
             return
-        try:
+        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
             ref.tell(QueueBatch([op], None, IGNORE))
         except ActorDeadError:
             pass
@@ -393,7 +393,7 @@ class SessionActor(GeventActor):
             self.out.append(handler.missing_queue_reply(first, self.open_reads.get(name)))
             return True
         ops: list[Any] = []
-        entries = []
+        entries: list[tuple[Any, int, p.Bad | None, bool]] = []
         pending = self.pending
         queue_kinds = self.queue_kinds
         while pending and len(entries) < MAX_BATCH:
@@ -403,6 +403,7 @@ class SessionActor(GeventActor):
             before = len(ops)
             # _pump checked the head before the lookup; one behind it (a write after a read) not
             refusal = write_refusal(self, command) if entries else None
+            preset: p.Bad | None
             if refusal is not None:
                 preset, last = refusal, True
             else:
@@ -529,6 +530,7 @@ class SessionActor(GeventActor):
 
     def _monitor_next(self) -> None:
         monitor = self.monitor
+        assert monitor is not None
         name = monitor.queue
         opened = len(self.open_reads.get(name, ()))
         if (
@@ -563,6 +565,7 @@ class SessionActor(GeventActor):
 
     def _monitor_step(self, items: list[Any]) -> None:
         monitor = self.monitor
+        assert monitor is not None
         name = monitor.queue
         if items:
             if self.session.closed:
@@ -576,7 +579,7 @@ class SessionActor(GeventActor):
                 self.out.append(item_reply(name, item.data))
             monitor.remaining -= len(items)
         elif time.monotonic() < monitor.deadline:
-            monitor.deadline = 0  # the queue answered a miss: it closed, so the stream ends
+            monitor.deadline = 0.0  # the queue answered a miss: it closed, so the stream ends
         self._flush()
         if self.transport.backed_up:  # go on once the client has taken what it was sent
             self.pending.appendleft(_MONITOR_RESUME)
@@ -629,7 +632,7 @@ class SessionActor(GeventActor):
     def _cancel_wait(self) -> None:
         """A fetch of the batch in flight that waits in its queue is answered now, a miss."""
         if self.waiting is _BATCH and self.batch_queue in self.refs:
-            try:
+            try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
                 self.refs[self.batch_queue].tell(CancelWaits(self.session))
             except ActorDeadError:
                 pass

@@ -14,14 +14,14 @@ import gevent.event
 import structlog
 from pykka import ActorDeadError
 
-from ._budget import BufferBudget
-from ._transport import SocketTransport
 from ..messages import Session
 from ..runtime import Dispatcher
 from ..status import session_refusals
 from ._actor import Disconnected, Drain, Received, SessionActor
+from ._budget import BufferBudget
 from ._context import SessionContext
 from ._handler import Handler
+from ._transport import SocketTransport
 
 __all__ = ["Connections"]
 
@@ -63,7 +63,8 @@ class Connections:
         stats.curr_connections += 1
         stats.total_connections += 1
         session.refuse_writes, session.refuse_reads = session_refusals(
-            stats.curr_connections, config.connection_limit_refuse_writes, config.connection_limit_refuse_reads
+            stats.curr_connections, config.connection_limit_refuse_writes,
+            config.connection_limit_refuse_reads,
         )
         holder: list[Any] = []
         tell = Dispatcher.current().tell_from_hub  # transport callbacks run on the hub
@@ -112,7 +113,7 @@ class Connections:
 
 
 def _tell(ref: Any, message: Any) -> None:
-    try:
+    try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
         ref.tell(message)
     except ActorDeadError:  # finished meanwhile
         pass

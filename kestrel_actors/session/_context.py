@@ -8,8 +8,9 @@ The counters and the status are shared, not told: see ADR 0003 for why.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["Reload", "SessionContext", "Shutdown"]
 
@@ -56,6 +57,7 @@ class SessionContext:
         """``status`` (``name`` None) answers the status's name; ``status <name>`` sets it
         (or silently not, if ``name`` is no status) and answers ``None``."""
         if name is None:
-            return self.status.status.reply_name
+            reply: str = self.status.status.reply_name
+            return reply
         self.status.set(name)
         return None

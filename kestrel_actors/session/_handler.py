@@ -68,7 +68,7 @@ def write_refusal(session: Any, command: Any) -> p.Bad | None:
     now, else ``None``. The session asks before its queue lookup (for the head request) and
     again for each request it compiles into a batch (a SET pipelined behind a GET under
     ReadOnly); handlers never check it themselves."""
-    refusal = session.write_refusals.get(type(command))
+    refusal: p.Bad | None = session.write_refusals.get(type(command))
     if refusal is not None and not session.context.writes_allowed(session.session):
         return refusal
     return None

@@ -9,12 +9,26 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from .. import protocol as p
-from ..messages import AliasAdd, ForAllKind, ReloadFailed, Resolved
 from ..messages import (
-    FLUSH, FLUSH_EXPIRED, Add, Confirm, JournalFailure, Open, Peek, Remove, Unremove, first_failure,
+    FLUSH,
+    FLUSH_EXPIRED,
+    Add,
+    AliasAdd,
+    Confirm,
+    ForAllKind,
+    JournalFailure,
+    Open,
+    Peek,
+    ReloadFailed,
+    Remove,
+    Resolved,
+    Unremove,
+    first_failure,
 )
 from ..protocol._replies import compose_dump_config, compose_dump_stats
 from ..snapshot import take_snapshot
@@ -27,13 +41,14 @@ _ERROR_CLOSE = p.Bad(p.ERROR, close=True)
 _SERVER_ERROR_CLOSE = p.Bad(p.SERVER_ERROR, close=True)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a test's handler subclasses it
 class MemcacheHandler:
     """Kestrel's ``MemcacheHandler``: memcache commands to queue operations, results to bytes."""
 
-    QUEUE_KINDS: frozenset[type] = frozenset((p.Set, p.Get, p.Confirm, p.Flush, p.FlushExpired))
-    MONITOR_END = p.END
-    QUIT = p.Quit
-    WRITE_REFUSALS: dict[type, p.Bad] = {
+    QUEUE_KINDS: ClassVar[frozenset[type]] = frozenset((p.Set, p.Get, p.Confirm, p.Flush, p.FlushExpired))
+    MONITOR_END: ClassVar[bytes] = p.END
+    QUIT: ClassVar[type] = p.Quit
+    WRITE_REFUSALS: ClassVar[dict[type, p.Bad]] = {
         p.Set: _SERVER_ERROR_CLOSE,
         p.Flush: _SERVER_ERROR_CLOSE,
         p.FlushAll: _SERVER_ERROR_CLOSE,

@@ -12,8 +12,7 @@ from collections import deque
 from typing import Any
 
 from .. import protocol as p
-from ..messages import AliasAdd, Gather, Resolved
-from ..messages import FLUSH, Add, Confirm, Open, Peek, first_failure
+from ..messages import FLUSH, Add, AliasAdd, Confirm, Gather, Open, Peek, Resolved, first_failure
 from ..protocol import _text as t
 from ..protocol import _text_commands as tc
 from ..queue import epoch_ms

@@ -34,9 +34,22 @@ from pykka import ActorDeadError
 from thriftpy2.thrift import TApplicationException
 
 from .. import protocol as p
-from ..messages import AliasAdd, ForAllKind, Gather, Resolved
 from ..messages import (
-    BATCH_FETCH_BYTES, FLUSH, INSPECT, Add, Confirm, OpenMany, Peek, PutBack, QueueBatch, RemoveMany, Unremove,
+    BATCH_FETCH_BYTES,
+    FLUSH,
+    INSPECT,
+    Add,
+    AliasAdd,
+    Confirm,
+    ForAllKind,
+    Gather,
+    OpenMany,
+    Peek,
+    PutBack,
+    QueueBatch,
+    RemoveMany,
+    Resolved,
+    Unremove,
     first_failure,
 )
 from ..protocol import _thrift as th
@@ -134,10 +147,12 @@ class ThriftHandler:
 
     def _at_limit(self, queue: str) -> bool:
         """Kestrel checks the connection's open count on every step, opening or not."""
-        return self.counts.get(queue, 0) >= self.context.config.max_open_transactions
+        limit: int = self.context.config.max_open_transactions
+        return self.counts.get(queue, 0) >= limit
 
     def _get_over(self) -> bool:
         get = self.get
+        assert get is not None
         return (
             get.remaining == 0
             or (get.deadline is not None and time.monotonic() >= get.deadline)
@@ -178,6 +193,7 @@ class ThriftHandler:
 
     def _step(self, ops: list[Any]) -> None:
         get = self.get
+        assert get is not None
         asked = get.remaining if get.remaining > 0 else MAX_STEP
         if get.opening:
             limit = self.context.config.max_open_transactions
@@ -211,6 +227,7 @@ class ThriftHandler:
     def _got(self, items: list[Any]) -> bytes:
         """One step's items: go on with the next step, or answer the get."""
         get = self.get
+        assert get is not None
         queue = get.call.queue
         get.items.extend(items)
         if get.opening and items:
@@ -230,6 +247,7 @@ class ThriftHandler:
         """The get's reply; opened items get their ids and abort timers now (Kestrel starts
         the timers once the reply is ready)."""
         get = self.get
+        assert get is not None
         self.get = None
         call = get.call
         self.context.stats.cmd_get += len(get.items)
@@ -261,7 +279,8 @@ class ThriftHandler:
 
     @staticmethod
     def _server_error(call: Any, message: str) -> bytes:
-        return th.encode_thrift_exception(call.method, call.seqid, TApplicationException.INTERNAL_ERROR, message)
+        return th.encode_thrift_exception(call.method, call.seqid, TApplicationException.INTERNAL_ERROR,
+                                          message)
 
     def release(self) -> None:
         """The client has gone: items a get in progress has fetched (their ids never sent)

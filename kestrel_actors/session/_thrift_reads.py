@@ -24,7 +24,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-
 from ..messages import IGNORE, QueueBatch, Unremove
 from ..runtime import Dispatcher, of_this_hub
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 import select
 import socket
 import struct
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gevent
 import structlog
@@ -60,7 +61,7 @@ class _HangUpWatch:
     gone, never for incoming requests. The hub watches the set's own descriptor.
     """
 
-    _by_loop: dict[Any, _HangUpWatch] = {}
+    _by_loop: ClassVar[dict[Any, _HangUpWatch]] = {}
 
     def __init__(self, loop: Any) -> None:
         self.epoll = select.epoll()
@@ -87,7 +88,7 @@ class _HangUpWatch:
 
     def discard(self, transport: SocketTransport) -> None:
         if self.transports.pop(transport.fd, None) is not None:
-            try:
+            try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
                 self.epoll.unregister(transport.fd)
             except OSError:
                 pass
@@ -149,12 +150,12 @@ class SocketTransport:
         self._closing = False
         self._linger: Any = None
         loop = gevent.get_hub().loop
-        self._watcher = loop.io(self.fd, 1)
+        self._watcher: Any = loop.io(self.fd, 1)  # the stubs lack a watcher's loop and active
         self._hang_ups = _HangUpWatch.of(loop)
         self._writer: Any = None
         """The write watcher, made the first time the kernel does not take a whole reply."""
         self._idle_timeout = idle_timeout
-        self._idle_timer = None
+        self._idle_timer: Any = None
         self._last_read = loop.now()
         if idle_timeout:
             # Kestrel's client_timeout: a connection that sends nothing for that long is closed
@@ -334,7 +335,7 @@ class SocketTransport:
         ``--max-buffered-bytes`` and this connection holds the most (called by the budget)."""
         if self.closed:
             return
-        try:
+        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
             # a reset, not a FIN: the kernel drops the unsent replies too, and the client
             # sees that it was cut off
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
@@ -359,7 +360,7 @@ class SocketTransport:
             self._linger.close()
         if self._idle_timer is not None:
             self._idle_timer.close()
-        try:
+        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
             self.sock.close()
         except OSError:
             pass

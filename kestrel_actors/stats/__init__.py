@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from ._server import (
     BOUNDS,
-    Histogram,
     LATENCIES,
     MAX_FSYNC_ERROR_NAMES,
     QUEUE_METRICS,
-    QueueMetrics,
     SERVER_METRICS,
     SUM,
+    Histogram,
+    QueueMetrics,
     ServerStats,
     record_batch,
 )

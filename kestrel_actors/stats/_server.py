@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from operator import add
-from typing import Any
+from typing import Any, ClassVar
 
 from ..messages import MANY_FETCHES, Add, Open, Peek, Remove
 
@@ -121,7 +121,7 @@ class Histogram:
         """What was recorded since ``earlier`` (a copy of this histogram taken before)."""
         result = self.copy()
         if earlier is not None:
-            result.buckets = [a - b for a, b in zip(self.buckets, earlier.buckets)]
+            result.buckets = [a - b for a, b in zip(self.buckets, earlier.buckets, strict=False)]
         return result
 
     def percentile(self, fraction: float) -> int:
@@ -223,7 +223,7 @@ _SLOTS = {
 
 
 class ServerStats:
-    COUNTERS = (
+    COUNTERS: ClassVar[tuple[str, ...]] = (
         "total_items",
         "curr_connections",
         "total_connections",
@@ -249,8 +249,26 @@ class ServerStats:
 
     def __init__(self) -> None:
         self.start_time = time.time()
-        for name in self.COUNTERS:
-            setattr(self, name, 0)
+        # each counter by name (not a setattr loop): a compiled class has only the attributes
+        # it assigns, and the request path reads these
+        self.total_items = 0
+        self.curr_connections = 0
+        self.total_connections = 0
+        self.cmd_get = 0
+        self.cmd_set = 0
+        self.cmd_peek = 0
+        self.get_hits = 0
+        self.get_misses = 0
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.queue_creates = 0
+        self.queue_deletes = 0
+        self.queue_expires = 0
+        self.cmd_monitor = 0
+        self.cmd_monitor_get = 0
+        self.cmd_get_open_dropped = 0
+        self.waiters_aborted = 0
+        self.finished_but_add = 0
         self.queues: dict[str, QueueMetrics] = {}
         """Live queues' metrics, by name: entries come and go with the queues."""
         self.retired = QueueMetrics()
@@ -330,7 +348,7 @@ def record_batch(stats: ServerStats, queue: str, batch: Any, results: list[Any],
             return
     sets = hits = misses = 0
     delivered = None
-    for op, result in zip(ops, results):
+    for op, result in zip(ops, results):  # noqa: B905 - results may stop early (a part)
         kind = type(op)
         if kind is Add:
             sets += 1

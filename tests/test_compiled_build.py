@@ -1,0 +1,98 @@
+"""The compiled build (ADR 0015): which modules run compiled, the switch that runs the pure-Python
+source instead, and the guard that keeps a build older than its source out of use.
+
+Each case imports the package in a fresh interpreter: the guard decides once, at import.
+``make test`` sets ``KESTREL_ACTORS_EXPECT_COMPILED=1``: there the build must be in use.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import kestrel_actors
+from kestrel_actors._compiled import COMPILED_MODULES, PURE_ENV
+
+from .helpers import ServerProcess
+
+PACKAGE = Path(kestrel_actors.__file__).parent
+SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+BUILT = any(path.name.endswith(SUFFIXES) for path in PACKAGE.rglob("*.so"))
+needs_build = pytest.mark.skipif(not BUILT, reason="a pure install: nothing compiled here")
+
+PROBE = (
+    "import importlib, json\n"
+    "from kestrel_actors._compiled import COMPILED_MODULES, compiled_state\n"
+    "files = [importlib.import_module(name).__file__ for name in COMPILED_MODULES]\n"
+    "print(json.dumps({'state': compiled_state(), 'files': files}))\n"
+)
+
+
+def probe(pythonpath: Path, **env: str) -> tuple[str, list[str], str]:
+    """Import every compiled module in a fresh interpreter: the guard's state, their files, stderr."""
+    clean = {name: value for name, value in os.environ.items() if name != PURE_ENV}
+    # in ``pythonpath``: ``python -c`` puts the working directory first on the path
+    done = subprocess.run([sys.executable, "-c", PROBE], env={**clean, "PYTHONPATH": str(pythonpath), **env},
+                          cwd=pythonpath, capture_output=True, text=True, timeout=120, check=True)
+    answer = json.loads(done.stdout)
+    return answer["state"], answer["files"], done.stderr
+
+
+def test_the_list_names_modules_that_exist():
+    for name in COMPILED_MODULES:
+        assert (PACKAGE.parent / (name.replace(".", "/") + ".py")).is_file(), name
+
+
+@needs_build
+def test_the_whole_set_runs_compiled_or_none_of_it():
+    state, files, _ = probe(PACKAGE.parent)
+    compiled = [file.endswith(SUFFIXES) for file in files]
+    assert all(compiled) if state == "mypyc" else not any(compiled), (state, files)
+    if os.environ.get("KESTREL_ACTORS_EXPECT_COMPILED") == "1":
+        assert state == "mypyc", "make test must run the compiled build: rebuild it"
+
+
+@needs_build
+def test_the_pure_switch_imports_every_compiled_module_from_its_source():
+    state, files, stderr = probe(PACKAGE.parent, **{PURE_ENV: "1"})
+    assert state == f"no ({PURE_ENV}=1)"
+    assert all(file.endswith(".py") for file in files), files
+    assert stderr == ""
+
+
+@needs_build
+def test_a_source_newer_than_its_build_sends_the_whole_set_back_to_pure_python(tmp_path):
+    copy = tmp_path / "kestrel_actors"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))  # keeps file times
+    for shared in PACKAGE.parent.glob("*__mypyc*"):  # the group's shared library, beside the package
+        shutil.copy2(shared, tmp_path)
+    state, files, stderr = probe(tmp_path)
+    assert state == "mypyc" and all(file.startswith(str(copy)) and file.endswith(SUFFIXES) for file in files)
+
+    edited = copy / "queue" / "_rules.py"
+    later = time.time() + 60
+    os.utime(edited, (later, later))
+    state, files, stderr = probe(tmp_path)
+    assert state == "no (stale build)"
+    assert all(file.startswith(str(copy)) and file.endswith(".py") for file in files), files
+    assert stderr.count("\n") == 1 and "kestrel_actors.queue._rules" in stderr, stderr
+
+
+def test_the_server_says_whether_it_runs_compiled(tmp_path):
+    same_switch = {PURE_ENV: os.environ[PURE_ENV]} if PURE_ENV in os.environ else {}  # as the server has it
+    expected, _, _ = probe(PACKAGE.parent, **same_switch)
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        listening = [json.loads(line) for line in server.log().splitlines()
+                     if '"listening"' in line and '"memcache"' in line]
+    finally:
+        server.stop()
+    assert [line["compiled"] for line in listening] == [expected]
