@@ -17,7 +17,7 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 	$(if $(THRIFT_PORT),--thrift-port $(THRIFT_PORT)) $(if $(ADMIN_PORT),--admin-port $(ADMIN_PORT)) \
 	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
-.PHONY: run test bench install clean memcached-tools thrift-compiler browser node-clients zookeeper
+.PHONY: run test lint bench install clean memcached-tools thrift-compiler browser node-clients zookeeper
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -80,6 +80,11 @@ browser:
 		$$sudo apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium chromium-driver; \
 	fi
+
+# ruff's settings are in pyproject.toml, mypy's (what it checks, and how strictly) in setup.cfg.
+lint: $(STAMP)
+	$(BIN)/python -m ruff check kestrel_actors
+	$(BIN)/python -m mypy
 
 test: $(STAMP) memcached-tools thrift-compiler browser node-clients zookeeper
 	$(BIN)/python -m pytest -q -rfE
