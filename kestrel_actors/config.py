@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ._names import fanout_master
 
-__all__ = ["QueueConfig", "ServerConfig", "ZooKeeperConfig", "ZooKeeperCredentials", "INT_MAX", "LONG_MAX"]
+__all__ = ["INT_MAX", "LONG_MAX", "QueueConfig", "ServerConfig", "ZooKeeperConfig", "ZooKeeperCredentials"]
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1

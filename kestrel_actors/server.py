@@ -14,8 +14,9 @@ import resource
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gevent
 import gevent.event
@@ -26,16 +27,15 @@ from pykka import ActorRegistry
 from . import KESTREL_VERSION
 from .actors import QueueCollection, ServerStats
 from .actors._collection import QueueOpener, memory_opener
-from .messages import ForAll, ForAllKind, Load, Reconfigure
-from .messages import IGNORE, ReloadFailed
 from .config import ServerConfig
 from .journal import DataDirLocked, lock_data_dir
-from .runtime import ReplyFuture
-from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
-from .status import ServerStatus
+from .messages import IGNORE, ForAll, ForAllKind, Load, Reconfigure, ReloadFailed
 from .protocol import MemcacheDecoder
 from .protocol._text import TextDecoder
 from .protocol._thrift import ThriftDecoder
+from .runtime import ReplyFuture
+from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
+from .status import ServerStatus
 
 __all__ = ["Server", "StartupError"]
 
@@ -221,7 +221,7 @@ class Server:
         try:
             self.collection.ask(Load(names))
             self.status.load()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("exception during startup")
             raise StartupError(f"cannot load the queues in {self.config.data_dir}: {exc}") from exc
 
@@ -257,7 +257,7 @@ class Server:
         thrift, text: the first is the main one)."""
         names = ("memcache", "thrift", "text")
         endpoints = {name: (self.config.host, listener.server_port)
-                     for name, listener in zip(names, listeners) if listener is not None}
+                     for name, listener in zip(names, listeners, strict=False) if listener is not None}
         self.membership.start(endpoints)
 
     def _start_admin(self, host: str, port: int) -> None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .messages import QueueStats
 from .stats import LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram, QueueMetrics, ServerStats
@@ -112,7 +113,8 @@ class StatsSnapshot:
         """``stat`` summed over the queues (not the aliases)."""
         totals = self._totals.get(stat)
         if totals is None:
-            totals = self._totals[stat] = sum(dict(queue.lines)[stat] for queue in self.queues if queue.extra is not None)
+            totals = self._totals[stat] = sum(dict(queue.lines)[stat] for queue in self.queues
+                                              if queue.extra is not None)
         return totals
 
     def reserved_memory_ratio(self) -> str:

@@ -12,7 +12,8 @@ than a tenth of its time. A small server's scrapes take milliseconds and are nev
 from __future__ import annotations
 
 import time
-from typing import Callable, Generic, Hashable, NamedTuple, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, NamedTuple, TypeVar
 
 import gevent.event
 

@@ -18,10 +18,11 @@ import itertools
 import math
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from types import TracebackType
+from typing import Any, Self, TypeVar
 
 from ..cluster._serverset import ServerSetAddress
 from ._connection import Connection, cooperative
@@ -151,16 +152,17 @@ class MonitorBatch:
         failure: KestrelError | None = None
         for part in parts:
             try:
-                self.client._use(part.server, part.conn, lambda conn: action(conn, part.count))
+                self.client._use(part.server, part.conn, lambda conn, count=part.count: action(conn, count))
             except KestrelError as exc:
                 failure = failure or exc
         if failure is not None:
             raise failure
 
-    def __enter__(self) -> MonitorBatch:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is None:
             self.confirm()
         else:
@@ -687,7 +689,7 @@ class Client:
         for server in list(self._known.values()):
             _close_idle(server)
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

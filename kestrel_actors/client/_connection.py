@@ -191,7 +191,7 @@ class Connection:
                     chunk = self.sock.recv(_RECV)
             else:
                 chunk = self.sock.recv(_RECV)
-        except _stdlib_socket.timeout:
+        except TimeoutError:
             raise self.stalled(want) from None
         except OSError as exc:
             raise ConnectionLost(f"receive from {self.host}:{self.port} failed: {exc}; "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self
 
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TClient, TMessageType
@@ -47,8 +47,8 @@ class ThriftClient:
     ``timeout`` (seconds) bounds the connect and each reply; a ``get`` that may wait on the
     server gets its ``timeout_msec`` on top. The socket is gevent's where gevent is in charge
     (a hub running in this thread, or a monkey-patched socket module; ``use_gevent`` forces
-    the choice), as for the memcache client, so greenlets of a load test share one thread. A ``TApplicationException`` reply is raised as
-    one; a closed connection raises thriftpy2's ``TTransportException``.
+    the choice), as for the memcache client, so greenlets of a load test share one thread. A
+    ``TApplicationException`` reply is raised as one; a closed connection raises thriftpy2's ``TTransportException``.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 2229, timeout: float = 10.0,
@@ -64,7 +64,7 @@ class ThriftClient:
         self._socket = TSocket(sock=sock, socket_timeout=self._timeout_ms)
         self._client = TClient(_SERVICE, TBinaryProtocol(TFramedTransport(self._socket)))
 
-    def __enter__(self) -> ThriftClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -33,19 +33,35 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import structlog
 
+from ..queue import Item, next_xid
 from ._files import (
-    PACK_SUFFIX, archived_files, delete_temp_files, file_timestamp, fsync_dir, journal_files, open_regular,
+    PACK_SUFFIX,
+    archived_files,
+    delete_temp_files,
+    file_timestamp,
+    fsync_dir,
+    journal_files,
+    open_regular,
     unique_file,
 )
 from ._format import (
-    ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID,
-    OP_SAVE_XID, OP_UNREMOVE, Record, RecordReader, encode_add, encode_remove_tentative,
+    ADD_OPS,
+    OP_CONFIRM_REMOVE,
+    OP_CONTINUE,
+    OP_REMOVE,
+    OP_REMOVE_TENTATIVE,
+    OP_REMOVE_TENTATIVE_XID,
+    OP_SAVE_XID,
+    OP_UNREMOVE,
+    Record,
+    RecordReader,
+    encode_add,
+    encode_remove_tentative,
 )
-from ..queue import Item, next_xid
 from ._repair import repair_file
 
 __all__ = ["PackError", "commit_pack", "pack_archives", "pack_queue", "prepare_pack", "write_snapshot"]
@@ -165,7 +181,7 @@ class _Plan:
             self.hi += 1
         elif op == OP_REMOVE:
             self._kill(self._pop())
-        elif op == OP_REMOVE_TENTATIVE_XID or op == OP_REMOVE_TENTATIVE:
+        elif op in (OP_REMOVE_TENTATIVE_XID, OP_REMOVE_TENTATIVE):
             xid = record.xid
             if op == OP_REMOVE_TENTATIVE:
                 xid = next_xid(self.xid, self.open)
@@ -343,7 +359,7 @@ def pack_queue(data_dir: str, name: str) -> tuple[int, int]:
         os.replace(current, os.path.join(data_dir, rotated))
     temp = unique_file(data_dir, name, "~~")
     temp_path = os.path.join(data_dir, temp)
-    count, _empty, size = _pack_files(data_dir, name, archives + [rotated], temp_path, repair=True)
+    count, _empty, size = _pack_files(data_dir, name, [*archives, rotated], temp_path, repair=True)
     os.replace(temp_path, os.path.join(data_dir, rotated + ".pack"))
     fsync_dir(data_dir)
     archived_files(data_dir, name)

@@ -122,9 +122,8 @@ class BridgeActor(pykka.ThreadingActor):
         runner, config = self.runner, self.config
         job_failed = isinstance(exc, JobFailed)
         self.failures += 1
-        if job_failed and config.max_failures and runner.attempt + 1 >= config.max_failures:
-            if self._park(exc):
-                return
+        if job_failed and config.max_failures and runner.attempt + 1 >= config.max_failures and self._park(exc):
+            return
         runner.abandon(job_failed)
         delay = backoff_delay(self.failures, config.retry_initial, config.retry_max)
         self.tally.failure(lambda: log.error(

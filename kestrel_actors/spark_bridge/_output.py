@@ -30,8 +30,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._config import BridgeConfig, is_local_path, local_path
 from ..journal import fsync_dir
+from ._config import BridgeConfig, is_local_path, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -56,8 +56,8 @@ from pyspark.sql.datasource import (
 )
 
 from ..client import KestrelError, ServerAddress
-from ._config import parse_duration, parse_servers
 from ..cluster import ServerSetAddress
+from ._config import parse_duration, parse_servers
 from ._kestrel import Connection, KeepAlive
 from ._serverset import follow_members, server_set_members
 from ._wal import BatchPart, WriteAheadLog
