@@ -188,7 +188,7 @@ class AdminApp:
         return _respond({"response": "ok"}, text)
 
     def _reload(self, _params: dict[str, str], text: bool) -> tuple[str, bytes]:
-        done = ReplyFuture()
+        done: ReplyFuture[bool | ReloadFailed] = ReplyFuture()  # True once every queue has its settings
         self.server.reload(done)
         answer = done.get(timeout=30)
         if type(answer) is ReloadFailed:  # the running configuration stays

@@ -101,8 +101,8 @@ def ostrich_stats(current: StatsSnapshot, earlier: StatsSnapshot | None = None,
             pause()
     gauges: dict[str, Any] = {}
     for done, scope in enumerate(current.scopes()):
-        for name, value in (current.gauges_of(scope) or {}).items():
-            gauges[_scoped(scope, name)] = value
+        for name, gauge in (current.gauges_of(scope) or {}).items():
+            gauges[_scoped(scope, name)] = gauge
         if done % CHUNK == 0:
             pause()
     return {"counters": counters, "gauges": gauges, "labels": current.labels(), "metrics": metrics}

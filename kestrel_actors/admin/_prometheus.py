@@ -191,8 +191,8 @@ class SnapshotCollector:
                 continue
             yield CounterMetricFamily(f"kestrel_{_name(name)}", f"Kestrel counter {name}", value=value)
         yield errors
-        for name, value in (snapshot.gauges_of(None) or {}).items():
-            yield GaugeMetricFamily(f"kestrel_{_name(name)}", f"Kestrel gauge {name}", value=value)
+        for name, gauge in (snapshot.gauges_of(None) or {}).items():
+            yield GaugeMetricFamily(f"kestrel_{_name(name)}", f"Kestrel gauge {name}", value=gauge)
         server = snapshot.histograms_of(None)
         if server is not None:
             for metric in LATENCIES + SERVER_METRICS:
