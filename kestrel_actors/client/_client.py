@@ -152,7 +152,8 @@ class MonitorBatch:
         failure: KestrelError | None = None
         for part in parts:
             try:
-                self.client._use(part.server, part.conn, lambda conn, count=part.count: action(conn, count))
+                # _use calls the lambda before the loop moves on
+                self.client._use(part.server, part.conn, lambda conn: action(conn, part.count))  # noqa: B023
             except KestrelError as exc:
                 failure = failure or exc
         if failure is not None:
@@ -178,6 +179,9 @@ class Client:
     tries the next. ``max_idle`` connections per server are kept for reuse. Safe to share
     between threads and between greenlets: each call takes its own connection.
     """
+
+    servers: list[_Server]
+    """The servers of every call (puts too, unless they follow a set of their own)."""
 
     def __init__(self, servers: str | ServerAddress | Sequence[str | ServerAddress] = "127.0.0.1:22133",
                  *, timeout: float = 5.0, retry_after: float = 2.0, wait_slice: float = 0.5,
@@ -205,8 +209,7 @@ class Client:
         self.use_gevent = use_gevent
         self._writes = itertools.count()
         self._reads = itertools.count()
-        self.servers: list[_Server] = []
-        """The servers of every call (puts too, unless they follow a set of their own)."""
+        self.servers = []
         self._writers: list[_Server] | None = None
         """The servers puts go to when they follow a set of their own; None: :attr:`servers`."""
         self._known: dict[ServerAddress, _Server] = {}
@@ -570,7 +573,8 @@ class Client:
             conn.send(request)
             return conn.read_value(key)
 
-        holding, others = [], []
+        holding: list[_Server] = []
+        others: list[_Server] = []
         for server in servers:
             try:
                 (holding if self._call(server, peek) is not None else others).append(server)

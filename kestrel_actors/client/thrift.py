@@ -13,9 +13,10 @@ use it. :func:`encode_call` and :func:`decode_reply` are the same encoding witho
 
 from __future__ import annotations
 
+import builtins
 import socket
 from collections.abc import Iterable
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TClient, TMessageType
@@ -39,6 +40,22 @@ Status = ThriftStatus
 """``Status.NOT_CONFIGURED``, ``QUIESCENT``, ``READ_ONLY``, ``UP`` (ints)."""
 
 _SERVICE = KESTREL_IDL.Kestrel
+
+
+# thriftpy2 makes the IDL's classes at run time, so a type checker sees only their fields here.
+class _ItemFields(Protocol):
+    data: bytes
+    id: int
+
+
+class _QueueInfoFields(Protocol):
+    head_item: builtins.bytes | None
+    items: int
+    bytes: int
+    journal_bytes: int
+    age: int
+    waiters: int
+    open_transactions: int
 
 
 class ThriftClient:
@@ -79,7 +96,7 @@ class ThriftClient:
 
     def get(
         self, queue: str, max_items: int = 1, timeout_msec: int = 0, auto_abort_msec: int = 0
-    ) -> list[Item]:
+    ) -> list[_ItemFields]:
         if timeout_msec > 0:
             self._socket.set_timeout(self._timeout_ms + timeout_msec)
         try:
@@ -94,7 +111,7 @@ class ThriftClient:
     def abort(self, queue: str, ids: Iterable[int]) -> int:
         return self._client.abort(queue, set(ids))
 
-    def peek(self, queue: str) -> QueueInfo:
+    def peek(self, queue: str) -> _QueueInfoFields:
         return self._client.peek(queue)
 
     def flush_queue(self, queue: str) -> None:
