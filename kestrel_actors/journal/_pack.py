@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import structlog
 
@@ -107,7 +107,7 @@ def write_snapshot(path: str, open_items: list[tuple[int, Item]], items: list[It
 def _records(data_dir: str, name: str, files: list[str], repair: bool, now_ms: int) -> Iterator[Record]:
     for filename in files:
         path = os.path.join(data_dir, filename)
-        start = 0
+        start: int | None = 0
         while start is not None:
             try:
                 fd = open_regular(path)
@@ -215,7 +215,7 @@ def _later_records(later: list[LaterSource], now_ms: int) -> Iterator[Record]:
 
 
 def _pack_files(data_dir: str, name: str, files: list[str], out_path: str, repair: bool,
-                later: list[LaterSource] = (), later_budget: int = 1 << 62) -> tuple[int, int, int]:
+                later: Sequence[LaterSource] = (), later_budget: int = 1 << 62) -> tuple[int, int, int]:
     """Write the state at the end of ``files`` to ``out_path``.
 
     At most ``later_budget`` bytes of the ``later`` records are read (knowing fewer discarded
@@ -293,7 +293,7 @@ def _files_upto(data_dir: str, name: str, upto: str) -> list[str]:
     return [f for f in archived_files(data_dir, name) if (file_timestamp(f, name) or 0) <= limit]
 
 
-def prepare_pack(data_dir: str, name: str, upto: str, later: list[LaterSource] = (),
+def prepare_pack(data_dir: str, name: str, upto: str, later: Sequence[LaterSource] = (),
                  later_budget: int = 1 << 62) -> str | None:
     """Write the pack of the archives up to ``upto`` to a temp file; returns its path.
 
@@ -327,7 +327,7 @@ def commit_pack(data_dir: str, name: str, temp_path: str, upto: str) -> None:
     archived_files(data_dir, name)
 
 
-def pack_archives(data_dir: str, name: str, upto: str, later: list[LaterSource] = ()) -> str | None:
+def pack_archives(data_dir: str, name: str, upto: str, later: Sequence[LaterSource] = ()) -> str | None:
     """Pack the archived files of ``name`` up to and including ``upto`` into ``<upto>.pack``,
     then move it into place. Returns the packed file's name (None if nothing to pack).
 
