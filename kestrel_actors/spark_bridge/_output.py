@@ -141,8 +141,9 @@ def encode_record(row: Any) -> bytes:
         return bytes(row)
     if isinstance(row, str):
         return row.encode("utf-8")
-    if hasattr(row, "asDict") and isinstance(row, tuple):  # pyspark Row
-        row = row.asDict(recursive=True)
+    as_dict = getattr(row, "asDict", None)
+    if as_dict is not None and isinstance(row, tuple):  # pyspark Row
+        row = as_dict(recursive=True)
     return json.dumps(row, separators=(",", ":"), default=str).encode("utf-8")
 
 
