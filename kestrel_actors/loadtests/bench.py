@@ -277,12 +277,11 @@ def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: s
         row.skipped = f"server has no {bench.requires} option"
         return row
     with_peer = peer if bench.peer else None
-    if with_peer:
-        row.peer = Side()
+    peer_side = row.peer = Side() if with_peer else None
     for number in range(runs):
         run_once(args, row.ours, bench.serve_args, None, f"run {number + 1}", row.failures)
-        if with_peer:
-            run_once(args, row.peer, (), with_peer, f"peer run {number + 1}", row.failures)
+        if peer_side is not None:
+            run_once(args, peer_side, (), with_peer, f"peer run {number + 1}", row.failures)
     return row
 
 

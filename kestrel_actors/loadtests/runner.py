@@ -103,6 +103,7 @@ class Shared:
     def mark(self, item: int) -> bool:
         """Count one receipt of ``item``; True the first time (races only matter for dups)."""
         seen = self.seen_view
+        assert seen is not None  # only a plan that tracks ids marks them
         count = seen[item]
         if count < 255:
             seen[item] = count + 1
