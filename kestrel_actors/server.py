@@ -79,16 +79,20 @@ class _Listener(StreamServer):
         self._spare: int | None = _reserve_fd()
         self._last_refusal = float("-inf")
 
-    def do_read(self) -> tuple[Any, Any] | None:
+    # None: nothing accepted, which gevent's BaseServer allows (its StreamServer stub says a
+    # socket always comes)
+    def do_read(self) -> tuple[Any, Any] | None:  # type: ignore[override]
         listening = self.socket
         try:
-            fd, address = listening._accept()
+            # the raw descriptor: no socket object made and thrown away (not in the stubs)
+            fd, address = listening._accept()  # type: ignore[attr-defined]
         except BlockingIOError:
             return None
         except OSError as exc:
             if exc.errno not in _OUT_OF_FDS:
                 raise
-            return self._refuse(listening, exc)
+            self._refuse(listening, exc)
+            return None
         sock = socket.socket(listening.family, listening.type, listening.proto, fileno=fd)
         sock.setblocking(False)
         return sock, address
@@ -115,7 +119,9 @@ class _Listener(StreamServer):
             # spin on the backlog
             self.stop_accepting()
             self._timer = self.loop.timer(ACCEPT_PAUSE)
-            self._timer.start(self._start_accepting_if_started)
+            # gevent's own (private, so not in its stubs)
+            resume: Callable[[], None] = self._start_accepting_if_started  # type: ignore[attr-defined]
+            self._timer.start(resume)
         return None
 
     def do_close(self, sock: Any, *args: Any) -> None:
@@ -283,7 +289,9 @@ class Server:
 
     @property
     def port(self) -> int:
-        return self._listeners[0].server_port
+        port = self._listeners[0].server_port
+        assert port is not None  # a TCP listener's address is (host, port)
+        return port
 
     def serve_forever(self) -> None:
         """Start, and return once the server has shut down (``shutdown`` or a signal).
@@ -339,7 +347,7 @@ class Server:
         # no client may be answered once a queue closes: a confirm a closed queue "did" is
         # not on disk, and would be delivered again after the restart
         self.connections.drain(DRAIN_SECONDS)
-        closed = ReplyFuture()
+        closed: ReplyFuture[list[Any]] = ReplyFuture()  # every queue's answer, once all have closed
         self.collection.tell(ForAll(ForAllKind.CLOSE, closed, graceful=graceful))
         try:
             closed.get(timeout=30)
