@@ -17,7 +17,7 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 	$(if $(THRIFT_PORT),--thrift-port $(THRIFT_PORT)) $(if $(ADMIN_PORT),--admin-port $(ADMIN_PORT)) \
 	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
-.PHONY: run test test-pure compiled bench install clean memcached-tools thrift-compiler browser node-clients zookeeper
+.PHONY: run test test-pure compiled lint bench install clean memcached-tools thrift-compiler browser node-clients zookeeper
 
 # The compiled build (ADR 0015): `pip install -e .` compiles the request path's modules with mypyc
 # in place (`.so` beside each `.py`); `compiled` rebuilds them whenever one of their sources is
@@ -92,6 +92,11 @@ browser:
 		$$sudo apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium chromium-driver; \
 	fi
+
+# ruff's settings are in pyproject.toml, mypy's (what it checks, and how strictly) in setup.cfg.
+lint: $(STAMP)
+	$(BIN)/python -m ruff check kestrel_actors
+	$(BIN)/python -m mypy
 
 $(COMPILED_STAMP): $(STAMP) setup.py $(COMPILED_SOURCES)
 	KESTREL_ACTORS_MYPYC=1 $(BIN)/python setup.py -q build_ext --inplace

@@ -9,7 +9,8 @@ Kestrel's ``16.megabytes``.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._names import name_problem
 from .config import INT_MAX, LONG_MAX

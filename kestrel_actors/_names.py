@@ -13,8 +13,8 @@ with bytes >= 0x80 has different bytes on its disk than on its wire there; see d
 from __future__ import annotations
 
 __all__ = [
-    "MAX_NAME_BYTES", "fanout_master", "is_fanout_child", "is_queue_name", "name_bytes", "name_from_wire", "name_problem",
-    "name_text",
+    "MAX_NAME_BYTES", "fanout_master", "is_fanout_child", "is_queue_name", "name_bytes", "name_from_wire",
+    "name_problem", "name_text",
 ]
 
 MAX_NAME_BYTES = 200

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._names import fanout_master
 
-__all__ = ["QueueConfig", "ServerConfig", "ZooKeeperConfig", "ZooKeeperCredentials", "INT_MAX", "LONG_MAX"]
+__all__ = ["INT_MAX", "LONG_MAX", "QueueConfig", "ServerConfig", "ZooKeeperConfig", "ZooKeeperCredentials"]
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -42,7 +43,9 @@ class QueueConfig:
     disable_aggressive_rewrites: bool = False
     open_transaction_timeout: float | None = None
 
-    def replace(self, **changes: object) -> QueueConfig:
+    # ``Any``: the fields changed are chosen at run time (a config file's keys, the flags given), so
+    # each value is checked where it is parsed (config_file, cli), not here.
+    def replace(self, **changes: Any) -> QueueConfig:
         return dataclasses.replace(self, **changes)
 
 
@@ -76,7 +79,7 @@ class ZooKeeperConfig:
         """``host:port``, as a ZooKeeper client takes it."""
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
-    def replace(self, **changes: object) -> ZooKeeperConfig:
+    def replace(self, **changes: Any) -> ZooKeeperConfig:
         return dataclasses.replace(self, **changes)
 
 
@@ -126,7 +129,7 @@ class ServerConfig:
     queues: dict[str, QueueConfig] = field(default_factory=dict)
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def replace(self, **changes: object) -> ServerConfig:
+    def replace(self, **changes: Any) -> ServerConfig:
         return dataclasses.replace(self, **changes)
 
     def queue_config(self, name: str) -> QueueConfig:

@@ -21,9 +21,9 @@ from os import PathLike
 from typing import Any
 
 from . import _config_values as v
+from ._names import fanout_master, is_fanout_child
 from ._toml_lines import KeyLines, format_key
 from .config import QueueConfig, ServerConfig, ZooKeeperConfig, ZooKeeperCredentials
-from ._names import fanout_master, is_fanout_child
 
 __all__ = [
     "QUEUE_SETTINGS",

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict, Processor
 
 __all__ = ["configure_logging", "error_fields"]
 
@@ -30,7 +31,7 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
     return fields
 
 
-def _failure_in_one_line(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _failure_in_one_line(_logger: Any, _method: str, event: EventDict) -> EventDict:
     """Replace an event's ``exc_info`` by the fields that say why (no traceback)."""
     exc_info = event.pop("exc_info", None)
     if exc_info is True:
@@ -49,14 +50,14 @@ def configure_logging(log_format: str = "console", level: str = "info") -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
-    shared = [
+    shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     tracebacks = numeric <= logging.DEBUG
-    renderer: Any
-    shared_tail: list[Any]
+    renderer: Processor
+    shared_tail: list[Processor]
     if log_format == "json":
         renderer = structlog.processors.JSONRenderer()
         shared_tail = [structlog.processors.format_exc_info] if tracebacks else [_failure_in_one_line]

@@ -14,8 +14,9 @@ import resource
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gevent
 import gevent.event
@@ -27,16 +28,15 @@ from . import KESTREL_VERSION
 from ._compiled import compiled_state
 from .actors import QueueCollection, ServerStats
 from .actors._collection import QueueOpener, memory_opener
-from .messages import ForAll, ForAllKind, Load, Reconfigure
-from .messages import IGNORE, ReloadFailed
 from .config import ServerConfig
 from .journal import DataDirLocked, lock_data_dir
-from .runtime import ReplyFuture
-from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
-from .status import ServerStatus
+from .messages import IGNORE, ForAll, ForAllKind, Load, Reconfigure, ReloadFailed
 from .protocol import MemcacheDecoder
 from .protocol._text import TextDecoder
 from .protocol._thrift import ThriftDecoder
+from .runtime import ReplyFuture
+from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
+from .status import ServerStatus
 
 __all__ = ["Server", "StartupError"]
 
@@ -80,16 +80,20 @@ class _Listener(StreamServer):
         self._spare: int | None = _reserve_fd()
         self._last_refusal = float("-inf")
 
-    def do_read(self) -> tuple[Any, Any] | None:
+    # None: nothing accepted, which gevent's BaseServer allows (its StreamServer stub says a
+    # socket always comes)
+    def do_read(self) -> tuple[Any, Any] | None:  # type: ignore[override]
         listening = self.socket
         try:
-            fd, address = listening._accept()
+            # the raw descriptor: no socket object made and thrown away (not in the stubs)
+            fd, address = listening._accept()  # type: ignore[attr-defined]
         except BlockingIOError:
             return None
         except OSError as exc:
             if exc.errno not in _OUT_OF_FDS:
                 raise
-            return self._refuse(listening, exc)
+            self._refuse(listening, exc)
+            return None
         sock = socket.socket(listening.family, listening.type, listening.proto, fileno=fd)
         sock.setblocking(False)
         return sock, address
@@ -116,7 +120,9 @@ class _Listener(StreamServer):
             # spin on the backlog
             self.stop_accepting()
             self._timer = self.loop.timer(ACCEPT_PAUSE)
-            self._timer.start(self._start_accepting_if_started)
+            # gevent's own (private, so not in its stubs)
+            resume: Callable[[], None] = self._start_accepting_if_started  # type: ignore[attr-defined]
+            self._timer.start(resume)
         return None
 
     def do_close(self, sock: Any, *args: Any) -> None:
@@ -222,7 +228,7 @@ class Server:
         try:
             self.collection.ask(Load(names))
             self.status.load()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("exception during startup")
             raise StartupError(f"cannot load the queues in {self.config.data_dir}: {exc}") from exc
 
@@ -259,7 +265,7 @@ class Server:
         thrift, text: the first is the main one)."""
         names = ("memcache", "thrift", "text")
         endpoints = {name: (self.config.host, listener.server_port)
-                     for name, listener in zip(names, listeners) if listener is not None}
+                     for name, listener in zip(names, listeners, strict=False) if listener is not None}
         self.membership.start(endpoints)
 
     def _start_admin(self, host: str, port: int) -> None:
@@ -285,7 +291,9 @@ class Server:
 
     @property
     def port(self) -> int:
-        return self._listeners[0].server_port
+        port = self._listeners[0].server_port
+        assert port is not None  # a TCP listener's address is (host, port)
+        return port
 
     def serve_forever(self) -> None:
         """Start, and return once the server has shut down (``shutdown`` or a signal).
@@ -341,7 +349,7 @@ class Server:
         # no client may be answered once a queue closes: a confirm a closed queue "did" is
         # not on disk, and would be delivered again after the restart
         self.connections.drain(DRAIN_SECONDS)
-        closed = ReplyFuture()
+        closed: ReplyFuture[list[Any]] = ReplyFuture()  # every queue's answer, once all have closed
         self.collection.tell(ForAll(ForAllKind.CLOSE, closed, graceful=graceful))
         try:
             closed.get(timeout=30)

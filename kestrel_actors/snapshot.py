@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .messages import QueueStats
 from .stats import LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram, QueueMetrics, ServerStats
@@ -47,6 +48,11 @@ ALIAS_COUNTERS = ("put_items", "put_bytes")
 _ZOOKEEPER_COUNTERS = ("joins", "sessions_expired")
 
 _MEMCACHE_GLOBALS = ServerStats.COUNTERS[: ServerStats.COUNTERS.index("queue_expires") + 1]
+
+
+def _figures(queue: QueueStats) -> dict[str, int]:
+    """A queue's stats lines that are numbers, by name (all but ``children``, a list of names)."""
+    return {stat: value for stat, value in queue.lines if isinstance(value, int)}
 
 
 def _physical_memory() -> int:
@@ -112,7 +118,8 @@ class StatsSnapshot:
         """``stat`` summed over the queues (not the aliases)."""
         totals = self._totals.get(stat)
         if totals is None:
-            totals = self._totals[stat] = sum(dict(queue.lines)[stat] for queue in self.queues if queue.extra is not None)
+            totals = self._totals[stat] = sum(_figures(queue)[stat] for queue in self.queues
+                                              if queue.extra is not None)
         return totals
 
     def reserved_memory_ratio(self) -> str:
@@ -169,7 +176,7 @@ class StatsSnapshot:
         queue = self._queue(scope)
         if queue is None:
             return None
-        values = dict(queue.lines)
+        values = _figures(queue)
         if queue.extra is None:
             return {name: values[name] for name in ALIAS_COUNTERS}
         metrics = self.metrics.get(queue.name) or _NO_METRICS
@@ -207,7 +214,7 @@ class StatsSnapshot:
             return None
         if queue.extra is None:
             return None if queue.alias_created is None else {"create_time": queue.alias_created}
-        values = dict(queue.lines)
+        values = _figures(queue)
         values.update(queue.extra)
         values["age_msec"] = values["age"]
         values["oldest_item_age_msec"] = values["oldest_item_age"]
@@ -270,7 +277,7 @@ def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = Tr
     config = server.config
     for done, queue in enumerate(queues, 1):
         if queue.extra is not None:
-            lines = dict(queue.lines)
+            lines = _figures(queue)
             items += lines["items"]
             size += lines["bytes"]
             reserved += config.queue_config(queue.name).max_memory_size
@@ -294,6 +301,6 @@ def gather_snapshot(server: Any, timeout: float = 10.0, pause: Callable[[], None
     from .messages import ForAll, ForAllKind
     from .runtime import ReplyFuture
 
-    answers = ReplyFuture()
+    answers: ReplyFuture[list[QueueStats]] = ReplyFuture()
     server.collection.tell(ForAll(ForAllKind.STATS, answers))
     return take_snapshot(server, answers.get(timeout=timeout), pause=pause)

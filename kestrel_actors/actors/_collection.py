@@ -157,7 +157,7 @@ class QueueCollection(GeventActor):
         self.config = config
         self._note_aliases()
         for name, ref in self.queues.items():
-            try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+            try:
                 ref.tell(SetConfig(config.queue_config(name)))
             except ActorDeadError:
                 pass

@@ -25,15 +25,40 @@ import structlog
 from pykka import ActorDeadError
 
 from ..config import QueueConfig
+from ..messages import (
+    BATCH_FETCH_BYTES,
+    FETCH_OPS,
+    MANY_FETCHES,
+    Add,
+    AddCopy,
+    BatchDone,
+    CancelWaits,
+    CloseQueue,
+    Confirm,
+    CopyDone,
+    DeleteQueue,
+    Flush,
+    FlushExpired,
+    GetStats,
+    Inspect,
+    JournalFailure,
+    Open,
+    OpenMany,
+    Peek,
+    PutBack,
+    QueueBatch,
+    QueueStats,
+    Remove,
+    SetChildren,
+    SetConfig,
+    Sweep,
+    Swept,
+    Unremove,
+    closed_result,
+    missed_result,
+)
 from ..queue import Journal, QueueCore, Waiter, WaitList, epoch_ms, is_fanout_child
 from ..runtime import Dispatcher, GeventActor, on_own_greenlet
-from ..messages import (
-    AddCopy, CloseQueue, CopyDone, DeleteQueue, GetStats, QueueStats, SetChildren, SetConfig, Sweep, Swept,
-)
-from ..messages import (
-    BATCH_FETCH_BYTES, FETCH_OPS, MANY_FETCHES, Add, BatchDone, CancelWaits, Confirm, Flush, FlushExpired, Inspect,
-    JournalFailure, Open, OpenMany, Peek, PutBack, QueueBatch, Remove, Unremove, closed_result, missed_result,
-)
 from ..stats import ServerStats
 
 __all__ = ["QueueActor"]
@@ -257,7 +282,7 @@ class QueueActor(GeventActor):
 
         def send() -> None:
             for reply_to, reply in replies:
-                try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+                try:
                     reply_to.tell(reply)
                 except ActorDeadError:  # that client's session ended meanwhile
                     pass
@@ -472,7 +497,7 @@ class QueueActor(GeventActor):
     def _answer_with_a_miss(self, waiter: Waiter) -> None:
         """Answer a parked batch with a miss and nothing after it (its client has gone)."""
         waiter.results.append(missed_result(waiter.batch.ops[waiter.index]))
-        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+        try:
             _reply_to(waiter.batch).tell(BatchDone(waiter.results))
         except ActorDeadError:  # its session ended (a failed handler stops it at once)
             pass

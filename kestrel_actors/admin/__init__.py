@@ -49,6 +49,7 @@ _TURN = 0.001
 
 class _Handler(WSGIHandler):
     arrival: Arrival
+    server: _AdminHTTP
 
     def handle_one_request(self) -> Any:
         arrival = self.arrival = self.server.arrivals.expect(self.socket, str(self.client_address))
@@ -66,8 +67,10 @@ class _Handler(WSGIHandler):
     def run_application(self) -> None:
         # No endpoint reads a body, but it is part of the request and must arrive in time too;
         # what a cut-off connection has read is not a request, whatever it looks like.
+        wsgi_input = self.wsgi_input
+        assert wsgi_input is not None  # handle_one_request made it before the application runs
         try:
-            while self.wsgi_input.read(65536):
+            while wsgi_input.read(65536):
                 pass
             whole = True
         except OSError:  # the client closed in the middle of it, or sent a broken chunk
@@ -76,12 +79,13 @@ class _Handler(WSGIHandler):
             raise ConnectionResetError(errno.ECONNRESET, "the request did not arrive whole")
         super().run_application()
 
+    # gevent's own hook for a client's error, private, so its stub leaves it out
     def _handle_client_error(self, ex: BaseException) -> Any:
         # A timeout, a reset or a cut-off while reading a request is the client's going: close
         # quietly (gevent's default prints a traceback and answers 400 to nobody).
         if isinstance(ex, OSError) or self.arrival.was_cut:
             return None
-        return super()._handle_client_error(ex)
+        return super()._handle_client_error(ex)  # type: ignore[misc]
 
 
 class _AdminHTTP(WSGIServer):
@@ -115,7 +119,7 @@ class AdminService:
         self.app = http.application = AdminApp(self.server, AdminGuard(host, bound[0], bound[1], token))
         http.start()
         self.http = http
-        return http.server_port
+        return int(bound[1])
 
     def close(self) -> None:
         if self.app is not None:

@@ -12,7 +12,8 @@ than a tenth of its time. A small server's scrapes take milliseconds and are nev
 from __future__ import annotations
 
 import time
-from typing import Callable, Generic, Hashable, NamedTuple, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, NamedTuple, TypeVar, cast
 
 import gevent.event
 
@@ -37,7 +38,7 @@ class SharedBuilds(Generic[T]):
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._building: dict[Hashable, gevent.event.AsyncResult] = {}
+        self._building: dict[Hashable, gevent.event.AsyncResult[T]] = {}
         self._reusable: dict[Hashable, _Reusable[T]] = {}
 
     def get(self, key: Hashable, build: Callable[[], T]) -> T:
@@ -46,7 +47,8 @@ class SharedBuilds(Generic[T]):
             return reusable.answer
         building = self._building.get(key)
         if building is not None:
-            return building.get()
+            # the builder set() it with a T or raised; the stub's ``T | None`` is for a bare set()
+            return cast(T, building.get())
         building = self._building[key] = gevent.event.AsyncResult()
         started = self.clock()
         try:

@@ -22,14 +22,15 @@ import itertools
 import json
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import gevent
 import structlog
 
 from .._names import name_text
-from ..stats import Histogram
 from ..snapshot import CHUNK, StatsSnapshot
+from ..stats import Histogram
 
 __all__ = [
     "MAX_PERIODS", "NamedListeners", "PeriodLatches", "distribution", "json_bytes", "ostrich_json", "ostrich_stats",
@@ -100,8 +101,8 @@ def ostrich_stats(current: StatsSnapshot, earlier: StatsSnapshot | None = None,
             pause()
     gauges: dict[str, Any] = {}
     for done, scope in enumerate(current.scopes()):
-        for name, value in (current.gauges_of(scope) or {}).items():
-            gauges[_scoped(scope, name)] = value
+        for name, gauge in (current.gauges_of(scope) or {}).items():
+            gauges[_scoped(scope, name)] = gauge
         if done % CHUNK == 0:
             pause()
     return {"counters": counters, "gauges": gauges, "labels": current.labels(), "metrics": metrics}
@@ -158,7 +159,8 @@ def ostrich_json(stats: dict[str, dict[str, Any]], pause: Callable[[], None] = _
         first = True
         for block in _scope_blocks(values, pause):
             if block:
-                parts.append(b"%s%s" % (b"" if first else b",", json_bytes({name: values[name] for name in block})[1:-1]))
+                members = json_bytes({name: values[name] for name in block})[1:-1]
+                parts.append(b"%s%s" % (b"" if first else b",", members))
                 first = False
         parts.append(b"}")
     parts.append(b"}")

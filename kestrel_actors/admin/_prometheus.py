@@ -25,7 +25,8 @@ chunk of queues at a time, with a ``pause`` between chunks.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
@@ -190,8 +191,8 @@ class SnapshotCollector:
                 continue
             yield CounterMetricFamily(f"kestrel_{_name(name)}", f"Kestrel counter {name}", value=value)
         yield errors
-        for name, value in (snapshot.gauges_of(None) or {}).items():
-            yield GaugeMetricFamily(f"kestrel_{_name(name)}", f"Kestrel gauge {name}", value=value)
+        for name, gauge in (snapshot.gauges_of(None) or {}).items():
+            yield GaugeMetricFamily(f"kestrel_{_name(name)}", f"Kestrel gauge {name}", value=gauge)
         server = snapshot.histograms_of(None)
         if server is not None:
             for metric in LATENCIES + SERVER_METRICS:
@@ -204,7 +205,7 @@ class SnapshotCollector:
 
 def _add_histogram(family: HistogramMetricFamily, labels: list[str], histogram: Histogram, per_second: float) -> None:
     counts = histogram.cumulative(PROMETHEUS_BOUNDS)
-    buckets = [(le, count) for le, count in zip(_le_labels(per_second), counts)]
+    buckets = [(le, count) for le, count in zip(_le_labels(per_second), counts, strict=True)]
     buckets.append(("+Inf", histogram.count))
     family.add_metric(labels, buckets, sum_value=histogram.sum / per_second)
 
@@ -295,7 +296,7 @@ def _escape(value: str) -> str:
 
 def _histogram_lines(lines: list[str], family: str, labels: str, histogram: Histogram, per_second: float) -> None:
     counts = histogram.cumulative(PROMETHEUS_BOUNDS)
-    for le, count in zip(_le_labels(per_second), counts):
+    for le, count in zip(_le_labels(per_second), counts, strict=True):
         lines.append(f'{family}_bucket{{le="{le}",{labels}}} {floatToGoString(count)}\n')
     count = floatToGoString(histogram.count)
     lines.append(f'{family}_bucket{{le="+Inf",{labels}}} {count}\n')

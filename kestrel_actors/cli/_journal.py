@@ -46,10 +46,18 @@ def dump(paths: tuple[str, ...], quiet: bool, show_data: bool, raw: bool) -> Non
 
 def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
     from ..journal._format import (
-        ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID,
-        OP_SAVE_XID, OP_UNREMOVE, RecordReader,
+        ADD_OPS,
+        OP_CONFIRM_REMOVE,
+        OP_CONTINUE,
+        OP_REMOVE,
+        OP_REMOVE_TENTATIVE,
+        OP_REMOVE_TENTATIVE_XID,
+        OP_SAVE_XID,
+        OP_UNREMOVE,
+        Record,
+        RecordReader,
     )
-    from ..queue._rules import next_xid
+    from ..queue import Item, next_xid
 
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -62,8 +70,7 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
     xid = 0
     out = sys.stdout.buffer if raw else None
 
-    def describe(label: str, record) -> str:  # noqa: ANN001
-        item = record.item
+    def describe(label: str, record: Record, item: Item) -> str:
         text = f"{label} {len(item.data):<6d}"
         if record.xid > 0:
             text += f" xid={record.xid}"
@@ -76,19 +83,18 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
         for record in reader:
             op = record.op
             if op in ADD_OPS or op == OP_CONTINUE:
-                line = describe("CON" if op == OP_CONTINUE else "ADD", record)
+                item = record.item
+                assert item is not None  # the add records and CONTINUE always carry their item
+                line = describe("CON" if op == OP_CONTINUE else "ADD", record, item)
                 if op == OP_CONTINUE:
                     open_sizes.pop(record.xid, None)
-                queue.append(len(record.item.data))
+                queue.append(len(item.data))
             elif op == OP_REMOVE:
                 line = "REM"
                 if queue:
                     queue.popleft()
             elif op in (OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID):
-                if op == OP_REMOVE_TENTATIVE:
-                    xid = next_xid(xid, open_sizes)
-                else:
-                    xid = record.xid
+                xid = next_xid(xid, open_sizes) if op == OP_REMOVE_TENTATIVE else record.xid
                 if queue:
                     open_sizes[xid] = queue.popleft()
                 line = f"RSV {xid}"

@@ -42,7 +42,8 @@ MIB = 1024 * 1024
 @click.option("--monitor-max-items", default=10_000, show_default=True, type=click.IntRange(min=1),
               help="Most items one monitor command may hold open.")
 @click.option("--max-connections", default=20_000, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-buffered-bytes", default="1G", show_default=True, metavar="SIZE", callback=lambda _ctx, param, value: _size(param, value),
+@click.option("--max-buffered-bytes", default="1G", show_default=True, metavar="SIZE",
+              callback=lambda _ctx, param, value: _size(param, value),
               help="Bound on what all connections buffer together (unfinished requests, unsent "
                    "replies), in bytes or with a unit (512M, 2G); past it the connections holding "
                    "the most are closed.")

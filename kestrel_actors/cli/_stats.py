@@ -127,7 +127,7 @@ def queue_rows(now: Reading, before: Reading | None, view: View) -> list[QueueRo
         if needle not in name.casefold():
             continue
 
-        def q(stat: str) -> int:
+        def q(stat: str, name: str = name) -> int:
             return int(gauges.get(f"q/{name}/{stat}", 0))
         rows.append(QueueRow(
             name, q("items"), q("bytes"), q("oldest_item_age_msec"), q("age_msec"), q("create_time"),
@@ -145,7 +145,10 @@ TABLE_CHROME = 4
 """Lines of the table that are not rows: its top border, titles, the rule under them, its bottom."""
 
 
-def render(now: Reading, before: Reading | None, where: str, view: View = View(), console: Any = None) -> Any:
+_WHOLE_TABLE = View()
+
+
+def render(now: Reading, before: Reading | None, where: str, view: View = _WHOLE_TABLE, console: Any = None) -> Any:
     """The summary line and the per-queue table of one reading (rates against ``before``),
     cut to ``view.height`` lines (measured on ``console``) with a last line saying how many
     more queues there are."""

@@ -6,7 +6,8 @@ set the block's other keys, or override the file's.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 

@@ -18,10 +18,11 @@ import itertools
 import math
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from types import TracebackType
+from typing import Any, Self, TypeVar
 
 from ..cluster._serverset import ServerSetAddress
 from ._connection import Connection, cooperative
@@ -151,16 +152,18 @@ class MonitorBatch:
         failure: KestrelError | None = None
         for part in parts:
             try:
-                self.client._use(part.server, part.conn, lambda conn: action(conn, part.count))
+                # _use calls the lambda before the loop moves on
+                self.client._use(part.server, part.conn, lambda conn: action(conn, part.count))  # noqa: B023
             except KestrelError as exc:
                 failure = failure or exc
         if failure is not None:
             raise failure
 
-    def __enter__(self) -> MonitorBatch:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is None:
             self.confirm()
         else:
@@ -176,6 +179,9 @@ class Client:
     tries the next. ``max_idle`` connections per server are kept for reuse. Safe to share
     between threads and between greenlets: each call takes its own connection.
     """
+
+    servers: list[_Server]
+    """The servers of every call (puts too, unless they follow a set of their own)."""
 
     def __init__(self, servers: str | ServerAddress | Sequence[str | ServerAddress] = "127.0.0.1:22133",
                  *, timeout: float = 5.0, retry_after: float = 2.0, wait_slice: float = 0.5,
@@ -203,8 +209,7 @@ class Client:
         self.use_gevent = use_gevent
         self._writes = itertools.count()
         self._reads = itertools.count()
-        self.servers: list[_Server] = []
-        """The servers of every call (puts too, unless they follow a set of their own)."""
+        self.servers = []
         self._writers: list[_Server] | None = None
         """The servers puts go to when they follow a set of their own; None: :attr:`servers`."""
         self._known: dict[ServerAddress, _Server] = {}
@@ -568,7 +573,8 @@ class Client:
             conn.send(request)
             return conn.read_value(key)
 
-        holding, others = [], []
+        holding: list[_Server] = []
+        others: list[_Server] = []
         for server in servers:
             try:
                 (holding if self._call(server, peek) is not None else others).append(server)
@@ -687,7 +693,7 @@ class Client:
         for server in list(self._known.values()):
             _close_idle(server)
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

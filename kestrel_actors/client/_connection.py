@@ -17,7 +17,7 @@ from __future__ import annotations
 import socket as _stdlib_socket
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,9 +38,10 @@ def cooperative() -> Any | None:
     gevent_hub = sys.modules.get("gevent.hub")
     if gevent_hub is None:
         return None
-    get_hub_if_exists = getattr(gevent_hub, "_get_hub", None)  # never creates a hub
+    get_hub_if_exists: Callable[[], Any] | None = getattr(gevent_hub, "_get_hub", None)  # never creates a hub
     if get_hub_if_exists is None:
-        from gevent._hub_local import get_hub_if_exists
+        from gevent._hub_local import get_hub_if_exists as hub_local_getter
+        get_hub_if_exists = hub_local_getter
     hub = get_hub_if_exists()
     if hub is not None:
         return hub
@@ -81,7 +82,7 @@ class Connection:
         self.waiting_since = 0
         self.hub: Any = None
         self._wait = self._readable = None
-        self._sleep = time.sleep
+        self._sleep: Callable[[float], None] = time.sleep
 
     # -- connection ---------------------------------------------------------------------
 
@@ -191,7 +192,7 @@ class Connection:
                     chunk = self.sock.recv(_RECV)
             else:
                 chunk = self.sock.recv(_RECV)
-        except _stdlib_socket.timeout:
+        except TimeoutError:
             raise self.stalled(want) from None
         except OSError as exc:
             raise ConnectionLost(f"receive from {self.host}:{self.port} failed: {exc}; "

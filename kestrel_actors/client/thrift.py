@@ -13,9 +13,10 @@ use it. :func:`encode_call` and :func:`decode_reply` are the same encoding witho
 
 from __future__ import annotations
 
+import builtins
 import socket
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol, Self
 
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TClient, TMessageType
@@ -41,14 +42,30 @@ Status = ThriftStatus
 _SERVICE = KESTREL_IDL.Kestrel
 
 
+# thriftpy2 makes the IDL's classes at run time, so a type checker sees only their fields here.
+class _ItemFields(Protocol):
+    data: bytes
+    id: int
+
+
+class _QueueInfoFields(Protocol):
+    head_item: builtins.bytes | None
+    items: int
+    bytes: int
+    journal_bytes: int
+    age: int
+    waiters: int
+    open_transactions: int
+
+
 class ThriftClient:
     """One connection to a server's thrift port; calls are synchronous, one at a time.
 
     ``timeout`` (seconds) bounds the connect and each reply; a ``get`` that may wait on the
     server gets its ``timeout_msec`` on top. The socket is gevent's where gevent is in charge
     (a hub running in this thread, or a monkey-patched socket module; ``use_gevent`` forces
-    the choice), as for the memcache client, so greenlets of a load test share one thread. A ``TApplicationException`` reply is raised as
-    one; a closed connection raises thriftpy2's ``TTransportException``.
+    the choice), as for the memcache client, so greenlets of a load test share one thread. A
+    ``TApplicationException`` reply is raised as one; a closed connection raises thriftpy2's ``TTransportException``.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 2229, timeout: float = 10.0,
@@ -64,7 +81,7 @@ class ThriftClient:
         self._socket = TSocket(sock=sock, socket_timeout=self._timeout_ms)
         self._client = TClient(_SERVICE, TBinaryProtocol(TFramedTransport(self._socket)))
 
-    def __enter__(self) -> ThriftClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -79,7 +96,7 @@ class ThriftClient:
 
     def get(
         self, queue: str, max_items: int = 1, timeout_msec: int = 0, auto_abort_msec: int = 0
-    ) -> list[Item]:
+    ) -> list[_ItemFields]:
         if timeout_msec > 0:
             self._socket.set_timeout(self._timeout_ms + timeout_msec)
         try:
@@ -94,7 +111,7 @@ class ThriftClient:
     def abort(self, queue: str, ids: Iterable[int]) -> int:
         return self._client.abort(queue, set(ids))
 
-    def peek(self, queue: str) -> QueueInfo:
+    def peek(self, queue: str) -> _QueueInfoFields:
         return self._client.peek(queue)
 
     def flush_queue(self, queue: str) -> None:

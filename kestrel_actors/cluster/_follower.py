@@ -48,7 +48,7 @@ class ServerSetFollower:
     def start(self, timeout: float = 10.0) -> ServerSetFollower:
         try:
             self._zk.start(timeout=timeout)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - kazoo's handlers raise their own timeout types
             self._zk.close()
             raise TimeoutError(f"cannot reach ZooKeeper at {self.address.hosts}: {exc}") from None
         self._refresh()

@@ -79,8 +79,9 @@ def published_host(host: str) -> str:
     name = socket.gethostname()
     try:
         for info in socket.getaddrinfo(name, None, socket.AF_INET):
-            if not info[4][0].startswith("127."):
-                return info[4][0]
+            candidate = info[4][0]  # an AF_INET address is (host, port)
+            if isinstance(candidate, str) and not candidate.startswith("127."):
+                return candidate
     except OSError:
         pass
     return name
@@ -166,11 +167,12 @@ class ZooKeeperMembership:
             self._leave(member)
         if self._keeper is not None:
             self._keeper.kill()
-        with gevent.Timeout(timeout, False):
+        # False: expire silently (gevent's documented value; its stub allows only exceptions)
+        with gevent.Timeout(timeout, False):  # type: ignore[arg-type]
             if self._zk.connected:
                 self._drop_leaving()
         self._state = "CLOSED"
-        with gevent.Timeout(timeout, False):
+        with gevent.Timeout(timeout, False):  # type: ignore[arg-type]
             self._zk.stop()
         self._zk.close()
 

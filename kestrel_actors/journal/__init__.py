@@ -13,13 +13,22 @@ The parts that need gevent are imported on first use, so offline tools stay ligh
 
 from typing import Any
 
-from ._files import NotRegularFile, archived_files, erase_files, fsync_dir, journal_files, queue_names
-from ._lock import LOCK_FILE, DataDirLocked, lock_data_dir
-from ._format import (
-    CORRUPT, TORN, Problem, Record, RecordReader, encode_add, encode_confirm_remove, encode_continue,
-    encode_remove, encode_remove_tentative, encode_unremove,
-)
 from ..queue import Item, Journal
+from ._files import NotRegularFile, archived_files, erase_files, fsync_dir, journal_files, queue_names
+from ._format import (
+    CORRUPT,
+    TORN,
+    Problem,
+    Record,
+    RecordReader,
+    encode_add,
+    encode_confirm_remove,
+    encode_continue,
+    encode_remove,
+    encode_remove_tentative,
+    encode_unremove,
+)
+from ._lock import LOCK_FILE, DataDirLocked, lock_data_dir
 from ._memory import MemoryJournal
 from ._pack import pack_archives, pack_queue
 from ._readbehind import ReadBehindPosition
@@ -35,11 +44,40 @@ _LAZY = {
 }
 
 __all__ = [
-    "CORRUPT", "TORN", "DataDirLocked", "FileJournal", "FileOpener", "LOCK_FILE", "NotRegularFile", "Item", "Journal", "JournalWriter", "MemoryJournal", "Problem",
-    "ReadBehindPosition", "Record", "RecordReader", "ReplayResult", "archived_files", "encode_add",
-    "encode_confirm_remove", "encode_continue", "encode_remove", "encode_remove_tentative",
-    "encode_unremove", "erase_files", "fsync_dir", "journal_files", "lock_data_dir", "make_file_opener", "open_file_journal",
-    "pack_archives", "pack_queue", "queue_names", "replay_queue", "run_blocking",
+    "CORRUPT",
+    "LOCK_FILE",
+    "TORN",
+    "DataDirLocked",
+    "FileJournal",
+    "FileOpener",
+    "Item",
+    "Journal",
+    "JournalWriter",
+    "MemoryJournal",
+    "NotRegularFile",
+    "Problem",
+    "ReadBehindPosition",
+    "Record",
+    "RecordReader",
+    "ReplayResult",
+    "archived_files",
+    "encode_add",
+    "encode_confirm_remove",
+    "encode_continue",
+    "encode_remove",
+    "encode_remove_tentative",
+    "encode_unremove",
+    "erase_files",
+    "fsync_dir",
+    "journal_files",
+    "lock_data_dir",
+    "make_file_opener",
+    "open_file_journal",
+    "pack_archives",
+    "pack_queue",
+    "queue_names",
+    "replay_queue",
+    "run_blocking",
 ]
 
 

@@ -62,7 +62,7 @@ fsyncs and renames; on a full or read-only disk every add would otherwise try)."
 
 
 def _unlink_quietly(path: str) -> None:
-    try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+    try:
         os.unlink(path)
     except OSError:
         pass  # a leftover empty archive or temp file: the next listing or replay deals with it
@@ -414,7 +414,7 @@ class FileJournal:
         return True
 
     def _update_archived_size(self) -> None:
-        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+        try:
             self.archived_size = total_size(self.data_dir, archived_files(self.data_dir, self.name))
         except OSError:
             pass  # a pack could not be finished (it will be at the next listing): keep the old count

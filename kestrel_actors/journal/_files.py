@@ -26,9 +26,22 @@ import time
 import structlog
 
 __all__ = [
-    "TEMP_MARK", "PACK_SUFFIX", "archived_files", "files_by_queue", "journal_files", "queue_names", "delete_temp_files",
-    "erase_files", "unique_file", "fsync_dir", "file_timestamp", "total_size", "file_size",
-    "NotRegularFile", "is_regular", "open_regular",
+    "PACK_SUFFIX",
+    "TEMP_MARK",
+    "NotRegularFile",
+    "archived_files",
+    "delete_temp_files",
+    "erase_files",
+    "file_size",
+    "file_timestamp",
+    "files_by_queue",
+    "fsync_dir",
+    "is_regular",
+    "journal_files",
+    "open_regular",
+    "queue_names",
+    "total_size",
+    "unique_file",
 ]
 
 log = structlog.get_logger("kestrel_actors.journal")
@@ -192,7 +205,7 @@ def archived_files(data_dir: str, name: str, listing: list[str] | None = None) -
 
 def journal_files(data_dir: str, name: str, listing: list[str] | None = None) -> list[str]:
     """Every file to replay, in order: the archives, then ``<name>`` (which may not exist)."""
-    return archived_files(data_dir, name, listing) + [name]
+    return [*archived_files(data_dir, name, listing), name]
 
 
 def queue_names(data_dir: str) -> list[str]:

@@ -55,10 +55,10 @@ def lock_data_dir(data_dir: str | os.PathLike[str]) -> int:
     except BaseException:
         os.close(fd)
         raise
-    pid = b"%d\n" % os.getpid()
+    own_pid = b"%d\n" % os.getpid()
     try:
-        os.pwrite(fd, pid, 0)  # over the last holder's pid, then cut what is left of it
-        os.ftruncate(fd, len(pid))
+        os.pwrite(fd, own_pid, 0)  # over the last holder's pid, then cut what is left of it
+        os.ftruncate(fd, len(own_pid))
     except OSError:
         pass  # a full disk: the lock holds all the same, a refusal just cannot name the pid
     return fd

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..queue import Item
 
@@ -29,7 +30,7 @@ class MemoryJournal:
     def confirm_remove(self, xid: int) -> None:
         pass
 
-    failure = None
+    failure: OSError | None = None  # a memory journal never fails a write
 
     def after_durable(self, callback: Callable[[], None],
                       on_error: Callable[[OSError], None] | None = None) -> None:

@@ -16,14 +16,14 @@ from __future__ import annotations
 import functools
 
 from ..config import QueueConfig
+from ..queue import QueueCore
 from ._file import FileJournal
 from ._files import erase_files, files_by_queue
-from ..queue import QueueCore
 from ._memory import MemoryJournal
 from ._replay import ReplayResult, replay_queue
 from ._writer import run_blocking
 
-__all__ = ["FileOpener", "open_file_journal", "make_file_opener"]
+__all__ = ["FileOpener", "make_file_opener", "open_file_journal"]
 
 
 def open_file_journal(data_dir: str, name: str, config: QueueConfig, *, read_behind: bool = False,
@@ -105,7 +105,7 @@ class FileOpener:
         journaled = [(name, config) for name, config in requests if config.keep_journal]
         states = run_blocking(_replay_each, self.data_dir, journaled, self.read_behind)
         opened: dict[str, QueueCore | Exception] = {}
-        for (name, config), state in zip(journaled, states):
+        for (name, config), state in zip(journaled, states, strict=True):
             try:
                 if isinstance(state, Exception):
                     raise state

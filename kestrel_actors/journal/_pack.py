@@ -33,19 +33,35 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterator
+from collections.abc import Iterator, Sequence
 
 import structlog
 
+from ..queue import Item, next_xid
 from ._files import (
-    PACK_SUFFIX, archived_files, delete_temp_files, file_timestamp, fsync_dir, journal_files, open_regular,
+    PACK_SUFFIX,
+    archived_files,
+    delete_temp_files,
+    file_timestamp,
+    fsync_dir,
+    journal_files,
+    open_regular,
     unique_file,
 )
 from ._format import (
-    ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE, OP_REMOVE_TENTATIVE_XID,
-    OP_SAVE_XID, OP_UNREMOVE, Record, RecordReader, encode_add, encode_remove_tentative,
+    ADD_OPS,
+    OP_CONFIRM_REMOVE,
+    OP_CONTINUE,
+    OP_REMOVE,
+    OP_REMOVE_TENTATIVE,
+    OP_REMOVE_TENTATIVE_XID,
+    OP_SAVE_XID,
+    OP_UNREMOVE,
+    Record,
+    RecordReader,
+    encode_add,
+    encode_remove_tentative,
 )
-from ..queue import Item, next_xid
 from ._repair import repair_file
 
 __all__ = ["PackError", "commit_pack", "pack_archives", "pack_queue", "prepare_pack", "write_snapshot"]
@@ -91,7 +107,7 @@ def write_snapshot(path: str, open_items: list[tuple[int, Item]], items: list[It
 def _records(data_dir: str, name: str, files: list[str], repair: bool, now_ms: int) -> Iterator[Record]:
     for filename in files:
         path = os.path.join(data_dir, filename)
-        start = 0
+        start: int | None = 0
         while start is not None:
             try:
                 fd = open_regular(path)
@@ -165,7 +181,7 @@ class _Plan:
             self.hi += 1
         elif op == OP_REMOVE:
             self._kill(self._pop())
-        elif op == OP_REMOVE_TENTATIVE_XID or op == OP_REMOVE_TENTATIVE:
+        elif op in (OP_REMOVE_TENTATIVE_XID, OP_REMOVE_TENTATIVE):
             xid = record.xid
             if op == OP_REMOVE_TENTATIVE:
                 xid = next_xid(self.xid, self.open)
@@ -199,7 +215,7 @@ def _later_records(later: list[LaterSource], now_ms: int) -> Iterator[Record]:
 
 
 def _pack_files(data_dir: str, name: str, files: list[str], out_path: str, repair: bool,
-                later: list[LaterSource] = (), later_budget: int = 1 << 62) -> tuple[int, int, int]:
+                later: Sequence[LaterSource] = (), later_budget: int = 1 << 62) -> tuple[int, int, int]:
     """Write the state at the end of ``files`` to ``out_path``.
 
     At most ``later_budget`` bytes of the ``later`` records are read (knowing fewer discarded
@@ -277,7 +293,7 @@ def _files_upto(data_dir: str, name: str, upto: str) -> list[str]:
     return [f for f in archived_files(data_dir, name) if (file_timestamp(f, name) or 0) <= limit]
 
 
-def prepare_pack(data_dir: str, name: str, upto: str, later: list[LaterSource] = (),
+def prepare_pack(data_dir: str, name: str, upto: str, later: Sequence[LaterSource] = (),
                  later_budget: int = 1 << 62) -> str | None:
     """Write the pack of the archives up to ``upto`` to a temp file; returns its path.
 
@@ -311,7 +327,7 @@ def commit_pack(data_dir: str, name: str, temp_path: str, upto: str) -> None:
     archived_files(data_dir, name)
 
 
-def pack_archives(data_dir: str, name: str, upto: str, later: list[LaterSource] = ()) -> str | None:
+def pack_archives(data_dir: str, name: str, upto: str, later: Sequence[LaterSource] = ()) -> str | None:
     """Pack the archived files of ``name`` up to and including ``upto`` into ``<upto>.pack``,
     then move it into place. Returns the packed file's name (None if nothing to pack).
 
@@ -343,7 +359,7 @@ def pack_queue(data_dir: str, name: str) -> tuple[int, int]:
         os.replace(current, os.path.join(data_dir, rotated))
     temp = unique_file(data_dir, name, "~~")
     temp_path = os.path.join(data_dir, temp)
-    count, _empty, size = _pack_files(data_dir, name, archives + [rotated], temp_path, repair=True)
+    count, _empty, size = _pack_files(data_dir, name, [*archives, rotated], temp_path, repair=True)
     os.replace(temp_path, os.path.join(data_dir, rotated + ".pack"))
     fsync_dir(data_dir)
     archived_files(data_dir, name)

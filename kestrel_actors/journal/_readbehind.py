@@ -24,9 +24,9 @@ from typing import NamedTuple, Protocol
 
 import structlog
 
+from ..queue._journal import Item
 from ._files import NotRegularFile, open_regular
 from ._format import ADD_OPS, OP_CONTINUE, ReadFn, RecordReader
-from ..queue._journal import Item
 
 __all__ = ["Leader", "ReadBehindPosition", "ReadBehindReader"]
 
@@ -106,12 +106,11 @@ class ReadBehindReader:
                 end = leader.size()
                 if self.offset >= end:
                     return None
-                if self.offset >= leader.written_size():
-                    # what is left to read is still pending (not every read: a remove just
-                    # journaled is always pending, and a write per read would undo batching)
-                    if not leader.flush() and self.offset >= leader.written_size():
-                        self.stalled = True
-                        return None
+                # what is left to read may still be pending (not every read: a remove just
+                # journaled is always pending, and a write per read would undo batching)
+                if self.offset >= leader.written_size() and not leader.flush() and self.offset >= leader.written_size():
+                    self.stalled = True
+                    return None
                 reader.set_end(leader.written_size())
             record = reader.next()
             if record is not None:
@@ -126,11 +125,10 @@ class ReadBehindReader:
                 return None
             if current:
                 written = leader.written_size()
-                if written < leader.size():
-                    # a record runs past what is written
-                    if not leader.flush() and leader.written_size() == written:
-                        self.stalled = True
-                        return None
+                # a record may run past what is written
+                if written < leader.size() and not leader.flush() and leader.written_size() == written:
+                    self.stalled = True
+                    return None
                 continue
             if not self._advance():
                 return None

@@ -35,12 +35,20 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from ..queue import Item, next_xid, take_head
 from ._files import NotRegularFile, delete_temp_files, file_size, file_timestamp, journal_files, open_regular
 from ._format import (
-    ADD_OPS, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
-    OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, Record, RecordReader,
+    ADD_OPS,
+    OP_CONFIRM_REMOVE,
+    OP_CONTINUE,
+    OP_REMOVE,
+    OP_REMOVE_TENTATIVE,
+    OP_REMOVE_TENTATIVE_XID,
+    OP_SAVE_XID,
+    OP_UNREMOVE,
+    Record,
+    RecordReader,
 )
-from ..queue import Item, next_xid, take_head
 from ._readbehind import ReadBehindPosition, ReadBehindReader
 from ._repair import repair_file
 
@@ -125,11 +133,8 @@ class _Replay:
             self.add(record.item)  # type: ignore[arg-type]
         elif op == OP_REMOVE:
             self.pop()
-        elif op == OP_REMOVE_TENTATIVE_XID or op == OP_REMOVE_TENTATIVE:
-            if op == OP_REMOVE_TENTATIVE:
-                xid = next_xid(r.xid, r.open_items)
-            else:
-                xid = record.xid
+        elif op in (OP_REMOVE_TENTATIVE_XID, OP_REMOVE_TENTATIVE):
+            xid = next_xid(r.xid, r.open_items) if op == OP_REMOVE_TENTATIVE else record.xid
             item = self.pop()
             if item is not None:
                 item.xid = xid

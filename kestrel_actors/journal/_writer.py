@@ -68,7 +68,7 @@ import structlog
 from ._failures import FailureLog, error_fields
 from ._files import open_regular
 
-__all__ = ["JournalWriter", "SyncStats", "run_blocking", "NEVER", "ALWAYS", "PERIODIC"]
+__all__ = ["ALWAYS", "NEVER", "PERIODIC", "JournalWriter", "SyncStats", "run_blocking"]
 
 _T = TypeVar("_T")
 
@@ -579,7 +579,7 @@ class JournalWriter:
                     continue
                 try:
                     on_error(exc)
-                except Exception:  # noqa: BLE001 - the queue's callback handles a session gone
+                except Exception:
                     log.exception("journal failure callback failed", queue=self.queue)
             self._waiters = kept
         self._wake.set()  # the writer greenlet retries, with a back-off
@@ -620,5 +620,5 @@ class JournalWriter:
             _target, callback, _on_error = waiters.popleft()
             try:
                 callback()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("journal durability callback failed", queue=self.queue)

@@ -63,8 +63,8 @@ def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[flo
             except OSError:
                 time.sleep(0.1)
         before, system_before = _cpu_seconds(server.pid)
-        out = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests", *scenario, "-p", str(port), "--no-progress"],
-                             cwd=PACKAGE_ROOT, capture_output=True, text=True, check=False).stdout
+        command = [sys.executable, "-m", "kestrel_actors.loadtests", *scenario, "-p", str(port), "--no-progress"]
+        out = subprocess.run(command, cwd=PACKAGE_ROOT, capture_output=True, text=True, check=False).stdout
         after, system_after = _cpu_seconds(server.pid)
         spent, system = after - before, system_after - system_before
     finally:

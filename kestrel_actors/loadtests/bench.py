@@ -277,12 +277,11 @@ def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: s
         row.skipped = f"server has no {bench.requires} option"
         return row
     with_peer = peer if bench.peer else None
-    if with_peer:
-        row.peer = Side()
+    peer_side = row.peer = Side() if with_peer else None
     for number in range(runs):
         run_once(args, row.ours, bench.serve_args, None, f"run {number + 1}", row.failures)
-        if with_peer:
-            run_once(args, row.peer, (), with_peer, f"peer run {number + 1}", row.failures)
+        if peer_side is not None:
+            run_once(args, peer_side, (), with_peer, f"peer run {number + 1}", row.failures)
     return row
 
 
@@ -318,7 +317,7 @@ def _cpu(side: Side | None) -> str:
 
 def render(rows: list[Row], runs: int, load: float | None = None, peer: str | None = None) -> str:
     """The markdown that goes between the markers (``load``: 1-min load average at start)."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     busy = f" Load average before the runs: {load:.2f} (other work on the machine skews figures)." \
         if load is not None else ""
     peer_text = (f" Peer: `{peer}` (darner), run on the same machine, its runs interleaved with ours, "
@@ -326,20 +325,20 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
                  " No peer was given (`make bench PEER=/tmp/peers/bin/darner` adds darner's columns).")
     out = [
         f"Measured {now} on {machine()}; commit {git_commit()}.{busy}{peer_text}",
-        f"Client and server share the machine. Median of {runs} runs each, a fresh server and data "
-        "directory per run; items 1 KiB (many-clients: 751 bytes, Kestrel's lyric size). Rates are "
-        "per second. \"CPU µs\" is the server process's CPU time (user + system) over the run "
-        "divided by the items it handled (plus the fill of get-many; a flood or many-clients item "
-        "is one SET and one GET). p50/p99 are our "
-        "latencies in microseconds per request (per burst for rollups). Produced by `make bench` "
-        "(`python -m kestrel_actors.loadtests.bench`).",
+        (f"Client and server share the machine. Median of {runs} runs each, a fresh server and data "
+         "directory per run; items 1 KiB (many-clients: 751 bytes, Kestrel's lyric size). Rates are "
+         "per second. \"CPU µs\" is the server process's CPU time (user + system) over the run "
+         "divided by the items it handled (plus the fill of get-many; a flood or many-clients item "
+         "is one SET and one GET). p50/p99 are our "
+         "latencies in microseconds per request (per burst for rollups). Produced by `make bench` "
+         "(`python -m kestrel_actors.loadtests.bench`)."),
         "",
-        "Goal (issue 12): the latency-bound rows (Kestrel's defaults: one request in flight per "
-        "client) and the concurrent rows at ≥ 1.0× darner, the pipelined rows at ≥ 2.0×. Rows "
-        "marked \"extra\" are not Kestrel's defaults and count towards no goal.",
+        ("Goal (issue 12): the latency-bound rows (Kestrel's defaults: one request in flight per "
+         "client) and the concurrent rows at ≥ 1.0× darner, the pipelined rows at ≥ 2.0×. Rows "
+         "marked \"extra\" are not Kestrel's defaults and count towards no goal."),
         "",
-        "| Benchmark | kestrel-actors | Runs (min–max) | CPU µs | darner | darner CPU µs | Ratio | Goal | Met "
-        "| p50 | p99 | Lost / dup | Client CPU | Command |",
+        ("| Benchmark | kestrel-actors | Runs (min–max) | CPU µs | darner | darner CPU µs | Ratio | Goal | Met "
+         "| p50 | p99 | Lost / dup | Client CPU | Command |"),
         "|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:

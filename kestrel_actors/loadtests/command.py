@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -64,8 +65,8 @@ def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
 
     def entry(host, port, no_flush, procs, plot, progress, timeout, io_timeout, allow_remote,
               monitor: str | None = None, **args: Any) -> None:
-        from .harness import HarnessError, check_loopback, is_failure, is_harness_error
         from .figures import Figures
+        from .harness import HarnessError, check_loopback, is_failure, is_harness_error
         from .report import EXIT_HARNESS, Outcome, finish
         from .runner import Options
 

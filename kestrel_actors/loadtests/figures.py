@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BUCKET_NS", "Figures", "Recorder", "bucket_of", "bucket_value", "PERCENTILES"]
+__all__ = ["BUCKET_NS", "PERCENTILES", "Figures", "Recorder", "bucket_of", "bucket_value"]
 
 _EXACT = 1024          # usec values below this get their own bucket
 _SUB_BITS = 9          # 512 sub-buckets per power of two above that

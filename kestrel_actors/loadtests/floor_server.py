@@ -15,9 +15,14 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import gevent
 import gevent.socket
+
+if TYPE_CHECKING:
+    from gevent._types import _IoWatcher  # the stubs' type of a loop's io watcher (no runtime name)
 
 
 def serve(port: int, journal: str) -> None:
@@ -37,7 +42,7 @@ def serve(port: int, journal: str) -> None:
         watcher.start(_reader(sock, watcher, fd))
 
 
-def _reader(sock: socket.socket, watcher, fd: int):  # type: ignore[no-untyped-def]
+def _reader(sock: socket.socket, watcher: _IoWatcher, fd: int) -> Callable[[], None]:
     buffer = bytearray()
 
     def readable() -> None:

@@ -11,7 +11,7 @@ id with ``item_id`` and checks the rest of the bytes with ``check_item`` at memc
 
 from __future__ import annotations
 
-__all__ = ["LYRIC", "ID_WIDTH", "filler", "make_item", "item_id", "check_item", "packing_item"]
+__all__ = ["ID_WIDTH", "LYRIC", "check_item", "filler", "item_id", "make_item", "packing_item"]
 
 LYRIC = (
     "the queue was long and the night was longer\n"

@@ -4,7 +4,8 @@ Each writer greenlet loops: append one ADDX record, wait for :meth:`after_durabl
 what a client doing SETs one at a time sees with ``sync_journal``. With ``always`` every
 reply waits for an fdatasync, so throughput comes from group commit.
 
-    .venv/bin/python -m kestrel_actors.loadtests.journal_sync_bench [--writers 100] [--seconds 5] [--size 64] [--dir DIR]
+    .venv/bin/python -m kestrel_actors.loadtests.journal_sync_bench \
+        [--writers 100] [--seconds 5] [--size 64] [--dir DIR]
 """
 
 from __future__ import annotations

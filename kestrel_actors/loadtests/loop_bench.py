@@ -71,7 +71,7 @@ class LoopCounts:
 _LibevTimer: Any = libev.timer  # type: ignore[attr-defined]
 
 
-class _CountingTimer(_LibevTimer):  # type: ignore[misc]
+class _CountingTimer(_LibevTimer):
     """A libev timer that counts its starts on its loop's counts."""
 
     def start(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> None:

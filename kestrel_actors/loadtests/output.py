@@ -8,7 +8,8 @@ not garble each other.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Bar", "say"]
 

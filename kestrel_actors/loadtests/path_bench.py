@@ -17,18 +17,18 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import gevent
 
 from kestrel_actors.actors import Session
-from kestrel_actors.runtime import Dispatcher
-from kestrel_actors.session import Disconnected, MemcacheHandler, Received, SessionActor
 from kestrel_actors.config import ServerConfig
 from kestrel_actors.journal import make_file_opener
 from kestrel_actors.logs import configure_logging
 from kestrel_actors.protocol import MemcacheDecoder
+from kestrel_actors.runtime import Dispatcher
 from kestrel_actors.server import Server
+from kestrel_actors.session import Disconnected, MemcacheHandler, Received, SessionActor
 
 __all__ = ["main"]
 

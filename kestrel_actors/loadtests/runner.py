@@ -23,17 +23,18 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import gevent
 import gevent.pool
 
-from .admin import monitor_queue
 from kestrel_actors.client import ConnectFailed, Connection
 
-from .harness import CONNECT_ATTEMPTS, is_failure, is_harness_error
+from .admin import monitor_queue
 from .figures import Figures, Recorder
+from .harness import CONNECT_ATTEMPTS, is_failure, is_harness_error
 from .output import Bar
 
 __all__ = ["ClientContext", "ClientSpec", "Options", "Plan", "RunResult", "Shared", "run"]
@@ -102,6 +103,7 @@ class Shared:
     def mark(self, item: int) -> bool:
         """Count one receipt of ``item``; True the first time (races only matter for dups)."""
         seen = self.seen_view
+        assert seen is not None  # only a plan that tracks ids marks them
         count = seen[item]
         if count < 255:
             seen[item] = count + 1
@@ -191,7 +193,7 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
             ctx.role()(ctx)
         except gevent.GreenletExit:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure of a client is counted, none ends the run
             role = ctx.spec.role.split(':')[1]
             if is_failure(exc):
                 failures.append(f"{role}: {exc}")
@@ -213,7 +215,7 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
                 shared.abort.value = 1
             gevent.killall(greenlets, timeout=5)
             break
-        for greenlet, ctx in zip(greenlets, contexts):  # the --io-timeout watchdog
+        for greenlet, ctx in zip(greenlets, contexts, strict=True):  # the --io-timeout watchdog
             since = ctx.conn.waiting_since
             if since and now - since > io_limit and not greenlet.dead:
                 greenlet.kill(ctx.conn.stalled(), block=False)
@@ -315,8 +317,8 @@ def _run_processes(shares, options, shared, epoch, plan, bar) -> list[_ProcResul
                             results[slot] = payload
                             break
                 except EOFError:
-                    results[slot] = _ProcResult({}, [], [f"worker {slot} died (exit code "
-                                                         f"{procs[slot].exitcode})"], 0, 0)
+                    died = f"worker {slot} died (exit code {procs[slot].exitcode})"
+                    results[slot] = _ProcResult({}, [], [died], 0, 0)
                     shared.abort.value = 1
             if ready == len(procs) and not shared.go.value:
                 shared.go.value = time.monotonic_ns()

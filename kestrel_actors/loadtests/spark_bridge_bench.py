@@ -24,6 +24,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -115,9 +116,9 @@ def main(items, item_bytes, batch_size, partitions, master, address, target) -> 
         spark = create_spark_session(master, {}, "kestrel-bridge-bench", partitions)
         click.echo(f"spark {master} started in {time.perf_counter() - started:.1f}s")
         try:
-            common = dict(job="kestrel_actors.spark_bridge.jobs:count", servers=(server,),
-                          batch_size=batch_size, batch_wait=1.0, partitions=partitions,
-                          state_dir=state, until_empty=True, max_failures=3)
+            common: dict[str, Any] = {
+                "job": "kestrel_actors.spark_bridge.jobs:count", "servers": (server,), "batch_size": batch_size,
+                "batch_wait": 1.0, "partitions": partitions, "state_dir": state, "until_empty": True, "max_failures": 3}
             run_bridge(BridgeConfig(queue=WARM_QUEUE, **common), spark=spark)
             wall_started = time.perf_counter()
             report = run_bridge(BridgeConfig(queue=QUEUE, **common), spark=spark)

@@ -37,14 +37,15 @@ from ._text_commands import (
 
 __all__ = [
     "MAX_PUT_BUFFER",
-    "TEXT_NO_ITEM",
     "TEXT_NOT_THAT_MANY",
+    "TEXT_NO_ITEM",
     "TEXT_OP_DELETE",
     "TEXT_OP_FLUSH",
     "TEXT_OP_GET_ITEM",
     "TEXT_OP_MONITOR",
     "TEXT_OP_SET_ITEM",
     "TEXT_ZERO",
+    "TextDecoder",
     "parse_text_request",
     "text_count",
     "text_error",
@@ -52,7 +53,6 @@ __all__ = [
     "text_string",
     "text_too_many_open",
     "text_unavailable",
-    "TextDecoder",
 ]
 
 MAX_PUT_BUFFER = 1024

@@ -357,7 +357,7 @@ def _get(seqid: int, args: object) -> ThriftGet:
     )
 
 
-def _ids(record: type[ThriftConfirm] | type[ThriftAbort]) -> _Builder:
+def _ids(record: type[ThriftConfirm | ThriftAbort]) -> _Builder:
     def build(seqid: int, args: object) -> ThriftConfirm | ThriftAbort:
         queue = name_from_wire(_required(args, "queue_name"))
         return record(seqid, queue, frozenset(_required(args, "ids")))

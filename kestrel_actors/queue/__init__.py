@@ -20,6 +20,18 @@ from ._rules import (
 from ._waitlist import Waiter, WaitList
 
 __all__ = [
-    "MAX_NAME_BYTES", "XID_MAX", "Item", "Journal", "QueueCore", "WaitList", "Waiter", "epoch_ms",
-    "fanout_master", "is_fanout_child", "name_problem", "next_xid", "is_queue_name", "take_head",
+    "MAX_NAME_BYTES",
+    "XID_MAX",
+    "Item",
+    "Journal",
+    "QueueCore",
+    "WaitList",
+    "Waiter",
+    "epoch_ms",
+    "fanout_master",
+    "is_fanout_child",
+    "is_queue_name",
+    "name_problem",
+    "next_xid",
+    "take_head",
 ]

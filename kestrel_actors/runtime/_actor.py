@@ -297,7 +297,7 @@ class _Mailbox:
             if type(message) not in _PYKKA_MESSAGES:
                 try:
                     actor.on_dead_letter(message)
-                except Exception:  # noqa: BLE001 - one bad letter must not keep the rest
+                except Exception:
                     log.exception("dead letter handler failed", actor=str(actor))
         return envelope
 
@@ -359,7 +359,7 @@ class _Mailbox:
             # an actor that never needed its greenlet, and what comes next ends it: pykka's loop
             # runs here, on this greenlet, and cannot wait (its first message is the end); a
             # session's hang-up is spared a greenlet's spawn and first switch
-            actor._actor_loop()  # noqa: SLF001
+            actor._actor_loop()
             return
         self.wake()
 
@@ -375,16 +375,16 @@ class _GeventRef(pykka.ActorRef[Any]):
     """
 
     def tell(self, message: Any) -> None:
-        if self.actor_stopped._set:  # type: ignore[attr-defined]  # noqa: SLF001
+        if self.actor_stopped._set:  # type: ignore[attr-defined]
             raise ActorDeadError(f"{self} not found")
         mailbox: _Mailbox = self.actor_inbox  # type: ignore[assignment]
         # _Mailbox.ran_inline's rules, written out: a call less per tell on the request path
         if mailbox.idle and mailbox.inline and type(message) not in _NOT_INLINE:
             if getcurrent() is not mailbox.hub:
-                mailbox._run_inline(message, False)  # noqa: SLF001
+                mailbox._run_inline(message, False)
                 return
             if mailbox.actor.may_run_on_hub():  # type: ignore[union-attr]
-                mailbox._run_inline(message, True)  # noqa: SLF001
+                mailbox._run_inline(message, True)
                 return
         mailbox.enqueue(_Letter(message))
 
@@ -440,10 +440,10 @@ class GeventActor(pykka.Actor):
         else:
             mailbox.wake()
 
-    def on_inbox_empty(self) -> None:  # noqa: B027
+    def on_inbox_empty(self) -> None:
         """Called before the actor waits for its next message (hook)."""
 
-    def on_dead_letter(self, message: Any) -> None:  # noqa: B027
+    def on_dead_letter(self, message: Any) -> None:
         """Handle a ``tell`` that was still in the inbox when the actor stopped.
 
         The default drops it; override to answer the sender (it is called on the actor's

@@ -78,7 +78,7 @@ class Dispatcher:
             ref.tell(message)
         except ActorDeadError:
             pass
-        except Exception:  # noqa: BLE001 - nothing may escape into the hub
+        except Exception:
             log.exception("tell failed", receiver=str(ref))
 
     def deliver(self, ref: Any, message: Any) -> None:
@@ -121,7 +121,7 @@ class Dispatcher:
                         ref.tell(message)
                     except ActorDeadError:
                         pass
-                    except Exception:  # noqa: BLE001 - a dispatcher must outlive any tell
+                    except Exception:
                         log.exception("tell failed", receiver=str(ref))
                 if len(self.parked) >= self.MAX_PARKED:
                     return

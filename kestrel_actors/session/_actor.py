@@ -33,11 +33,13 @@ import structlog
 from pykka import ActorDeadError
 
 from .. import protocol as p
-from ..messages import Delete, ForAll, ForAllKind, Resolve, Resolved
 from ..messages import (
+    IGNORE,
     BatchDone,
     CancelWaits,
-    IGNORE,
+    Delete,
+    ForAll,
+    ForAllKind,
     Open,
     OpenMany,
     Peek,
@@ -45,12 +47,14 @@ from ..messages import (
     QueueBatch,
     Remove,
     RemoveMany,
+    Resolve,
+    Resolved,
     Session,
     Unremove,
     closed_result,
 )
-from ..stats import record_batch
 from ..runtime import GeventActor
+from ..stats import record_batch
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Handler, write_refusal
 
@@ -125,7 +129,7 @@ class _ReplyTo:
         self.tag = tag
 
     def tell(self, value: Any) -> None:
-        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+        try:
             self.ref.tell(_Answered(self.tag, value))
         except ActorDeadError:
             pass
@@ -330,7 +334,7 @@ class SessionActor(GeventActor):
         ref = self.refs.get(name)
         if ref is None:
             return
-        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+        try:
             ref.tell(QueueBatch([op], None, IGNORE))
         except ActorDeadError:
             pass
@@ -632,7 +636,7 @@ class SessionActor(GeventActor):
     def _cancel_wait(self) -> None:
         """A fetch of the batch in flight that waits in its queue is answered now, a miss."""
         if self.waiting is _BATCH and self.batch_queue in self.refs:
-            try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+            try:
                 self.refs[self.batch_queue].tell(CancelWaits(self.session))
             except ActorDeadError:
                 pass

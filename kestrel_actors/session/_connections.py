@@ -113,7 +113,7 @@ class Connections:
 
 
 def _tell(ref: Any, message: Any) -> None:
-    try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+    try:
         ref.tell(message)
     except ActorDeadError:  # finished meanwhile
         pass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import protocol as p
 from ..messages import FLUSH, Add, AliasAdd, Confirm, Gather, Open, Peek, Resolved, first_failure
@@ -24,10 +24,10 @@ __all__ = ["TextHandler"]
 class TextHandler:
     """Kestrel's ``TextHandler``: text commands to queue operations, results to text lines."""
 
-    QUEUE_KINDS = frozenset((tc.TextPut, tc.TextGet, tc.TextConfirm, tc.TextFlush))
-    MONITOR_END = t.TEXT_NO_ITEM
-    QUIT = tc.TextQuit
-    WRITE_REFUSALS: dict[type, p.Bad] = {}  # text commands check their own and stay open
+    QUEUE_KINDS: ClassVar[frozenset[type]] = frozenset((tc.TextPut, tc.TextGet, tc.TextConfirm, tc.TextFlush))
+    MONITOR_END: ClassVar[bytes] = t.TEXT_NO_ITEM
+    QUIT: ClassVar[type] = tc.TextQuit
+    WRITE_REFUSALS: ClassVar[dict[type, p.Bad]] = {}  # text commands check their own and stay open
 
     def __init__(self, session: Any) -> None:
         self.s = session

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pykka import ActorDeadError
 from thriftpy2.thrift import TApplicationException
@@ -102,10 +102,11 @@ class _NoQuit:
 class ThriftHandler:
     """Kestrel's ``ThriftHandler``: thrift calls to queue operations, results to framed replies."""
 
-    QUEUE_KINDS = frozenset((th.ThriftPut, th.ThriftGet, th.ThriftPeek, th.ThriftFlushQueue, _GetStep))
-    MONITOR_END = b""  # a thrift session runs no monitor stream
-    QUIT = _NoQuit
-    WRITE_REFUSALS: dict[type, p.Bad] = {
+    QUEUE_KINDS: ClassVar[frozenset[type]] = frozenset(
+        (th.ThriftPut, th.ThriftGet, th.ThriftPeek, th.ThriftFlushQueue, _GetStep))
+    MONITOR_END: ClassVar[bytes] = b""  # a thrift session runs no monitor stream
+    QUIT: ClassVar[type] = _NoQuit
+    WRITE_REFUSALS: ClassVar[dict[type, p.Bad]] = {
         th.ThriftPut: p.DROP,
         th.ThriftFlushQueue: p.DROP,
         th.ThriftFlushAllQueues: p.DROP,

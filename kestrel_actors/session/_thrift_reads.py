@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..messages import IGNORE, QueueBatch, Unremove
 from ..runtime import Dispatcher, of_this_hub
@@ -57,7 +57,7 @@ class OpenRead:
 class ThriftReads:
     """The id → :class:`OpenRead` map of one process, with the auto-abort timers."""
 
-    _by_hub: weakref.WeakKeyDictionary[Any, ThriftReads] = weakref.WeakKeyDictionary()
+    _by_hub: ClassVar[weakref.WeakKeyDictionary[Any, ThriftReads]] = weakref.WeakKeyDictionary()
 
     def __init__(self, hub: Any, next_id: int | None = None) -> None:
         self.reads: dict[int, OpenRead] = {}

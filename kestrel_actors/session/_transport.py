@@ -88,7 +88,7 @@ class _HangUpWatch:
 
     def discard(self, transport: SocketTransport) -> None:
         if self.transports.pop(transport.fd, None) is not None:
-            try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+            try:
                 self.epoll.unregister(transport.fd)
             except OSError:
                 pass
@@ -182,7 +182,7 @@ class SocketTransport:
             return
         except OSError:
             data = b""
-        except Exception:  # noqa: BLE001 - nothing may escape into the hub
+        except Exception:
             log.exception("read failed")
             data = b""
         if not data:
@@ -195,7 +195,7 @@ class SocketTransport:
         decoder = self.decoder
         try:
             commands = decoder.feed(data)
-        except Exception:  # noqa: BLE001 - a decoder bug must not kill the server
+        except Exception:
             log.exception("decoder failed")
             self._stop_reading()
             self.on_eof()
@@ -335,7 +335,7 @@ class SocketTransport:
         ``--max-buffered-bytes`` and this connection holds the most (called by the budget)."""
         if self.closed:
             return
-        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+        try:
             # a reset, not a FIN: the kernel drops the unsent replies too, and the client
             # sees that it was cut off
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
@@ -360,7 +360,7 @@ class SocketTransport:
             self._linger.close()
         if self._idle_timer is not None:
             self._idle_timer.close()
-        try:  # noqa: SIM105 - a plain try is cheaper than contextlib.suppress
+        try:
             self.sock.close()
         except OSError:
             pass

@@ -37,14 +37,13 @@ from ._config import (
 )
 from ._kestrel import Connection, ConnectionLost, KeepAlive
 from ._ledger import BatchLedger, LedgerLockedError, format_batch_id
-from ._output import NullSink, PathSink, QueueSink, Sink, make_sink
 from ._meta import BatchMeta, BatchResult
+from ._output import NullSink, PathSink, QueueSink, Sink, make_sink
 from ._progress import BridgeReport, ProgressLine
 from ._runner import run_bridge
 from ._spark import create_spark_session, ship_job_code, spark_defaults
 
 __all__ = [
-    "KestrelDataSource",
     "BatchLedger",
     "BatchMeta",
     "BatchResult",
@@ -56,6 +55,7 @@ __all__ = [
     "JobFailed",
     "JobTimedOut",
     "KeepAlive",
+    "KestrelDataSource",
     "KestrelError",
     "LedgerLockedError",
     "NullSink",

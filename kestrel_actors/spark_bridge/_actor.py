@@ -122,9 +122,8 @@ class BridgeActor(pykka.ThreadingActor):
         runner, config = self.runner, self.config
         job_failed = isinstance(exc, JobFailed)
         self.failures += 1
-        if job_failed and config.max_failures and runner.attempt + 1 >= config.max_failures:
-            if self._park(exc):
-                return
+        if job_failed and config.max_failures and runner.attempt + 1 >= config.max_failures and self._park(exc):
+            return
         runner.abandon(job_failed)
         delay = backoff_delay(self.failures, config.retry_initial, config.retry_max)
         self.tally.failure(lambda: log.error(
@@ -143,8 +142,10 @@ class BridgeActor(pykka.ThreadingActor):
     def _park(self, exc: Exception) -> bool:
         """Move the failing batch to the dead-letter queue; False if that failed too."""
         runner, config = self.runner, self.config
+        dead_letter_queue = config.dead_letter_queue
+        assert dead_letter_queue is not None  # BridgeConfig fills in <queue>_failed
         try:
-            batch_id, items = runner.park(config.dead_letter_queue)
+            batch_id, items = runner.park(dead_letter_queue)
         except KestrelError as park_error:
             log.error("park_failed", queue=config.queue, server=self.server,
                       dead_letter_queue=config.dead_letter_queue, error=_describe(park_error))

@@ -94,6 +94,11 @@ class BatchRunner:
         self.sink.discard(batch_id)
         return batch_id, len(items)
 
+    @property
+    def _session(self) -> SparkSession:
+        assert self.spark is not None, "run_bridge gives each runner the session before it runs"
+        return self.spark
+
     def run_batch(self) -> BatchResult:
         """One attempt. Never confirms before the sink has made the output durable, and never
         commits while the connection that holds the items is gone."""
@@ -112,9 +117,9 @@ class BatchRunner:
         with self._job_group(batch_id) as timed_out:
             try:
                 with keep_alive(self.connection, config.keep_alive):
-                    rdd = self.spark.sparkContext.parallelize(items, numSlices=partitions)
+                    rdd = self._session.sparkContext.parallelize(items, numSlices=partitions)
                     result = self.job(rdd, meta)
-                    rows = self.sink.write(result, meta, self.spark, self.connection)
+                    rows = self.sink.write(result, meta, self._session, self.connection)
             except KestrelError:
                 raise  # the connection failed (a queue sink): not the job's fault
             except Exception as exc:
@@ -142,7 +147,7 @@ class BatchRunner:
         """Run the batch's Spark jobs in a job group named after the batch, cancelled when
         ``job_timeout`` passes (a job waiting for executors that never come, a stuck task);
         the caller then drops the connection, which returns the batch to the queue."""
-        sc = self.spark.sparkContext
+        sc = self._session.sparkContext
         timed_out = threading.Event()
         sc.setJobGroup(batch_id, f"kestrel bridge {self.config.queue}@{self.server} "
                                  f"batch {batch_id}", interruptOnCancel=True)
@@ -162,4 +167,5 @@ class BatchRunner:
                 timer.cancel()
             for key in ("spark.jobGroup.id", "spark.job.description",
                         "spark.job.interruptOnCancel"):
-                sc.setLocalProperty(key, None)
+                # None removes the property (pyspark's documented use; its annotation says str)
+                sc.setLocalProperty(key, None)  # type: ignore[arg-type]

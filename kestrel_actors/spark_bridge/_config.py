@@ -21,8 +21,8 @@ from ..client import ServerAddress
 
 __all__ = [
     "BridgeConfig",
-    "job_module_name",
     "default_state_dir",
+    "job_module_name",
     "load_job",
     "parse_duration",
     "parse_key_values",
@@ -35,7 +35,7 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
 
 
-def parse_duration(text: str | float | int) -> float:
+def parse_duration(text: str | float) -> float:
     """``"1s"``, ``"250ms"``, ``"2m"``, ``"1.5"`` (seconds) → seconds as a float."""
     if isinstance(text, int | float):
         if text < 0:

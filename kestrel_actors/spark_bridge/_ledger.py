@@ -28,7 +28,7 @@ import fcntl
 import json
 import os
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..client import ServerAddress
@@ -99,7 +99,7 @@ class BatchLedger:
             "queue": self.queue,
             "server": str(self.server),
             "next_batch": number,
-            "updated": datetime.now(timezone.utc).isoformat(),
+            "updated": datetime.now(UTC).isoformat(),
         }).encode()
         tmp = self.path.with_suffix(".json.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -30,8 +30,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._config import BridgeConfig, is_local_path, local_path
 from ..journal import fsync_dir
+from ._config import BridgeConfig, is_local_path, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -141,8 +141,9 @@ def encode_record(row: Any) -> bytes:
         return bytes(row)
     if isinstance(row, str):
         return row.encode("utf-8")
-    if hasattr(row, "asDict") and isinstance(row, tuple):  # pyspark Row
-        row = row.asDict(recursive=True)
+    as_dict = getattr(row, "asDict", None)
+    if as_dict is not None and isinstance(row, tuple):  # pyspark Row
+        row = as_dict(recursive=True)
     return json.dumps(row, separators=(",", ":"), default=str).encode("utf-8")
 
 

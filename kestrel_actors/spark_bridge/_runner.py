@@ -61,7 +61,7 @@ def run_bridge(config: BridgeConfig, *, spark: SparkSession | None = None,
     own_session = spark is None
     refs = []
     try:
-        if own_session:
+        if spark is None:  # own_session
             started = time.perf_counter()
             spark = create_spark_session(config.master, config.spark_conf, config.app_name,
                                          config.partitions)

@@ -56,8 +56,8 @@ from pyspark.sql.datasource import (
 )
 
 from ..client import KestrelError, ServerAddress
-from ._config import parse_duration, parse_servers
 from ..cluster import ServerSetAddress
+from ._config import parse_duration, parse_servers
 from ._kestrel import Connection, KeepAlive
 from ._serverset import follow_members, server_set_members
 from ._wal import BatchPart, WriteAheadLog
@@ -454,14 +454,14 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not opened.held:
                 live.idle_until = time.monotonic() + _IDLE_RECHECK
                 return start
-        batch = self._plan(seq, opened)
-        if batch is None:
+        planned = self._plan(seq, opened)
+        if planned is None:
             return start
         if budget is None and self.options.read_ahead and live.available_now is None:
             # A read limit can change between calls; only an unlimited query reads ahead.
             ahead = 1 - opened.on
             live.prefetch = _Prefetch(lambda: self._open_all(ahead, None))
-        return _offset(batch)
+        return _offset(planned)
 
     def reportLatestOffset(self) -> dict:
         """What the query's progress shows as the source's ``latestOffset``: the last planned
@@ -483,7 +483,8 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                  part.items[i:i + step])
                 for part in parts for i in range(0, len(part.items), step)]
 
-    def read(self, partition: KestrelPartition) -> Iterator[Any]:
+    # Spark hands back only the partitions that partitions() made, which its types cannot say
+    def read(self, partition: KestrelPartition) -> Iterator[Any]:  # type: ignore[override]
         import pyarrow as pa
 
         n = len(partition.items)

@@ -74,6 +74,8 @@ def _quiet_task_size_warning(spark: SparkSession) -> None:
     here, so raise that one logger to ERROR (best effort: log4j2's API may be absent)."""
     try:
         jvm = spark.sparkContext._jvm
+        if jvm is None:  # not started: nothing logs yet
+            return
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             "org.apache.spark.scheduler.TaskSetManager", jvm.org.apache.logging.log4j.Level.ERROR)
     except Exception:  # noqa: BLE001 - purely cosmetic

@@ -19,13 +19,13 @@ from ._server import (
 
 __all__ = [
     "BOUNDS",
-    "Histogram",
     "LATENCIES",
     "MAX_FSYNC_ERROR_NAMES",
     "QUEUE_METRICS",
-    "QueueMetrics",
     "SERVER_METRICS",
     "SUM",
+    "Histogram",
+    "QueueMetrics",
     "ServerStats",
     "record_batch",
 ]

@@ -58,11 +58,7 @@ LATENCIES = (
 """The latency metrics, by Kestrel's names: per queue (``PersistentQueue``: ``q/<name>/<metric>``)
 and server-wide (their sum over the queues, as Kestrel recorded each under both names)."""
 
-QUEUE_METRICS = LATENCIES + (
-    "journal_rewrite_usec",
-    "journal_rotation_usec",
-    "fill_readbehind_usec",
-)
+QUEUE_METRICS = (*LATENCIES, "journal_rewrite_usec", "journal_rotation_usec", "fill_readbehind_usec")
 """Every per-queue metric (``q/<name>/<metric>``); those after :data:`LATENCIES` Kestrel kept
 per queue only."""
 
@@ -245,7 +241,7 @@ class ServerStats:
         "finished_but_add",
     )
     """The plain integer counters, in STATS order then the ostrich-only ones."""
-    __slots__ = ("start_time",) + COUNTERS + ("queues", "retired", "histograms", "fsync_errors")
+    __slots__ = ("start_time", *COUNTERS, "queues", "retired", "histograms", "fsync_errors")
 
     def __init__(self) -> None:
         self.start_time = time.time()

@@ -87,7 +87,7 @@ def mixed(options: Options, flush: bool, epoch: int, clients: int, total: int, s
     say("GETs: %d hits, %d misses during the run; %d items left for the drain." % (
         total - fig.misses, fig.misses, drained.get("get").items))
     if not drained.errors:
-        seen = bytes(a + b for a, b in zip(result.seen or b"", drained.seen or b""))
+        seen = bytes(a + b for a, b in zip(result.seen or b"", drained.seen or b"", strict=False))
         missing, outcome.duplicated = tally(seen)
         left = queue_stats(options, queue).get("items", 0) if missing else 0
         outcome.lost = max(0, len(missing) - left)
