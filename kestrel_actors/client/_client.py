@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -267,13 +268,25 @@ class Client:
                 self.servers = servers
             self._forget_unused()
 
-        follower = ServerSetFollower(address, changed, use_gevent=self._hub() is not None,
+        follower = ServerSetFollower(address, changed, use_gevent=self._follow_on_gevent(),
                                      credentials=self._credentials)
         try:
             follower.start(self._zookeeper_timeout)
         except TimeoutError as exc:
             raise ConnectFailed(str(exc)) from None
         self._followers.append(follower)
+
+    def _follow_on_gevent(self) -> bool:
+        """Whether the followers' watches run on kazoo's gevent handler: only where gevent runs
+        the program (``use_gevent=True``, or a monkey-patched socket module, under which kazoo's
+        threads would be greenlets anyway). A hub that merely exists in this thread may never
+        run again (a threaded program that once used gevent: a test run, say), and watches
+        waiting for it would leave the client on a set's old members for good; on threads they
+        need nothing from this one."""
+        if self.use_gevent is not None:
+            return self.use_gevent
+        monkey = sys.modules.get("gevent.monkey")
+        return monkey is not None and bool(monkey.is_module_patched("socket"))
 
     def _forget_unused(self) -> None:
         """Close the idle connections of servers no set lists any more."""

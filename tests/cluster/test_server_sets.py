@@ -222,3 +222,19 @@ def test_a_wildcard_bind_publishes_the_machines_address(make_server, join_args, 
     host = member["serviceEndpoint"]["host"]
     assert host not in ("0.0.0.0", "::", "")
     assert host == published_host("0.0.0.0")
+
+
+def test_a_client_follows_its_set_while_a_gevent_hub_sits_idle_in_its_thread(
+        make_server, join_args, zookeeper, zk_client, prefix):
+    """A threaded program that once used gevent keeps a hub in its main thread that never runs
+    again (this test process has one after its in-process tests). The client's watches must not
+    wait for that hub: they did, and in a full test run the client kept a gone member for good."""
+    import gevent
+
+    gevent.get_hub()
+    servers = [make_server(*join_args()) for _ in range(2)]
+    assert wait_for(lambda: ports(zk_client, f"{prefix}/write") == {s.port for s in servers}, timeout=15)
+    with Client.from_server_set(zookeeper.hosts, f"{prefix}/write") as client:
+        assert sorted(client.write_servers) == sorted(s.address for s in servers)
+        servers[1].stop()  # leaves both sets at once
+        assert wait_for(lambda: client.write_servers == [servers[0].address], timeout=10), client.write_servers
