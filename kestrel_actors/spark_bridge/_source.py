@@ -60,7 +60,7 @@ from ._config import parse_duration, parse_servers
 from ..cluster import ServerSetAddress
 from ._kestrel import Connection, KeepAlive
 from ._serverset import follow_members, server_set_members
-from ._wal import BatchPart, WriteAheadLog
+from ._wal import BatchPart, PackedItems, WriteAheadLog, pack_items
 
 try:  # pyspark >= 4.2
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -76,6 +76,10 @@ SCHEMA = "value binary, queue string, server string, timestamp timestamp"
 _RECONNECT_AFTER = 1.0  # seconds before a server that failed is tried again
 _IDLE_RECHECK = 0.05  # an empty look at the servers is not repeated sooner than this
 _PAUSE_AFTER_WAL = "KESTREL_SOURCE_PAUSE_AFTER_WAL"
+_MAX_BINARY_COLUMN = 2**31 - 1  # an Arrow binary column's 32-bit offsets
+# The first batch a planner process opens itself is at most this many items (all servers):
+# its rows come after a short batch while the next, full one is read ahead.
+FIRST_BATCH_ITEMS = 2_000
 
 # Option names as written in the docs (Spark hands them to us lower-cased or as typed).
 _SOURCE_OPTIONS = ("servers", "serverSet", "queue", "walLocation", "maxItemsPerTrigger", "maxItemsPerBatch",
@@ -242,9 +246,10 @@ class KestrelDataSource(DataSource):
 
 
 class KestrelPartition(InputPartition):
-    """One task's share of a micro-batch: the planned items themselves (so ``read`` is pure)."""
+    """One task's share of a micro-batch: the planned items themselves (so ``read`` is pure),
+    packed as the write-ahead file holds them (lengths, then the bytes back to back)."""
 
-    def __init__(self, server: str, queue: str, read_at: float, items: list[bytes]) -> None:
+    def __init__(self, server: str, queue: str, read_at: float, items: PackedItems) -> None:
         super().__init__(None)
         self.server = server
         self.queue = queue
@@ -252,7 +257,7 @@ class KestrelPartition(InputPartition):
         self.items = items
 
     def __repr__(self) -> str:
-        return f"KestrelPartition({self.server}, {self.queue}, {len(self.items)} items)"
+        return f"KestrelPartition({self.server}, {self.queue}, {self.items.count} items)"
 
 
 # server -> its ``connections_per_server`` connections
@@ -274,6 +279,7 @@ class _ReaderState:
     prefetch: _Prefetch | None = None
     retry_at: dict[str, float] = field(default_factory=dict)
     idle_until: float = 0.0
+    planned_any: bool = False  # this process has planned a batch from the queue
     backlog: dict[str, int] = field(default_factory=dict)  # items waiting per server, last seen
     # Trigger.AvailableNow: per server, how many of the items waiting at the start are left
     available_now: dict[str, int] | None = None
@@ -450,7 +456,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             now = time.monotonic()
             if now < live.idle_until:
                 return start
-            opened = self._open_all(0, budget)
+            opened = self._open_all(0, self._first_batch_budget(budget))
             if not opened.held:
                 live.idle_until = time.monotonic() + _IDLE_RECHECK
                 return start
@@ -480,21 +486,34 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         step = min(self.options.items_per_partition,
                    math.ceil(total / self.options.min_partitions))
         return [KestrelPartition(part.server, self.options.queue, part.read_at,
-                                 part.items[i:i + step])
+                                 pack_items(part.items[i:i + step]))
                 for part in parts for i in range(0, len(part.items), step)]
 
     def read(self, partition: KestrelPartition) -> Iterator[Any]:
+        """One Arrow record batch made from the partition's buffers as they are: the value
+        column's offsets come from the item lengths, its data is the packed bytes."""
+        import numpy as np
         import pyarrow as pa
 
-        n = len(partition.items)
+        packed = partition.items
+        n = packed.count
         if not n:
             return
-        read_at = int(partition.read_at * 1_000_000)
+        if len(packed.data) > _MAX_BINARY_COLUMN:
+            raise ValueError(f"kestrel source: a partition of {len(packed.data):,} bytes does "
+                             "not fit one Arrow binary column (2 GiB); lower itemsPerPartition")
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.frombuffer(packed.lengths, dtype="<u4"), out=offsets[1:])
+        if offsets[-1] != len(packed.data):
+            raise ValueError(f"kestrel source: {partition!r} is damaged: its item lengths add "
+                             f"up to {offsets[-1]:,} bytes, it holds {len(packed.data):,}")
+        stamp = pa.scalar(int(partition.read_at * 1_000_000), pa.timestamp("us", tz="UTC"))
         yield pa.RecordBatch.from_arrays(
-            [pa.array(partition.items, pa.binary()),
-             pa.array([partition.queue] * n, pa.string()),
-             pa.array([partition.server] * n, pa.string()),
-             pa.array([read_at] * n, pa.timestamp("us", tz="UTC"))],
+            [pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                    pa.py_buffer(packed.data)]),
+             pa.repeat(pa.scalar(partition.queue, pa.string()), n),
+             pa.repeat(pa.scalar(partition.server, pa.string()), n),
+             pa.repeat(stamp, n)],
             names=["value", "queue", "server", "timestamp"])
 
     def commit(self, end: dict) -> None:
@@ -570,6 +589,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             batch = _PlannedBatch(seq, kept)
             live.wal.write(seq, batch.parts)
         live.planned[seq] = batch
+        live.planned_any = True
         return batch
 
     def _forget_through(self, seq: int) -> None:
@@ -590,6 +610,14 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 connection.close()  # nothing else is open: planned batches are confirmed
             log.warning("prefetch_failed", queue=self.options.queue, error=repr(exc)[:300])
             return None
+
+    def _first_batch_budget(self, budget: int | None) -> int | None:
+        """A planner process's first batch is small: its rows reach the sink after a short
+        batch (the JVM and the Python workers are busy starting then), and the read-ahead
+        opens the next, full batch meanwhile."""
+        if self.live.planned_any:
+            return budget
+        return min(FIRST_BATCH_ITEMS, budget if budget is not None else FIRST_BATCH_ITEMS)
 
     def _open_all(self, on: int, budget: int | None) -> _Opened:
         """Open the next batch on connection set ``on``: up to ``maxItemsPerBatch`` per server

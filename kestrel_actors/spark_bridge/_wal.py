@@ -30,7 +30,7 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BatchPart", "WalCorrupt", "WriteAheadLog"]
+__all__ = ["BatchPart", "PackedItems", "WalCorrupt", "WriteAheadLog", "pack_items"]
 
 _MAGIC = b"KWAL1\n"
 _NAME = re.compile(r"^batch-(\d{12})\.wal$")
@@ -48,6 +48,27 @@ class BatchPart:
     server: str
     read_at: float  # seconds since the epoch when the items were read
     items: list[bytes]
+
+
+@dataclass(frozen=True)
+class PackedItems:
+    """Items as the write-ahead file lays them out: their lengths (uint32 little-endian) and
+    their bytes back to back. Two buffers instead of one ``bytes`` object per item: pickling
+    them is a copy, and Arrow takes them as a binary column without a per-item step."""
+
+    lengths: bytes
+    data: bytes
+
+    @property
+    def count(self) -> int:
+        return len(self.lengths) // 4
+
+
+def pack_items(items: list[bytes]) -> PackedItems:
+    lengths = array("I", map(len, items))
+    if sys.byteorder != "little":
+        lengths.byteswap()
+    return PackedItems(lengths.tobytes(), b"".join(items))
 
 
 class WriteAheadLog:
@@ -71,11 +92,8 @@ class WriteAheadLog:
         """Write batch ``seq`` durably (replacing any file of that number); returns its size."""
         header = json.dumps({"seq": seq, "parts": [
             {"server": p.server, "count": len(p.items), "read_at": p.read_at} for p in parts]})
-        lengths = array("I", (len(item) for p in parts for item in p.items))
-        if sys.byteorder != "little":
-            lengths.byteswap()
-        chunks = [_MAGIC, header.encode(), b"\n", lengths.tobytes()]
-        chunks.extend(item for p in parts for item in p.items)
+        packed = pack_items([item for p in parts for item in p.items])
+        chunks = [_MAGIC, header.encode(), b"\n", packed.lengths, packed.data]
         crc = 0
         for chunk in chunks:
             crc = zlib.crc32(chunk, crc)
