@@ -60,7 +60,7 @@ from ._config import parse_duration, parse_servers
 from ..cluster import ServerSetAddress
 from ._kestrel import Connection, KeepAlive
 from ._serverset import follow_members, server_set_members
-from ._wal import BatchPart, PackedItems, WriteAheadLog, pack_items
+from ._wal import BatchPart, Prepared, WalFile, WalSlice, WriteAheadLog, read_slice
 
 try:  # pyspark >= 4.2
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -246,10 +246,10 @@ class KestrelDataSource(DataSource):
 
 
 class KestrelPartition(InputPartition):
-    """One task's share of a micro-batch: the planned items themselves (so ``read`` is pure),
-    packed as the write-ahead file holds them (lengths, then the bytes back to back)."""
+    """One task's share of a micro-batch: where its items lie in the batch's write-ahead
+    file (so ``read`` is pure: a retry reads the same bytes, and never touches a server)."""
 
-    def __init__(self, server: str, queue: str, read_at: float, items: PackedItems) -> None:
+    def __init__(self, server: str, queue: str, read_at: float, items: WalSlice) -> None:
         super().__init__(None)
         self.server = server
         self.queue = queue
@@ -318,6 +318,12 @@ class _Opened:
 
     on: int  # index of the connection set in ``_ReaderState.sets``
     held: list[_Held] = field(default_factory=list)
+    # the read-ahead's write-ahead file of these items, synced but not yet renamed into place
+    prepared: Prepared | None = None
+
+    def discard(self) -> None:
+        if self.prepared is not None:
+            self.prepared.discard()
 
     def still_held(self, queue: str) -> _Opened:
         """Only the parts whose connection is still up (one ``version`` round trip each):
@@ -332,6 +338,10 @@ class _Opened:
                             items=len(part.items), error=str(exc)[:300])
                 continue
             kept.held.append(part)
+        if len(kept.held) == len(self.held):
+            kept.prepared = self.prepared
+        else:
+            self.discard()  # it holds items a server has taken back
         return kept
 
 
@@ -341,6 +351,18 @@ class _PlannedBatch:
 
     seq: int
     parts: list[BatchPart]
+    file: WalFile
+
+    def slices(self, step: int) -> Iterator[tuple[BatchPart, WalSlice]]:
+        """The batch cut into slices of at most ``step`` items, each within one part."""
+        first = data_before = 0
+        for part in self.parts:
+            for i in range(0, len(part.items), step):
+                items = part.items[i:i + step]
+                where = self.file.slice(first, items, data_before)
+                yield part, where
+                first += where.count
+                data_before += where.data_size
 
     @property
     def counts(self) -> dict[str, int]:
@@ -375,6 +397,11 @@ class _Prefetch:
 
     def wait(self) -> None:
         self._thread.join()
+
+    def discard(self) -> None:
+        """Its write-ahead file is no batch: remove it (after :meth:`wait`)."""
+        if self._result is not None:
+            self._result.discard()
 
     def join(self) -> _Opened:
         """The opened items; raises what opening raised."""
@@ -440,7 +467,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if live.wal.has(seq):
             # Planned (and confirmed) before a restart, or before a stop, but not yet in
             # Spark's offset log: it is this batch, whatever the queue holds now.
-            batch = _PlannedBatch(seq, live.wal.read(seq))
+            batch = _PlannedBatch(seq, *live.wal.read(seq))
             live.planned[seq] = batch
             log.info("batch_replanned_from_wal", queue=self.options.queue, seq=seq,
                      items=batch.counts)
@@ -466,7 +493,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if budget is None and self.options.read_ahead and live.available_now is None:
             # A read limit can change between calls; only an unlimited query reads ahead.
             ahead = 1 - opened.on
-            live.prefetch = _Prefetch(lambda: self._open_all(ahead, None))
+            live.prefetch = _Prefetch(lambda: self._open_ahead(ahead, seq + 1))
         return _offset(batch)
 
     def reportLatestOffset(self) -> dict:
@@ -479,23 +506,23 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[KestrelPartition]:
         first, last = int(start.get("seq", 0)) + 1, int(end.get("seq", 0))
-        parts = [part for seq in range(first, last + 1) for part in self._planned(seq).parts]
-        total = sum(len(p.items) for p in parts)
+        total = sum(len(p.items) for seq in range(first, last + 1)
+                    for p in self._planned(seq).parts)
         if not total:
             return []
         step = min(self.options.items_per_partition,
                    math.ceil(total / self.options.min_partitions))
-        return [KestrelPartition(part.server, self.options.queue, part.read_at,
-                                 pack_items(part.items[i:i + step]))
-                for part in parts for i in range(0, len(part.items), step)]
+        return [KestrelPartition(part.server, self.options.queue, part.read_at, where)
+                for seq in range(first, last + 1)
+                for part, where in self._planned(seq).slices(step)]
 
     def read(self, partition: KestrelPartition) -> Iterator[Any]:
-        """One Arrow record batch made from the partition's buffers as they are: the value
-        column's offsets come from the item lengths, its data is the packed bytes."""
+        """One Arrow record batch made from the slice's bytes as they are in the file: the
+        value column's offsets come from the item lengths, its data is the items' bytes."""
         import numpy as np
         import pyarrow as pa
 
-        packed = partition.items
+        packed = read_slice(partition.items)
         n = packed.count
         if not n:
             return
@@ -504,9 +531,6 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                              "not fit one Arrow binary column (2 GiB); lower itemsPerPartition")
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(np.frombuffer(packed.lengths, dtype="<u4"), out=offsets[1:])
-        if offsets[-1] != len(packed.data):
-            raise ValueError(f"kestrel source: {partition!r} is damaged: its item lengths add "
-                             f"up to {offsets[-1]:,} bytes, it holds {len(packed.data):,}")
         stamp = pa.scalar(int(partition.read_at * 1_000_000), pa.timestamp("us", tz="UTC"))
         yield pa.RecordBatch.from_arrays(
             [pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
@@ -527,6 +551,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if live.prefetch is not None:
             live.prefetch.wait()  # its items go back with the connections below
+            live.prefetch.discard()
         live.keep_alive.stop()
         for connection in _all_connections(live.sets):
             connection.close()
@@ -548,7 +573,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"walLocation {live.wal.directory}: the checkpoint and its walLocation must "
                     f"stay together (was walLocation changed or emptied?)")
             # A restarted query replays its last uncommitted batch, as it was planned.
-            batch = _PlannedBatch(seq, live.wal.read(seq))
+            batch = _PlannedBatch(seq, *live.wal.read(seq))
             live.planned[seq] = batch
             log.info("batch_replayed_from_wal", queue=self.options.queue, seq=seq,
                      items=batch.counts)
@@ -559,8 +584,14 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         confirmed on their servers. None if every server had taken its items back."""
         live, queue = self.live, self.options.queue
         held = opened.held
-        batch = _PlannedBatch(seq, [BatchPart(p.server, p.read_at, p.items) for p in held])
-        live.wal.write(seq, batch.parts)
+        parts = [BatchPart(p.server, p.read_at, p.items) for p in held]
+        prepared = opened.prepared
+        if prepared is not None and prepared.file.seq == seq:
+            written = live.wal.publish(prepared)  # written and synced by the read-ahead
+        else:
+            opened.discard()
+            written = live.wal.write(seq, parts)
+        batch = _PlannedBatch(seq, parts, written)
         _pause_for_tests(seq, live.wal)
         returned: list[_Held] = []
         for part in held:
@@ -586,8 +617,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not kept:
                 live.wal.path(seq).unlink(missing_ok=True)
                 return None
-            batch = _PlannedBatch(seq, kept)
-            live.wal.write(seq, batch.parts)
+            batch = _PlannedBatch(seq, kept, live.wal.write(seq, kept))
         live.planned[seq] = batch
         live.planned_any = True
         return batch
@@ -618,6 +648,15 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.live.planned_any:
             return budget
         return min(FIRST_BATCH_ITEMS, budget if budget is not None else FIRST_BATCH_ITEMS)
+
+    def _open_ahead(self, on: int, seq: int) -> _Opened:
+        """The read-ahead: open the next batch and write its write-ahead file under its
+        temporary name, so planning it only renames the file (and confirms)."""
+        opened = self._open_all(on, None)
+        if opened.held:
+            opened.prepared = self.live.wal.prepare(
+                seq, [BatchPart(p.server, p.read_at, p.items) for p in opened.held])
+        return opened
 
     def _open_all(self, on: int, budget: int | None) -> _Opened:
         """Open the next batch on connection set ``on``: up to ``maxItemsPerBatch`` per server

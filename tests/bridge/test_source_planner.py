@@ -1,17 +1,21 @@
-"""The ``kestrel`` source's planner calls made directly (as Spark's planner process makes them,
-without Spark): the first micro-batch is small, and a partition read on an executor gives
-the planned items, in order, as one Arrow record batch built from the packed buffers."""
+"""The ``kestrel`` source's calls made directly, as Spark's planner process and executors make
+them (without Spark): the first micro-batch is small; a partition names a slice of its
+batch's write-ahead file, and reading it gives the planned items in order (one Arrow record
+batch), or fails if the file does not hold them; the read-ahead writes the next batch's file
+unpublished."""
 
 from __future__ import annotations
 
 import pickle
+
+import pytest
 
 from kestrel_actors.spark_bridge._source import (
     FIRST_BATCH_ITEMS,
     KestrelDataSource,
     KestrelStreamReader,
 )
-from kestrel_actors.spark_bridge._wal import WriteAheadLog
+from kestrel_actors.spark_bridge._wal import WalCorrupt, WriteAheadLog
 
 from ._spark_jobs import load, queue_stats
 
@@ -73,3 +77,56 @@ def test_a_replayed_batch_reads_the_same_rows_from_the_write_ahead_log(server, t
         assert WriteAheadLog(str(tmp_path / "wal")).sequences() == [1]
     finally:
         restarted.stop()
+
+
+def test_the_read_ahead_writes_the_next_batch_unpublished_and_a_stop_discards_it(server,
+                                                                                 tmp_path):
+    """The read-ahead writes and syncs the next batch's file under its temporary name while
+    Spark runs the current batch; planning that batch only renames it. Until then it is no
+    batch: a stop removes it and the servers take its items back."""
+    load(server, "plan", [f"a{i}".encode() for i in range(FIRST_BATCH_ITEMS + 700)])
+    stream = reader(server, tmp_path)
+    wal = WriteAheadLog(str(tmp_path / "wal"))
+    start = stream.initialOffset()
+    first = stream.latestOffset(start)
+    stream.live.prefetch.wait()
+    assert sorted(p.name for p in (tmp_path / "wal").iterdir()) == [
+        ".batch-000000000002.wal.tmp", "batch-000000000001.wal"]
+    assert wal.sequences() == [1] and not wal.has(2)
+    assert queue_stats(server, "plan") == (0, 700)  # opened ahead, not confirmed
+    stream.commit(first)
+    second = stream.latestOffset(first)
+    assert second["seq"] == 2 and sum(second["items"].values()) == 700
+    assert wal.sequences() == [2] and not list((tmp_path / "wal").glob(".*.tmp"))
+    assert rows_of(stream, first, second) == [f"a{i}".encode()
+                                              for i in range(FIRST_BATCH_ITEMS, FIRST_BATCH_ITEMS + 700)]
+    stream.commit(second)
+    load(server, "plan", [b"later"])
+    third = stream.latestOffset(second)  # opens "later" itself, reads ahead nothing
+    stream.commit(third)
+    load(server, "plan", [b"ahead"])
+    assert stream.latestOffset(third) == {"seq": 4, "items": {f"127.0.0.1:{server.port}": 1}}
+    stream.live.prefetch.wait()
+    stream.stop()
+    assert wal.sequences() == [4] and not list((tmp_path / "wal").glob(".*.tmp"))
+    assert queue_stats(server, "plan") == (0, 0)
+
+
+def test_a_partition_whose_file_changed_fails_its_read(server, tmp_path):
+    load(server, "plan", [b"x" * 100] * 10)
+    stream = reader(server, tmp_path)
+    try:
+        start = stream.initialOffset()
+        end = stream.latestOffset(start)
+        [partition] = stream.partitions(start, end)
+        path = tmp_path / "wal" / "batch-000000000001.wal"
+        data = bytearray(path.read_bytes())
+        data[-50] ^= 1
+        path.write_bytes(bytes(data))
+        with pytest.raises(WalCorrupt, match="does not hold micro-batch 1's items"):
+            list(stream.read(partition))
+        path.unlink()
+        with pytest.raises(WalCorrupt, match="every executor reaches"):
+            list(stream.read(partition))
+    finally:
+        stream.stop()
