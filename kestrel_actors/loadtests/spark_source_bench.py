@@ -61,9 +61,27 @@ class _FirstRows:
             self.seconds = time.perf_counter() - self.started
 
 
+def steady_rows_per_second(progress) -> float | None:
+    """Rows per second after the first micro-batch with rows: the rows of the later batches
+    over the time from the end of that first batch to the end of the last one (each batch's
+    end is its progress ``timestamp`` plus its ``triggerExecution``). None with fewer than two
+    batches with rows."""
+    from datetime import datetime
+
+    def end(p) -> float:
+        started = datetime.fromisoformat(p["timestamp"]).timestamp()
+        return started + p["durationMs"].get("triggerExecution", 0) / 1000
+
+    batches = [p for p in progress if p.get("numInputRows", 0) > 0]
+    if len(batches) < 2:
+        return None
+    seconds = end(batches[-1]) - end(batches[0])
+    return sum(p["numInputRows"] for p in batches[1:]) / seconds if seconds > 0 else None
+
+
 def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, count: int,
            checkpoint: str, client, breakdown: bool = False, read_ahead: bool = True,
-           first_rows: list[float] | None = None) -> float:
+           first_rows: list[float] | None = None, steady: list[float] | None = None) -> float:
     """Run a query until ``queue`` is empty with nothing open and its ``count`` rows have been
     through the query; return its seconds (and, with
     ``breakdown``, print the mean per-micro-batch ``durationMs`` of Spark's query progress;
@@ -89,6 +107,9 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
                 first.look(query)
                 if first_rows is not None and first.seconds is not None:
                     first_rows.append(first.seconds)
+                rate = steady_rows_per_second(query.recentProgress)
+                if steady is not None and rate is not None:  # None: too few batches to tell
+                    steady.append(rate)
                 if breakdown:
                     _print_breakdown(query.recentProgress)
                 return seconds
@@ -100,10 +121,10 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
 
 
 def _rate_micro_batch(spark, rows_per_batch: int, count: int, item_bytes: int,
-                      checkpoint: str) -> tuple[float, float | None]:
+                      checkpoint: str) -> tuple[float, float | None, float | None]:
     """Spark's own ``rate-micro-batch`` source through the same query shape (``noop`` sink),
     each row carrying a ``value`` of ``item_bytes``: (seconds for ``count`` rows counted from
-    the query's start, seconds to the first batch with rows)."""
+    the query's start, seconds to the first batch with rows, steady rows/s)."""
     started = time.perf_counter()
     query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
              .load().selectExpr(f"cast(repeat('x', {item_bytes}) as binary) as value",
@@ -115,7 +136,8 @@ def _rate_micro_batch(spark, rows_per_batch: int, count: int, item_bytes: int,
             first.look(query)
             done = sum(p.get("numInputRows", 0) for p in query.recentProgress)
             if done >= count:
-                return time.perf_counter() - started, first.seconds
+                return (time.perf_counter() - started, first.seconds,
+                        steady_rows_per_second(query.recentProgress))
             if query.exception() is not None:
                 raise click.ClickException(str(query.exception()))
             time.sleep(0.02)
@@ -162,7 +184,8 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
     logging.getLogger("py4j").setLevel(logging.WARNING)
     with _server(address) as where, tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
         server = ServerAddress.parse(where)
-        with Client(server) as client:
+        # a loaded machine can keep the server's answer to ``stats`` beyond the default 5 s
+        with Client(server, timeout=60) as client:
             fill_queues(client, QUEUE, WARM_QUEUE, items, min(max_items_per_batch, items), item_bytes)
 
             started = time.perf_counter()
@@ -178,11 +201,12 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                 load_average = os.getloadavg()[0]
                 cpu_before = _server_cpu_seconds()
                 first_rows: list[float] = []
+                steady: list[float] = []
                 seconds = _drain(spark, where, QUEUE, max_items_per_batch,
                                  items_per_partition, items, f"{tmp}/run", client,
-                                 breakdown, read_ahead, first_rows)
+                                 breakdown, read_ahead, first_rows, steady)
                 cpu_after = _server_cpu_seconds()
-                rate_seconds, rate_first = _rate_micro_batch(
+                rate_seconds, rate_first, rate_steady = _rate_micro_batch(
                     spark, max_items_per_batch, items, item_bytes, f"{tmp}/rate")
             finally:
                 spark.stop()
@@ -201,18 +225,27 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         "seconds": round(seconds, 3),
         "items_per_second": round(items / seconds),
         "first_rows_seconds": round(first_rows[0], 2) if first_rows else None,
+        "steady_rows_per_second": round(steady[0]) if steady and steady[0] else None,
         "rate_micro_batch_rows_per_second": round(items / rate_seconds),
+        "rate_micro_batch_steady_rows_per_second": round(rate_steady) if rate_steady else None,
         "rate_micro_batch_first_rows_seconds": (None if rate_first is None
                                                 else round(rate_first, 2)),
     }
     figures["ratio_to_rate_micro_batch"] = round(
         figures["items_per_second"] / figures["rate_micro_batch_rows_per_second"], 2)
+    if figures["steady_rows_per_second"] and figures["rate_micro_batch_steady_rows_per_second"]:
+        figures["steady_ratio_to_rate_micro_batch"] = round(
+            figures["steady_rows_per_second"]
+            / figures["rate_micro_batch_steady_rows_per_second"], 2)
     click.echo(f"source: {items:,} items drained and confirmed in {seconds:.2f}s "
                f"({figures['items_per_second']:,} items/s), first rows after "
                f"{figures['first_rows_seconds']}s; rate-micro-batch through the same query: "
                f"{figures['rate_micro_batch_rows_per_second']:,} rows/s, first rows after "
                f"{figures['rate_micro_batch_first_rows_seconds']}s; ratio "
-               f"{figures['ratio_to_rate_micro_batch']}")
+               f"{figures['ratio_to_rate_micro_batch']}; steady (after the first micro-batch) "
+               f"{figures['steady_rows_per_second']} vs "
+               f"{figures['rate_micro_batch_steady_rows_per_second']} rows/s, ratio "
+               f"{figures.get('steady_ratio_to_rate_micro_batch')}")
     click.echo(json.dumps(figures))
     sys.exit(0 if figures["items_per_second"] >= target else 2)
 

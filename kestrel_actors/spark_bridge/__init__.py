@@ -25,23 +25,28 @@ Importing this package does not import pyspark (that happens when a bridge start
 ``KestrelDataSource`` is first used), and the bridge never imports gevent.
 """
 
-from ..client import KestrelError, ServerAddress
-from ._batch import BatchRunner, JobFailed, JobTimedOut
-from ._config import (
-    BridgeConfig,
-    default_state_dir,
-    load_job,
-    parse_duration,
-    parse_key_values,
-    parse_servers,
-)
-from ._kestrel import Connection, ConnectionLost, KeepAlive
-from ._ledger import BatchLedger, LedgerLockedError, format_batch_id
-from ._meta import BatchMeta, BatchResult
-from ._output import NullSink, PathSink, QueueSink, Sink, make_sink
-from ._progress import BridgeReport, ProgressLine
-from ._runner import run_bridge
-from ._spark import create_spark_session, ship_job_code, spark_defaults
+from importlib import import_module
+
+# Each name's private module, imported on first use: Spark imports ``_source`` (and so this
+# package) in every Python process that runs the ``kestrel`` data source — its planners and
+# each executor's Python workers — and the bridge's modules (the ledger, the journal) would
+# add ~0.5 s to each of those starts.
+_HOMES = {
+    "KestrelError": "..client", "ServerAddress": "..client",
+    "BatchRunner": "._batch", "JobFailed": "._batch", "JobTimedOut": "._batch",
+    "BridgeConfig": "._config", "default_state_dir": "._config", "load_job": "._config",
+    "parse_duration": "._config", "parse_key_values": "._config", "parse_servers": "._config",
+    "Connection": "._kestrel", "ConnectionLost": "._kestrel", "KeepAlive": "._kestrel",
+    "BatchLedger": "._ledger", "LedgerLockedError": "._ledger", "format_batch_id": "._ledger",
+    "NullSink": "._output", "PathSink": "._output", "QueueSink": "._output", "Sink": "._output",
+    "make_sink": "._output",
+    "BatchMeta": "._meta", "BatchResult": "._meta",
+    "BridgeReport": "._progress", "ProgressLine": "._progress",
+    "run_bridge": "._runner",
+    "create_spark_session": "._spark", "ship_job_code": "._spark", "spark_defaults": "._spark",
+    # subclasses pyspark's classes: pyspark is imported only when it is asked for
+    "KestrelDataSource": "._source",
+}
 
 __all__ = [
     "BatchLedger",
@@ -79,9 +84,13 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # The data source subclasses pyspark's classes: import pyspark only when it is asked for.
-    if name == "KestrelDataSource":
-        from ._source import KestrelDataSource
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value
 
-        return KestrelDataSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -60,7 +60,7 @@ from ..cluster import ServerSetAddress
 from ._config import parse_duration, parse_servers
 from ._kestrel import Connection, KeepAlive
 from ._serverset import follow_members, server_set_members
-from ._wal import BatchPart, WriteAheadLog
+from ._wal import BatchPart, Prepared, WalFile, WalSlice, WriteAheadLog, read_slice
 
 try:  # pyspark >= 4.2
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -76,6 +76,10 @@ SCHEMA = "value binary, queue string, server string, timestamp timestamp"
 _RECONNECT_AFTER = 1.0  # seconds before a server that failed is tried again
 _IDLE_RECHECK = 0.05  # an empty look at the servers is not repeated sooner than this
 _PAUSE_AFTER_WAL = "KESTREL_SOURCE_PAUSE_AFTER_WAL"
+_MAX_BINARY_COLUMN = 2**31 - 1  # an Arrow binary column's 32-bit offsets
+# The first batch a planner process opens itself is at most this many items (all servers):
+# its rows come after a short batch while the next, full one is read ahead.
+FIRST_BATCH_ITEMS = 2_000
 
 # Option names as written in the docs (Spark hands them to us lower-cased or as typed).
 _SOURCE_OPTIONS = ("servers", "serverSet", "queue", "walLocation", "maxItemsPerTrigger", "maxItemsPerBatch",
@@ -242,9 +246,10 @@ class KestrelDataSource(DataSource):
 
 
 class KestrelPartition(InputPartition):
-    """One task's share of a micro-batch: the planned items themselves (so ``read`` is pure)."""
+    """One task's share of a micro-batch: where its items lie in the batch's write-ahead
+    file (so ``read`` is pure: a retry reads the same bytes, and never touches a server)."""
 
-    def __init__(self, server: str, queue: str, read_at: float, items: list[bytes]) -> None:
+    def __init__(self, server: str, queue: str, read_at: float, items: WalSlice) -> None:
         super().__init__(None)
         self.server = server
         self.queue = queue
@@ -252,7 +257,7 @@ class KestrelPartition(InputPartition):
         self.items = items
 
     def __repr__(self) -> str:
-        return f"KestrelPartition({self.server}, {self.queue}, {len(self.items)} items)"
+        return f"KestrelPartition({self.server}, {self.queue}, {self.items.count} items)"
 
 
 # server -> its ``connections_per_server`` connections
@@ -274,6 +279,7 @@ class _ReaderState:
     prefetch: _Prefetch | None = None
     retry_at: dict[str, float] = field(default_factory=dict)
     idle_until: float = 0.0
+    planned_any: bool = False  # this process has planned a batch from the queue
     backlog: dict[str, int] = field(default_factory=dict)  # items waiting per server, last seen
     # Trigger.AvailableNow: per server, how many of the items waiting at the start are left
     available_now: dict[str, int] | None = None
@@ -312,6 +318,12 @@ class _Opened:
 
     on: int  # index of the connection set in ``_ReaderState.sets``
     held: list[_Held] = field(default_factory=list)
+    # the read-ahead's write-ahead file of these items, synced but not yet renamed into place
+    prepared: Prepared | None = None
+
+    def discard(self) -> None:
+        if self.prepared is not None:
+            self.prepared.discard()
 
     def still_held(self, queue: str) -> _Opened:
         """Only the parts whose connection is still up (one ``version`` round trip each):
@@ -326,6 +338,10 @@ class _Opened:
                             items=len(part.items), error=str(exc)[:300])
                 continue
             kept.held.append(part)
+        if len(kept.held) == len(self.held):
+            kept.prepared = self.prepared
+        else:
+            self.discard()  # it holds items a server has taken back
         return kept
 
 
@@ -335,6 +351,18 @@ class _PlannedBatch:
 
     seq: int
     parts: list[BatchPart]
+    file: WalFile
+
+    def slices(self, step: int) -> Iterator[tuple[BatchPart, WalSlice]]:
+        """The batch cut into slices of at most ``step`` items, each within one part."""
+        first = data_before = 0
+        for part in self.parts:
+            for i in range(0, len(part.items), step):
+                items = part.items[i:i + step]
+                where = self.file.slice(first, items, data_before)
+                yield part, where
+                first += where.count
+                data_before += where.data_size
 
     @property
     def counts(self) -> dict[str, int]:
@@ -369,6 +397,11 @@ class _Prefetch:
 
     def wait(self) -> None:
         self._thread.join()
+
+    def discard(self) -> None:
+        """Its write-ahead file is no batch: remove it (after :meth:`wait`)."""
+        if self._result is not None:
+            self._result.discard()
 
     def join(self) -> _Opened:
         """The opened items; raises what opening raised."""
@@ -434,7 +467,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if live.wal.has(seq):
             # Planned (and confirmed) before a restart, or before a stop, but not yet in
             # Spark's offset log: it is this batch, whatever the queue holds now.
-            batch = _PlannedBatch(seq, live.wal.read(seq))
+            batch = _PlannedBatch(seq, *live.wal.read(seq))
             live.planned[seq] = batch
             log.info("batch_replanned_from_wal", queue=self.options.queue, seq=seq,
                      items=batch.counts)
@@ -450,7 +483,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             now = time.monotonic()
             if now < live.idle_until:
                 return start
-            opened = self._open_all(0, budget)
+            opened = self._open_all(0, self._first_batch_budget(budget))
             if not opened.held:
                 live.idle_until = time.monotonic() + _IDLE_RECHECK
                 return start
@@ -460,8 +493,8 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if budget is None and self.options.read_ahead and live.available_now is None:
             # A read limit can change between calls; only an unlimited query reads ahead.
             ahead = 1 - opened.on
-            live.prefetch = _Prefetch(lambda: self._open_all(ahead, None))
-        return _offset(planned)
+            live.prefetch = _Prefetch(lambda: self._open_ahead(ahead, seq + 1))
+        return _offset(batch)
 
     def reportLatestOffset(self) -> dict:
         """What the query's progress shows as the source's ``latestOffset``: the last planned
@@ -473,29 +506,39 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[KestrelPartition]:
         first, last = int(start.get("seq", 0)) + 1, int(end.get("seq", 0))
-        parts = [part for seq in range(first, last + 1) for part in self._planned(seq).parts]
-        total = sum(len(p.items) for p in parts)
+        total = sum(len(p.items) for seq in range(first, last + 1)
+                    for p in self._planned(seq).parts)
         if not total:
             return []
         step = min(self.options.items_per_partition,
                    math.ceil(total / self.options.min_partitions))
-        return [KestrelPartition(part.server, self.options.queue, part.read_at,
-                                 part.items[i:i + step])
-                for part in parts for i in range(0, len(part.items), step)]
+        return [KestrelPartition(part.server, self.options.queue, part.read_at, where)
+                for seq in range(first, last + 1)
+                for part, where in self._planned(seq).slices(step)]
 
     # Spark hands back only the partitions that partitions() made, which its types cannot say
     def read(self, partition: KestrelPartition) -> Iterator[Any]:  # type: ignore[override]
+        """One Arrow record batch made from the slice's bytes as they are in the file: the
+        value column's offsets come from the item lengths, its data is the items' bytes."""
+        import numpy as np
         import pyarrow as pa
 
-        n = len(partition.items)
+        packed = read_slice(partition.items)
+        n = packed.count
         if not n:
             return
-        read_at = int(partition.read_at * 1_000_000)
+        if len(packed.data) > _MAX_BINARY_COLUMN:
+            raise ValueError(f"kestrel source: a partition of {len(packed.data):,} bytes does "
+                             "not fit one Arrow binary column (2 GiB); lower itemsPerPartition")
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.frombuffer(packed.lengths, dtype="<u4"), out=offsets[1:])
+        stamp = pa.scalar(int(partition.read_at * 1_000_000), pa.timestamp("us", tz="UTC"))
         yield pa.RecordBatch.from_arrays(
-            [pa.array(partition.items, pa.binary()),
-             pa.array([partition.queue] * n, pa.string()),
-             pa.array([partition.server] * n, pa.string()),
-             pa.array([read_at] * n, pa.timestamp("us", tz="UTC"))],
+            [pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                    pa.py_buffer(packed.data)]),
+             pa.repeat(pa.scalar(partition.queue, pa.string()), n),
+             pa.repeat(pa.scalar(partition.server, pa.string()), n),
+             pa.repeat(stamp, n)],
             names=["value", "queue", "server", "timestamp"])
 
     def commit(self, end: dict) -> None:
@@ -509,6 +552,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if live.prefetch is not None:
             live.prefetch.wait()  # its items go back with the connections below
+            live.prefetch.discard()
         live.keep_alive.stop()
         for connection in _all_connections(live.sets):
             connection.close()
@@ -530,7 +574,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"walLocation {live.wal.directory}: the checkpoint and its walLocation must "
                     f"stay together (was walLocation changed or emptied?)")
             # A restarted query replays its last uncommitted batch, as it was planned.
-            batch = _PlannedBatch(seq, live.wal.read(seq))
+            batch = _PlannedBatch(seq, *live.wal.read(seq))
             live.planned[seq] = batch
             log.info("batch_replayed_from_wal", queue=self.options.queue, seq=seq,
                      items=batch.counts)
@@ -541,8 +585,14 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         confirmed on their servers. None if every server had taken its items back."""
         live, queue = self.live, self.options.queue
         held = opened.held
-        batch = _PlannedBatch(seq, [BatchPart(p.server, p.read_at, p.items) for p in held])
-        live.wal.write(seq, batch.parts)
+        parts = [BatchPart(p.server, p.read_at, p.items) for p in held]
+        prepared = opened.prepared
+        if prepared is not None and prepared.file.seq == seq:
+            written = live.wal.publish(prepared)  # written and synced by the read-ahead
+        else:
+            opened.discard()
+            written = live.wal.write(seq, parts)
+        batch = _PlannedBatch(seq, parts, written)
         _pause_for_tests(seq, live.wal)
         returned: list[_Held] = []
         for part in held:
@@ -568,9 +618,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not kept:
                 live.wal.path(seq).unlink(missing_ok=True)
                 return None
-            batch = _PlannedBatch(seq, kept)
-            live.wal.write(seq, batch.parts)
+            batch = _PlannedBatch(seq, kept, live.wal.write(seq, kept))
         live.planned[seq] = batch
+        live.planned_any = True
         return batch
 
     def _forget_through(self, seq: int) -> None:
@@ -591,6 +641,23 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 connection.close()  # nothing else is open: planned batches are confirmed
             log.warning("prefetch_failed", queue=self.options.queue, error=repr(exc)[:300])
             return None
+
+    def _first_batch_budget(self, budget: int | None) -> int | None:
+        """A planner process's first batch is small: its rows reach the sink after a short
+        batch (the JVM and the Python workers are busy starting then), and the read-ahead
+        opens the next, full batch meanwhile."""
+        if self.live.planned_any:
+            return budget
+        return min(FIRST_BATCH_ITEMS, budget if budget is not None else FIRST_BATCH_ITEMS)
+
+    def _open_ahead(self, on: int, seq: int) -> _Opened:
+        """The read-ahead: open the next batch and write its write-ahead file under its
+        temporary name, so planning it only renames the file (and confirms)."""
+        opened = self._open_all(on, None)
+        if opened.held:
+            opened.prepared = self.live.wal.prepare(
+                seq, [BatchPart(p.server, p.read_at, p.items) for p in opened.held])
+        return opened
 
     def _open_all(self, on: int, budget: int | None) -> _Opened:
         """Open the next batch on connection set ``on``: up to ``maxItemsPerBatch`` per server

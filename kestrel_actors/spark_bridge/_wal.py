@@ -30,7 +30,8 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BatchPart", "WalCorrupt", "WriteAheadLog"]
+__all__ = ["BatchPart", "PackedItems", "Prepared", "WalCorrupt", "WalFile", "WalSlice", "WriteAheadLog",
+           "pack_items", "read_slice"]
 
 _MAGIC = b"KWAL1\n"
 _NAME = re.compile(r"^batch-(\d{12})\.wal$")
@@ -50,6 +51,95 @@ class BatchPart:
     items: list[bytes]
 
 
+@dataclass(frozen=True)
+class PackedItems:
+    """Items as the write-ahead file lays them out: their lengths (uint32 little-endian) and
+    their bytes back to back. Two buffers instead of one ``bytes`` object per item: pickling
+    them is a copy, and Arrow takes them as a binary column without a per-item step."""
+
+    lengths: bytes
+    data: bytes
+
+    @property
+    def count(self) -> int:
+        return len(self.lengths) // 4
+
+
+@dataclass(frozen=True)
+class WalSlice:
+    """Where some consecutive items of one batch lie in its write-ahead file: an executor
+    reads them from there (``walLocation`` is storage every executor reaches) instead of
+    receiving them inside its pickled partition. ``crc`` covers the lengths, then the data."""
+
+    path: str
+    seq: int
+    count: int
+    lengths_at: int
+    data_at: int
+    data_size: int
+    crc: int
+
+
+@dataclass(frozen=True)
+class WalFile:
+    """A batch's file once written: where its item lengths and its item bytes start."""
+
+    path: Path
+    seq: int
+    lengths_at: int
+    data_at: int
+
+    def slice(self, first: int, items: list[bytes], data_before: int) -> WalSlice:
+        """The slice of ``items``, the batch's items ``first``, ``first + 1``, ... whose bytes
+        start ``data_before`` bytes into the batch's data."""
+        lengths = _lengths(items)
+        crc = zlib.crc32(lengths)
+        for item in items:  # no joined copy of the slice's bytes
+            crc = zlib.crc32(item, crc)
+        return WalSlice(str(self.path), self.seq, len(items), self.lengths_at + 4 * first,
+                        self.data_at + data_before, sum(map(len, items)), crc)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch written and synced under a temporary name, not yet in the log."""
+
+    temporary: Path
+    file: WalFile
+
+    def discard(self) -> None:
+        self.temporary.unlink(missing_ok=True)
+
+
+def read_slice(where: WalSlice) -> PackedItems:
+    """Read one slice of a write-ahead file (on an executor), checked against its CRC."""
+    try:
+        with open(where.path, "rb") as f:
+            lengths = os.pread(f.fileno(), 4 * where.count, where.lengths_at)
+            data = os.pread(f.fileno(), where.data_size, where.data_at)
+    except FileNotFoundError:
+        raise WalCorrupt(
+            f"kestrel: micro-batch {where.seq}'s write-ahead file {where.path} is not on this "
+            f"executor: walLocation must be storage every executor reaches at the same path "
+            f"(a shared file system), or the batch was already committed") from None
+    if len(lengths) != 4 * where.count or len(data) != where.data_size \
+            or zlib.crc32(data, zlib.crc32(lengths)) != where.crc:
+        raise WalCorrupt(f"kestrel: {where.path} does not hold micro-batch {where.seq}'s items "
+                         f"as planned (checksum of bytes {where.data_at}+{where.data_size})")
+    return PackedItems(lengths, data)
+
+
+def pack_items(items: list[bytes]) -> PackedItems:
+    return PackedItems(_lengths(items), b"".join(items))
+
+
+def _lengths(items: list[bytes]) -> bytes:
+    lengths = array("I", map(len, items))
+    if sys.byteorder != "little":
+        lengths.byteswap()
+    return lengths.tobytes()
+
+
 class WriteAheadLog:
     """The directory of one query's planned batches (``walLocation``)."""
 
@@ -67,15 +157,17 @@ class WriteAheadLog:
     def has(self, seq: int) -> bool:
         return self.path(seq).exists()
 
-    def write(self, seq: int, parts: list[BatchPart]) -> int:
-        """Write batch ``seq`` durably (replacing any file of that number); returns its size."""
+    def write(self, seq: int, parts: list[BatchPart]) -> WalFile:
+        """Write batch ``seq`` durably (replacing any file of that number)."""
+        return self.publish(self.prepare(seq, parts))
+
+    def prepare(self, seq: int, parts: list[BatchPart]) -> Prepared:
+        """Write batch ``seq`` to its temporary file and ``fsync`` it. It is no batch yet:
+        :meth:`has` and :meth:`read` do not see it until :meth:`publish` renames it."""
         header = json.dumps({"seq": seq, "parts": [
             {"server": p.server, "count": len(p.items), "read_at": p.read_at} for p in parts]})
-        lengths = array("I", (len(item) for p in parts for item in p.items))
-        if sys.byteorder != "little":
-            lengths.byteswap()
-        chunks = [_MAGIC, header.encode(), b"\n", lengths.tobytes()]
-        chunks.extend(item for p in parts for item in p.items)
+        packed = pack_items([item for p in parts for item in p.items])
+        chunks = [_MAGIC, header.encode(), b"\n", packed.lengths, packed.data]
         crc = 0
         for chunk in chunks:
             crc = zlib.crc32(chunk, crc)
@@ -86,11 +178,16 @@ class WriteAheadLog:
             out.writelines(chunks)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(temporary, final)
-        self._sync_directory()
-        return sum(len(c) for c in chunks)
+        lengths_at = len(_MAGIC) + len(chunks[1]) + 1
+        return Prepared(temporary, WalFile(final, seq, lengths_at, lengths_at + len(packed.lengths)))
 
-    def read(self, seq: int) -> list[BatchPart]:
+    def publish(self, prepared: Prepared) -> WalFile:
+        """Make a prepared batch durable under its name (rename, ``fsync`` of the directory)."""
+        os.replace(prepared.temporary, prepared.file.path)
+        self._sync_directory()
+        return prepared.file
+
+    def read(self, seq: int) -> tuple[list[BatchPart], WalFile]:
         path = self.path(seq)
         data = memoryview(path.read_bytes())
         if len(data) < len(_MAGIC) + _CRC.size or bytes(data[:len(_MAGIC)]) != _MAGIC:
@@ -107,6 +204,7 @@ class WriteAheadLog:
         if sys.byteorder != "little":
             lengths.byteswap()
         at += 4 * total
+        written = WalFile(path, seq, newline + 1, at)
         parts, index = [], 0
         for described in header["parts"]:
             items = []
@@ -115,7 +213,7 @@ class WriteAheadLog:
                 at += length
             index += described["count"]
             parts.append(BatchPart(described["server"], float(described["read_at"]), items))
-        return parts
+        return parts, written
 
     def remove_through(self, seq: int) -> None:
         """Forget batches ``<= seq`` (Spark has committed them)."""

@@ -1,0 +1,132 @@
+"""The ``kestrel`` source's calls made directly, as Spark's planner process and executors make
+them (without Spark): the first micro-batch is small; a partition names a slice of its
+batch's write-ahead file, and reading it gives the planned items in order (one Arrow record
+batch), or fails if the file does not hold them; the read-ahead writes the next batch's file
+unpublished."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from kestrel_actors.spark_bridge._source import (
+    FIRST_BATCH_ITEMS,
+    KestrelDataSource,
+    KestrelStreamReader,
+)
+from kestrel_actors.spark_bridge._wal import WalCorrupt, WriteAheadLog
+
+from ._spark_jobs import load, queue_stats
+
+
+def reader(server, tmp_path, **options) -> KestrelStreamReader:
+    source = KestrelDataSource({"servers": f"127.0.0.1:{server.port}", "queue": "plan",
+                                "walLocation": str(tmp_path / "wal"),
+                                **{k: str(v) for k, v in options.items()}})
+    return source.streamReader(None)
+
+
+def rows_of(stream: KestrelStreamReader, start: dict, end: dict) -> list[bytes]:
+    """What the executors would return: each partition pickled (as Spark ships it) and read."""
+    values: list[bytes] = []
+    for partition in stream.partitions(start, end):
+        shipped = pickle.loads(pickle.dumps(partition))
+        for batch in pickle.loads(pickle.dumps(stream)).read(shipped):
+            assert batch.schema.names == ["value", "queue", "server", "timestamp"]
+            assert set(batch.column("queue").to_pylist()) == {"plan"}
+            values.extend(batch.column("value").to_pylist())
+    return values
+
+
+def test_the_first_batch_is_small_and_the_next_ones_full(server, tmp_path):
+    items = [f"item-{i:05d}-".encode() * (i % 7) for i in range(12_000)]
+    load(server, "plan", items)
+    stream = reader(server, tmp_path, maxItemsPerBatch=5000, itemsPerPartition=1500)
+    try:
+        start = stream.initialOffset()
+        first = stream.latestOffset(start)
+        assert sum(first["items"].values()) == FIRST_BATCH_ITEMS < 5000
+        got = rows_of(stream, start, first)
+        stream.commit(first)
+        second = stream.latestOffset(first)  # read ahead while the first batch ran
+        assert sum(second["items"].values()) == 5000
+        got += rows_of(stream, first, second)
+        stream.commit(second)
+        third = stream.latestOffset(second)
+        got += rows_of(stream, second, third)
+        stream.commit(third)
+    finally:
+        stream.stop()
+    assert sum(third["items"].values()) == 12_000 - 5000 - FIRST_BATCH_ITEMS
+    assert got == items  # empty items included, in queue order
+    assert queue_stats(server, "plan") == (0, 0)
+
+
+def test_a_replayed_batch_reads_the_same_rows_from_the_write_ahead_log(server, tmp_path):
+    items = [bytes([i % 256]) * (i % 300) for i in range(1500)]
+    load(server, "plan", items)
+    planner = reader(server, tmp_path, itemsPerPartition=400)
+    start = planner.initialOffset()
+    end = planner.latestOffset(start)
+    planned = rows_of(planner, start, end)
+    planner.stop()  # the planner dies before Spark committed the batch
+    restarted = reader(server, tmp_path, itemsPerPartition=400)
+    try:
+        assert rows_of(restarted, start, end) == planned == items
+        assert WriteAheadLog(str(tmp_path / "wal")).sequences() == [1]
+    finally:
+        restarted.stop()
+
+
+def test_the_read_ahead_writes_the_next_batch_unpublished_and_a_stop_discards_it(server,
+                                                                                 tmp_path):
+    """The read-ahead writes and syncs the next batch's file under its temporary name while
+    Spark runs the current batch; planning that batch only renames it. Until then it is no
+    batch: a stop removes it and the servers take its items back."""
+    load(server, "plan", [f"a{i}".encode() for i in range(FIRST_BATCH_ITEMS + 700)])
+    stream = reader(server, tmp_path)
+    wal = WriteAheadLog(str(tmp_path / "wal"))
+    start = stream.initialOffset()
+    first = stream.latestOffset(start)
+    stream.live.prefetch.wait()
+    assert sorted(p.name for p in (tmp_path / "wal").iterdir()) == [
+        ".batch-000000000002.wal.tmp", "batch-000000000001.wal"]
+    assert wal.sequences() == [1] and not wal.has(2)
+    assert queue_stats(server, "plan") == (0, 700)  # opened ahead, not confirmed
+    stream.commit(first)
+    second = stream.latestOffset(first)
+    assert second["seq"] == 2 and sum(second["items"].values()) == 700
+    assert wal.sequences() == [2] and not list((tmp_path / "wal").glob(".*.tmp"))
+    assert rows_of(stream, first, second) == [f"a{i}".encode()
+                                              for i in range(FIRST_BATCH_ITEMS, FIRST_BATCH_ITEMS + 700)]
+    stream.commit(second)
+    load(server, "plan", [b"later"])
+    third = stream.latestOffset(second)  # opens "later" itself, reads ahead nothing
+    stream.commit(third)
+    load(server, "plan", [b"ahead"])
+    assert stream.latestOffset(third) == {"seq": 4, "items": {f"127.0.0.1:{server.port}": 1}}
+    stream.live.prefetch.wait()
+    stream.stop()
+    assert wal.sequences() == [4] and not list((tmp_path / "wal").glob(".*.tmp"))
+    assert queue_stats(server, "plan") == (0, 0)
+
+
+def test_a_partition_whose_file_changed_fails_its_read(server, tmp_path):
+    load(server, "plan", [b"x" * 100] * 10)
+    stream = reader(server, tmp_path)
+    try:
+        start = stream.initialOffset()
+        end = stream.latestOffset(start)
+        [partition] = stream.partitions(start, end)
+        path = tmp_path / "wal" / "batch-000000000001.wal"
+        data = bytearray(path.read_bytes())
+        data[-50] ^= 1
+        path.write_bytes(bytes(data))
+        with pytest.raises(WalCorrupt, match="does not hold micro-batch 1's items"):
+            list(stream.read(partition))
+        path.unlink()
+        with pytest.raises(WalCorrupt, match="every executor reaches"):
+            list(stream.read(partition))
+    finally:
+        stream.stop()
