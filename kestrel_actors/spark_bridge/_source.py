@@ -494,7 +494,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # A read limit can change between calls; only an unlimited query reads ahead.
             ahead = 1 - opened.on
             live.prefetch = _Prefetch(lambda: self._open_ahead(ahead, seq + 1))
-        return _offset(batch)
+        return _offset(planned)
 
     def reportLatestOffset(self) -> dict:
         """What the query's progress shows as the source's ``latestOffset``: the last planned
