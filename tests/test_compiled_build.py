@@ -21,7 +21,7 @@ import pytest
 import kestrel_actors
 from kestrel_actors._compiled import COMPILED_MODULES, PURE_ENV
 
-from .helpers import ServerProcess
+from .helpers import ServerProcess, wait_for
 
 PACKAGE = Path(kestrel_actors.__file__).parent
 SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
@@ -90,9 +90,15 @@ def test_the_server_says_whether_it_runs_compiled(tmp_path):
     same_switch = {PURE_ENV: os.environ[PURE_ENV]} if PURE_ENV in os.environ else {}  # as the server has it
     expected, _, _ = probe(PACKAGE.parent, **same_switch)
     server = ServerProcess(tmp_path / "data").start()
+
+    def listening_lines() -> list[dict]:
+        return [json.loads(line) for line in server.log().splitlines()
+                if '"listening"' in line and '"memcache"' in line]
+
     try:
-        listening = [json.loads(line) for line in server.log().splitlines()
-                     if '"listening"' in line and '"memcache"' in line]
+        # the port accepts a moment before its log line is written: wait for the line
+        wait_for(lambda: bool(listening_lines()), timeout=10)
+        listening = listening_lines()
     finally:
         server.stop()
     assert [line["compiled"] for line in listening] == [expected]
