@@ -26,29 +26,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from .bench import cpu_seconds, free_port
+
 __all__ = ["main"]
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The folder that holds ``kestrel_actors``: the load itself runs from there, with this code."""
 
 
-def _cpu_seconds(pid: int) -> tuple[float, float]:
-    """(user + system, system) CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[float, float, float]:
     """One load-test run against a fresh server from ``tree``: (rate, server µs per request,
     of which system µs)."""
-    port = _free_port()
+    port = free_port()
     data_dir = tempfile.mkdtemp(prefix="ab-bench-")
     env = dict(os.environ, PYTHONPATH=tree)
     server = subprocess.Popen(
@@ -62,10 +51,10 @@ def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[flo
                 break
             except OSError:
                 time.sleep(0.1)
-        before, system_before = _cpu_seconds(server.pid)
+        before, system_before = cpu_seconds(server.pid)
         command = [sys.executable, "-m", "kestrel_actors.loadtests", *scenario, "-p", str(port), "--no-progress"]
         out = subprocess.run(command, cwd=PACKAGE_ROOT, capture_output=True, text=True, check=False).stdout
-        after, system_after = _cpu_seconds(server.pid)
+        after, system_after = cpu_seconds(server.pid)
         spent, system = after - before, system_after - system_before
     finally:
         server.terminate()
