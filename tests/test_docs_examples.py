@@ -26,6 +26,9 @@ from kestrel_actors.client import Client
 
 from .helpers import listening
 
+# binds the default ports: never beside another module that does (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("default-ports")
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PORTS = (22133, 2222, 2229, 2223)
 _BLOCK = re.compile(r"^```(sh|python)\n(.*?)^```", re.S | re.M)

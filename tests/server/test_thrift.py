@@ -21,6 +21,9 @@ from kestrel_actors.client.thrift import Item, Status, ThriftClient, decode_repl
 
 from ..helpers import ServerProcess, wait_for, write_config
 
+# binds the default ports: never beside another module that does (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("default-ports")
+
 
 @pytest.fixture
 def make_thrift_server(make_server):
