@@ -8,7 +8,9 @@ Python workers up; then ``spark.readStream.format("kestrel")`` drains the queue 
 it). The figure is items divided by the time from the query's start until the queue is empty
 with no item left open and every item has been through the query (the progress's
 ``numInputRows``). Then Spark's ``rate-micro-batch`` source runs through the same query shape
-for the same number of rows, for comparison. Prints report lines, then one JSON line.
+for the same number of rows, for comparison, and so does ``python-ceiling``
+(:mod:`._ceiling_source`), a Python streaming source that reads nothing: the bound Spark's
+Python data source path sets for any Python source. Prints report lines, then one JSON line.
 
 By default a server is started on a free loopback port with a temporary data directory;
 ``--server host:port`` uses a running one instead (its queue ``bench_source`` is flushed).
@@ -120,16 +122,9 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
         query.stop()
 
 
-def _rate_micro_batch(spark, rows_per_batch: int, count: int, item_bytes: int,
-                      checkpoint: str) -> tuple[float, float | None, float | None]:
-    """Spark's own ``rate-micro-batch`` source through the same query shape (``noop`` sink),
-    each row carrying a ``value`` of ``item_bytes``: (seconds for ``count`` rows counted from
-    the query's start, seconds to the first batch with rows, steady rows/s)."""
-    started = time.perf_counter()
-    query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
-             .load().selectExpr(f"cast(repeat('x', {item_bytes}) as binary) as value",
-                                "timestamp")
-             .writeStream.format("noop").option("checkpointLocation", checkpoint).start())
+def _until_rows(query, count: int, started: float) -> tuple[float, float | None, float | None]:
+    """Wait until ``count`` rows have been through ``query`` (started at ``started``), stop it:
+    (seconds from the start, seconds to the first batch with rows, steady rows/s)."""
     first = _FirstRows(started)
     try:
         while True:
@@ -143,6 +138,32 @@ def _rate_micro_batch(spark, rows_per_batch: int, count: int, item_bytes: int,
             time.sleep(0.02)
     finally:
         query.stop()
+
+
+def _rate_micro_batch(spark, rows_per_batch: int, count: int, item_bytes: int,
+                      checkpoint: str) -> tuple[float, float | None, float | None]:
+    """Spark's own ``rate-micro-batch`` source through the same query shape (``noop`` sink),
+    each row carrying a ``value`` of ``item_bytes``: (seconds for ``count`` rows counted from
+    the query's start, seconds to the first batch with rows, steady rows/s)."""
+    started = time.perf_counter()
+    query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+             .load().selectExpr(f"cast(repeat('x', {item_bytes}) as binary) as value",
+                                "timestamp")
+             .writeStream.format("noop").option("checkpointLocation", checkpoint).start())
+    return _until_rows(query, count, started)
+
+
+def _python_ceiling(spark, rows_per_batch: int, rows_per_partition: int, count: int,
+                    item_bytes: int, checkpoint: str) -> tuple[float, float | None, float | None]:
+    """The ``python-ceiling`` source (:mod:`._ceiling_source`: a Python streaming data source
+    that reads nothing) through the same query: what Spark's Python data source path alone
+    allows. The same three figures as :func:`_rate_micro_batch`."""
+    started = time.perf_counter()
+    query = (spark.readStream.format("python-ceiling").option("rowsPerBatch", rows_per_batch)
+             .option("rowsPerPartition", rows_per_partition).option("itemBytes", item_bytes)
+             .load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .start())
+    return _until_rows(query, count, started)
 
 
 def _print_breakdown(progress) -> None:
@@ -180,6 +201,8 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
     from kestrel_actors.logs import configure_logging
     from kestrel_actors.spark_bridge import KestrelDataSource, create_spark_session
 
+    from ._ceiling_source import CeilingSource
+
     configure_logging("console", "warning")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     with _server(address) as where, tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
@@ -191,6 +214,7 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
             started = time.perf_counter()
             spark = create_spark_session(master, {}, "kestrel-source-bench", 2)
             spark.dataSource.register(KestrelDataSource)
+            spark.dataSource.register(CeilingSource)
             click.echo(f"spark {master} started in {time.perf_counter() - started:.1f}s")
             try:
                 _drain(spark, where, WARM_QUEUE, max_items_per_batch, items_per_partition,
@@ -198,6 +222,8 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                        read_ahead=read_ahead)
                 _rate_micro_batch(spark, max_items_per_batch, max_items_per_batch,
                                   item_bytes, f"{tmp}/rate-warm")
+                _python_ceiling(spark, max_items_per_batch, items_per_partition,
+                                max_items_per_batch, item_bytes, f"{tmp}/ceiling-warm")
                 load_average = os.getloadavg()[0]
                 cpu_before = _server_cpu_seconds()
                 first_rows: list[float] = []
@@ -208,6 +234,9 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                 cpu_after = _server_cpu_seconds()
                 rate_seconds, rate_first, rate_steady = _rate_micro_batch(
                     spark, max_items_per_batch, items, item_bytes, f"{tmp}/rate")
+                ceiling_seconds, ceiling_first, ceiling_steady = _python_ceiling(
+                    spark, max_items_per_batch, items_per_partition, items, item_bytes,
+                    f"{tmp}/ceiling")
             finally:
                 spark.stop()
 
@@ -230,6 +259,10 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         "rate_micro_batch_steady_rows_per_second": round(rate_steady) if rate_steady else None,
         "rate_micro_batch_first_rows_seconds": (None if rate_first is None
                                                 else round(rate_first, 2)),
+        "python_ceiling_rows_per_second": round(items / ceiling_seconds),
+        "python_ceiling_steady_rows_per_second": round(ceiling_steady) if ceiling_steady else None,
+        "python_ceiling_first_rows_seconds": (None if ceiling_first is None
+                                              else round(ceiling_first, 2)),
     }
     figures["ratio_to_rate_micro_batch"] = round(
         figures["items_per_second"] / figures["rate_micro_batch_rows_per_second"], 2)
@@ -246,6 +279,15 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                f"{figures['steady_rows_per_second']} vs "
                f"{figures['rate_micro_batch_steady_rows_per_second']} rows/s, ratio "
                f"{figures.get('steady_ratio_to_rate_micro_batch')}")
+    if figures["python_ceiling_steady_rows_per_second"] and figures["rate_micro_batch_steady_rows_per_second"]:
+        figures["python_ceiling_steady_ratio_to_rate_micro_batch"] = round(
+            figures["python_ceiling_steady_rows_per_second"]
+            / figures["rate_micro_batch_steady_rows_per_second"], 2)
+    click.echo(f"python-ceiling (a Python streaming source that reads nothing), same query: "
+               f"{figures['python_ceiling_rows_per_second']:,} rows/s, first rows after "
+               f"{figures['python_ceiling_first_rows_seconds']}s, steady "
+               f"{figures['python_ceiling_steady_rows_per_second']} rows/s, steady ratio "
+               f"{figures.get('python_ceiling_steady_ratio_to_rate_micro_batch')}")
     click.echo(json.dumps(figures))
     sys.exit(0 if figures["items_per_second"] >= target else 2)
 

@@ -13,8 +13,27 @@ from ._text import *  # noqa: F403
 from ._text import __all__ as _text_all
 from ._text_commands import *  # noqa: F403
 from ._text_commands import __all__ as _text_commands_all
-from ._thrift import *  # noqa: F403
-from ._thrift import __all__ as _thrift_all
+
+# The thrift codec loads Kestrel's IDL when it is imported (~0.1 s, the most of this package's
+# import): its names are imported on first use, so a process that never speaks thrift (the
+# Python client, a Spark worker reading a queue through it) is spared that.
+# tests/protocol/test_thrift_codec.py checks that this is _thrift.__all__.
+_THRIFT_NAMES = frozenset({
+    "KESTREL_IDL", "ThriftAbort", "ThriftConfirm", "ThriftCurrentStatus", "ThriftDecoder",
+    "ThriftDeleteQueue", "ThriftFlushAllQueues", "ThriftFlushQueue", "ThriftGet",
+    "ThriftGetVersion", "ThriftItem", "ThriftPeek", "ThriftPut", "ThriftQueueInfo",
+    "ThriftSetStatus", "ThriftStatus", "encode_thrift_exception", "encode_thrift_result",
+})
+
+
+def __getattr__(name: str) -> object:
+    if name in _THRIFT_NAMES:
+        from . import _thrift
+
+        return getattr(_thrift, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # each room's own __all__ (lists of names; ruff cannot see through the star re-exports)
-__all__ = [*_commands_all, *_memcache_all, *_text_all, *_text_commands_all, *_thrift_all]  # noqa: PLE0604
+__all__ = [*_commands_all, *_memcache_all, *_text_all, *_text_commands_all,  # noqa: PLE0604
+           *sorted(_THRIFT_NAMES)]

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import structlog
-
 from ..client import ServerAddress
 from ..cluster import ServerSetAddress
 from ._kestrel import Connection, KeepAlive
+from ._log import lazy_logger
 
 __all__ = ["follow_members", "server_set_members"]
 
-log = structlog.get_logger("kestrel_actors.spark_bridge.serverset")
+log = lazy_logger("kestrel_actors.spark_bridge.serverset")
 
 
 def server_set_members(server_set: str, timeout: float) -> tuple[ServerAddress, ...]:

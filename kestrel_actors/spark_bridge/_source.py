@@ -44,7 +44,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -59,6 +58,7 @@ from ..client import KestrelError, ServerAddress
 from ..cluster import ServerSetAddress
 from ._config import parse_duration, parse_servers
 from ._kestrel import Connection, KeepAlive
+from ._log import lazy_logger
 from ._serverset import follow_members, server_set_members
 from ._wal import BatchPart, Prepared, WalFile, WalSlice, WriteAheadLog, read_slice
 
@@ -70,7 +70,7 @@ except ImportError:  # pragma: no cover - older pyspark: AvailableNow falls back
 
 __all__ = ["KestrelDataSource", "KestrelPartition", "SourceOptions"]
 
-log = structlog.get_logger("kestrel_actors.spark_bridge.source")
+log = lazy_logger("kestrel_actors.spark_bridge.source")
 
 SCHEMA = "value binary, queue string, server string, timestamp timestamp"
 _RECONNECT_AFTER = 1.0  # seconds before a server that failed is tried again

@@ -130,3 +130,19 @@ def test_a_partition_whose_file_changed_fails_its_read(server, tmp_path):
             list(stream.read(partition))
     finally:
         stream.stop()
+
+
+def test_the_source_imports_neither_structlog_nor_the_thrift_codec_until_it_needs_them():
+    """Every Spark Python process of a query (its reader, its planner, each executor worker)
+    imports the source: structlog (with asyncio and rich) and Kestrel's thrift IDL were about
+    half of that import's own time, and a healthy query needs neither."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\n"
+             "from kestrel_actors.spark_bridge import _source\n"
+             "late = [m for m in ('structlog', 'kestrel_actors.protocol._thrift') if m in sys.modules]\n"
+             "assert not late, late\n"
+             "_source.log.info('first_message')\n"
+             "assert 'structlog' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)

@@ -12,6 +12,7 @@ import hashlib
 import random
 import struct
 import subprocess
+import sys
 
 import pytest
 from thriftpy2.protocol import TBinaryProtocol
@@ -384,3 +385,18 @@ def test_random_garbage_never_raises():
     for _ in range(500):
         noise = bytes(rng.randrange(256) for _ in range(rng.randint(0, 64)))
         ThriftDecoder(max_frame_bytes=1 << 20).feed(struct.pack("!i", len(noise)) + noise)
+
+
+def test_the_package_imports_the_thrift_codec_only_when_a_thrift_name_is_used():
+    """``kestrel_actors.protocol`` lists the codec's names without importing it (Kestrel's IDL
+    costs ~0.1 s to load): the Python client, and every Spark process that reads a queue
+    through it, never load it; the first thrift name does."""
+    from kestrel_actors.protocol import _thrift
+
+    assert p._THRIFT_NAMES == set(_thrift.__all__)
+    assert set(_thrift.__all__) <= set(p.__all__)
+    probe = ("import sys, kestrel_actors.client\n"
+             "assert 'kestrel_actors.protocol._thrift' not in sys.modules, 'loaded at import'\n"
+             "from kestrel_actors.protocol import ThriftItem\n"
+             "assert 'kestrel_actors.protocol._thrift' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)

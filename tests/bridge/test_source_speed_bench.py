@@ -1,0 +1,29 @@
+"""The speed bench's references for the ``kestrel`` source (issue 22 point 6,
+``kestrel_actors.loadtests.spark_source_bench``): ``python-ceiling``, a Python streaming
+source that reads nothing, and Spark's ``rate-micro-batch`` run through the same query and give
+the figures the bench compares against."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+
+def test_python_ceiling_streams_its_rows_and_the_bench_reads_its_figures(spark, tmp_path):
+    from kestrel_actors.loadtests._ceiling_source import CeilingSource
+    from kestrel_actors.loadtests.spark_source_bench import _python_ceiling
+
+    spark.dataSource.register(CeilingSource)
+    seconds, first, steady = _python_ceiling(spark, 200, 50, 600, 16, str(tmp_path / "ceiling"))
+    assert seconds > 0 and first is not None and first <= seconds
+    assert steady is not None and steady > 0  # three batches or more after the first
+
+    rows = (spark.readStream.format("python-ceiling").option("rowsPerBatch", 7)
+            .option("rowsPerPartition", 3).option("itemBytes", 5).load()
+            .writeStream.format("memory").queryName("ceiling_rows")
+            .option("checkpointLocation", str(tmp_path / "memory")).trigger(once=True).start())
+    rows.awaitTermination(120)
+    table = spark.sql("select value, queue, server, timestamp from ceiling_rows").collect()
+    assert len(table) == 7 and {r.value for r in table} == {bytearray(b"xxxxx")}
+    assert all(r.queue == "q" and r.server == "s" and r.timestamp is not None for r in table)
