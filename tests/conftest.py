@@ -1,24 +1,15 @@
 """Shared fixtures: real server processes on loopback with data in a temp dir, and unique queue
 names. The Spark fixtures are the bridge room's (``tests/bridge/conftest.py``).
 
-``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``). A module's
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadfile``): a module's
 tests stay on one worker, so its module-scoped fixtures (a shared server, a ZooKeeper) start
-once; modules that need one machine-wide thing (the default ports) share an ``xdist_group``
-of their own and so never run at the same time."""
+once. A test that serves on the default ports holds :func:`tests.helpers.default_ports_held`."""
 
 from __future__ import annotations
 
 import pytest
 
 from .helpers import ServerProcess, World, unique
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Every test without an ``xdist_group`` is grouped by its module."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ another.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import json
 import re
@@ -21,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -53,6 +56,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def default_ports_held() -> Iterator[None]:
+    """Hold the machine-wide lock on Kestrel's default ports (22133, 2222, 2229, 2223) while a
+    test serves on them: ``make test`` runs two pytest-xdist workers, and two such tests at once
+    would each reach the other's server. An ``flock`` on a file in the temporary directory,
+    released when the block ends or its process dies."""
+    path = Path(tempfile.gettempdir()) / f"kestrel-actors-tests-default-ports-{os.getuid()}.lock"
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def listening(port: int, host: str = "127.0.0.1") -> bool:

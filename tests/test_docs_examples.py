@@ -24,10 +24,7 @@ import pytest
 
 from kestrel_actors.client import Client
 
-from .helpers import listening
-
-# binds the default ports: never beside another module that does (tests/conftest.py)
-pytestmark = pytest.mark.xdist_group("default-ports")
+from .helpers import default_ports_held, listening
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PORTS = (22133, 2222, 2229, 2223)
@@ -66,7 +63,13 @@ def examples() -> list[Example]:
 
 @pytest.fixture(scope="module")
 def readme_server(tmp_path_factory):
-    """``kestrel-actors serve`` as ``make run`` starts it, in a directory of its own."""
+    """``kestrel-actors serve`` as ``make run`` starts it, in a directory of its own (the
+    default ports held against the other test worker's tests for the module's duration)."""
+    with default_ports_held():
+        yield from _serve_as_make_run(tmp_path_factory)
+
+
+def _serve_as_make_run(tmp_path_factory):
     busy = [port for port in DEFAULT_PORTS if listening(port)]
     if busy:
         pytest.fail(f"the README's default ports are in use ({busy}): stop what holds them")
@@ -81,6 +84,7 @@ def readme_server(tmp_path_factory):
     while not all(listening(port) for port in DEFAULT_PORTS):
         assert proc.poll() is None and time.monotonic() < deadline, (cwd / "server.log").read_text()
         time.sleep(0.1)
+    assert proc.poll() is None, (cwd / "server.log").read_text()  # the ports are ours, not another's
     yield cwd, env
     proc.terminate()
     proc.wait(30)

@@ -19,10 +19,7 @@ from thriftpy2.transport import TTransportException
 from kestrel_actors import KESTREL_VERSION
 from kestrel_actors.client.thrift import Item, Status, ThriftClient, decode_reply, encode_call
 
-from ..helpers import ServerProcess, wait_for, write_config
-
-# binds the default ports: never beside another module that does (tests/conftest.py)
-pytestmark = pytest.mark.xdist_group("default-ports")
+from ..helpers import ServerProcess, default_ports_held, wait_for, write_config
 
 
 @pytest.fixture
@@ -66,19 +63,20 @@ class _DefaultThriftPort(ServerProcess):
 
 
 def test_thrift_listens_on_2229_by_default(tmp_path):
-    with socket.socket() as probe:
+    with default_ports_held():  # the README examples' server serves on 2229 too
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", 2229))
+            except OSError:
+                pytest.skip("port 2229 is taken on this machine")
+        server = _DefaultThriftPort(tmp_path / "data").start()
         try:
-            probe.bind(("127.0.0.1", 2229))
-        except OSError:
-            pytest.skip("port 2229 is taken on this machine")
-    server = _DefaultThriftPort(tmp_path / "data").start()
-    try:
-        assert wait_for(lambda: "thrift" in _listening(server))
-        assert _listening(server)["thrift"] == 2229
-        with ThriftClient(server.host, 2229) as client:
-            assert client.get_version() == KESTREL_VERSION
-    finally:
-        server.stop()
+            assert wait_for(lambda: "thrift" in _listening(server))
+            assert _listening(server)["thrift"] == 2229
+            with ThriftClient(server.host, 2229) as client:
+                assert client.get_version() == KESTREL_VERSION
+        finally:
+            server.stop()
 
 
 def test_thrift_port_0_disables_the_listener(make_server, make_thrift_server):
