@@ -25,5 +25,5 @@ def test_python_ceiling_streams_its_rows_and_the_bench_reads_its_figures(spark, 
             .option("checkpointLocation", str(tmp_path / "memory")).trigger(once=True).start())
     rows.awaitTermination(120)
     table = spark.sql("select value, queue, server, timestamp from ceiling_rows").collect()
-    assert len(table) == 7 and {r.value for r in table} == {bytearray(b"xxxxx")}
+    assert len(table) == 7 and {bytes(r.value) for r in table} == {b"xxxxx"}
     assert all(r.queue == "q" and r.server == "s" and r.timestamp is not None for r in table)
