@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -91,6 +92,12 @@ def test_500_queues_sort_filter_reach_the_last_and_open_a_detail(five_hundred, b
     def header(column: str):
         return browser.find_element(By.CSS_SELECTOR, f'th[data-column="{column}"]')
 
+    def click(css: str) -> None:
+        # the page redraws the table on every refresh: an element found a moment before the
+        # click can be gone by then (stale, and not clicked), so it is found again
+        WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda _: browser.find_element(By.CSS_SELECTOR, css).click() is None)
+
     # all reachable: the table scrolls, and its last row comes into view
     assert len(rows(browser)) == 500
     in_view = browser.execute_script("""
@@ -101,15 +108,15 @@ def test_500_queues_sort_filter_reach_the_last_and_open_a_detail(five_hundred, b
         return [last.dataset.queue, inner.top >= outer.top && inner.bottom <= outer.bottom + 1];""")
     assert in_view == ["q499", True]
 
-    header("items").click()  # most first
+    click('th[data-column="items"]')  # most first
     assert rows(browser)[:2] == [BUSY, "q000"]
-    header("items").click()  # fewest first; ties by name
+    click('th[data-column="items"]')  # fewest first; ties by name
     assert rows(browser)[:2] == ["q000", "q001"] and rows(browser)[-1] == BUSY
     assert header("items").get_attribute("aria-sort") == "ascending"
-    header("oldest").click()  # the longest waiting first
+    click('th[data-column="oldest"]')  # the longest waiting first
     assert rows(browser)[0] == BUSY
-    header("name").click()
-    header("name").click()  # name, descending
+    click('th[data-column="name"]')
+    click('th[data-column="name"]')  # name, descending
     assert rows(browser)[:3] == ["q499", "q498", "q497"]
 
     search = browser.find_element(By.ID, "filter")
@@ -121,7 +128,7 @@ def test_500_queues_sort_filter_reach_the_last_and_open_a_detail(five_hundred, b
     search.send_keys(BUSY)
     wait.until(lambda _: rows(browser) == [BUSY])
 
-    browser.find_element(By.CSS_SELECTOR, f'tr[data-queue="{BUSY}"] td.name').click()
+    click(f'tr[data-queue="{BUSY}"] td.name')
     detail = browser.find_element(By.ID, "detail")
     wait.until(lambda _: detail.is_displayed())
     assert browser.find_element(By.ID, "detail-name").text == BUSY
