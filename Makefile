@@ -105,7 +105,7 @@ $(COMPILED_STAMP): $(STAMP) setup.py $(COMPILED_SOURCES)
 compiled: $(COMPILED_STAMP)
 
 # Two pytest-xdist workers, one per core: most tests wait on servers, JVMs and sockets, so two
-# at a time take the suite from ~33 to ~21 minutes on 2 cores. A module stays on one worker
+# at a time take the suite from ~33 to ~19 minutes on 2 cores. A module stays on one worker
 # (--dist loadfile); TEST_WORKERS=0 runs everything in this one process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -rfE -n $(TEST_WORKERS) --dist loadfile

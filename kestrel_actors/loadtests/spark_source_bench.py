@@ -166,6 +166,12 @@ def _python_ceiling(spark, rows_per_batch: int, rows_per_partition: int, count: 
     return _until_rows(query, count, started)
 
 
+def _ratio(rows: float | None, against: float | None) -> float | None:
+    """``rows / against`` to two places; None when either figure is missing (a run too short
+    to have a steady rate)."""
+    return round(rows / against, 2) if rows and against else None
+
+
 def _print_breakdown(progress) -> None:
     batches = [p for p in progress if p.get("numInputRows", 0) > 0]
     if not batches:
@@ -264,12 +270,13 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         "python_ceiling_first_rows_seconds": (None if ceiling_first is None
                                               else round(ceiling_first, 2)),
     }
-    figures["ratio_to_rate_micro_batch"] = round(
-        figures["items_per_second"] / figures["rate_micro_batch_rows_per_second"], 2)
-    if figures["steady_rows_per_second"] and figures["rate_micro_batch_steady_rows_per_second"]:
-        figures["steady_ratio_to_rate_micro_batch"] = round(
-            figures["steady_rows_per_second"]
-            / figures["rate_micro_batch_steady_rows_per_second"], 2)
+    rate_steady_rows = figures["rate_micro_batch_steady_rows_per_second"]
+    figures["ratio_to_rate_micro_batch"] = _ratio(figures["items_per_second"],
+                                                  figures["rate_micro_batch_rows_per_second"])
+    figures["steady_ratio_to_rate_micro_batch"] = _ratio(figures["steady_rows_per_second"],
+                                                         rate_steady_rows)
+    figures["python_ceiling_steady_ratio_to_rate_micro_batch"] = _ratio(
+        figures["python_ceiling_steady_rows_per_second"], rate_steady_rows)
     click.echo(f"source: {items:,} items drained and confirmed in {seconds:.2f}s "
                f"({figures['items_per_second']:,} items/s), first rows after "
                f"{figures['first_rows_seconds']}s; rate-micro-batch through the same query: "
@@ -278,16 +285,12 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                f"{figures['ratio_to_rate_micro_batch']}; steady (after the first micro-batch) "
                f"{figures['steady_rows_per_second']} vs "
                f"{figures['rate_micro_batch_steady_rows_per_second']} rows/s, ratio "
-               f"{figures.get('steady_ratio_to_rate_micro_batch')}")
-    if figures["python_ceiling_steady_rows_per_second"] and figures["rate_micro_batch_steady_rows_per_second"]:
-        figures["python_ceiling_steady_ratio_to_rate_micro_batch"] = round(
-            figures["python_ceiling_steady_rows_per_second"]
-            / figures["rate_micro_batch_steady_rows_per_second"], 2)
+               f"{figures['steady_ratio_to_rate_micro_batch']}")
     click.echo(f"python-ceiling (a Python streaming source that reads nothing), same query: "
                f"{figures['python_ceiling_rows_per_second']:,} rows/s, first rows after "
                f"{figures['python_ceiling_first_rows_seconds']}s, steady "
                f"{figures['python_ceiling_steady_rows_per_second']} rows/s, steady ratio "
-               f"{figures.get('python_ceiling_steady_ratio_to_rate_micro_batch')}")
+               f"{figures['python_ceiling_steady_ratio_to_rate_micro_batch']}")
     click.echo(json.dumps(figures))
     sys.exit(0 if figures["items_per_second"] >= target else 2)
 

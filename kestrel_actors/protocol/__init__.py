@@ -5,6 +5,8 @@ encoders return. ``_memcache`` is Kestrel's memcache protocol, ``_text`` its tex
 ``_thrift`` its thrift protocol (framed, binary; the IDL ``kestrel.thrift`` ships beside it).
 """
 
+import importlib
+
 from ._commands import *  # noqa: F403
 from ._commands import __all__ as _commands_all
 from ._memcache import *  # noqa: F403
@@ -14,26 +16,19 @@ from ._text import __all__ as _text_all
 from ._text_commands import *  # noqa: F403
 from ._text_commands import __all__ as _text_commands_all
 
-# The thrift codec loads Kestrel's IDL when it is imported (~0.1 s, the most of this package's
-# import): its names are imported on first use, so a process that never speaks thrift (the
-# Python client, a Spark worker reading a queue through it) is spared that.
-# tests/protocol/test_thrift_codec.py checks that this is _thrift.__all__.
-_THRIFT_NAMES = frozenset({
-    "KESTREL_IDL", "ThriftAbort", "ThriftConfirm", "ThriftCurrentStatus", "ThriftDecoder",
-    "ThriftDeleteQueue", "ThriftFlushAllQueues", "ThriftFlushQueue", "ThriftGet",
-    "ThriftGetVersion", "ThriftItem", "ThriftPeek", "ThriftPut", "ThriftQueueInfo",
-    "ThriftSetStatus", "ThriftStatus", "encode_thrift_exception", "encode_thrift_result",
-})
+# The thrift codec loads Kestrel's IDL when it is imported (~0.1 s, most of this package's
+# import): its names (``_thrift.__all__``) are imported on first use, so a process that never
+# speaks thrift (the Python client, a Spark worker reading a queue through it) is spared that.
 
 
 def __getattr__(name: str) -> object:
-    if name in _THRIFT_NAMES:
-        from . import _thrift
-
-        return getattr(_thrift, name)
+    if not name.startswith("_"):  # private and dunder lookups (the import system's) never load it
+        thrift = importlib.import_module(f"{__name__}._thrift")
+        if name in thrift.__all__:
+            return getattr(thrift, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# each room's own __all__ (lists of names; ruff cannot see through the star re-exports)
-__all__ = [*_commands_all, *_memcache_all, *_text_all, *_text_commands_all,  # noqa: PLE0604
-           *sorted(_THRIFT_NAMES)]
+# each room's own __all__ (lists of names; ruff cannot see through the star re-exports); the
+# thrift names are reached through __getattr__ above
+__all__ = [*_commands_all, *_memcache_all, *_text_all, *_text_commands_all]  # noqa: PLE0604
