@@ -37,6 +37,7 @@ from ._errors import (
 from ._wire import (
     END,
     STORED,
+    PackedValues,
     confirm_request,
     get_options,
     get_request,
@@ -57,6 +58,7 @@ __all__ = [
     "ConnectionLost",
     "KestrelError",
     "MonitorBatch",
+    "PackedValues",
     "ReplyTimeout",
     "ServerAddress",
     "ServerError",

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ._errors import ConnectFailed, ConnectionLost, ReplyTimeout, UnexpectedReply
-from ._wire import expect_end, parse_stat, parse_stored, parse_value_header
+from ._wire import PackedValues, ValueScan, expect_end, parse_stat, parse_stored, parse_value_header
 
 __all__ = ["Connection", "cooperative"]
 
@@ -321,14 +321,19 @@ class Connection:
 
     def read_values(self, key: bytes, limit: int, command: str = "monitor") -> list[bytes]:
         """A monitor stream: ``VALUE`` blocks (each with its ``END``), then a final ``END``."""
-        items: list[bytes] = []
+        return self.read_packed_values(key, limit, command).values()
+
+    def read_packed_values(self, key: bytes, limit: int, command: str = "monitor") -> PackedValues:
+        """A monitor stream, its values back to back (:class:`ValueScan`)."""
+        scan = ValueScan(command, key, limit)
+        buf = self.buf
         while True:
-            length = parse_value_header(command, self.read_line(), key)
-            if length is None:
-                return items
-            items.append(self._value_body(length))
-            if len(items) > limit:
-                raise UnexpectedReply(f"{command}: more than the {limit} items asked for")
+            taken = scan.feed(buf)
+            if taken:
+                del buf[:taken]
+            if scan.done:
+                return scan.values()
+            self._recv(b"VALUE|END")
 
     def read_stats(self) -> dict[str, str]:
         """The ``STAT name value`` lines up to ``END``."""

@@ -9,6 +9,10 @@ own codec already knows is reused from :mod:`kestrel_actors.protocol`: the reply
 from __future__ import annotations
 
 import math
+import sys
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .._names import is_queue_name, name_from_wire
 from ..protocol import DELETED, END, NOT_STORED, STORED, value_reply
@@ -19,6 +23,8 @@ __all__ = [
     "END",
     "NOT_STORED",
     "STORED",
+    "PackedValues",
+    "ValueScan",
     "confirm_request",
     "get_options",
     "get_request",
@@ -103,6 +109,113 @@ def parse_value_header(command: str, line: bytes, key: bytes | None) -> int | No
     if len(parts) != 4 or (key is not None and parts[1] != key) or not parts[3].isdigit():
         raise UnexpectedReply(f"{command}: bad VALUE line {line[:200]!r} (key {key!r})")
     return int(parts[3])
+
+
+@dataclass(frozen=True)
+class PackedValues:
+    """Values back to back: their lengths (uint32, little-endian) and their bytes. Two
+    buffers instead of one ``bytes`` object per value: a batch of monitored items is written
+    to a file, checksummed and handed to Arrow without a per-item step."""
+
+    lengths: bytes | memoryview
+    data: bytes | memoryview
+
+    @property
+    def count(self) -> int:
+        return len(self.lengths) // 4
+
+    def sizes(self) -> array[int]:
+        """Each value's length."""
+        sizes = array("I")
+        sizes.frombytes(self.lengths)
+        if sys.byteorder != "little":
+            sizes.byteswap()
+        return sizes
+
+    def values(self) -> list[bytes]:
+        """One ``bytes`` per value."""
+        data, at, values = self.data, 0, []
+        for size in self.sizes():
+            values.append(bytes(data[at:at + size]))
+            at += size
+        return values
+
+    def runs(self, step: int) -> Iterator[PackedValues]:
+        """The values in consecutive runs of at most ``step``, as views of these buffers."""
+        lengths, data, sizes = memoryview(self.lengths), memoryview(self.data), self.sizes()
+        at = 0
+        for first in range(0, len(sizes), step):
+            size = sum(sizes[first:first + step])
+            yield PackedValues(lengths[4 * first:4 * (first + step)], data[at:at + size])
+            at += size
+
+    @classmethod
+    def of(cls, values: list[bytes]) -> PackedValues:
+        lengths = array("I", map(len, values))
+        if sys.byteorder != "little":
+            lengths.byteswap()
+        return cls(lengths.tobytes(), b"".join(values))
+
+
+_VALUE_END = b"\r\nEND\r\n"
+
+
+class ValueScan:
+    """A ``monitor`` reply — ``VALUE`` blocks, each with its ``END``, then a final ``END`` —
+    taken in bulk as its bytes arrive (sans I/O: :meth:`feed` is given what has been
+    received). The lines are Kestrel's ``VALUE <queue> 0 <length>``; any other line goes
+    through :func:`parse_value_header`, so errors are mapped as for one value."""
+
+    def __init__(self, command: str, key: bytes, limit: int) -> None:
+        self.command = command
+        self.key = key
+        self.limit = limit
+        self.done = False
+        self._prefix = b"VALUE " + key + b" 0 "
+        self._lengths = array("I")
+        self._data = bytearray()
+
+    def feed(self, buf: bytearray) -> int:
+        """Take the complete blocks at the start of ``buf`` (and the final ``END``, which
+        sets :attr:`done`); returns how many bytes were taken."""
+        prefix, lengths, data = self._prefix, self._lengths, self._data
+        skip = len(prefix)
+        pos, size = 0, len(buf)
+        with memoryview(buf) as view:
+            while True:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    return pos
+                digits = buf[pos + skip:eol]
+                if buf.startswith(prefix, pos, eol) and digits.isdigit():
+                    length = int(digits)
+                else:
+                    header = parse_value_header(self.command, bytes(buf[pos:eol]), self.key)
+                    if header is None:
+                        self.done = True
+                        return eol + 2
+                    length = header
+                start = eol + 2
+                end = start + length
+                if end + len(_VALUE_END) > size:
+                    return pos
+                if not buf.startswith(_VALUE_END, end):
+                    tail = bytes(buf[end:end + len(_VALUE_END)])
+                    if not tail.startswith(b"\r\n"):
+                        raise UnexpectedReply(f"value of {length} bytes not followed by CRLF")
+                    raise UnexpectedReply(f"expected END after a value, got {tail[2:]!r}")
+                if len(lengths) == self.limit:
+                    raise UnexpectedReply(f"{self.command}: more than the {self.limit} "
+                                          f"items asked for")
+                lengths.append(length)
+                data += view[start:end]
+                pos = end + len(_VALUE_END)
+
+    def values(self) -> PackedValues:
+        lengths = self._lengths
+        if sys.byteorder != "little":
+            lengths.byteswap()
+        return PackedValues(lengths.tobytes(), bytes(self._data))
 
 
 def parse_stored(command: str, line: bytes) -> bool:

@@ -2,15 +2,19 @@
 
 ``python -m kestrel_actors.loadtests.spark_source_bench [--items 200000] [--item-bytes 1024] [--master local[2]]``
 
-The queue is filled first (pipelined SETs), Spark is started and one small query warms the
-Python workers up; then ``spark.readStream.format("kestrel")`` drains the queue into the
-``noop`` sink (Spark's "write nothing" sink: every row is still read, converted and handed to
-it). The figure is items divided by the time from the query's start until the queue is empty
-with no item left open and every item has been through the query (the progress's
-``numInputRows``). Then Spark's ``rate-micro-batch`` source runs through the same query shape
-for the same number of rows, for comparison, and so does ``python-ceiling``
-(:mod:`._ceiling_source`), a Python streaming source that reads nothing: the bound Spark's
-Python data source path sets for any Python source. Prints report lines, then one JSON line.
+The queue is filled first (pipelined SETs) and Spark is started. Then
+``spark.readStream.format("kestrel")`` drains the queue into the ``noop`` sink (Spark's "write
+nothing" sink: every row is still read, converted and handed to it), Spark's
+``rate-micro-batch`` source runs through the same query shape for the same number of rows, and
+so does ``python-ceiling`` (:mod:`._ceiling_source`), a Python streaming source that reads
+nothing: the bound Spark's Python data source path sets for any Python source. The three run
+twice, all the same size, and only the second round is reported: in the first, the JVM's JIT
+compiler works on Spark's row path (several CPU seconds on this 2-core machine), and whichever
+query ran first would pay for it. Each query's figures come from its progress: the time from
+its start to the end of its last micro-batch with rows, to the end of its first one, the
+steady rows/s after that first one, and CPU µs per row of each process taking part (the
+server, the Spark JVM, the source's planner process, the executors' Python workers). Prints
+report lines, then one JSON line.
 
 By default a server is started on a free loopback port with a temporary data directory;
 ``--server host:port`` uses a running one instead (its queue ``bench_source`` is flushed).
@@ -23,6 +27,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 import click
 
@@ -32,8 +37,22 @@ QUEUE = "bench_source"
 WARM_QUEUE = "bench_source_warm"
 
 
-def _server_cpu_seconds() -> float | None:
-    """CPU seconds used so far by the server this process started (None with --server)."""
+_POLL_SECONDS = 0.25
+"""How often the bench looks at a running query. Each look is py4j calls into the JVM (the
+query's progress, its exception): at 20 ms they cost the JVM and this process about half a
+core of the machine's two, taken from whichever query ran longest. Every figure is read from
+the query's progress, so the period does not limit their precision."""
+
+
+def _processes() -> dict[int, tuple[str, float]]:
+    """pid -> (role, CPU seconds used) of this process and its descendants: ``bench`` (this
+    process), ``server`` (the one it started), ``spark-jvm``, ``source-planner`` (the
+    long-lived Python process that runs a streaming source's ``latestOffset``,
+    ``partitions`` and ``commit``) and ``python-workers`` (the executors' Python processes
+    that run ``read``)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    seen: dict[int, tuple[bytes, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -44,126 +63,168 @@ def _server_cpu_seconds() -> float | None:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == os.getpid() and b"kestrel_actors.cli\0serve" in cmdline:
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return None
+        parent[int(entry)] = int(fields[1])
+        seen[int(entry)] = (cmdline, (int(fields[11]) + int(fields[12])) / ticks)
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parent.get(pid, 0)
+        return False
+
+    return {pid: (_role(pid, cmdline), used) for pid, (cmdline, used) in seen.items()
+            if ours(pid)}
 
 
-class _FirstRows:
-    """Seconds from a query's start until its first micro-batch with rows has finished (an
-    upper bound on when its first rows reached the sink)."""
-
-    def __init__(self, started: float) -> None:
-        self.started = started
-        self.seconds: float | None = None
-
-    def look(self, query) -> None:
-        if self.seconds is None and any(p.get("numInputRows", 0) > 0
-                                        for p in query.recentProgress):
-            self.seconds = time.perf_counter() - self.started
+def _role(pid: int, cmdline: bytes) -> str:
+    if pid == os.getpid():
+        return "bench"
+    if b"kestrel_actors.cli\0serve" in cmdline:
+        return "server"
+    if os.path.basename(cmdline.split(b"\0", 1)[0]) == b"java":
+        return "spark-jvm"
+    if b"python_streaming_source_runner" in cmdline:
+        return "source-planner"
+    return "python-workers"  # pyspark.daemon and the workers it forks
 
 
-def steady_rows_per_second(progress) -> float | None:
-    """Rows per second after the first micro-batch with rows: the rows of the later batches
-    over the time from the end of that first batch to the end of the last one (each batch's
-    end is its progress ``timestamp`` plus its ``triggerExecution``). None with fewer than two
-    batches with rows."""
+class CpuWatch:
+    """CPU seconds per role (:func:`_processes`) between :meth:`start` and :meth:`stop`; a
+    process that appeared in between counts from zero, one that ended is not counted."""
+
+    def __init__(self) -> None:
+        self.before: dict[int, tuple[str, float]] = {}
+        self.seconds: dict[str, float] = {}
+
+    def start(self) -> None:
+        self.before = _processes()
+
+    def stop(self) -> None:
+        seconds: dict[str, float] = {}
+        for pid, (role, used) in _processes().items():
+            _, was = self.before.get(pid, (role, 0.0))
+            seconds[role] = seconds.get(role, 0.0) + used - was
+        self.seconds = seconds
+
+    def per_item(self, items: int) -> dict[str, float]:
+        """CPU microseconds per item, per role and in all."""
+        figures = {role: round(used * 1e6 / items, 1) for role, used in sorted(self.seconds.items())}
+        figures["all"] = round(sum(self.seconds.values()) * 1e6 / items, 1)
+        return figures
+
+
+def _batch_end(p) -> float:
+    """When a micro-batch ended (seconds since the epoch): its progress ``timestamp`` (its
+    start) plus its ``triggerExecution``."""
     from datetime import datetime
 
-    def end(p) -> float:
-        started = datetime.fromisoformat(p["timestamp"]).timestamp()
-        return started + p["durationMs"].get("triggerExecution", 0) / 1000
+    started = datetime.fromisoformat(p["timestamp"]).timestamp()
+    return started + p["durationMs"].get("triggerExecution", 0) / 1000
 
-    batches = [p for p in progress if p.get("numInputRows", 0) > 0]
-    if len(batches) < 2:
-        return None
-    seconds = end(batches[-1]) - end(batches[0])
-    return sum(p["numInputRows"] for p in batches[1:]) / seconds if seconds > 0 else None
+
+def _with_rows(progress) -> list:
+    return [p for p in progress if p.get("numInputRows", 0) > 0]
+
+
+@dataclass
+class QueryFigures:
+    """One measured query, every figure from its progress: ``seconds`` from its start until
+    its last micro-batch with rows ended, ``first_rows`` until its first one ended (an upper
+    bound on when its first rows reached the sink), ``steady`` rows/s after that first one
+    (None with fewer than two batches with rows), ``cpu_us`` per row by process role."""
+
+    rows: int
+    seconds: float
+    first_rows: float
+    steady: float | None
+    cpu_us: dict[str, float]
+    progress: list
+
+
+def _figures(progress: list, started: float, cpu: CpuWatch) -> QueryFigures:
+    batches = _with_rows(progress)
+    rows = sum(p["numInputRows"] for p in batches)
+    first, last = _batch_end(batches[0]), _batch_end(batches[-1])
+    steady = None
+    if len(batches) > 1 and last > first:
+        steady = sum(p["numInputRows"] for p in batches[1:]) / (last - first)
+    return QueryFigures(rows, last - started, first - started, steady, cpu.per_item(rows),
+                        progress)
+
+
+def _watch(query, done, started: float, cpu: CpuWatch) -> QueryFigures:
+    """Look at ``query`` every :data:`_POLL_SECONDS` until ``done(progress)``; stop it."""
+    try:
+        while True:
+            progress = query.recentProgress
+            if done(progress):
+                cpu.stop()  # before the stop: the planner process ends with the query
+                return _figures(progress, started, cpu)
+            if query.exception() is not None:
+                raise click.ClickException(str(query.exception()))
+            time.sleep(_POLL_SECONDS)
+    finally:
+        query.stop()
+
+
+def _rows_through(progress) -> int:
+    return sum(p.get("numInputRows", 0) for p in progress)
 
 
 def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, count: int,
-           checkpoint: str, client, breakdown: bool = False, read_ahead: bool = True,
-           first_rows: list[float] | None = None, steady: list[float] | None = None) -> float:
-    """Run a query until ``queue`` is empty with nothing open and its ``count`` rows have been
-    through the query; return its seconds (and, with
-    ``breakdown``, print the mean per-micro-batch ``durationMs`` of Spark's query progress;
-    ``first_rows`` gets the seconds until the first batch with rows was done)."""
-    started = time.perf_counter()
+           checkpoint: str, client, read_ahead: bool = True) -> QueryFigures:
+    """Run the ``kestrel`` source into ``noop`` until ``queue`` is empty with nothing open
+    and its ``count`` rows have been through the query."""
+    cpu = CpuWatch()
+    cpu.start()
+    started = time.time()
     query = (spark.readStream.format("kestrel").option("servers", where).option("queue", queue)
              .option("maxItemsPerBatch", max_items).option("itemsPerPartition", per_partition)
              .option("readAhead", str(read_ahead).lower())
              .option("walLocation", f"{checkpoint}/kestrel-wal")
              .load().writeStream.format("noop").option("checkpointLocation", checkpoint)
              .start())
-    first = _FirstRows(started)
-    try:
-        while True:
-            first.look(query)
-            stats = client.queue_stats(queue)
-            # Items are confirmed when their micro-batch is planned (ADR 0013): an empty queue
-            # is not the end, the rows Spark has processed are.
-            processed = sum(p.get("numInputRows", 0) for p in query.recentProgress)
-            if (stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0
-                    and processed >= count):
-                seconds = time.perf_counter() - started
-                first.look(query)
-                if first_rows is not None and first.seconds is not None:
-                    first_rows.append(first.seconds)
-                rate = steady_rows_per_second(query.recentProgress)
-                if steady is not None and rate is not None:  # None: too few batches to tell
-                    steady.append(rate)
-                if breakdown:
-                    _print_breakdown(query.recentProgress)
-                return seconds
-            if query.exception() is not None:
-                raise click.ClickException(str(query.exception()))
-            time.sleep(0.02)
-    finally:
-        query.stop()
+
+    def drained(progress) -> bool:
+        if _rows_through(progress) < count:
+            return False
+        # Items are confirmed when their micro-batch is planned (ADR 0013): an empty queue
+        # is not the end, the rows Spark has processed are.
+        stats = client.queue_stats(queue)
+        return stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0
+
+    return _watch(query, drained, started, cpu)
 
 
-def _until_rows(query, count: int, started: float) -> tuple[float, float | None, float | None]:
-    """Wait until ``count`` rows have been through ``query`` (started at ``started``), stop it:
-    (seconds from the start, seconds to the first batch with rows, steady rows/s)."""
-    first = _FirstRows(started)
-    try:
-        while True:
-            first.look(query)
-            done = sum(p.get("numInputRows", 0) for p in query.recentProgress)
-            if done >= count:
-                return (time.perf_counter() - started, first.seconds,
-                        steady_rows_per_second(query.recentProgress))
-            if query.exception() is not None:
-                raise click.ClickException(str(query.exception()))
-            time.sleep(0.02)
-    finally:
-        query.stop()
+def _until_rows(query_of, count: int) -> QueryFigures:
+    """Start ``query_of()`` and run it until ``count`` rows have been through it."""
+    cpu = CpuWatch()
+    cpu.start()
+    started = time.time()
+    return _watch(query_of(), lambda progress: _rows_through(progress) >= count, started, cpu)
 
 
 def _rate_micro_batch(spark, rows_per_batch: int, count: int, item_bytes: int,
-                      checkpoint: str) -> tuple[float, float | None, float | None]:
+                      checkpoint: str) -> QueryFigures:
     """Spark's own ``rate-micro-batch`` source through the same query shape (``noop`` sink),
-    each row carrying a ``value`` of ``item_bytes``: (seconds for ``count`` rows counted from
-    the query's start, seconds to the first batch with rows, steady rows/s)."""
-    started = time.perf_counter()
-    query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
-             .load().selectExpr(f"cast(repeat('x', {item_bytes}) as binary) as value",
-                                "timestamp")
-             .writeStream.format("noop").option("checkpointLocation", checkpoint).start())
-    return _until_rows(query, count, started)
+    each row carrying a ``value`` of ``item_bytes``."""
+    return _until_rows(lambda: (
+        spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+        .load().selectExpr(f"cast(repeat('x', {item_bytes}) as binary) as value", "timestamp")
+        .writeStream.format("noop").option("checkpointLocation", checkpoint).start()), count)
 
 
 def _python_ceiling(spark, rows_per_batch: int, rows_per_partition: int, count: int,
-                    item_bytes: int, checkpoint: str) -> tuple[float, float | None, float | None]:
+                    item_bytes: int, checkpoint: str) -> QueryFigures:
     """The ``python-ceiling`` source (:mod:`._ceiling_source`: a Python streaming data source
     that reads nothing) through the same query: what Spark's Python data source path alone
-    allows. The same three figures as :func:`_rate_micro_batch`."""
-    started = time.perf_counter()
-    query = (spark.readStream.format("python-ceiling").option("rowsPerBatch", rows_per_batch)
-             .option("rowsPerPartition", rows_per_partition).option("itemBytes", item_bytes)
-             .load().writeStream.format("noop").option("checkpointLocation", checkpoint)
-             .start())
-    return _until_rows(query, count, started)
+    allows."""
+    return _until_rows(lambda: (
+        spark.readStream.format("python-ceiling").option("rowsPerBatch", rows_per_batch)
+        .option("rowsPerPartition", rows_per_partition).option("itemBytes", item_bytes)
+        .load().writeStream.format("noop").option("checkpointLocation", checkpoint).start()),
+        count)
 
 
 def _ratio(rows: float | None, against: float | None) -> float | None:
@@ -215,7 +276,7 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         server = ServerAddress.parse(where)
         # a loaded machine can keep the server's answer to ``stats`` beyond the default 5 s
         with Client(server, timeout=60) as client:
-            fill_queues(client, QUEUE, WARM_QUEUE, items, min(max_items_per_batch, items), item_bytes)
+            fill_queues(client, QUEUE, WARM_QUEUE, items, items, item_bytes)
 
             started = time.perf_counter()
             spark = create_spark_session(master, {}, "kestrel-source-bench", 2)
@@ -223,28 +284,28 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
             spark.dataSource.register(CeilingSource)
             click.echo(f"spark {master} started in {time.perf_counter() - started:.1f}s")
             try:
+                # the unreported first round (see the module's docstring)
                 _drain(spark, where, WARM_QUEUE, max_items_per_batch, items_per_partition,
-                       min(max_items_per_batch, items), f"{tmp}/warm", client,
-                       read_ahead=read_ahead)
-                _rate_micro_batch(spark, max_items_per_batch, max_items_per_batch,
-                                  item_bytes, f"{tmp}/rate-warm")
-                _python_ceiling(spark, max_items_per_batch, items_per_partition,
-                                max_items_per_batch, item_bytes, f"{tmp}/ceiling-warm")
+                       items, f"{tmp}/warm", client, read_ahead)
+                _rate_micro_batch(spark, max_items_per_batch, items, item_bytes,
+                                  f"{tmp}/rate-warm")
+                _python_ceiling(spark, max_items_per_batch, items_per_partition, items,
+                                item_bytes, f"{tmp}/ceiling-warm")
                 load_average = os.getloadavg()[0]
-                cpu_before = _server_cpu_seconds()
-                first_rows: list[float] = []
-                steady: list[float] = []
-                seconds = _drain(spark, where, QUEUE, max_items_per_batch,
-                                 items_per_partition, items, f"{tmp}/run", client,
-                                 breakdown, read_ahead, first_rows, steady)
-                cpu_after = _server_cpu_seconds()
-                rate_seconds, rate_first, rate_steady = _rate_micro_batch(
-                    spark, max_items_per_batch, items, item_bytes, f"{tmp}/rate")
-                ceiling_seconds, ceiling_first, ceiling_steady = _python_ceiling(
-                    spark, max_items_per_batch, items_per_partition, items, item_bytes,
-                    f"{tmp}/ceiling")
+                ours = _drain(spark, where, QUEUE, max_items_per_batch, items_per_partition,
+                              items, f"{tmp}/run", client, read_ahead)
+                rate = _rate_micro_batch(spark, max_items_per_batch, items, item_bytes,
+                                         f"{tmp}/rate")
+                ceiling = _python_ceiling(spark, max_items_per_batch, items_per_partition,
+                                          items, item_bytes, f"{tmp}/ceiling")
             finally:
                 spark.stop()
+
+    if breakdown:
+        _print_breakdown(ours.progress)
+
+    def rounded(value: float | None) -> int | None:
+        return None if value is None else round(value)
 
     figures = {
         "scenario": "spark_source",
@@ -255,20 +316,19 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         "items_per_partition": items_per_partition,
         "read_ahead": read_ahead,
         "load_average_1m": round(load_average, 1),
-        "server_cpu_seconds": (None if cpu_before is None or cpu_after is None
-                               else round(cpu_after - cpu_before, 2)),
-        "seconds": round(seconds, 3),
-        "items_per_second": round(items / seconds),
-        "first_rows_seconds": round(first_rows[0], 2) if first_rows else None,
-        "steady_rows_per_second": round(steady[0]) if steady and steady[0] else None,
-        "rate_micro_batch_rows_per_second": round(items / rate_seconds),
-        "rate_micro_batch_steady_rows_per_second": round(rate_steady) if rate_steady else None,
-        "rate_micro_batch_first_rows_seconds": (None if rate_first is None
-                                                else round(rate_first, 2)),
-        "python_ceiling_rows_per_second": round(items / ceiling_seconds),
-        "python_ceiling_steady_rows_per_second": round(ceiling_steady) if ceiling_steady else None,
-        "python_ceiling_first_rows_seconds": (None if ceiling_first is None
-                                              else round(ceiling_first, 2)),
+        "seconds": round(ours.seconds, 3),
+        "items_per_second": round(ours.rows / ours.seconds),
+        "first_rows_seconds": round(ours.first_rows, 2),
+        "steady_rows_per_second": rounded(ours.steady),
+        "cpu_us_per_item": ours.cpu_us,
+        "rate_micro_batch_rows_per_second": round(rate.rows / rate.seconds),
+        "rate_micro_batch_steady_rows_per_second": rounded(rate.steady),
+        "rate_micro_batch_first_rows_seconds": round(rate.first_rows, 2),
+        "rate_micro_batch_cpu_us_per_row": rate.cpu_us,
+        "python_ceiling_rows_per_second": round(ceiling.rows / ceiling.seconds),
+        "python_ceiling_steady_rows_per_second": rounded(ceiling.steady),
+        "python_ceiling_first_rows_seconds": round(ceiling.first_rows, 2),
+        "python_ceiling_cpu_us_per_row": ceiling.cpu_us,
     }
     rate_steady_rows = figures["rate_micro_batch_steady_rows_per_second"]
     figures["ratio_to_rate_micro_batch"] = _ratio(figures["items_per_second"],
@@ -277,7 +337,7 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                                                          rate_steady_rows)
     figures["python_ceiling_steady_ratio_to_rate_micro_batch"] = _ratio(
         figures["python_ceiling_steady_rows_per_second"], rate_steady_rows)
-    click.echo(f"source: {items:,} items drained and confirmed in {seconds:.2f}s "
+    click.echo(f"source: {items:,} items drained and confirmed in {ours.seconds:.2f}s "
                f"({figures['items_per_second']:,} items/s), first rows after "
                f"{figures['first_rows_seconds']}s; rate-micro-batch through the same query: "
                f"{figures['rate_micro_batch_rows_per_second']:,} rows/s, first rows after "
@@ -291,6 +351,9 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                f"{figures['python_ceiling_first_rows_seconds']}s, steady "
                f"{figures['python_ceiling_steady_rows_per_second']} rows/s, steady ratio "
                f"{figures['python_ceiling_steady_ratio_to_rate_micro_batch']}")
+    for name, cpu in (("kestrel", ours.cpu_us), ("python-ceiling", ceiling.cpu_us),
+                      ("rate-micro-batch", rate.cpu_us)):
+        click.echo(f"CPU µs per row, {name}: " + ", ".join(f"{k} {v}" for k, v in cpu.items()))
     click.echo(json.dumps(figures))
     sys.exit(0 if figures["items_per_second"] >= target else 2)
 

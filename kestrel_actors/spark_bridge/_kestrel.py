@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from ..client import Connection as _Wire
 from ..client import (
     ConnectionLost,
+    PackedValues,
     ServerAddress,
     ServerError,
     confirm_request,
@@ -81,14 +82,14 @@ class Connection:
             self.holding = 0
             self._wire.connect()
 
-    def _monitor(self, queue: str, seconds: int, max_items: int) -> list[bytes]:
+    def _monitor(self, queue: str, seconds: int, max_items: int) -> PackedValues:
         """``monitor``: the items stay open on this connection until confirmed."""
         key = queue_key(queue)
         with self._command() as wire:
             wire.send(monitor_request(queue, seconds, max_items))
             with wire.waiting(seconds):
-                items = wire.read_values(key, max_items)
-        self.holding += len(items)
+                items = wire.read_packed_values(key, max_items)
+        self.holding += items.count
         return items
 
     def open_items(self, queue: str, max_items: int, wait: float) -> list[bytes]:
@@ -106,7 +107,7 @@ class Connection:
             items: list[bytes] = []
             seconds = max(1, math.ceil(wait))
             while True:
-                got = self._monitor(queue, seconds, max_items - len(items))
+                got = self._monitor(queue, seconds, max_items - len(items)).values()
                 items.extend(got)
                 left = deadline - time.monotonic()
                 if not got or len(items) >= max_items or left <= 0:
@@ -121,14 +122,15 @@ class Connection:
         """
         with self.lock:
             self._fresh()
-            return self.open_waiting(queue, min(max_items, self.depth(queue)))
+            return self.open_waiting(queue, min(max_items, self.depth(queue))).values()
 
-    def open_waiting(self, queue: str, count: int) -> list[bytes]:
+    def open_waiting(self, queue: str, count: int) -> PackedValues:
         """Open ``count`` items known to be waiting (one ``monitor`` asking for exactly them,
         so it returns at once; should another reader take some first, it costs one second).
-        Lets a caller that looked at the depth once open on several connections."""
+        Lets a caller that looked at the depth once open on several connections. The items
+        come back to back (:class:`PackedValues`), as the write-ahead log keeps them."""
         if count <= 0:
-            return []
+            return PackedValues(b"", b"")
         with self.lock:
             self._fresh()
             return self._monitor(queue, _MONITOR_SECONDS, count)

@@ -24,14 +24,14 @@ import json
 import os
 import re
 import struct
-import sys
 import zlib
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BatchPart", "PackedItems", "Prepared", "WalCorrupt", "WalFile", "WalSlice", "WriteAheadLog",
-           "pack_items", "read_slice"]
+from ..client import PackedValues
+
+__all__ = ["BatchPart", "Prepared", "WalCorrupt", "WalFile", "WalSlice", "WriteAheadLog",
+           "read_slice"]
 
 _MAGIC = b"KWAL1\n"
 _NAME = re.compile(r"^batch-(\d{12})\.wal$")
@@ -48,21 +48,11 @@ class BatchPart:
 
     server: str
     read_at: float  # seconds since the epoch when the items were read
-    items: list[bytes]
-
-
-@dataclass(frozen=True)
-class PackedItems:
-    """Items as the write-ahead file lays them out: their lengths (uint32 little-endian) and
-    their bytes back to back. Two buffers instead of one ``bytes`` object per item: pickling
-    them is a copy, and Arrow takes them as a binary column without a per-item step."""
-
-    lengths: bytes
-    data: bytes
+    items: PackedValues
 
     @property
     def count(self) -> int:
-        return len(self.lengths) // 4
+        return self.items.count
 
 
 @dataclass(frozen=True)
@@ -89,15 +79,12 @@ class WalFile:
     lengths_at: int
     data_at: int
 
-    def slice(self, first: int, items: list[bytes], data_before: int) -> WalSlice:
+    def slice(self, first: int, items: PackedValues, data_before: int) -> WalSlice:
         """The slice of ``items``, the batch's items ``first``, ``first + 1``, ... whose bytes
         start ``data_before`` bytes into the batch's data."""
-        lengths = _lengths(items)
-        crc = zlib.crc32(lengths)
-        for item in items:  # no joined copy of the slice's bytes
-            crc = zlib.crc32(item, crc)
-        return WalSlice(str(self.path), self.seq, len(items), self.lengths_at + 4 * first,
-                        self.data_at + data_before, sum(map(len, items)), crc)
+        crc = zlib.crc32(items.data, zlib.crc32(items.lengths))
+        return WalSlice(str(self.path), self.seq, items.count, self.lengths_at + 4 * first,
+                        self.data_at + data_before, len(items.data), crc)
 
 
 @dataclass(frozen=True)
@@ -111,7 +98,7 @@ class Prepared:
         self.temporary.unlink(missing_ok=True)
 
 
-def read_slice(where: WalSlice) -> PackedItems:
+def read_slice(where: WalSlice) -> PackedValues:
     """Read one slice of a write-ahead file (on an executor), checked against its CRC."""
     try:
         with open(where.path, "rb") as f:
@@ -126,18 +113,7 @@ def read_slice(where: WalSlice) -> PackedItems:
             or zlib.crc32(data, zlib.crc32(lengths)) != where.crc:
         raise WalCorrupt(f"kestrel: {where.path} does not hold micro-batch {where.seq}'s items "
                          f"as planned (checksum of bytes {where.data_at}+{where.data_size})")
-    return PackedItems(lengths, data)
-
-
-def pack_items(items: list[bytes]) -> PackedItems:
-    return PackedItems(_lengths(items), b"".join(items))
-
-
-def _lengths(items: list[bytes]) -> bytes:
-    lengths = array("I", map(len, items))
-    if sys.byteorder != "little":
-        lengths.byteswap()
-    return lengths.tobytes()
+    return PackedValues(lengths, data)
 
 
 class WriteAheadLog:
@@ -165,9 +141,9 @@ class WriteAheadLog:
         """Write batch ``seq`` to its temporary file and ``fsync`` it. It is no batch yet:
         :meth:`has` and :meth:`read` do not see it until :meth:`publish` renames it."""
         header = json.dumps({"seq": seq, "parts": [
-            {"server": p.server, "count": len(p.items), "read_at": p.read_at} for p in parts]})
-        packed = pack_items([item for p in parts for item in p.items])
-        chunks = [_MAGIC, header.encode(), b"\n", packed.lengths, packed.data]
+            {"server": p.server, "count": p.count, "read_at": p.read_at} for p in parts]})
+        chunks = [_MAGIC, header.encode(), b"\n", *(p.items.lengths for p in parts),
+                  *(p.items.data for p in parts)]
         crc = 0
         for chunk in chunks:
             crc = zlib.crc32(chunk, crc)
@@ -179,7 +155,8 @@ class WriteAheadLog:
             out.flush()
             os.fsync(out.fileno())
         lengths_at = len(_MAGIC) + len(chunks[1]) + 1
-        return Prepared(temporary, WalFile(final, seq, lengths_at, lengths_at + len(packed.lengths)))
+        data_at = lengths_at + 4 * sum(p.count for p in parts)
+        return Prepared(temporary, WalFile(final, seq, lengths_at, data_at))
 
     def publish(self, prepared: Prepared) -> WalFile:
         """Make a prepared batch durable under its name (rename, ``fsync`` of the directory)."""
@@ -197,22 +174,17 @@ class WriteAheadLog:
             raise WalCorrupt(f"kestrel: {path} fails its checksum (storage lost data)")
         newline = bytes(body).index(b"\n", len(_MAGIC))
         header = json.loads(bytes(body[len(_MAGIC):newline]))
-        total = sum(p["count"] for p in header["parts"])
-        lengths = array("I")
-        at = newline + 1
-        lengths.frombytes(body[at:at + 4 * total])
-        if sys.byteorder != "little":
-            lengths.byteswap()
-        at += 4 * total
-        written = WalFile(path, seq, newline + 1, at)
-        parts, index = [], 0
+        lengths_at = newline + 1
+        data_at = lengths_at + 4 * sum(p["count"] for p in header["parts"])
+        written = WalFile(path, seq, lengths_at, data_at)
+        parts = []
         for described in header["parts"]:
-            items = []
-            for length in lengths[index:index + described["count"]]:
-                items.append(bytes(body[at:at + length]))
-                at += length
-            index += described["count"]
-            parts.append(BatchPart(described["server"], float(described["read_at"]), items))
+            lengths = body[lengths_at:lengths_at + 4 * described["count"]]
+            size = sum(PackedValues(lengths, b"").sizes())
+            parts.append(BatchPart(described["server"], float(described["read_at"]),
+                                   PackedValues(lengths, body[data_at:data_at + size])))
+            lengths_at += len(lengths)
+            data_at += size
         return parts, written
 
     def remove_through(self, seq: int) -> None:

@@ -15,9 +15,12 @@ def test_python_ceiling_streams_its_rows_and_the_bench_reads_its_figures(spark, 
     from kestrel_actors.loadtests.spark_source_bench import _python_ceiling
 
     spark.dataSource.register(CeilingSource)
-    seconds, first, steady = _python_ceiling(spark, 200, 50, 600, 16, str(tmp_path / "ceiling"))
-    assert seconds > 0 and first is not None and first <= seconds
-    assert steady is not None and steady > 0  # three batches or more after the first
+    figures = _python_ceiling(spark, 200, 50, 600, 16, str(tmp_path / "ceiling"))
+    assert figures.rows >= 600 and 0 < figures.first_rows <= figures.seconds
+    assert figures.steady is not None and figures.steady > 0  # three batches or more after the first
+    # the Spark JVM and the Python workers that ran ``read`` are found and their CPU counted
+    assert figures.cpu_us["spark-jvm"] > 0 and figures.cpu_us["python-workers"] > 0
+    assert figures.cpu_us["all"] >= figures.cpu_us["spark-jvm"] + figures.cpu_us["python-workers"]
 
     rows = (spark.readStream.format("python-ceiling").option("rowsPerBatch", 7)
             .option("rowsPerPartition", 3).option("itemBytes", 5).load()
