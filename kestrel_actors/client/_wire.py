@@ -118,7 +118,7 @@ class PackedValues:
     to a file, checksummed and handed to Arrow without a per-item step."""
 
     lengths: bytes | memoryview
-    data: bytes | memoryview
+    data: bytes | bytearray | memoryview
 
     @property
     def count(self) -> int:
@@ -158,6 +158,7 @@ class PackedValues:
 
 
 _VALUE_END = b"\r\nEND\r\n"
+_TAIL = len(_VALUE_END)
 
 
 class ValueScan:
@@ -179,17 +180,18 @@ class ValueScan:
         """Take the complete blocks at the start of ``buf`` (and the final ``END``, which
         sets :attr:`done`); returns how many bytes were taken."""
         prefix, lengths, data = self._prefix, self._lengths, self._data
-        skip = len(prefix)
+        skip, tail, room = len(prefix), _TAIL, self.limit - len(lengths)
         pos, size = 0, len(buf)
         with memoryview(buf) as view:
             while True:
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    return pos
+                eol = buf.find(b"\r\n", pos + skip)
                 digits = buf[pos + skip:eol]
-                if buf.startswith(prefix, pos, eol) and digits.isdigit():
+                if eol > 0 and buf.startswith(prefix, pos, eol) and digits.isdigit():
                     length = int(digits)
                 else:
+                    eol = buf.find(b"\r\n", pos)  # a line shorter than the prefix: END
+                    if eol < 0:
+                        return pos
                     header = parse_value_header(self.command, bytes(buf[pos:eol]), self.key)
                     if header is None:
                         self.done = True
@@ -197,25 +199,27 @@ class ValueScan:
                     length = header
                 start = eol + 2
                 end = start + length
-                if end + len(_VALUE_END) > size:
+                if end + tail > size:
                     return pos
                 if not buf.startswith(_VALUE_END, end):
-                    tail = bytes(buf[end:end + len(_VALUE_END)])
-                    if not tail.startswith(b"\r\n"):
+                    got = bytes(buf[end:end + tail])
+                    if not got.startswith(b"\r\n"):
                         raise UnexpectedReply(f"value of {length} bytes not followed by CRLF")
-                    raise UnexpectedReply(f"expected END after a value, got {tail[2:]!r}")
-                if len(lengths) == self.limit:
+                    raise UnexpectedReply(f"expected END after a value, got {got[2:]!r}")
+                if not room:
                     raise UnexpectedReply(f"{self.command}: more than the {self.limit} "
                                           f"items asked for")
+                room -= 1
                 lengths.append(length)
                 data += view[start:end]
-                pos = end + len(_VALUE_END)
+                pos = end + tail
 
     def values(self) -> PackedValues:
+        """What was scanned (once :attr:`done`; its buffer is handed over, not copied)."""
         lengths = self._lengths
         if sys.byteorder != "little":
             lengths.byteswap()
-        return PackedValues(lengths.tobytes(), bytes(self._data))
+        return PackedValues(lengths.tobytes(), self._data)
 
 
 def parse_stored(command: str, line: bytes) -> bool:

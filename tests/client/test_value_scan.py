@@ -1,0 +1,77 @@
+"""The bulk reader of a ``monitor`` reply (``ValueScan``, sans I/O) and its record
+(``PackedValues``): whatever way the bytes arrive, the same values in order; a reply out of
+step is the same error as with one value at a time."""
+
+from __future__ import annotations
+
+import pytest
+
+from kestrel_actors.client import PackedValues, ServerError, UnexpectedReply
+from kestrel_actors.client._wire import ValueScan
+
+VALUES = [b"", b"a", b"END\r\n", b"VALUE q 0 3\r\nxyz\r\nEND\r\n", bytes(range(256)) * 5, b"\r\n"]
+
+
+def reply(values: list[bytes], key: bytes = b"q") -> bytes:
+    return b"".join(b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(v), v) for v in values) + b"END\r\n"
+
+
+def scan_in_pieces(data: bytes, step: int, limit: int = 100) -> tuple[ValueScan, bytearray]:
+    scan, buf = ValueScan("monitor", b"q", limit), bytearray()
+    for at in range(0, len(data), step):
+        buf += data[at:at + step]
+        del buf[:scan.feed(buf)]
+        if scan.done:
+            break
+    return scan, buf
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 13, 64, 1 << 20])
+def test_the_values_come_out_whole_and_in_order_however_the_bytes_are_cut(step):
+    scan, left = scan_in_pieces(reply(VALUES) + b"VERSION 1\r\n", step)
+    assert scan.done
+    packed = scan.values()
+    assert packed.count == len(VALUES) and packed.values() == VALUES
+    assert bytes(packed.data) == b"".join(VALUES)
+    assert b"VERSION 1\r\n".startswith(bytes(left))  # the next reply is left alone
+
+
+def test_an_empty_monitor_is_one_end():
+    scan, left = scan_in_pieces(b"END\r\n", 1)
+    assert scan.done and scan.values().count == 0 and not left
+
+
+def test_a_server_error_line_is_mapped_as_for_a_single_value():
+    with pytest.raises(ServerError, match="SERVER_ERROR"):
+        scan_in_pieces(reply([b"ok"])[:-5] + b"SERVER_ERROR busy\r\n", 5)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (b"VALUE q 0 2\r\nabcEND\r\n", "not followed by CRLF"),
+    (b"VALUE q 0 2\r\nab\r\nENX\r\n", "expected END after a value"),
+    (b"VALUE other 0 2\r\nab\r\nEND\r\n", "bad VALUE line"),
+    (b"VALUE q 0 x2\r\nab\r\nEND\r\n", "bad VALUE line"),
+])
+def test_a_reply_out_of_step_is_refused(bad, message):
+    with pytest.raises(UnexpectedReply, match=message):
+        scan_in_pieces(bad + b"END\r\n", 4)
+
+
+def test_more_values_than_asked_for_is_refused():
+    with pytest.raises(UnexpectedReply, match="more than the 2 items"):
+        scan_in_pieces(reply([b"a", b"b", b"c"]), 100, limit=2)
+
+
+def test_flags_other_than_zero_are_read_too():
+    scan, _ = scan_in_pieces(b"VALUE q 7 2\r\nhi\r\nEND\r\nEND\r\n", 3)
+    assert scan.values().values() == [b"hi"]
+
+
+def test_packed_values_cut_into_runs_that_are_views_of_the_same_bytes():
+    values = [bytes([i]) * i for i in range(10)]
+    packed = PackedValues.of(values)
+    runs = list(packed.runs(4))
+    assert [r.count for r in runs] == [4, 4, 2]
+    assert [v for r in runs for v in r.values()] == values
+    assert all(isinstance(r.data, memoryview) for r in runs)
+    assert list(PackedValues(b"", b"").runs(4)) == []
