@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .._names import is_queue_name, name_from_wire
@@ -140,14 +139,13 @@ class PackedValues:
             at += size
         return values
 
-    def runs(self, step: int) -> Iterator[PackedValues]:
-        """The values in consecutive runs of at most ``step``, as views of these buffers."""
-        lengths, data, sizes = memoryview(self.lengths), memoryview(self.data), self.sizes()
-        at = 0
-        for first in range(0, len(sizes), step):
-            size = sum(sizes[first:first + step])
-            yield PackedValues(lengths[4 * first:4 * (first + step)], data[at:at + size])
-            at += size
+    def take(self, first: int, count: int) -> PackedValues:
+        """Values ``first`` to ``first + count - 1``, as views of these buffers."""
+        sizes = self.sizes()
+        at = sum(sizes[:first])
+        size = sum(sizes[first:first + count])
+        return PackedValues(memoryview(self.lengths)[4 * first:4 * (first + count)],
+                            memoryview(self.data)[at:at + size])
 
     @classmethod
     def of(cls, values: list[bytes]) -> PackedValues:

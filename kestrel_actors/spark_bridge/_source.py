@@ -43,7 +43,7 @@ import time
 from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, groupby
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -247,11 +247,21 @@ class KestrelDataSource(DataSource):
 # -- the stream source -----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ReadAt:
+    """``count`` consecutive items of a partition read from their server at ``read_at``
+    (seconds since the epoch: their ``timestamp``)."""
+
+    count: int
+    read_at: float
+
+
 class KestrelPartition(InputPartition):
     """One task's share of a micro-batch: where its items lie in the batch's write-ahead
-    file (so ``read`` is pure: a retry reads the same bytes, and never touches a server)."""
+    file (so ``read`` is pure: a retry reads the same bytes, and never touches a server).
+    Its items come from one server, opened by one or more ``monitor`` commands."""
 
-    def __init__(self, server: str, queue: str, read_at: float, items: WalSlice) -> None:
+    def __init__(self, server: str, queue: str, read_at: list[ReadAt], items: WalSlice) -> None:
         super().__init__(None)
         self.server = server
         self.queue = queue
@@ -359,13 +369,15 @@ class _PlannedBatch:
     parts: list[BatchPart]
     file: WalFile
 
-    def slices(self, step: int) -> Iterator[tuple[BatchPart, WalSlice]]:
-        """The batch cut into slices of at most ``step`` items, each within one part."""
+    def slices(self, step: int) -> Iterator[tuple[str, list[ReadAt], WalSlice]]:
+        """The batch cut into slices of at most ``step`` items, each of one server's items:
+        (server, when its items were read, where they are). A slice may span the parts of one
+        server (one per connection), so a batch has no more tasks than its size needs."""
         first = data_before = 0
-        for part in self.parts:
-            for items in part.items.runs(step):
-                where = self.file.slice(first, items, data_before)
-                yield part, where
+        for server, parts in groupby(self.parts, key=lambda part: part.server):
+            for pieces in _cut(list(parts), step):
+                where = self.file.slice(first, [items for _, items in pieces], data_before)
+                yield server, [ReadAt(items.count, part.read_at) for part, items in pieces], where
                 first += where.count
                 data_before += where.data_size
 
@@ -517,9 +529,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         step = min(self.options.items_per_partition,
                    math.ceil(total / self.options.min_partitions))
-        return [KestrelPartition(part.server, self.options.queue, part.read_at, where)
+        return [KestrelPartition(server, self.options.queue, read_at, where)
                 for seq in range(first, last + 1)
-                for part, where in self._planned(seq).slices(step)]
+                for server, read_at, where in self._planned(seq).slices(step)]
 
     # Spark hands back only the partitions that partitions() made, which its types cannot say
     def read(self, partition: KestrelPartition) -> Iterator[Any]:  # type: ignore[override]
@@ -536,13 +548,14 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                              "not fit one Arrow binary column (2 GiB); lower itemsPerPartition")
         # (numpy would cost each Python worker ~0.15 s to import, for one cumulative sum)
         offsets = array("i", accumulate(packed.sizes(), initial=0))
-        stamp = pa.scalar(int(partition.read_at * 1_000_000), pa.timestamp("us", tz="UTC"))
+        stamps = [pa.repeat(pa.scalar(int(run.read_at * 1_000_000), pa.timestamp("us", tz="UTC")),
+                            run.count) for run in partition.read_at]
         yield pa.RecordBatch.from_arrays(
             [pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
                                                     pa.py_buffer(packed.data)]),
              pa.repeat(pa.scalar(partition.queue, pa.string()), n),
              pa.repeat(pa.scalar(partition.server, pa.string()), n),
-             pa.repeat(stamp, n)],
+             stamps[0] if len(stamps) == 1 else pa.concat_arrays(stamps)],
             names=["value", "queue", "server", "timestamp"])
 
     def commit(self, end: dict) -> None:
@@ -710,6 +723,25 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             connection.close()
             live.retry_at[name] = now + _RECONNECT_AFTER
             log.warning("server_unavailable", queue=queue, server=name, error=str(exc)[:300])
+
+
+def _cut(parts: list[BatchPart], step: int) -> Iterator[list[tuple[BatchPart, PackedValues]]]:
+    """The parts' items, in order, in slices of ``step`` (the last may be shorter): each
+    slice is the pieces of the parts it covers."""
+    pieces: list[tuple[BatchPart, PackedValues]] = []
+    room = step
+    for part in parts:
+        at = 0
+        while at < part.count:
+            take = min(room, part.count - at)
+            pieces.append((part, part.items.take(at, take)))
+            at += take
+            room -= take
+            if not room:
+                yield pieces
+                pieces, room = [], step
+    if pieces:
+        yield pieces
 
 
 def _pause_for_tests(seq: int, wal: WriteAheadLog) -> None:

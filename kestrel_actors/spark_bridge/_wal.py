@@ -79,12 +79,18 @@ class WalFile:
     lengths_at: int
     data_at: int
 
-    def slice(self, first: int, items: PackedValues, data_before: int) -> WalSlice:
-        """The slice of ``items``, the batch's items ``first``, ``first + 1``, ... whose bytes
-        start ``data_before`` bytes into the batch's data."""
-        crc = zlib.crc32(items.data, zlib.crc32(items.lengths))
-        return WalSlice(str(self.path), self.seq, items.count, self.lengths_at + 4 * first,
-                        self.data_at + data_before, len(items.data), crc)
+    def slice(self, first: int, pieces: list[PackedValues], data_before: int) -> WalSlice:
+        """The slice of the batch's items ``first``, ``first + 1``, ... given as ``pieces``
+        (consecutive in the file: the lengths of all parts come first, then their data),
+        whose bytes start ``data_before`` bytes into the batch's data."""
+        crc = 0
+        for piece in pieces:
+            crc = zlib.crc32(piece.lengths, crc)
+        for piece in pieces:
+            crc = zlib.crc32(piece.data, crc)
+        return WalSlice(str(self.path), self.seq, sum(p.count for p in pieces),
+                        self.lengths_at + 4 * first, self.data_at + data_before,
+                        sum(len(p.data) for p in pieces), crc)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,42 @@ def test_the_first_batch_is_small_and_the_next_ones_full(server, tmp_path):
     assert queue_stats(server, "plan") == (0, 0)
 
 
+def test_a_partition_spans_the_connections_of_its_server_with_each_ones_read_time(server, tmp_path):
+    """A batch opened on several connections of one server (``itemsPerConnection`` each) is
+    cut into partitions of ``itemsPerPartition`` across them, each row stamped with the time
+    its own connection read it; a replay from the file cuts and stamps it the same way."""
+    items = [b"%05d" % i for i in range(4000)]
+    load(server, "plan", items)
+    options = {"maxItemsPerBatch": 1000, "itemsPerConnection": 300, "itemsPerPartition": 500,
+               "readAhead": "false"}
+    stream = reader(server, tmp_path, **options)
+    try:
+        start = stream.initialOffset()
+        first = stream.latestOffset(start)
+        assert sum(first["items"].values()) == 1000 <= FIRST_BATCH_ITEMS
+        partitions = stream.partitions(start, first)
+        assert [p.items.count for p in partitions] == [500, 500]
+        assert [[run.count for run in p.read_at] for p in partitions] == [[300, 200], [100, 300, 100]]
+        stamps = []
+        for partition in partitions:
+            for batch in stream.read(pickle.loads(pickle.dumps(partition))):
+                stamps += [t.timestamp() for t in batch.column("timestamp").to_pylist()]
+        runs = [run.read_at for p in partitions for run in p.read_at]
+        expected = [run.read_at for p in partitions for run in p.read_at for _ in range(run.count)]
+        assert stamps == pytest.approx(expected, abs=1e-5) and runs == sorted(runs)
+        assert rows_of(stream, start, first) == items[:1000]
+    finally:
+        stream.stop()
+    replayed = reader(server, tmp_path, **options)  # a restart before Spark committed it
+    try:
+        again = replayed.partitions(start, first)
+        assert [[(r.count, r.read_at) for r in p.read_at] for p in again] == \
+            [[(r.count, r.read_at) for r in p.read_at] for p in partitions]
+        assert rows_of(replayed, start, first) == items[:1000]
+    finally:
+        replayed.stop()
+
+
 def test_a_replayed_batch_reads_the_same_rows_from_the_write_ahead_log(server, tmp_path):
     items = [bytes([i % 256]) * (i % 300) for i in range(1500)]
     load(server, "plan", items)

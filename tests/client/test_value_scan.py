@@ -67,11 +67,9 @@ def test_flags_other_than_zero_are_read_too():
     assert scan.values().values() == [b"hi"]
 
 
-def test_packed_values_cut_into_runs_that_are_views_of_the_same_bytes():
+def test_packed_values_take_a_run_as_views_of_the_same_bytes():
     values = [bytes([i]) * i for i in range(10)]
     packed = PackedValues.of(values)
-    runs = list(packed.runs(4))
-    assert [r.count for r in runs] == [4, 4, 2]
-    assert [v for r in runs for v in r.values()] == values
-    assert all(isinstance(r.data, memoryview) for r in runs)
-    assert list(PackedValues(b"", b"").runs(4)) == []
+    assert packed.take(3, 4).values() == values[3:7]
+    assert packed.take(0, 10).values() == values and packed.take(10, 0).count == 0
+    assert isinstance(packed.take(3, 4).data, memoryview)
