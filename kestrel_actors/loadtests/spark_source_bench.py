@@ -57,10 +57,10 @@ def _processes() -> dict[int, tuple[str, float]]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as raw:
+                cmdline = raw.read()
+            with open(f"/proc/{entry}/stat") as text:
+                fields = text.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
         parent[int(entry)] = int(fields[1])
