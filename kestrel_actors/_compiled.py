@@ -45,6 +45,7 @@ COMPILED_MODULES = (
     "kestrel_actors.stats._server",
     "kestrel_actors.messages._session_queue",
     "kestrel_actors.status",
+    "kestrel_actors.runtime._actor",
     "kestrel_actors.runtime._dispatcher",
     "kestrel_actors.actors._queue",
 )

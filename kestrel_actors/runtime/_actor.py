@@ -56,6 +56,7 @@ import pykka
 import pykka.messages
 import structlog
 from greenlet import getcurrent, greenlet
+from mypy_extensions import mypyc_attr
 from pykka import ActorDeadError
 from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr
 
@@ -128,6 +129,7 @@ def on_own_greenlet(cls: type[T]) -> type[T]:
     return cls
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class GeventFuture(pykka.Future[T]):
     """A pykka future backed by :class:`gevent.event.AsyncResult`.
 
@@ -181,6 +183,7 @@ class GeventFuture(pykka.Future[T]):
         self._result.rawlink(lambda _result: callback(self))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ReplyFuture(GeventFuture[T]):
     """A future that can stand where an actor expects a ``reply_to`` with ``tell()``.
 
@@ -389,6 +392,7 @@ class _GeventRef(pykka.ActorRef[Any]):
         mailbox.enqueue(_Letter(message))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class GeventActor(pykka.Actor):
     """A pykka actor whose loop is a greenlet and whose inbox is a :class:`_Mailbox`.
 
