@@ -183,8 +183,7 @@ class ValueScan:
         with memoryview(buf) as view:
             while True:
                 eol = buf.find(b"\r\n", pos + skip)
-                digits = buf[pos + skip:eol]
-                if eol > 0 and buf.startswith(prefix, pos, eol) and digits.isdigit():
+                if eol > 0 and buf.startswith(prefix, pos, eol) and (digits := buf[pos + skip:eol]).isdigit():
                     length = int(digits)
                 else:
                     eol = buf.find(b"\r\n", pos)  # a line shorter than the prefix: END

@@ -35,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = ["BENCHMARKS", "Benchmark", "main", "render", "splice"]
 
@@ -177,11 +178,25 @@ def serve_help() -> str:
                           capture_output=True, text=True, timeout=60).stdout
 
 
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """User + system CPU time of a process so far, and the system part (Linux ``/proc``)."""
+class ProcessStat(NamedTuple):
+    """What the benches read of a process in ``/proc/<pid>/stat`` (Linux)."""
+
+    parent: int
+    cpu: float
+    """User + system CPU seconds so far."""
+    system: float
+
+
+def process_stat(pid: int) -> ProcessStat:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick
+    return ProcessStat(int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick)
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """User + system CPU time of a process so far, and the system part."""
+    stat = process_stat(pid)
+    return stat.cpu, stat.system
 
 
 class Server:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import click
 
+from .bench import process_stat
 from .spark_bridge_bench import _server, fill_queues
 
 QUEUE = "bench_source"
@@ -50,7 +51,6 @@ def _processes() -> dict[int, tuple[str, float]]:
     long-lived Python process that runs a streaming source's ``latestOffset``,
     ``partitions`` and ``commit``) and ``python-workers`` (the executors' Python processes
     that run ``read``)."""
-    ticks = os.sysconf("SC_CLK_TCK")
     parent: dict[int, int] = {}
     seen: dict[int, tuple[bytes, float]] = {}
     for entry in os.listdir("/proc"):
@@ -59,12 +59,11 @@ def _processes() -> dict[int, tuple[str, float]]:
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as raw:
                 cmdline = raw.read()
-            with open(f"/proc/{entry}/stat") as text:
-                fields = text.read().rsplit(")", 1)[1].split()
+            stat = process_stat(int(entry))
         except OSError:
             continue
-        parent[int(entry)] = int(fields[1])
-        seen[int(entry)] = (cmdline, (int(fields[11]) + int(fields[12])) / ticks)
+        parent[int(entry)] = stat.parent
+        seen[int(entry)] = (cmdline, stat.cpu)
 
     def ours(pid: int) -> bool:
         while pid > 1:
