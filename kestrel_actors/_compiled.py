@@ -33,6 +33,8 @@ COMPILED_MODULES = (
     "kestrel_actors.session._handler",
     "kestrel_actors.session._context",
     "kestrel_actors.session._transport",
+    "kestrel_actors.session._budget",
+    "kestrel_actors.session._connections",
     "kestrel_actors.session._actor",
     "kestrel_actors.session._memcache",
     "kestrel_actors.queue._rules",

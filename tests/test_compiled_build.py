@@ -102,3 +102,38 @@ def test_the_server_says_whether_it_runs_compiled(tmp_path):
     finally:
         server.stop()
     assert [line["compiled"] for line in listening] == [expected]
+
+
+ONCE_PER_CONNECTION_DATACLASSES = {
+    "kestrel_actors.session._context": {"Reload", "SessionContext"},
+    "kestrel_actors.session._actor": {"_Answered", "MonitorState"},
+    "kestrel_actors.messages._session_queue": {"Session", "CancelWaits"},
+}
+"""The dataclasses the compiled modules may keep: made once per connection, queue or monitor."""
+
+INIT_PROBE = (
+    "import importlib, json, types\n"
+    "from kestrel_actors._compiled import COMPILED_MODULES, compiled_state\n"
+    "found = []\n"
+    "for name in COMPILED_MODULES:\n"
+    "    for key, cls in vars(importlib.import_module(name)).items():\n"
+    "        init = cls.__dict__.get('__init__') if isinstance(cls, type) and cls.__module__ == name else None\n"
+    "        if isinstance(init, types.FunctionType) and init.__code__.co_filename == '<string>':\n"
+    "            found.append([name, key])\n"
+    "print(json.dumps({'state': compiled_state(), 'found': found}))\n"
+)
+
+
+@needs_build
+def test_no_record_made_per_request_runs_an_interpreted_dataclass_init():
+    """mypyc compiles a dataclass's class but not the ``__init__`` the dataclasses module
+    generates (its code comes from ``<string>``): made per request, such a record runs
+    interpreted Python on the request path. Only the listed once-per-connection ones may."""
+    clean = {name: value for name, value in os.environ.items() if name != PURE_ENV}
+    done = subprocess.run([sys.executable, "-c", INIT_PROBE], env={**clean, "PYTHONPATH": str(PACKAGE.parent)},
+                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120, check=True)
+    answer = json.loads(done.stdout)
+    if answer["state"] != "mypyc":
+        pytest.skip(f"the build is not in use here: {answer['state']}")
+    allowed = {(module, name) for module, names in ONCE_PER_CONNECTION_DATACLASSES.items() for name in names}
+    assert {tuple(pair) for pair in answer["found"]} <= allowed

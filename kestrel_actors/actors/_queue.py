@@ -263,7 +263,7 @@ class QueueActor(GeventActor):
             self.core.journal.after_durable(_written)
             return
         # after the tells already due: every batch of this burst shares one journal write
-        if self._dispatcher.after_burst(self.actor_ref, _FLUSH_REPLIES):
+        if self._dispatcher.after_burst(self.ref, _FLUSH_REPLIES):
             self._flush_due = True
         else:
             self._send_replies()  # nothing else is due in this burst: no reason to wait

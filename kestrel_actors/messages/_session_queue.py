@@ -3,7 +3,10 @@
 A session sends a queue a :class:`QueueBatch` of operations, consecutive requests for one
 queue, and gets one :class:`BatchDone` back, so an actor hop is paid per batch, not per
 request. ``reply_to`` is anything with ``tell()``: an ``ActorRef``, or a ``ReplyFuture``.
-Each operation is a small slotted record; its result is listed beside it.
+Each operation is a small slotted record; its result is listed beside it. The records made per
+request have a written-out ``__init__``, not a dataclass's: mypyc compiles a dataclass's class but
+not the ``__init__`` the dataclasses module generates, which would run as interpreted Python for
+every request (ADR 0015). ``Session`` and ``CancelWaits`` are made once per connection.
 """
 
 from __future__ import annotations
@@ -64,23 +67,27 @@ class Session:
 # -- operations (one per request, or two: a GET that confirms and opens) -------------------
 
 
-@dataclass(slots=True, eq=False)
 class Add:
     """Append ``data`` (expiring at epoch ms ``expiry``, 0 never) -> ``bool`` stored, or a
     :class:`JournalFailure`."""
 
-    data: bytes
-    expiry: int
-    chained: bool = False
-    """Refused without being tried (``False``) unless the operation before it in the batch
-    stored its item: thrift's ``put`` stops at its first refusal (behaviour §4)."""
+    __slots__ = ("data", "expiry", "chained")
+
+    def __init__(self, data: bytes, expiry: int, chained: bool = False) -> None:
+        self.data = data
+        self.expiry = expiry
+        self.chained = chained
+        """Refused without being tried (``False``) unless the operation before it in the batch
+        stored its item: thrift's ``put`` stops at its first refusal (behaviour §4)."""
 
 
-@dataclass(slots=True, eq=False)
 class Remove:
     """Take the head for good -> ``Item | None``. ``deadline``: ``time.monotonic()`` or None."""
 
-    deadline: float | None
+    __slots__ = ("deadline",)
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
 
 
 class Open(Remove):
@@ -95,27 +102,33 @@ class Peek(Remove):
     __slots__ = ()
 
 
-@dataclass(slots=True, eq=False)
 class OpenMany:
     """Open up to ``max_items`` (a monitor step) -> ``list[Item]`` (empty on timeout)."""
 
-    max_items: int
-    deadline: float | None
+    __slots__ = ("max_items", "deadline")
+
+    def __init__(self, max_items: int, deadline: float | None) -> None:
+        self.max_items = max_items
+        self.deadline = deadline
 
 
-@dataclass(slots=True, eq=False)
 class RemoveMany:
     """Take up to ``max_items`` for good (a thrift get without auto-abort) -> ``list[Item]``."""
 
-    max_items: int
-    deadline: float | None
+    __slots__ = ("max_items", "deadline")
+
+    def __init__(self, max_items: int, deadline: float | None) -> None:
+        self.max_items = max_items
+        self.deadline = deadline
 
 
-@dataclass(slots=True, eq=False)
 class Confirm:
     """Confirm the open items ``xids`` -> number confirmed."""
 
-    xids: tuple[int, ...]
+    __slots__ = ("xids",)
+
+    def __init__(self, xids: tuple[int, ...]) -> None:
+        self.xids = xids
 
 
 class Unremove(Confirm):
@@ -124,11 +137,13 @@ class Unremove(Confirm):
     __slots__ = ()
 
 
-@dataclass(slots=True, eq=False)
 class PutBack:
     """Put ``items`` a plain GET took but could not deliver back at the head -> ``None``."""
 
-    items: tuple[Any, ...]
+    __slots__ = ("items",)
+
+    def __init__(self, items: tuple[Any, ...]) -> None:
+        self.items = items
 
 
 class Flush:
@@ -210,7 +225,6 @@ def missed_result(op: Any) -> Any:
 # -- the batch and its answer ---------------------------------------------------------------
 
 
-@dataclass(slots=True, eq=False)
 class QueueBatch:
     """Run ``ops`` in order; answer ``reply_to.tell(BatchDone(results))``.
 
@@ -219,19 +233,24 @@ class QueueBatch:
     ``copies`` is the queue's: the fanout copies its adds are waiting for.
     """
 
-    ops: list[Any]
-    session: Session | None
-    reply_to: Any
-    copies: Any = None
-    parked: bool = False
-    """Set by the queue when the batch waited in its wait-list (latency figures)."""
+    __slots__ = ("ops", "session", "reply_to", "copies", "parked")
+
+    def __init__(self, ops: list[Any], session: Session | None, reply_to: Any, copies: Any = None) -> None:
+        self.ops = ops
+        self.session = session
+        self.reply_to = reply_to
+        self.copies = copies
+        self.parked = False
+        """Set by the queue when the batch waited in its wait-list (latency figures)."""
 
 
-@dataclass(slots=True, eq=False)
 class BatchDone:
     """The results of a batch's operations, one each, in order."""
 
-    results: list[Any]
+    __slots__ = ("results",)
+
+    def __init__(self, results: list[Any]) -> None:
+        self.results = results
 
     def unacknowledged(self, failure: JournalFailure) -> BatchDone:
         """This answer once the journal write it waited for has failed: each add it

@@ -377,6 +377,11 @@ class _GeventRef(pykka.ActorRef[Any]):
     the queue's answer). What does not run inline goes to the inbox as pykka's tell would.
     """
 
+    def is_alive(self) -> bool:
+        # pykka's reads ``actor_stopped`` through two interpreted calls; a session asks before
+        # every batch it sends
+        return not self.actor_stopped._set  # type: ignore[attr-defined]
+
     def tell(self, message: Any) -> None:
         if self.actor_stopped._set:  # type: ignore[attr-defined]
             raise ActorDeadError(f"{self} not found")
@@ -425,7 +430,9 @@ class GeventActor(pykka.Actor):
         self.actor_urn = _URN_FORMAT % next(_URN_NUMBERS)
         self.actor_inbox = self._create_actor_inbox()
         self.actor_stopped = _StoppedFlag()  # type: ignore[assignment]
-        self._actor_ref = _GeventRef(self)
+        self._actor_ref = self.ref = _GeventRef(self)
+        """``ref`` is ``actor_ref`` as a plain attribute: pykka's is an interpreted property, and
+        a session reads it for every batch it sends."""
 
     @staticmethod
     def _create_actor_inbox() -> Any:

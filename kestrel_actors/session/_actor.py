@@ -65,11 +65,14 @@ log = structlog.get_logger("kestrel_actors.connection")
 MAX_BATCH = 256
 
 
-@dataclass(slots=True, eq=False)
 class Received:
     """Commands the transport decoded, in order."""
 
-    commands: list[Any]
+    __slots__ = ("commands",)
+
+    def __init__(self, commands: list[Any]) -> None:
+        # written out: a dataclass's generated __init__ is not compiled (messages/_session_queue)
+        self.commands = commands
 
 
 class Disconnected:
@@ -276,7 +279,7 @@ class SessionActor(GeventActor):
     def reply_to(self, tag: Answer) -> _ReplyTo:
         """Wait for an answer tagged ``tag``: the ``reply_to`` to hand whoever gives it."""
         self.waiting = tag
-        return _ReplyTo(self.actor_ref, tag)
+        return _ReplyTo(self.ref, tag)
 
     def ask_all(self, kind: ForAllKind, tag: Answer, names: tuple[str, ...] | None = None) -> None:
         self.context.collection.tell(ForAll(kind, self.reply_to(tag), names))
@@ -427,7 +430,7 @@ class SessionActor(GeventActor):
             self._batch_done(BatchDone([]))
             return True
         self.waiting = _BATCH
-        self.sent = QueueBatch(ops, self.session, self.actor_ref)
+        self.sent = QueueBatch(ops, self.session, self.ref)
         self.sent_at = time.perf_counter()
         try:
             ref.tell(self.sent)
@@ -498,7 +501,7 @@ class SessionActor(GeventActor):
         rest = self.batch_ops[len(self.batch_results):]  # type: ignore[arg-type]
         self.waiting = _BATCH
         try:
-            self.refs[name].tell(QueueBatch(rest, self.session, self.actor_ref))
+            self.refs[name].tell(QueueBatch(rest, self.session, self.ref))
         except (ActorDeadError, KeyError):
             self._batch_done(BatchDone([closed_result(op) for op in rest]))
 
@@ -557,7 +560,7 @@ class SessionActor(GeventActor):
         self.batch_queue = name
         op = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
         self.context.stats.cmd_monitor_get += 1
-        self.sent = QueueBatch([op], self.session, self.actor_ref)
+        self.sent = QueueBatch([op], self.session, self.ref)
         self.sent_at = time.perf_counter()
         try:
             ref.tell(self.sent)

@@ -46,7 +46,7 @@ class BufferHolder(Protocol):
     """What the budget needs of a transport."""
 
     held: int
-    """Bytes this connection holds now, as last told to :meth:`BufferBudget.changed`."""
+    """Bytes this connection holds now, as last told to :meth:`BufferBudget.moved`."""
     peer: str
 
     def shed(self) -> None:
@@ -56,13 +56,14 @@ class BufferHolder(Protocol):
 class BufferBudget:
     """The sum of what every connection buffers, and the bound on it; see the module docstring."""
 
-    __slots__ = ("limit", "total", "holders", "shed_connections", "_due", "_high", "_trim_due")
+    __slots__ = ("limit", "total", "members", "shed_connections", "_due", "_high", "_trim_due")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.total = 0
-        self.holders: set[BufferHolder] = set()
-        """The connections holding anything: the candidates for shedding."""
+        self.members: set[BufferHolder] = set()
+        """Every open connection: the candidates for shedding. Only a shed looks through them,
+        so that what a request changes costs a sum and a comparison, not a set's upkeep."""
         self.shed_connections = 0
         """Connections closed by the bound since start-up."""
         self._due = False
@@ -70,18 +71,20 @@ class BufferBudget:
         """The highest sum since the last trim."""
         self._trim_due = False
 
-    def changed(self, holder: BufferHolder, held: int) -> None:
-        """``holder`` holds ``held`` bytes now."""
-        before = holder.held
-        holder.held = held
-        self.total += held - before
-        if not before:
-            self.holders.add(holder)
-        elif not held:
-            self.holders.discard(holder)
-        total = self.total
-        if held > before:
-            self._high = max(self._high, total)
+    def join(self, holder: BufferHolder) -> None:
+        """``holder`` is a connection from now on (holding nothing yet)."""
+        self.members.add(holder)
+
+    def leave(self, holder: BufferHolder) -> None:
+        """``holder`` has closed, and told :meth:`moved` that it holds nothing now."""
+        self.members.discard(holder)
+
+    def moved(self, change: int) -> None:
+        """A connection holds ``change`` bytes more (or fewer, if negative) than it last said."""
+        total = self.total = self.total + change
+        if change > 0:
+            if total > self._high:
+                self._high = total
             if total > self.limit and not self._due:
                 self._due = True
                 gevent.get_hub().loop.run_callback(self._shed)
@@ -96,13 +99,13 @@ class BufferBudget:
 
     def _shed(self) -> None:
         self._due = False
-        while self.total > self.limit and self.holders:
-            heaviest = max(self.holders, key=_held)
+        if self.total <= self.limit:
+            return
+        for heaviest in sorted((member for member in self.members if member.held), key=_held, reverse=True):
+            if self.total <= self.limit:
+                break
             log.warning("closing the connection holding the most buffered bytes: the server holds more "
                         "than --max-buffered-bytes", held_bytes=heaviest.held, buffered_bytes=self.total,
                         max_buffered_bytes=self.limit, peer=heaviest.peer)
             self.shed_connections += 1
-            before = self.total
             heaviest.shed()
-            if self.total >= before:  # it could not let go: never loop on it
-                self.holders.discard(heaviest)

@@ -129,6 +129,7 @@ class SocketTransport:
         self.budget = budget
         self.held = 0
         """Bytes this connection holds, as last told to ``budget``."""
+        budget.join(self)
         self._handed_bytes = 0
         """Bytes of the reads whose requests were handed over since the actor last caught up."""
         self.fd = sock.fileno()
@@ -215,7 +216,8 @@ class SocketTransport:
         """Tell the budget what this connection holds, if that changed."""
         held = self._out_held + self.decoder.buffered + self._handed_bytes
         if held != self.held:
-            self.budget.changed(self, held)
+            self.budget.moved(held - self.held)
+            self.held = held
 
     def _pause(self) -> None:
         """Stop reading requests, but keep watching for the client hanging up."""
@@ -372,7 +374,9 @@ class SocketTransport:
         self._handed_bytes = 0
         self.decoder.release()
         if self.held:
-            self.budget.changed(self, 0)
+            self.budget.moved(-self.held)
+            self.held = 0
+        self.budget.leave(self)
         self.on_commands = _ignore_commands
         self.on_eof = _ignore
         self.on_bytes = _ignore_count
