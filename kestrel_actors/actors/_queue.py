@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import gevent
 import structlog
@@ -66,10 +66,10 @@ __all__ = ["QueueActor"]
 log = structlog.get_logger("kestrel_actors.queue")
 
 
-_FLUSH_REPLIES = object()
+_FLUSH_REPLIES: Final = object()
 """A queue's message to itself: send the answers held for the journal write (one per burst)."""
 
-_WAITERS_DUE = object()
+_WAITERS_DUE: Final = object()
 """A queue's message to itself: its deadline timer fired, some parked batches may be due."""
 
 
@@ -79,7 +79,7 @@ class _Maintain:
     on the hub (``Journal.maintenance_due``); file work that may wait runs on its own greenlet."""
 
 
-_MAINTAIN = _Maintain()
+_MAINTAIN: Final = _Maintain()
 
 
 def _written() -> None:

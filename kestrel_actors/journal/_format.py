@@ -25,7 +25,7 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from ..queue._journal import Item
 
@@ -62,9 +62,9 @@ __all__ = [
     "read_file_records",
 ]
 
-OP_ADD = 0
+OP_ADD: Final = 0
 OP_REMOVE = 1
-OP_ADDX = 2
+OP_ADDX: Final = 2
 OP_REMOVE_TENTATIVE = 3
 OP_SAVE_XID = 4
 OP_UNREMOVE = 5
@@ -85,9 +85,9 @@ ADD_OPS = frozenset((OP_ADD, OP_ADDX, OP_ADD_XID))
 TORN = "torn"
 CORRUPT = "corrupt"
 
-_ADDX = struct.Struct("<biqq")      # opcode, size (= len + 16), add time ms, expiry ms
+_ADDX: Final = struct.Struct("<biqq")      # opcode, size (= len + 16), add time ms, expiry ms
 _XID_ADDX = struct.Struct("<biiqq")  # opcode, xid, size, add time ms, expiry ms
-_LEGACY_ADD = struct.Struct("<bii")  # opcode, size (= len + 4), expiry s
+_LEGACY_ADD: Final = struct.Struct("<bii")  # opcode, size (= len + 4), expiry s
 _XID = struct.Struct("<bi")          # opcode, xid
 _I32 = struct.Struct("<i")
 _ADDX_BODY = struct.Struct("<iqq")

@@ -58,7 +58,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import gevent
 import gevent.event
@@ -74,22 +74,24 @@ _T = TypeVar("_T")
 
 log = structlog.get_logger("kestrel_actors.journal")
 
-NEVER, ALWAYS, PERIODIC = "never", "always", "periodic"
-INLINE_WRITE_MAX = 1024 * 1024
+NEVER: Final = "never"
+ALWAYS: Final = "always"
+PERIODIC: Final = "periodic"
+INLINE_WRITE_MAX: Final = 1024 * 1024
 """Batches up to this size are written from the hub thread: a page-cache copy, a few hundred
 microseconds at most, cheaper than the threadpool's hand-off (with 256 KiB, bursts of ten
 clients pipelining 32 SETs of 1 KiB, up to 330 KiB, went to the threadpool)."""
-IOV_MAX = 1024
+IOV_MAX: Final = 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 HOLD_PATIENCE = 2.0
 """Seconds a hold may keep records back before it is dropped."""
-MAX_WRITE_MARKS = 1024
+MAX_WRITE_MARKS: Final = 1024
 """Written batches remembered between two fdatasyncs, for ``item_fsync_delay_usec``; past
 that (an fdatasync stalled for long), later batches are counted with the last one."""
 MARK_GRAIN = 0.0001
 """Batches written closer together than this (or than 1/256 of the period) share one mark."""
 
-_perf_counter = time.perf_counter
+_perf_counter: Final = time.perf_counter
 
 
 class SyncStats(Protocol):

@@ -12,7 +12,7 @@ every request (ADR 0015). ``Session`` and ``CancelWaits`` are made once per conn
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 __all__ = [
     "BATCH_FETCH_BYTES",
@@ -165,16 +165,16 @@ class Inspect:
     __slots__ = ()
 
 
-FLUSH = Flush()
-FLUSH_EXPIRED = FlushExpired()
+FLUSH: Final = Flush()
+FLUSH_EXPIRED: Final = FlushExpired()
 INSPECT = Inspect()
 
-MANY_FETCHES = frozenset((OpenMany, RemoveMany))
+MANY_FETCHES: Final = frozenset((OpenMany, RemoveMany))
 """Fetches whose result is a list of items (empty on a miss)."""
-FETCH_OPS = frozenset((Remove, Open, Peek, OpenMany, RemoveMany))
+FETCH_OPS: Final = frozenset((Remove, Open, Peek, OpenMany, RemoveMany))
 """Operations that may wait, until their ``deadline``."""
 
-BATCH_FETCH_BYTES = 1024 * 1024
+BATCH_FETCH_BYTES: Final = 1024 * 1024
 """A queue stops running a batch before its next fetch once the batch's fetches have taken
 this many bytes, and answers with results for the operations it ran: the sender sends the
 rest again when it is ready for more output. ``OpenMany`` stops at this many bytes too.

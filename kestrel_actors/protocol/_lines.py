@@ -7,13 +7,14 @@ its buffer and position and gets the line and where the next one starts.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 __all__ = ["STATUS_NAMES", "TOO_LONG", "int32", "int32_text", "next_line"]
 
 STATUS_NAMES = frozenset(("up", "readonly", "writeavoid", "quiescent"))
 """The server statuses a client may name (behaviour §7.2)."""
 
-TOO_LONG = object()
+TOO_LONG: Final = object()
 """:func:`next_line`'s answer for a line longer than the limit (complete or not)."""
 
 _INT = re.compile(rb"[+-]?[0-9]+\Z")

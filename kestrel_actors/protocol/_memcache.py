@@ -18,6 +18,7 @@ before a bad one still go out before the connection closes.
 from __future__ import annotations
 
 import time
+from typing import Final
 
 from .._names import name_bytes, name_from_wire
 from ._commands import (
@@ -66,9 +67,9 @@ __all__ = [
     "version_reply",
 ]
 
-END = b"END\r\n"
-STORED = b"STORED\r\n"
-NOT_STORED = b"NOT_STORED\r\n"
+END: Final = b"END\r\n"
+STORED: Final = b"STORED\r\n"
+NOT_STORED: Final = b"NOT_STORED\r\n"
 DELETED = b"DELETED\r\n"
 ERROR = b"ERROR\r\n"
 CLIENT_ERROR = b"CLIENT_ERROR\r\n"
@@ -86,13 +87,13 @@ def server_error(message: str) -> bytes:
     return b"SERVER_ERROR " + message.encode("ascii", "replace") + b"\r\n"
 
 CLIENT_ERROR_OPEN = Bad(CLIENT_ERROR, close=False)
-CLIENT_ERROR_CLOSE = Bad(CLIENT_ERROR, close=True)
-DROP = Bad(None, close=True)
+CLIENT_ERROR_CLOSE: Final = Bad(CLIENT_ERROR, close=True)
+DROP: Final = Bad(None, close=True)
 """Kestrel closes the connection without a reply (an uncaught exception in the handler)."""
 
-_STORAGE = frozenset((b"set", b"add", b"replace", b"append", b"prepend", b"cas"))
+_STORAGE: Final = frozenset((b"set", b"add", b"replace", b"append", b"prepend", b"cas"))
 
-_LINES: dict[bytes, Get | tuple[tuple[str, int], int]] = {}
+_LINES: Final[dict[bytes, Get | tuple[tuple[str, int], int]]] = {}
 """Parsed request lines by their bytes: clients repeat the same few (``get q/t=500``,
 ``set q 0 0 1024``). A ``get`` line maps to its :class:`Get`, never changed once made; a valid
 ``set`` line to (queue and expiry, data length)."""

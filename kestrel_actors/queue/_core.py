@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ..config import QueueConfig
 from ._journal import Item, Journal
@@ -26,7 +26,7 @@ from ._rules import epoch_ms, next_xid
 
 __all__ = ["QueueCore", "QueueSamples", "epoch_ms", "take_head"]
 
-_perf_counter = time.perf_counter
+_perf_counter: Final = time.perf_counter
 
 STAT_NAMES = (
     "items",

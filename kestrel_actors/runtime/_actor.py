@@ -48,7 +48,7 @@ import sys
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import gevent
 import gevent.event
@@ -70,6 +70,9 @@ _URN_FORMAT = str(uuid.uuid4().urn)[:-12] + "%012x"
 """Actor URNs: one random UUID per process, its last 48 bits a counter. As unique as pykka's
 ``uuid4()`` per actor, without a ``getrandom`` system call for every connection."""
 _URN_NUMBERS = itertools.count(1)
+_getcurrent: Final = getcurrent
+"""``getcurrent`` as a ``Final``: compiled code calls it through a C static rather than a lookup in
+the module's dict (a tell asks it; ADR 0015)."""
 
 
 class _StoppedFlag:
@@ -112,12 +115,12 @@ _PYKKA_MESSAGES = frozenset(
 """pykka's own messages: every class its public ``pykka.messages`` module defines (the proxy
 calls and the stop). They are pykka's to handle, on the actor's greenlet, never inline."""
 
-_STOP_MESSAGES = _PYKKA_MESSAGES - {ProxyCall, ProxyGetAttr, ProxySetAttr}
+_STOP_MESSAGES: Final = _PYKKA_MESSAGES - {ProxyCall, ProxyGetAttr, ProxySetAttr}
 """pykka's messages other than its three public proxy messages: its stop."""
 
 _OWN_GREENLET: set[type] = set()
 """Message types that never run inline (see :func:`on_own_greenlet`)."""
-_NOT_INLINE: set[type] = set(_PYKKA_MESSAGES)
+_NOT_INLINE: Final[set[type]] = set(_PYKKA_MESSAGES)
 """What a tell never runs inline: pykka's messages and :data:`_OWN_GREENLET`."""
 
 
@@ -213,7 +216,7 @@ def _failure_letter(exc: BaseException) -> _Letter:
     return _Letter(ProxyCall(attr_path=("_raise_from_inline",), args=(exc,), kwargs={}))
 
 
-_AFTER_STOP = _Letter(ProxyGetAttr(attr_path=("actor_urn",)))
+_AFTER_STOP: Final = _Letter(ProxyGetAttr(attr_path=("actor_urn",)))
 """Put first in the inbox when an inline handler stopped the actor (``_stop()``, as a deleted
 queue does) while its greenlet was parked: pykka's loop takes one more message before it sees
 the actor stopped, and reading an attribute does nothing. The loop then ends, and its teardown
@@ -256,7 +259,7 @@ class _Mailbox:
         the actor idle, of an inline class): whether it did."""
         if type(message) in _NOT_INLINE:
             return False
-        if getcurrent() is not self.hub:
+        if _getcurrent() is not self.hub:
             self._run_inline(message, False)
             return True
         if self.actor.may_run_on_hub():  # type: ignore[union-attr]
@@ -388,7 +391,7 @@ class _GeventRef(pykka.ActorRef[Any]):
         mailbox: _Mailbox = self.actor_inbox  # type: ignore[assignment]
         # _Mailbox.ran_inline's rules, written out: a call less per tell on the request path
         if mailbox.idle and mailbox.inline and type(message) not in _NOT_INLINE:
-            if getcurrent() is not mailbox.hub:
+            if _getcurrent() is not mailbox.hub:
                 mailbox._run_inline(message, False)
                 return
             if mailbox.actor.may_run_on_hub():  # type: ignore[union-attr]

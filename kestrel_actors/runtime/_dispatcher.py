@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import gevent
 import structlog
@@ -31,6 +31,9 @@ def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T
 
 
 log = structlog.get_logger("kestrel_actors.runtime")
+_getcurrent: Final = getcurrent
+"""``getcurrent`` as a ``Final``: compiled code calls it through a C static rather than a lookup in
+the module's dict (a tell asks it; ADR 0015)."""
 
 
 class Dispatcher:
@@ -87,7 +90,7 @@ class Dispatcher:
         A dead receiver is skipped silently, as a tell to it would fail.
         """
         self.due.append((ref, message))
-        if self.woken or getcurrent() in self.running:
+        if self.woken or _getcurrent() in self.running:
             return  # a dispatcher is about to run, or is running right here
         self.woken = True
         if self.parked:
@@ -108,7 +111,7 @@ class Dispatcher:
         return True
 
     def _run(self) -> None:
-        me = getcurrent()
+        me = _getcurrent()
         due = self.due
         running = self.running
         running.add(me)

@@ -27,7 +27,7 @@ import enum
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import structlog
 from pykka import ActorDeadError
@@ -62,7 +62,7 @@ __all__ = ["Answer", "Disconnected", "Drain", "MonitorState", "Received", "Sessi
 
 log = structlog.get_logger("kestrel_actors.connection")
 
-MAX_BATCH = 256
+MAX_BATCH: Final = 256
 
 
 class Received:
@@ -111,7 +111,9 @@ class Answer(enum.Enum):
 
 # Enum members as module globals: ``Answer.BATCH`` costs an enum class lookup (about 85 ns on
 # CPython 3.11) on every request, a global about 15 ns.
-_BATCH, _MORE, _RESOLVE = Answer.BATCH, Answer.MORE, Answer.RESOLVE
+_BATCH: Final = Answer.BATCH
+_MORE: Final = Answer.MORE
+_RESOLVE: Final = Answer.RESOLVE
 
 
 @dataclass(slots=True, eq=False)
@@ -157,7 +159,7 @@ class _MonitorResume:
 
 
 _MONITOR_RESUME = _MonitorResume()
-_MISSING = object()
+_MISSING: Final = object()
 
 
 class SessionActor(GeventActor):

@@ -23,7 +23,7 @@ pages are given back to the system, shortly after (once for a burst of closes).
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Protocol
+from typing import Final, Protocol
 
 import gevent
 import structlog
@@ -36,9 +36,9 @@ log = structlog.get_logger("kestrel_actors.transport")
 
 _held = attrgetter("held")
 
-TRIM_STEP = 32 * 1024 * 1024
+TRIM_STEP: Final = 32 * 1024 * 1024
 """Bytes the sum must fall below its high-water mark before freed memory is given back."""
-TRIM_DELAY = 0.2
+TRIM_DELAY: Final = 0.2
 """Seconds from that fall to the trim: the rest of a burst of closes is freed by then."""
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -36,9 +36,9 @@ from ._actor import Answer, take_oldest
 
 __all__ = ["MemcacheHandler"]
 
-_ERROR_OPEN = p.Bad(p.ERROR, close=False)
-_ERROR_CLOSE = p.Bad(p.ERROR, close=True)
-_SERVER_ERROR_CLOSE = p.Bad(p.SERVER_ERROR, close=True)
+_ERROR_OPEN: Final = p.Bad(p.ERROR, close=False)
+_ERROR_CLOSE: Final = p.Bad(p.ERROR, close=True)
+_SERVER_ERROR_CLOSE: Final = p.Bad(p.SERVER_ERROR, close=True)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a test's handler subclasses it

@@ -31,7 +31,7 @@ import select
 import socket
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import gevent
 import structlog
@@ -43,11 +43,11 @@ __all__ = ["SocketTransport"]
 
 log = structlog.get_logger("kestrel_actors.transport")
 
-READ_SIZE = 64 * 1024
+READ_SIZE: Final = 64 * 1024
 """Below malloc's mmap threshold: a larger recv buffer costs an mmap and munmap per read."""
-BACKLOG_COMMANDS = 4096
+BACKLOG_COMMANDS: Final = 4096
 """Commands handed over before reading pauses until the connection actor catches up."""
-OUTPUT_HIGH = 1024 * 1024
+OUTPUT_HIGH: Final = 1024 * 1024
 """Unsent reply bytes above which reading pauses until the client has taken them."""
 CLOSE_LINGER = 10.0
 """Seconds a closing connection may take to deliver its last unsent replies."""
