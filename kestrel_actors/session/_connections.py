@@ -76,10 +76,7 @@ class Connections:
             session.closed = True  # at once: a queue must not hand this client an item now
             tell(holder[0], Disconnected())
 
-        def on_bytes(count: int) -> None:
-            stats.bytes_read += count
-
-        transport = SocketTransport(sock, decoder, on_commands, on_eof, on_bytes, self.budget,
+        transport = SocketTransport(sock, decoder, on_commands, on_eof, stats, self.budget,
                                     config.client_timeout, session.peer)
         holder.append(SessionActor.start(context, transport, session, handler_class))
         self.live[session.id] = (session, holder[0])

@@ -37,6 +37,7 @@ import gevent
 import structlog
 
 if TYPE_CHECKING:
+    from ..stats import ServerStats
     from ._budget import BufferBudget
 
 __all__ = ["SocketTransport"]
@@ -108,7 +109,7 @@ class _HangUpWatch:
 class SocketTransport:
     """Owns one accepted, non-blocking socket; see the module docstring."""
 
-    __slots__ = ("sock", "fd", "decoder", "on_commands", "on_eof", "on_bytes", "_watcher", "_handed",
+    __slots__ = ("sock", "fd", "decoder", "on_commands", "on_eof", "stats", "_watcher", "_handed",
                  "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_out",
                  "_out_bytes", "_writer", "_closing", "_linger", "backed_up", "_hang_ups", "budget",
                  "held", "peer", "_handed_bytes", "_out_held")
@@ -119,7 +120,7 @@ class SocketTransport:
         decoder: Any,
         on_commands: Callable[[list[Any]], None],
         on_eof: Callable[[], None],
-        on_bytes: Callable[[int], None],
+        stats: ServerStats,
         budget: BufferBudget,
         idle_timeout: float | None = None,
         peer: str = "",
@@ -136,7 +137,8 @@ class SocketTransport:
         self.decoder = decoder
         self.on_commands = on_commands
         self.on_eof = on_eof
-        self.on_bytes = on_bytes
+        self.stats = stats
+        """Where the bytes read are counted (``bytes_read``)."""
         self._handed = 0
         self._over = False
         """Output went over ``OUTPUT_HIGH``: when it drains, reading and the actor resume."""
@@ -192,7 +194,7 @@ class SocketTransport:
             return
         if self._idle_timer is not None:
             self._last_read = self._idle_timer.loop.now()
-        self.on_bytes(len(data))
+        self.stats.bytes_read += len(data)
         decoder = self.decoder
         try:
             commands = decoder.feed(data)
@@ -379,7 +381,6 @@ class SocketTransport:
         self.budget.leave(self)
         self.on_commands = _ignore_commands
         self.on_eof = _ignore
-        self.on_bytes = _ignore_count
 
     def _drop_output(self) -> None:
         self._out, self._out_bytes, self._out_held, self.backed_up = [], 0, 0, False
@@ -411,6 +412,3 @@ def _ignore() -> None:
 def _ignore_commands(_commands: list[Any]) -> None:
     pass
 
-
-def _ignore_count(_count: int) -> None:
-    pass
