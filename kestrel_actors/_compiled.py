@@ -43,6 +43,7 @@ COMPILED_MODULES = (
     "kestrel_actors.queue._core",
     "kestrel_actors.journal._format",
     "kestrel_actors.journal._file",
+    "kestrel_actors.journal._readbehind",
     "kestrel_actors.journal._writer",
     "kestrel_actors.stats._server",
     "kestrel_actors.messages._session_queue",
