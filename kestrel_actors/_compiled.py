@@ -25,6 +25,7 @@ from types import ModuleType
 __all__ = ["COMPILED_MODULES", "PURE_ENV", "compiled_state", "install_guard"]
 
 COMPILED_MODULES = (
+    "kestrel_actors._names",
     "kestrel_actors.protocol._lines",
     "kestrel_actors.protocol._replies",
     "kestrel_actors.protocol._commands",
