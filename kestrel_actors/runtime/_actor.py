@@ -323,7 +323,7 @@ class _Mailbox:
         """
         actor: GeventActor = self.actor  # type: ignore[assignment]
         items = self.items
-        stopped: Any = actor.actor_stopped  # a gevent Event: its ``_set`` is cheaper than is_set()
+        stopped = actor.stopped_flag
         self.idle = False
         try:
             actor.on_receive(message)
@@ -383,12 +383,19 @@ class _GeventRef(pykka.ActorRef[Any]):
     def is_alive(self) -> bool:
         # pykka's reads ``actor_stopped`` through two interpreted calls; a session asks before
         # every batch it sends
-        return not self.actor_stopped._set  # type: ignore[attr-defined]
+        return not self.stopped_flag._set
+
+    def __init__(self, actor: GeventActor) -> None:
+        super().__init__(actor)
+        # pykka's fields again, as this class's own (typed) attributes: compiled code reads these
+        # natively, pykka's through the instance's dict
+        self.mailbox: _Mailbox = actor.actor_inbox  # type: ignore[assignment]
+        self.stopped_flag = actor.stopped_flag
 
     def tell(self, message: Any) -> None:
-        if self.actor_stopped._set:  # type: ignore[attr-defined]
+        if self.stopped_flag._set:
             raise ActorDeadError(f"{self} not found")
-        mailbox: _Mailbox = self.actor_inbox  # type: ignore[assignment]
+        mailbox = self.mailbox
         # _Mailbox.ran_inline's rules, written out: a call less per tell on the request path
         if mailbox.idle and mailbox.inline and type(message) not in _NOT_INLINE:
             if _getcurrent() is not mailbox.hub:
@@ -432,7 +439,10 @@ class GeventActor(pykka.Actor):
         # per connection)
         self.actor_urn = _URN_FORMAT % next(_URN_NUMBERS)
         self.actor_inbox = self._create_actor_inbox()
-        self.actor_stopped = _StoppedFlag()  # type: ignore[assignment]
+        self.stopped_flag = _StoppedFlag()
+        """``actor_stopped`` as this class's own attribute: compiled code reads it natively, where
+        pykka's fields live in the instance's dict."""
+        self.actor_stopped = self.stopped_flag  # type: ignore[assignment]
         self._actor_ref = self.ref = _GeventRef(self)
         """``ref`` is ``actor_ref`` as a plain attribute: pykka's is an interpreted property, and
         a session reads it for every batch it sends."""
@@ -453,6 +463,11 @@ class GeventActor(pykka.Actor):
             mailbox.idle = True  # senders run it inline until something needs its greenlet
         else:
             mailbox.wake()
+
+    def on_receive(self, message: Any) -> Any:
+        # declared on this compiled class, so that the mailbox calls a compiled subclass's handler
+        # through mypyc's method table rather than a lookup up pykka's classes and a generic call
+        return super().on_receive(message)
 
     def on_inbox_empty(self) -> None:
         """Called before the actor waits for its next message (hook)."""
