@@ -380,17 +380,17 @@ class _GeventRef(pykka.ActorRef[Any]):
     the queue's answer). What does not run inline goes to the inbox as pykka's tell would.
     """
 
-    def is_alive(self) -> bool:
-        # pykka's reads ``actor_stopped`` through two interpreted calls; a session asks before
-        # every batch it sends
-        return not self.stopped_flag._set
-
     def __init__(self, actor: GeventActor) -> None:
         super().__init__(actor)
         # pykka's fields again, as this class's own (typed) attributes: compiled code reads these
         # natively, pykka's through the instance's dict
         self.mailbox: _Mailbox = actor.actor_inbox  # type: ignore[assignment]
         self.stopped_flag = actor.stopped_flag
+
+    def is_alive(self) -> bool:
+        # pykka's reads ``actor_stopped`` through two interpreted calls; a session asks before
+        # every batch it sends
+        return not self.stopped_flag._set
 
     def tell(self, message: Any) -> None:
         if self.stopped_flag._set:

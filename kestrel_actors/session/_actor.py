@@ -109,8 +109,8 @@ class Answer(enum.Enum):
     """Thrift's confirm or abort, answered once every queue concerned has journaled it."""
 
 
-# Enum members as module globals: ``Answer.BATCH`` costs an enum class lookup (about 85 ns on
-# CPython 3.11) on every request, a global about 15 ns.
+# Enum members as Final module names: ``Answer.BATCH`` costs an enum class lookup on every
+# request, a Final name a read of a C static in the compiled build (a global in the pure one).
 _BATCH: Final = Answer.BATCH
 _MORE: Final = Answer.MORE
 _RESOLVE: Final = Answer.RESOLVE

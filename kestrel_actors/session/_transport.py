@@ -130,7 +130,6 @@ class SocketTransport:
         self.budget = budget
         self.held = 0
         """Bytes this connection holds, as last told to ``budget``."""
-        budget.join(self)
         self._handed_bytes = 0
         """Bytes of the reads whose requests were handed over since the actor last caught up."""
         self.fd = sock.fileno()
@@ -165,6 +164,7 @@ class SocketTransport:
             self._idle_timer = loop.timer(idle_timeout, idle_timeout / 4)
 
     def start(self) -> None:
+        self.budget.join(self)  # left in _release: a transport never started is never a member
         self._watcher.start(self._readable)
         if self._idle_timer is not None:
             self._idle_timer.start(self._check_idle)
@@ -411,4 +411,3 @@ def _ignore() -> None:
 
 def _ignore_commands(_commands: list[Any]) -> None:
     pass
-
