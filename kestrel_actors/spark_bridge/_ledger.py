@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import re
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -64,6 +65,10 @@ class BatchLedger:
         self.lock_path = self.state_dir / f"{name}.lock"
         self.next_number = 0
         self._lock_fd: int | None = None
+        self._closing = threading.Lock()
+        """A bridge actor's ``on_stop`` and ``run_bridge``'s clean-up may close the ledger at once
+        (pykka marks an actor stopped before its ``on_stop`` runs): one ``os.close`` per open, or
+        the second would fail, or close whatever file was given the number meanwhile."""
 
     def open(self) -> BatchLedger:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -113,6 +118,7 @@ class BatchLedger:
         self.next_number = number
 
     def close(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
+        with self._closing:
+            fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # releases the flock

@@ -7,6 +7,7 @@ bridge or need another master start ``kestrel-actors bridge run`` subprocesses.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from kestrel_actors.spark_bridge import (
     KeepAlive,
     LedgerLockedError,
     ServerAddress,
+    _ledger,
     parse_duration,
     run_bridge,
 )
@@ -105,6 +107,40 @@ def test_ledger_is_exclusive_and_durable(tmp_path):
     again = BatchLedger(tmp_path, "q", server).open()
     assert again.current_id == "q-127.0.0.1-22133-00000001"
     again.close()
+
+
+def test_two_threads_closing_a_ledger_at_once_close_its_lock_once(tmp_path, monkeypatch):
+    # run_bridge's clean-up and a bridge actor's on_stop both close their runner's ledger, and
+    # pykka marks an actor stopped before its on_stop runs: they may close it at the same moment
+    ledger = BatchLedger(tmp_path, "q", ServerAddress("127.0.0.1", 22133)).open()
+    closed: list[int] = []
+
+    class SlowClose:  # os, with a close slow enough for the other thread to arrive meanwhile
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def close(fd):
+            time.sleep(0.1)
+            os.close(fd)
+            closed.append(fd)
+
+    monkeypatch.setattr(_ledger, "os", SlowClose())
+    failures: list[BaseException] = []
+
+    def close():
+        try:
+            ledger.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=close) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [] and len(closed) == 1
+    BatchLedger(tmp_path, "q", ServerAddress("127.0.0.1", 22133)).open().close()  # the lock is free
 
 
 def test_seam_opens_confirms_and_never_reconnects_while_holding(server):
