@@ -42,7 +42,7 @@ from kestrel_actors.protocol._text import TextDecoder
 from kestrel_actors.messages import Resolve
 from kestrel_actors.runtime import Dispatcher, ReplyFuture
 from kestrel_actors.session import (
-    Disconnected, Drain, MemcacheHandler, Received, Reload, SessionActor, SessionContext,
+    Disconnected, Drain, MemcacheHandler, Received, Reload, SessionActor, SessionContext, Transport,
 )
 from kestrel_actors.status import ServerStatus
 
@@ -756,12 +756,12 @@ def server_set_ports(zk, path: str) -> set[int]:
 # -- in process: real actors, no sockets -------------------------------------------------------
 
 
-class BufferTransport:
+class BufferTransport(Transport):
     """Stands for a client socket's transport: what the session sends is kept."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.sent = b""
-        self.backed_up = False
         self.closed = False
 
     def sendall(self, data: bytes) -> None:

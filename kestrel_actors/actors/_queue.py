@@ -195,8 +195,9 @@ class QueueActor(GeventActor):
     # -- dispatch -------------------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
-        kind = type(message)
-        if kind is QueueBatch:
+        # type(message) tested on the message itself, not a local: that narrows its type, so
+        # the compiled build reads the message's fields natively
+        if type(message) is QueueBatch:
             results: list[Any] = []
             try:
                 self._run(message, 0, results)
@@ -215,30 +216,30 @@ class QueueActor(GeventActor):
             journal = self.core.journal
             journal.maintenance_due = False
             journal.check_rotate(self.core)
-        elif kind is AddCopy:
+        elif type(message) is AddCopy:
             self._add_copy(message)
-        elif kind is CancelWaits:
+        elif type(message) is CancelWaits:
             self._cancel_waits(message.session)
-        elif kind is GetStats:
+        elif type(message) is GetStats:
             self._reply_stats(message.reply_to)
-        elif kind is Sweep:
+        elif type(message) is Sweep:
             now_ms = epoch_ms()
             count = self.core.discard_expired(now_ms)
             self._forward_expired()
             if message.reply_to is not None:
                 message.reply_to.tell(Swept(self.name, count, self._queue_expired(now_ms)))
-        elif kind is SetConfig:
+        elif type(message) is SetConfig:
             self.core.config = message.config
-        elif kind is SetChildren:
+        elif type(message) is SetChildren:
             self.children = dict(message.children)
             self.has_children = True
-        elif kind is DeleteQueue:
+        elif type(message) is DeleteQueue:
             # Stop now, not after the inbox drains: a connection holding this ref must see
             # it dead and look the name up again, so a SET after DELETED makes a new queue.
             self._close(erase=True)
             self._stop()
             message.reply_to.tell(True)
-        elif kind is CloseQueue:
+        elif type(message) is CloseQueue:
             if message.rewrite_empty and not self.core.length:
                 # graceful shutdown (ReadOnly/Quiescent): leave only the open reads on disk
                 self.core.journal.rewrite(self.core)
@@ -308,9 +309,9 @@ class QueueActor(GeventActor):
         if kind is QueueBatch:
             self._run(message, 0, [])
             self._send_replies()
-        elif kind is AddCopy:
+        elif type(message) is AddCopy:
             self._acknowledge_copy(message, False)
-        elif kind is GetStats:
+        elif type(message) is GetStats:
             message.reply_to.tell(None)
         elif kind in (Sweep, DeleteQueue, CloseQueue) and message.reply_to is not None:
             message.reply_to.tell(Swept(self.name, 0, False) if kind is Sweep else True)
@@ -326,7 +327,7 @@ class QueueActor(GeventActor):
         for index in range(start, len(ops)):
             op = ops[index]
             kind = type(op)
-            if kind is Add:
+            if type(op) is Add:  # on the op itself: narrows its type (see on_receive)
                 if op.chained and results[index - 1] is not True:
                     results.append(False)  # an earlier item of the same put was refused
                 elif self.has_children:
@@ -351,17 +352,17 @@ class QueueActor(GeventActor):
                         return
                     stats.get_misses += 1
                 results.append(result)
-            elif kind is Confirm:
+            elif type(op) is Confirm:
                 confirmed = 0
                 for xid in op.xids:
                     confirmed += core.confirm(xid)
                 results.append(confirmed)
-            elif kind is Unremove:
+            elif type(op) is Unremove:
                 for xid in op.xids:
                     if core.unremove(xid):
                         self._wake_one()
                 results.append(None)
-            elif kind is PutBack:
+            elif type(op) is PutBack:
                 for item in op.items:
                     if core.put_back(item) and self.waiters:
                         self._wake_one()

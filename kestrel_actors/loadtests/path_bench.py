@@ -28,7 +28,7 @@ from kestrel_actors.logs import configure_logging
 from kestrel_actors.protocol import MemcacheDecoder
 from kestrel_actors.runtime import Dispatcher
 from kestrel_actors.server import Server
-from kestrel_actors.session import Disconnected, MemcacheHandler, Received, SessionActor
+from kestrel_actors.session import Disconnected, MemcacheHandler, Received, SessionActor, Transport
 
 __all__ = ["main"]
 
@@ -36,12 +36,11 @@ ITEM = b"x" * 1024
 CLIENTS = 100
 
 
-class _Buffer:
+class _Buffer(Transport):
     """Stands for a client socket's transport: replies are kept, never sent."""
 
-    backed_up = False
-
     def __init__(self) -> None:
+        super().__init__()
         self.replies: list[bytes] = []
 
     def sendall(self, data: bytes) -> None:

@@ -60,7 +60,7 @@ from mypy_extensions import mypyc_attr
 from pykka import ActorDeadError
 from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr
 
-__all__ = ["GeventActor", "GeventFuture", "ReplyFuture", "on_own_greenlet"]
+__all__ = ["GeventActor", "GeventFuture", "GeventRef", "ReplyFuture", "on_own_greenlet"]
 
 T = TypeVar("T")
 
@@ -370,9 +370,11 @@ class _Mailbox:
         self.wake()
 
 
-class _GeventRef(pykka.ActorRef[Any]):
+class GeventRef(pykka.ActorRef[Any]):
     """pykka's ``ActorRef`` with a ``tell`` for this runtime's hot path (one of the two
-    internals ADR 0001 keeps).
+    internals ADR 0001 keeps). Every actor of this runtime has one (``actor_ref``, ``ref``);
+    code that holds refs on the request path types them as this class, so that the compiled
+    build calls ``tell`` and ``is_alive`` directly (ADR 0015).
 
     pykka's ``tell`` costs two method calls for the liveness check and an envelope for the
     inbox; an inline tell here needs neither (the handler runs before ``tell`` returns). It
@@ -443,7 +445,7 @@ class GeventActor(pykka.Actor):
         """``actor_stopped`` as this class's own attribute: compiled code reads it natively, where
         pykka's fields live in the instance's dict."""
         self.actor_stopped = self.stopped_flag  # type: ignore[assignment]
-        self._actor_ref = self.ref = _GeventRef(self)
+        self._actor_ref = self.ref = GeventRef(self)
         """``ref`` is ``actor_ref`` as a plain attribute: pykka's is an interpreted property, and
         a session reads it for every batch it sends."""
 

@@ -4,12 +4,13 @@
   monitor streams and hang-up, for any protocol.
 * :class:`MemcacheHandler` (``_memcache``), :class:`TextHandler` (``_text``),
   :class:`ThriftHandler` (``_thrift``, with its process-global open reads in
-  ``_thrift_reads``): one protocol each, composed into the session (the :class:`Handler`
-  protocol of ``_handler``).
+  ``_thrift_reads``): one protocol each, composed into the session (subclasses of the
+  :class:`Handler` of ``_handler``).
 * :class:`SessionContext` (``_context``): what a session may ask of the server.
 * :class:`Connections` (``_connections``): a socket, a transport and a session, wired up;
-  the transports (``_transport``) tell the server-wide ``BufferBudget`` (``_budget``) what
-  they buffer, bounded by ``max_buffered_bytes``.
+  a session sends through a :class:`Transport` (``_transport``); the socket transports tell
+  the server-wide ``BufferBudget`` (``_budget``) what they buffer, bounded by
+  ``max_buffered_bytes``.
 """
 
 from ._actor import Answer, Disconnected, Drain, MonitorState, Received, SessionActor
@@ -19,8 +20,9 @@ from ._handler import Handler
 from ._memcache import MemcacheHandler
 from ._text import TextHandler
 from ._thrift import ThriftHandler
+from ._transport import Transport
 
 __all__ = [
     "Answer", "Connections", "Disconnected", "Drain", "Handler", "MemcacheHandler", "MonitorState",
-    "Received", "Reload", "SessionActor", "SessionContext", "Shutdown", "TextHandler", "ThriftHandler",
+    "Received", "Reload", "SessionActor", "SessionContext", "Shutdown", "TextHandler", "ThriftHandler", "Transport",
 ]

@@ -53,16 +53,19 @@ from ..messages import (
     Unremove,
     closed_result,
 )
-from ..runtime import GeventActor
+from ..runtime import GeventActor, GeventRef
 from ..stats import record_batch
 from ._context import Reload, SessionContext, Shutdown
-from ._handler import Handler, write_refusal
+from ._handler import Handler
+from ._transport import Transport
 
 __all__ = ["Answer", "Disconnected", "Drain", "MonitorState", "Received", "SessionActor"]
 
 log = structlog.get_logger("kestrel_actors.connection")
 
 MAX_BATCH: Final = 256
+
+_perf_counter: Final = time.perf_counter
 
 
 class Received:
@@ -158,8 +161,7 @@ class _MonitorResume:
     queue: ClassVar[None] = None
 
 
-_MONITOR_RESUME = _MonitorResume()
-_MISSING: Final = object()
+_MONITOR_RESUME: Final = _MonitorResume()
 
 
 class SessionActor(GeventActor):
@@ -177,7 +179,7 @@ class SessionActor(GeventActor):
         # decides for itself whether it may run on the hub
         return True
 
-    def __init__(self, context: SessionContext, transport: Any, session: Session,
+    def __init__(self, context: SessionContext, transport: Transport, session: Session,
                  handler_class: type[Handler]) -> None:
         super().__init__()
         self.context = context
@@ -187,7 +189,7 @@ class SessionActor(GeventActor):
         self.queue_kinds = handler.QUEUE_KINDS
         self.write_refusals = handler.WRITE_REFUSALS
         self.open_reads: dict[str, deque[int]] = {}
-        self.refs: dict[str, Any] = {}
+        self.refs: dict[str, GeventRef] = {}
         self.pending: deque[Any] = deque()
         self.out: list[bytes] = []
         self.waiting: Answer | None = None
@@ -215,19 +217,20 @@ class SessionActor(GeventActor):
         return log.bind(connection=self.session.id, peer=self.session.peer)
 
     def on_receive(self, message: Any) -> Any:
-        kind = type(message)
-        if kind is Received:
+        # type(message) tested on the message itself, not a local: that narrows its type, so
+        # the compiled build reads the record's fields natively
+        if type(message) is Received:
             self.pending.extend(message.commands)
             self._pump()
-        elif kind is BatchDone:
+        elif type(message) is BatchDone:
             self._batch_done(message)
             self._pump()
-        elif kind is _Answered:
+        elif type(message) is _Answered:
             self._answered(message)
             self._pump()
-        elif kind is Disconnected:
+        elif type(message) is Disconnected:
             self._hang_up()
-        elif kind is Drain:
+        elif type(message) is Drain:
             self._wind_down()
         else:
             return super().on_receive(message)
@@ -244,7 +247,7 @@ class SessionActor(GeventActor):
         while pending and self.waiting is None and not self.closing and not transport.backed_up:
             command = pending[0]
             kind = type(command)
-            refusal = write_refusal(self, command)
+            refusal = self._write_refusal(command)
             if refusal is not None:
                 # checked before the queue is looked up: a missing queue is refused alike
                 pending.clear()
@@ -261,6 +264,16 @@ class SessionActor(GeventActor):
             self._finish()
         elif not pending:
             transport.resume()
+
+    def _write_refusal(self, command: Any) -> p.Bad | None:
+        """The handler's ``WRITE_REFUSALS`` entry for ``command`` if the server blocks writes
+        now, else ``None``. Asked before the queue lookup (for the head request) and again for
+        each request compiled into a batch (a SET pipelined behind a GET under ReadOnly);
+        handlers never check it themselves."""
+        refusal = self.write_refusals.get(type(command))
+        if refusal is not None and not self.context.writes_allowed(self.session):
+            return refusal
+        return None
 
     def _local(self, command: Any) -> None:
         kind = type(command)
@@ -376,14 +389,14 @@ class SessionActor(GeventActor):
         else:
             self.missing = resolved.name
 
-    def _resolve(self, name: str, create: bool) -> Any:
-        """For a queue whose live actor this session does not hold: ``_MISSING`` if the
-        collection answered that it does not exist, else ``None`` after asking it."""
+    def _resolve(self, name: str, create: bool) -> bool:
+        """For a queue whose live actor this session does not hold: ``True`` if the
+        collection answered that it does not exist, else ``False`` after asking it."""
         if self.missing == name:
             self.missing = None
-            return _MISSING
+            return True
         self.context.collection.tell(Resolve(name, create, self.reply_to(_RESOLVE)))
-        return None
+        return False
 
     # -- batches ------------------------------------------------------------------------------
 
@@ -394,10 +407,8 @@ class SessionActor(GeventActor):
         handler = self.handler
         ref = self.refs.get(name)
         if ref is None or not ref.is_alive():
-            ref = self._resolve(name, handler.creates(first))
-        if ref is None:
-            return False
-        if ref is _MISSING:
+            if not self._resolve(name, handler.creates(first)):
+                return False  # asked: the batch starts once the answer comes
             self.pending.popleft()
             self.out.append(handler.missing_queue_reply(first, self.open_reads.get(name)))
             return True
@@ -411,7 +422,7 @@ class SessionActor(GeventActor):
                 break
             before = len(ops)
             # _pump checked the head before the lookup; one behind it (a write after a read) not
-            refusal = write_refusal(self, command) if entries else None
+            refusal = self._write_refusal(command) if entries else None
             preset: p.Bad | None
             if refusal is not None:
                 preset, last = refusal, True
@@ -433,7 +444,7 @@ class SessionActor(GeventActor):
             return True
         self.waiting = _BATCH
         self.sent = QueueBatch(ops, self.session, self.ref)
-        self.sent_at = time.perf_counter()
+        self.sent_at = _perf_counter()
         try:
             ref.tell(self.sent)
         except ActorDeadError:  # deleted between the check and now: it answers as closed
@@ -563,7 +574,7 @@ class SessionActor(GeventActor):
         op = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
         self.context.stats.cmd_monitor_get += 1
         self.sent = QueueBatch([op], self.session, self.ref)
-        self.sent_at = time.perf_counter()
+        self.sent_at = _perf_counter()
         try:
             ref.tell(self.sent)
         except ActorDeadError:

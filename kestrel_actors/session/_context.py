@@ -12,6 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# imported, not only named for the type checker: the compiled dataclass needs these classes
+# when the module loads
+from ..messages import Session
+from ..stats import ServerStats
+from ..status import ServerStatus
+
 __all__ = ["Reload", "SessionContext", "Shutdown"]
 
 
@@ -32,10 +38,10 @@ class Reload:
 class SessionContext:
     """One per server, shared by its sessions (the server updates ``config`` on reload)."""
 
-    stats: Any
-    """``ServerStats``: the global counters of STATS."""
-    status: Any
-    """``ServerStatus``: Up, ReadOnly, Quiescent... (behaviour §7.2)."""
+    stats: ServerStats
+    """The global counters of STATS."""
+    status: ServerStatus
+    """Up, ReadOnly, Quiescent... (behaviour §7.2)."""
     collection: Any
     config: Any
     version: str
@@ -47,10 +53,10 @@ class SessionContext:
     """``cluster.ZooKeeperMembership`` when the server joins server sets (its figures are in
     ``stats``), else None."""
 
-    def writes_allowed(self, session: Any) -> bool:
+    def writes_allowed(self, session: Session) -> bool:
         return not session.refuse_writes and not self.status.blocks_writes()
 
-    def reads_allowed(self, session: Any) -> bool:
+    def reads_allowed(self, session: Session) -> bool:
         return not session.refuse_reads and not self.status.blocks_reads()
 
     def status_command(self, name: str | None) -> str | None:

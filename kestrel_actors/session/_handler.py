@@ -8,67 +8,78 @@ one more handler beside ``_memcache`` and ``_text``.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from .. import protocol as p
 
-__all__ = ["Handler", "write_refusal"]
+__all__ = ["Handler"]
 
 
-class Handler(Protocol):
-    QUEUE_KINDS: ClassVar[frozenset[type]]
+@mypyc_attr(allow_interpreted_subclasses=True)  # the text and thrift handlers are interpreted
+class Handler:
+    """The base of every protocol handler.
+
+    A class, not a ``Protocol``: the session calls its handler's methods for every request,
+    and through a compiled base class those calls go by mypyc's method table, where a
+    ``Protocol``'s are generic lookups by name (ADR 0015).
+    """
+
+    QUEUE_KINDS: ClassVar[frozenset[type]] = frozenset()
     """Commands that run as operations on one queue."""
-    MONITOR_END: ClassVar[bytes]
+    MONITOR_END: ClassVar[bytes] = b""
     """What ends a monitor stream."""
-    QUIT: ClassVar[type]
+    QUIT: ClassVar[type] = type(None)
     """The command that ends the session."""
-    WRITE_REFUSALS: ClassVar[dict[type, p.Bad]]
+    WRITE_REFUSALS: ClassVar[dict[type, p.Bad]] = {}
     """Writes refused while the server blocks writes, and how (checked before a lookup)."""
 
-    def __init__(self, session: Any) -> None: ...
+    def __init__(self, session: Any) -> None:
+        pass  # ``session`` is the SessionActor the handler is composed into
 
     def local(self, command: Any) -> None:
         """Handle a command that is not an operation on one queue."""
+        raise NotImplementedError
 
     def goes_to_queue(self, command: Any) -> bool:
         """Whether a command of a ``QUEUE_KINDS`` type needs its queue at all."""
+        raise NotImplementedError
 
     def creates(self, command: Any) -> bool:
         """Whether a request creates a missing queue (behaviour §5.2)."""
+        raise NotImplementedError
 
     def compile(self, command: Any, ops: list[Any]) -> tuple[p.Bad | None, bool]:
         """Append ``command``'s operations to ``ops``; return a preset reply (an error that
         replaces the normal one, maybe closing) and whether the batch must end after it."""
+        raise NotImplementedError
 
     def reply(self, command: Any, results: list[Any]) -> bytes:
         """The reply to ``command`` given its operations' results (changes no state)."""
+        raise NotImplementedError
 
     def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
         """The reply to a request on a queue that does not exist and is not created."""
+        raise NotImplementedError
 
     def item_reply(self, queue: str, data: bytes) -> bytes:
         """One item of a monitor stream."""
+        raise NotImplementedError
 
     def server_error_reply(self, message: str) -> bytes:
         """The reply to a request the server could not carry out (a full disk)."""
+        raise NotImplementedError
 
     def alias_request(self, command: Any, resolved: Any) -> None:
         """A request on an alias (behaviour §5.10)."""
+        raise NotImplementedError
 
     def answered(self, tag: Any, value: Any) -> None:
         """An answer the session waited for (``Answer``), other than a lookup."""
+        raise NotImplementedError
 
     def release(self) -> None:
         """The client has gone: give back what the handler holds that the session does not
         (items a thrift get fetched but has not answered yet)."""
-
-
-def write_refusal(session: Any, command: Any) -> p.Bad | None:
-    """The handler's ``WRITE_REFUSALS`` entry for ``command`` if the server blocks writes
-    now, else ``None``. The session asks before its queue lookup (for the head request) and
-    again for each request it compiles into a batch (a SET pipelined behind a GET under
-    ReadOnly); handlers never check it themselves."""
-    refusal: p.Bad | None = session.write_refusals.get(type(command))
-    if refusal is not None and not session.context.writes_allowed(session.session):
-        return refusal
-    return None
+        raise NotImplementedError

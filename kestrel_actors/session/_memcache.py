@@ -30,9 +30,16 @@ from ..messages import (
     Unremove,
     first_failure,
 )
+from ..protocol import END, NOT_STORED, STORED, count_reply, expiry_from_exptime, server_error, value_reply
+from ..protocol import Confirm as ConfirmCommand
+from ..protocol import Flush as FlushCommand
+from ..protocol import FlushExpired as FlushExpiredCommand
+from ..protocol import Get as GetCommand
+from ..protocol import Set as SetCommand
 from ..protocol._replies import compose_dump_config, compose_dump_stats
 from ..snapshot import take_snapshot
-from ._actor import Answer, take_oldest
+from ._actor import Answer, SessionActor, take_oldest
+from ._handler import Handler
 
 __all__ = ["MemcacheHandler"]
 
@@ -42,7 +49,7 @@ _SERVER_ERROR_CLOSE: Final = p.Bad(p.SERVER_ERROR, close=True)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a test's handler subclasses it
-class MemcacheHandler:
+class MemcacheHandler(Handler):
     """Kestrel's ``MemcacheHandler``: memcache commands to queue operations, results to bytes."""
 
     QUEUE_KINDS: ClassVar[frozenset[type]] = frozenset((p.Set, p.Get, p.Confirm, p.Flush, p.FlushExpired))
@@ -57,7 +64,7 @@ class MemcacheHandler:
     }
     """Writes that ReadOnly/Quiescent (or the write connection limit) refuse, and how (behaviour §7.2)."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: SessionActor) -> None:
         self.s = session
         self.context = session.context
         self.dump_names: tuple[str, ...] = ()
@@ -137,15 +144,17 @@ class MemcacheHandler:
         else:
             s.out.append(self.missing_queue_reply(command, None))
 
+    # The request path's methods test ``type(command)`` on the command itself and name the
+    # protocol's classes directly (not ``p.Set``): that narrows the command's type, so the
+    # compiled build reads its fields natively and calls the protocol's functions directly.
+
     def compile(self, command: Any, ops: list[Any]) -> tuple[p.Bad | None, bool]:
-        kind = type(command)
         s = self.s
-        context = self.context
-        if kind is p.Set:
-            context.stats.cmd_set += 1
-            ops.append(Add(command.data, p.expiry_from_exptime(command.exptime)))
+        if type(command) is SetCommand:
+            self.context.stats.cmd_set += 1
+            ops.append(Add(command.data, expiry_from_exptime(command.exptime)))
             return None, False
-        if kind is p.Get:
+        if type(command) is GetCommand:
             opened = s.open_reads.get(command.queue)
             if command.abort:
                 if opened:
@@ -157,47 +166,46 @@ class MemcacheHandler:
                 return None, False
             if not command.open and not command.peek and opened:
                 return _ERROR_CLOSE, True
-            if not context.reads_allowed(s.session):
+            if not self.context.reads_allowed(s.session):
                 return _SERVER_ERROR_CLOSE, True
-            if command.open and opened and len(opened) >= context.config.max_open_transactions:
+            if command.open and opened and len(opened) >= self.context.config.max_open_transactions:
                 return _ERROR_CLOSE, True
             fetch = Peek if command.peek else Open if command.open else Remove
             waits = s.fetch(fetch, command.timeout_ms, ops)
             return None, waits or command.open
-        if kind is p.Confirm:
+        if type(command) is ConfirmCommand:
             xids = take_oldest(s.open_reads.get(command.queue), command.count)
             if xids is None:
                 return _ERROR_OPEN, False
             ops.append(Confirm(xids))
             return None, False
-        if kind is p.Flush:
+        if type(command) is FlushCommand:
             ops.append(FLUSH)
             return None, False
-        if kind is p.FlushExpired:
+        if type(command) is FlushExpiredCommand:
             ops.append(FLUSH_EXPIRED)
             return None, False
         raise AssertionError(command)
 
     def reply(self, command: Any, results: list[Any]) -> bytes:
-        kind = type(command)
-        if kind is p.Set:
+        if type(command) is SetCommand:
             stored = results[0]
             if stored:
-                return p.STORED
+                return STORED
             if type(stored) is JournalFailure:
-                return p.server_error(stored.message)  # not acknowledged; the connection stays
-            return p.NOT_STORED
-        if kind is p.Get:
+                return server_error(stored.message)  # not acknowledged; the connection stays
+            return NOT_STORED
+        if type(command) is GetCommand:
             if command.abort or (command.close and not command.open):
-                return p.END
+                return END
             item = results[-1] if results else None
             if item is None:
-                return p.END
-            return p.value_reply(command.queue, item.data)
-        if kind is p.Confirm or kind is p.Flush:
-            return p.END
-        if kind is p.FlushExpired:
-            return p.count_reply(results[0])
+                return END
+            return value_reply(command.queue, item.data)
+        if type(command) is ConfirmCommand or type(command) is FlushCommand:
+            return END
+        if type(command) is FlushExpiredCommand:
+            return count_reply(results[0])
         raise AssertionError(command)
 
     def release(self) -> None:
@@ -207,21 +215,20 @@ class MemcacheHandler:
         return True
 
     def creates(self, command: Any) -> bool:
-        if type(command) is p.Get:
+        if type(command) is GetCommand:
             return not command.abort and (command.open or not command.close)
-        return type(command) is p.Set
+        return type(command) is SetCommand
 
     def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
-        kind = type(command)
-        if kind is p.Confirm:
-            return p.ERROR if take_oldest(opened, command.count) is None else p.END
-        if kind is p.Get:
+        if type(command) is ConfirmCommand:
+            return p.ERROR if take_oldest(opened, command.count) is None else END
+        if type(command) is GetCommand:
             if (command.close or command.abort) and opened:
                 opened.popleft()
-            return p.END
-        if kind is p.FlushExpired:
-            return p.count_reply(0)
-        return p.END
+            return END
+        if type(command) is FlushExpiredCommand:
+            return count_reply(0)
+        return END
 
     def item_reply(self, queue: str, data: bytes) -> bytes:
         return p.value_reply(queue, data)

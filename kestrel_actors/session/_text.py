@@ -17,11 +17,12 @@ from ..protocol import _text as t
 from ..protocol import _text_commands as tc
 from ..queue import epoch_ms
 from ._actor import Answer, take_oldest
+from ._handler import Handler
 
 __all__ = ["TextHandler"]
 
 
-class TextHandler:
+class TextHandler(Handler):
     """Kestrel's ``TextHandler``: text commands to queue operations, results to text lines."""
 
     QUEUE_KINDS: ClassVar[frozenset[type]] = frozenset((tc.TextPut, tc.TextGet, tc.TextConfirm, tc.TextFlush))

@@ -56,6 +56,7 @@ from ..protocol import _thrift as th
 from ..queue import epoch_ms
 from ..status import Status
 from ._actor import Answer
+from ._handler import Handler
 from ._thrift_reads import ThriftReads
 
 __all__ = ["ThriftHandler"]
@@ -99,7 +100,7 @@ class _NoQuit:
     """Thrift has no quit call: a client ends its session by closing the connection."""
 
 
-class ThriftHandler:
+class ThriftHandler(Handler):
     """Kestrel's ``ThriftHandler``: thrift calls to queue operations, results to framed replies."""
 
     QUEUE_KINDS: ClassVar[frozenset[type]] = frozenset(

@@ -35,12 +35,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import gevent
 import structlog
+from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     from ..stats import ServerStats
     from ._budget import BufferBudget
 
-__all__ = ["SocketTransport"]
+__all__ = ["SocketTransport", "Transport"]
 
 log = structlog.get_logger("kestrel_actors.transport")
 
@@ -106,12 +107,40 @@ class _HangUpWatch:
                 transport.hung_up()
 
 
-class SocketTransport:
+@mypyc_attr(allow_interpreted_subclasses=True)  # a test's or a bench's stand-in keeps what is sent
+class Transport:
+    """What a session sends its replies through.
+
+    A compiled base class rather than a ``Protocol``: the session reads ``backed_up`` and calls
+    ``sendall`` for every request, natively through this class, by name through a ``Protocol``.
+    """
+
+    __slots__ = ("backed_up",)
+
+    def __init__(self) -> None:
+        self.backed_up = False
+        """Whether unsent replies are piling up (over ``OUTPUT_HIGH``): the session should stop
+        producing more."""
+
+    def sendall(self, data: bytes) -> None:
+        """Send ``data`` or keep it to send; raises ``OSError`` once the client has gone."""
+        raise NotImplementedError
+
+    def resume(self) -> None:
+        """The session has answered everything it was handed: read on."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close once what is kept has been sent."""
+        raise NotImplementedError
+
+
+class SocketTransport(Transport):
     """Owns one accepted, non-blocking socket; see the module docstring."""
 
     __slots__ = ("sock", "fd", "decoder", "on_commands", "on_eof", "stats", "_watcher", "_handed",
                  "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_out",
-                 "_out_bytes", "_writer", "_closing", "_linger", "backed_up", "_hang_ups", "budget",
+                 "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
                  "held", "peer", "_handed_bytes", "_out_held")
 
     def __init__(
@@ -125,6 +154,7 @@ class SocketTransport:
         idle_timeout: float | None = None,
         peer: str = "",
     ) -> None:
+        super().__init__()
         self.sock = sock
         self.peer = peer
         self.budget = budget
@@ -146,9 +176,6 @@ class SocketTransport:
         self._out_bytes = 0
         self._out_held = 0
         """The memory ``_out`` keeps: a view keeps the whole reply it is part of."""
-        self.backed_up = False
-        """Whether unsent replies are piling up (over ``OUTPUT_HIGH``): the actor should stop
-        producing more. A plain attribute: the session reads it for every command."""
         self._closing = False
         self._linger: Any = None
         loop = gevent.get_hub().loop

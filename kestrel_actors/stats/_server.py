@@ -26,7 +26,7 @@ import time
 from operator import add
 from typing import Any, ClassVar, Final
 
-from ..messages import MANY_FETCHES, Add, Open, Peek, Remove
+from ..messages import MANY_FETCHES, Add, Open, Peek, QueueBatch, Remove
 
 __all__ = [
     "BOUNDS", "LATENCIES", "QUEUE_METRICS", "SERVER_METRICS", "SUM", "Histogram", "QueueMetrics", "ServerStats",
@@ -305,7 +305,7 @@ class ServerStats:
         errors[name] = errors.get(name, 0) + 1
 
 
-def record_batch(stats: ServerStats, queue: str, batch: Any, results: list[Any], started: float) -> None:
+def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: list[Any], started: float) -> None:
     """Record one answered :class:`QueueBatch`: its latency since ``started`` (``perf_counter``
     seconds, when the session sent it), the queue's hits and misses, and delivery times.
 
