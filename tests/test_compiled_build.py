@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.machinery
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -137,3 +138,98 @@ def test_no_record_made_per_request_runs_an_interpreted_dataclass_init():
         pytest.skip(f"the build is not in use here: {answer['state']}")
     allowed = {(module, name) for module, names in ONCE_PER_CONNECTION_DATACLASSES.items() for name in names}
     assert {tuple(pair) for pair in answer["found"]} <= allowed
+
+
+GROUP_PROBE = (
+    "import importlib, json, sys\n"
+    "from kestrel_actors._compiled import COMPILED_MODULES, compiled_state\n"
+    "for name in COMPILED_MODULES:\n"
+    "    importlib.import_module(name)\n"
+    "groups = [name for name in sys.modules if name.endswith('__mypyc')]\n"
+    "print(json.dumps({'state': compiled_state(), 'groups': groups}))\n"
+)
+
+REQUEST_PATH = {
+    # name: what it may still look up by name, and why
+    "SessionActor.on_receive": set(),
+    "SessionActor._pump": set(),
+    "SessionActor._start_batch": {"queue"},  # a command's queue: each protocol has its own classes
+    "SessionActor._batch_done": {"queue"},
+    "SessionActor._flush": set(),
+    "SessionActor._write_refusal": set(),
+    "MemcacheHandler.compile": {"max_open_transactions"},  # the config: an interpreted dataclass
+    "MemcacheHandler.reply": set(),
+    "MemcacheHandler.creates": set(),
+    "SessionContext.writes_allowed": set(),
+    "SessionContext.reads_allowed": set(),
+    "QueueActor._run": {"deadline"},  # a fetch's deadline: one of five operation classes
+    # the journal's Protocol (a file or a memory journal), the config; bound methods handed over
+    "QueueActor._add": {"failure", "fanout_only", "max_item_size"},
+    "QueueActor._send_replies": {"after_durable", "send", "fail"},
+    "_HeldReplies.send": set(),
+    "Dispatcher._run": {"switch"},  # gevent's hub
+    "Dispatcher.tell_from_hub": {"loop", "pendingcnt"},
+    "GeventRef.tell": {" not found"},  # the message of a tell to a stopped actor
+    "record_batch": {"add_time"},  # a fetch's result
+}
+"""Compiled functions that run for every SET or GET at 100 clients (``Class.method`` or a module's
+function), and the names each may still look up (the actors' ``on_receive`` is left out: past
+its first test, a dispatch over messages that are not requests)."""
+
+ANYWHERE = {
+    # a deque's methods (mypyc has no native deque), the exception classes of except clauses,
+    # a log call in one and an error message's f-string
+    "popleft", "append", "appendleft", "extend", "clear", "Exception", "OSError", "AssertionError",
+    "ValueError", "BaseException", "GreenletExit", "exception", "format",
+}
+
+_BY_NAME = (
+    re.compile(r"CPyObject_GetAttr3?\(|PyObject_GetAttr\(|PyObject_SetAttr\(|PyObject_VectorcallMethod\("),
+    re.compile(r"= CPyStatic_\w+___globals;"),
+)
+
+
+def lookups_by_name(source: str, function: str) -> list[str]:
+    """The names that ``function``'s generated C looks up by name: attributes and methods of
+    objects typed ``Any`` or a ``Protocol``, and module globals that are not ``Final``."""
+    *owner, name = function.split(".")
+    c_name = "___".join([*owner, name])
+    lines = source.splitlines()
+    starts = [index for index, line in enumerate(lines)
+              if re.match(rf"^\S.*\bCPyDef_\w*?___{re.escape(c_name)}\(.*\{{\s*$", line)]
+    assert starts, f"{function} is not in the build"
+    start = starts[0]
+    found = []
+    for index in range(start + 1, len(lines)):
+        line = lines[index]
+        if line.startswith("}"):
+            break
+        if any(pattern.search(line) for pattern in _BY_NAME):
+            for back in range(index, max(start, index - 8), -1):
+                named = re.search(r"/\* '(.*?)' \*/", lines[back])
+                if named:
+                    found.append(named.group(1))
+                    break
+    return found
+
+
+@needs_build
+def test_the_request_path_looks_nothing_up_by_name():
+    """Compiled code reads a typed attribute, calls a typed method and reads a ``Final`` constant
+    natively; an ``Any`` or a ``Protocol`` in between, a type tested through a local
+    (``kind = type(x)``), or a constant that is not ``Final`` makes it a lookup by name, which
+    neither mypy nor the build reports (ADR 0015). This reads the build's generated C."""
+    clean = {name: value for name, value in os.environ.items() if name != PURE_ENV}
+    done = subprocess.run([sys.executable, "-c", GROUP_PROBE], env={**clean, "PYTHONPATH": str(PACKAGE.parent)},
+                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120, check=True)
+    answer = json.loads(done.stdout)
+    if answer["state"] != "mypyc":
+        pytest.skip(f"the build is not in use here: {answer['state']}")
+    (group,) = answer["groups"]
+    generated = PACKAGE.parent / "build" / f"__native_{group.removesuffix('__mypyc')}.c"
+    if not generated.exists():
+        pytest.skip(f"no generated C here (an installed wheel): {generated}")
+    source = generated.read_text()
+    found = {function: sorted(set(lookups_by_name(source, function)) - ANYWHERE - allowed)
+             for function, allowed in REQUEST_PATH.items()}
+    assert {function: names for function, names in found.items() if names} == {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, cast
 
 import gevent
 import structlog
@@ -57,14 +57,16 @@ from ..messages import (
     closed_result,
     missed_result,
 )
-from ..queue import Journal, QueueCore, Waiter, WaitList, epoch_ms, is_fanout_child
-from ..runtime import Dispatcher, GeventActor, on_own_greenlet
+from ..queue import Item, Journal, QueueCore, Waiter, WaitList, epoch_ms, is_fanout_child
+from ..runtime import Dispatcher, GeventActor, on_own_greenlet, tell
 from ..stats import ServerStats
 
 __all__ = ["QueueActor"]
 
 log = structlog.get_logger("kestrel_actors.queue")
 
+
+_monotonic: Final = time.monotonic
 
 _FLUSH_REPLIES: Final = object()
 """A queue's message to itself: send the answers held for the journal write (one per burst)."""
@@ -108,7 +110,7 @@ class _HeldReplies:
     def send(self) -> None:
         for reply_to, reply in self.replies:
             try:
-                reply_to.tell(reply)
+                tell(reply_to, reply)
             except ActorDeadError:  # that client's session ended meanwhile
                 pass
 
@@ -354,14 +356,14 @@ class QueueActor(GeventActor):
                     break  # answered in parts: the sender asks for the rest when it can send it
                 result = self._fetch(op, kind, now_ms)
                 if result:
-                    fetched += BATCH_FETCH_BYTES if kind in MANY_FETCHES else len(result.data)
+                    fetched += BATCH_FETCH_BYTES if kind in MANY_FETCHES else len(cast(Item, result).data)
                 else:
                     deadline = op.deadline
                     if (
                         deadline is not None
                         and not core.closed
                         and (batch.session is None or not batch.session.closed)
-                        and deadline > time.monotonic()
+                        and deadline > _monotonic()
                     ):
                         self._park(batch, index, results, deadline)
                         return

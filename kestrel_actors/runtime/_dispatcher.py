@@ -12,7 +12,7 @@ import structlog
 from greenlet import getcurrent
 from pykka import ActorDeadError
 
-from ._actor import GeventRef
+from ._actor import tell
 
 __all__ = ["Dispatcher", "of_this_hub"]
 
@@ -38,15 +38,6 @@ _getcurrent: Final = getcurrent
 the module's dict (a tell asks it; ADR 0015)."""
 
 
-def _tell(ref: Any, message: Any) -> None:
-    """``ref.tell(message)``; one of this runtime's refs (what is handed over, but for a test's
-    stand-in) is told by a direct call in the compiled build, not a lookup by name."""
-    if type(ref) is GeventRef:
-        ref.tell(message)
-    else:
-        ref.tell(message)
-
-
 class Dispatcher:
     """Makes tells on behalf of the hub, from a greenlet, in the order they were handed over.
 
@@ -63,7 +54,7 @@ class Dispatcher:
     """
 
     _by_hub: ClassVar[weakref.WeakKeyDictionary[Any, Dispatcher]] = weakref.WeakKeyDictionary()
-    MAX_PARKED: ClassVar[int] = 8
+    MAX_PARKED: Final = 8
 
     def __init__(self, hub: Any) -> None:
         self.hub = hub
@@ -89,7 +80,7 @@ class Dispatcher:
             self.deliver(ref, message)
             return
         try:
-            _tell(ref, message)
+            tell(ref, message)
         except ActorDeadError:
             pass
         except Exception:
@@ -132,7 +123,7 @@ class Dispatcher:
                 while due:
                     ref, message = due.popleft()
                     try:
-                        _tell(ref, message)
+                        tell(ref, message)
                     except ActorDeadError:
                         pass
                     except Exception:

@@ -53,6 +53,7 @@ from ..messages import (
     Unremove,
     closed_result,
 )
+from ..queue import Item
 from ..runtime import GeventActor, GeventRef
 from ..stats import record_batch
 from ._context import Reload, SessionContext, Shutdown
@@ -474,7 +475,7 @@ class SessionActor(GeventActor):
         answered = 0
         total = len(results)
         out = self.out
-        reply = self.handler.reply
+        handler = self.handler
         for command, count, preset, opens in entries:
             end = position + count
             if end > total:  # the queue stopped before this one's fetch (its output budget)
@@ -488,10 +489,12 @@ class SessionActor(GeventActor):
                     self.closing = True
                 continue
             mine = results[position:end]
-            if opens and mine[-1] is not None:
-                # the session, not the reply, records what the client now holds open
-                self.open_reads.setdefault(command.queue, deque()).append(mine[-1].xid)
-            out.append(reply(command, mine))
+            if opens:
+                opened: Item | None = mine[-1]
+                if opened is not None:
+                    # the session, not the reply, records what the client now holds open
+                    self.open_reads.setdefault(command.queue, deque()).append(opened.xid)
+            out.append(handler.reply(command, mine))
             position = end
         if answered < len(entries):  # the rest once the client has taken these replies
             self.batch = entries[answered:]

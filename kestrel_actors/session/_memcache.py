@@ -37,6 +37,7 @@ from ..protocol import FlushExpired as FlushExpiredCommand
 from ..protocol import Get as GetCommand
 from ..protocol import Set as SetCommand
 from ..protocol._replies import compose_dump_config, compose_dump_stats
+from ..queue import Item
 from ..snapshot import take_snapshot
 from ._actor import Answer, SessionActor, take_oldest
 from ._handler import Handler
@@ -198,7 +199,7 @@ class MemcacheHandler(Handler):
         if type(command) is GetCommand:
             if command.abort or (command.close and not command.open):
                 return END
-            item = results[-1] if results else None
+            item: Item | None = results[-1] if results else None
             if item is None:
                 return END
             return value_reply(command.queue, item.data)
