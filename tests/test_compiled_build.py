@@ -105,6 +105,18 @@ def test_the_server_says_whether_it_runs_compiled(tmp_path):
     assert [line["compiled"] for line in listening] == [expected]
 
 
+def probe_compiled(code: str) -> dict:
+    """Run ``code`` (which prints JSON with the guard's ``state``) in a fresh interpreter on this
+    checkout; the test is skipped unless the compiled build is in use there."""
+    clean = {name: value for name, value in os.environ.items() if name != PURE_ENV}
+    done = subprocess.run([sys.executable, "-c", code], env={**clean, "PYTHONPATH": str(PACKAGE.parent)},
+                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120, check=True)
+    answer: dict = json.loads(done.stdout)
+    if answer["state"] != "mypyc":
+        pytest.skip(f"the build is not in use here: {answer['state']}")
+    return answer
+
+
 ONCE_PER_CONNECTION_DATACLASSES = {
     "kestrel_actors.session._context": {"Reload", "SessionContext"},
     "kestrel_actors.session._actor": {"_Answered", "MonitorState"},
@@ -130,12 +142,7 @@ def test_no_record_made_per_request_runs_an_interpreted_dataclass_init():
     """mypyc compiles a dataclass's class but not the ``__init__`` the dataclasses module
     generates (its code comes from ``<string>``): made per request, such a record runs
     interpreted Python on the request path. Only the listed once-per-connection ones may."""
-    clean = {name: value for name, value in os.environ.items() if name != PURE_ENV}
-    done = subprocess.run([sys.executable, "-c", INIT_PROBE], env={**clean, "PYTHONPATH": str(PACKAGE.parent)},
-                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120, check=True)
-    answer = json.loads(done.stdout)
-    if answer["state"] != "mypyc":
-        pytest.skip(f"the build is not in use here: {answer['state']}")
+    answer = probe_compiled(INIT_PROBE)
     allowed = {(module, name) for module, names in ONCE_PER_CONNECTION_DATACLASSES.items() for name in names}
     assert {tuple(pair) for pair in answer["found"]} <= allowed
 
@@ -219,12 +226,7 @@ def test_the_request_path_looks_nothing_up_by_name():
     natively; an ``Any`` or a ``Protocol`` in between, a type tested through a local
     (``kind = type(x)``), or a constant that is not ``Final`` makes it a lookup by name, which
     neither mypy nor the build reports (ADR 0015). This reads the build's generated C."""
-    clean = {name: value for name, value in os.environ.items() if name != PURE_ENV}
-    done = subprocess.run([sys.executable, "-c", GROUP_PROBE], env={**clean, "PYTHONPATH": str(PACKAGE.parent)},
-                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120, check=True)
-    answer = json.loads(done.stdout)
-    if answer["state"] != "mypyc":
-        pytest.skip(f"the build is not in use here: {answer['state']}")
+    answer = probe_compiled(GROUP_PROBE)
     (group,) = answer["groups"]
     generated = PACKAGE.parent / "build" / f"__native_{group.removesuffix('__mypyc')}.c"
     if not generated.exists():
