@@ -58,6 +58,8 @@ class Dispatcher:
 
     def __init__(self, hub: Any) -> None:
         self.hub = hub
+        self.loop = hub.loop
+        """The hub's loop, read for every tell from the hub (one lookup by name less)."""
         self.due: deque[tuple[Any, Any]] = deque()
         self.parked: list[Any] = []
         self.running: set[Any] = set()
@@ -76,7 +78,7 @@ class Dispatcher:
         greenlet switch; with other events pending, the dispatcher makes the burst's tells
         together, so that the end-of-burst hook still sees them all.
         """
-        if self.due or self.hub.loop.pendingcnt:
+        if self.due or self.loop.pendingcnt:
             self.deliver(ref, message)
             return
         try:
@@ -96,7 +98,7 @@ class Dispatcher:
             return  # a dispatcher is about to run, or is running right here
         self.woken = True
         if self.parked:
-            self.hub.loop.run_callback(self.parked.pop().switch)
+            self.loop.run_callback(self.parked.pop().switch)
         else:
             gevent.spawn(self._run)
 

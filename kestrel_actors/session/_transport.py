@@ -138,7 +138,7 @@ class Transport:
 class SocketTransport(Transport):
     """Owns one accepted, non-blocking socket; see the module docstring."""
 
-    __slots__ = ("sock", "fd", "decoder", "on_commands", "on_eof", "stats", "_watcher", "_handed",
+    __slots__ = ("sock", "_recv", "_reading", "fd", "decoder", "on_commands", "on_eof", "stats", "_watcher", "_handed",
                  "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_out",
                  "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
                  "held", "peer", "_handed_bytes", "_out_held")
@@ -180,6 +180,11 @@ class SocketTransport(Transport):
         self._linger: Any = None
         loop = gevent.get_hub().loop
         self._watcher: Any = loop.io(self.fd, 1)  # the stubs lack a watcher's loop and active
+        self._reading = False
+        """Whether ``_watcher`` is started: kept here, because its ``active`` is a lookup by name
+        and ``resume`` asks after every request."""
+        self._recv: Callable[[int], bytes] = sock.recv
+        """The socket's ``recv``, bound once: a method lookup less per read."""
         self._hang_ups = _HangUpWatch.of(loop)
         self._writer: Any = None
         """The write watcher, made the first time the kernel does not take a whole reply."""
@@ -193,6 +198,7 @@ class SocketTransport(Transport):
     def start(self) -> None:
         self.budget.join(self)  # left in _release: a transport never started is never a member
         self._watcher.start(self._readable)
+        self._reading = True
         if self._idle_timer is not None:
             self._idle_timer.start(self._check_idle)
 
@@ -207,7 +213,7 @@ class SocketTransport(Transport):
 
     def _readable(self) -> None:
         try:
-            data = self.sock.recv(READ_SIZE)
+            data = self._recv(READ_SIZE)
         except BlockingIOError:
             return
         except OSError:
@@ -251,15 +257,18 @@ class SocketTransport(Transport):
     def _pause(self) -> None:
         """Stop reading requests, but keep watching for the client hanging up."""
         self._watcher.stop()
+        self._reading = False
         if not self.closed and not self._closing:
             self._hang_ups.add(self)
 
     def _read_again(self) -> None:
         self._hang_ups.discard(self)
         self._watcher.start(self._readable)
+        self._reading = True
 
     def _stop_reading(self) -> None:
         self._watcher.stop()
+        self._reading = False
         self._hang_ups.discard(self)
 
     def hung_up(self) -> None:
@@ -270,6 +279,7 @@ class SocketTransport(Transport):
             self._close_now()  # nobody is left to take the last replies
             return
         self._watcher.stop()
+        self._reading = False
         self.on_eof()
 
     def _may_read(self) -> bool:
@@ -283,7 +293,7 @@ class SocketTransport(Transport):
             self._handed_bytes = 0
             if self.held and not self.closed:  # else the read that handed them accounts
                 self._account()
-        if not self._watcher.active and self._may_read():
+        if not self._reading and self._may_read():
             self._read_again()
 
     def sendall(self, data: bytes) -> None:
