@@ -174,6 +174,9 @@ REQUEST_PATH = {
     "QueueActor._add": {"failure", "fanout_only", "max_item_size"},
     "QueueActor._send_replies": {"after_durable", "send", "fail"},
     "_HeldReplies.send": set(),
+    # the journal's Protocol (a file or a memory journal)
+    "QueueCore.add": {"check_rotate", "in_read_behind", "start_read_behind", "add", "remove"},
+    "QueueCore.remove": {"check_rotate", "remove_tentative", "remove"},
     "Dispatcher._run": {"switch"},  # gevent's hub
     "Dispatcher.tell_from_hub": {"loop", "pendingcnt"},
     "GeventRef.tell": {" not found"},  # the message of a tell to a stopped actor
