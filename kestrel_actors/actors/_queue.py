@@ -326,9 +326,9 @@ class QueueActor(GeventActor):
         if kind is QueueBatch:
             self._run(message, 0, [])
             self._send_replies()
-        elif type(message) is AddCopy:
+        elif kind is AddCopy:
             self._acknowledge_copy(message, False)
-        elif type(message) is GetStats:
+        elif kind is GetStats:
             message.reply_to.tell(None)
         elif kind in (Sweep, DeleteQueue, CloseQueue) and message.reply_to is not None:
             message.reply_to.tell(Swept(self.name, 0, False) if kind is Sweep else True)

@@ -145,24 +145,24 @@ class QueueCore:
 
     def add(self, data: bytes, expiry: int, now_ms: int) -> bool:
         """Append an item; ``False`` when refused (too big, full, closed) as behaviour §2.4 lists."""
-        config = self.limits
-        if self.closed or len(data) > config.max_item_size:
+        limits = self.limits
+        if self.closed or len(data) > limits.max_item_size:
             return False
         self.discard_expired(now_ms)
-        while self.length >= config.max_items or self.bytes >= config.max_size:
-            if not config.discard_old_when_full or not self.length or self._pop_head() is None:
+        while self.length >= limits.max_items or self.bytes >= limits.max_size:
+            if not limits.discard_old_when_full or not self.length or self._pop_head() is None:
                 return False
             self.journal.remove()
             self._fill_read_behind()
             self.discarded += 1
-        if config.max_age is not None:
-            age_cap = now_ms + int(config.max_age * 1000)
+        if limits.max_age is not None:
+            age_cap = now_ms + int(limits.max_age * 1000)
             expiry = age_cap if expiry == 0 else min(expiry, age_cap)
         item = Item(data, now_ms, expiry)
         journal = self.journal
         journal.check_rotate(self)
         behind = journal.in_read_behind
-        if not behind and self.bytes >= config.max_memory_size:
+        if not behind and self.bytes >= limits.max_memory_size:
             journal.start_read_behind()
             behind = journal.in_read_behind
         journal.add(item)
