@@ -31,6 +31,7 @@ import structlog
 from greenlet import getcurrent
 
 from ..config import QueueConfig
+from ..queue import QueueCore
 from ..queue._journal import Item
 from ._failures import FailureLog
 from ._files import (
@@ -264,12 +265,23 @@ class FileJournal:
             if self._clock() < retry_at:
                 return False
             self._maintenance_retry_at = None
-        config = getattr(queue, "config", None) or self.config
+        if type(queue) is QueueCore:
+            # a live queue's compiled copy of its config: QueueConfig's fields are read by name,
+            # and this runs for every request of a queue run on the hub (issue 24)
+            limits = queue.limits
+            max_journal, max_memory, default_size = (
+                limits.max_journal_size, limits.max_memory_size, limits.default_journal_size)
+            length = queue.length
+        else:
+            config = getattr(queue, "config", None) or self.config
+            max_journal, max_memory, default_size = (
+                config.max_journal_size, config.max_memory_size, config.default_journal_size)
+            length = queue_length(queue)
         size = self.size()
         return not (
-            size + self.archived_size <= config.max_journal_size
-            and size <= config.max_memory_size
-            and (queue_length(queue) or size < config.default_journal_size)
+            size + self.archived_size <= max_journal
+            and size <= max_memory
+            and (length or size < default_size)
         )
 
     def _rewrites_allowed(self) -> bool:

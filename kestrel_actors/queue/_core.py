@@ -85,7 +85,8 @@ class QueueLimits:
     """
 
     __slots__ = ("max_items", "max_size", "max_item_size", "max_age", "max_memory_size",
-                 "discard_old_when_full", "open_transaction_timeout")
+                 "discard_old_when_full", "open_transaction_timeout", "max_journal_size",
+                 "default_journal_size")
 
     def __init__(self, config: QueueConfig) -> None:
         self.max_items: int = config.max_items
@@ -95,6 +96,9 @@ class QueueLimits:
         self.max_memory_size: int = config.max_memory_size
         self.discard_old_when_full: bool = config.discard_old_when_full
         self.open_transaction_timeout: float | None = config.open_transaction_timeout
+        # read by the journal's rotation_due, once per request of a queue run on the hub
+        self.max_journal_size: int = config.max_journal_size
+        self.default_journal_size: int = config.default_journal_size
 
 
 class QueueCore:

@@ -323,7 +323,8 @@ class SessionActor(GeventActor):
         else:
             stats.cmd_get += 1
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
-        ops.append(kind(deadline))
+        # a plain GET's Remove made by a native call; through ``kind`` it parses arguments
+        ops.append(Remove(deadline) if kind is Remove else kind(deadline))
         return deadline is not None
 
     def not_implemented(self, _command: Any) -> None:
