@@ -181,8 +181,11 @@ REQUEST_PATH = {
     "Dispatcher.tell_from_hub": {"loop", "pendingcnt"},
     "GeventRef.tell": {" not found"},  # the message of a tell to a stopped actor
     "record_batch": {"add_time"},  # a fetch's result
+    "SessionActor.fetch": set(),
+    "FileJournal.rotation_due": set(),
+    "QueueActor.may_run_on_hub": {"in_read_behind", "rotation_due"},  # the journal's Protocol
 }
-"""Compiled functions that run for every SET or GET at 100 clients (``Class.method`` or a module's
+"""Compiled functions that run for every SET or GET (at 100 clients, or alone) (``Class.method`` or a module's
 function), and the names each may still look up (the actors' ``on_receive`` is left out: past
 its first test, a dispatch over messages that are not requests)."""
 

@@ -31,7 +31,7 @@ import structlog
 from greenlet import getcurrent
 
 from ..config import QueueConfig
-from ..queue import QueueCore
+from ..queue import QueueCore, QueueLimits
 from ..queue._journal import Item
 from ._failures import FailureLog
 from ._files import (
@@ -72,6 +72,12 @@ def _unlink_quietly(path: str) -> None:
 def _pread(fd: int, length: int, offset: int) -> bytes:
     """The read-behind reader's reads: on the threadpool, so the hub never waits for the disk."""
     return run_blocking(os.pread, fd, length, offset)
+
+
+def _limits_of(queue: Any, fallback: QueueConfig) -> QueueLimits:
+    """The limits of a queue that is not a ``QueueCore`` (a replay's, a test's): its ``config``
+    if it has one, else the journal's."""
+    return QueueLimits(getattr(queue, "config", None) or fallback)
 
 
 def queue_length(queue: Any) -> int:
@@ -269,19 +275,15 @@ class FileJournal:
             # a live queue's compiled copy of its config: QueueConfig's fields are read by name,
             # and this runs for every request of a queue run on the hub (issue 24)
             limits = queue.limits
-            max_journal, max_memory, default_size = (
-                limits.max_journal_size, limits.max_memory_size, limits.default_journal_size)
             length = queue.length
         else:
-            config = getattr(queue, "config", None) or self.config
-            max_journal, max_memory, default_size = (
-                config.max_journal_size, config.max_memory_size, config.default_journal_size)
+            limits = _limits_of(queue, self.config)
             length = queue_length(queue)
         size = self.size()
         return not (
-            size + self.archived_size <= max_journal
-            and size <= max_memory
-            and (length or size < default_size)
+            size + self.archived_size <= limits.max_journal_size
+            and size <= limits.max_memory_size
+            and (length or size < limits.default_journal_size)
         )
 
     def _rewrites_allowed(self) -> bool:

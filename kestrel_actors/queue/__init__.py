@@ -5,7 +5,7 @@
 implements it). Both ``journal/`` and ``actors/`` import this room; it imports neither.
 """
 
-from ._core import QueueCore, take_head
+from ._core import QueueCore, QueueLimits, take_head
 from ._journal import Item, Journal
 from ._rules import (
     MAX_NAME_BYTES,
@@ -25,6 +25,7 @@ __all__ = [
     "Item",
     "Journal",
     "QueueCore",
+    "QueueLimits",
     "WaitList",
     "Waiter",
     "epoch_ms",

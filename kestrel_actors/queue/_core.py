@@ -24,7 +24,7 @@ from ..config import QueueConfig
 from ._journal import Item, Journal
 from ._rules import epoch_ms, next_xid
 
-__all__ = ["QueueCore", "QueueSamples", "epoch_ms", "take_head"]
+__all__ = ["QueueCore", "QueueLimits", "QueueSamples", "epoch_ms", "take_head"]
 
 _perf_counter: Final = time.perf_counter
 
