@@ -336,6 +336,10 @@ class QueueActor(GeventActor):
     # -- batches --------------------------------------------------------------------------
 
     def _run(self, batch: QueueBatch, start: int, results: list[Any]) -> None:
+        # this batch's answer goes before those of the waiters its adds wake (they run inside
+        # it): the writer learns first that its item is stored, and sends its next request
+        # while the readers' answers are still going out (the many-clients producer)
+        first_answer = len(self._replies)
         core = self.core
         stats = self.stats
         ops = batch.ops
@@ -394,7 +398,7 @@ class QueueActor(GeventActor):
             else:
                 raise ValueError(f"unknown queue operation {op!r}")
         self._forward_expired()
-        self._replies.append((_reply_to(batch), BatchDone(results)))
+        self._replies.insert(first_answer, (_reply_to(batch), BatchDone(results)))
 
     def _add(self, data: bytes, expiry: int, now_ms: int) -> Any:
         """Add to this queue: True, False (refused) or a :class:`JournalFailure`."""

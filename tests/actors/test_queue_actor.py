@@ -16,10 +16,11 @@ import pytest
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
 from kestrel_actors.messages import (
-    Add, Confirm, Flush, JournalFailure, Open, OpenMany, Peek, PutBack, Remove, RemoveMany,
-    Unremove,
+    Add, Confirm, Flush, JournalFailure, Open, OpenMany, Peek, PutBack, QueueBatch, Remove,
+    RemoveMany, Unremove,
 )
 from kestrel_actors.queue import QueueCore
+from kestrel_actors.runtime import ReplyFuture
 
 from ..helpers import World, batch_reply as later, resolve_queue as resolve, run_batch as run, settle
 
@@ -151,6 +152,29 @@ def test_a_blocking_read_is_woken_by_a_put(jobs):
     assert not waiting.ready()  # parked on the empty queue
     assert run(jobs, Add(b"late", 0)) == [True]
     assert data(waiting.get(timeout=1).results) == [b"late"]
+
+
+class _Answered:
+    """A reply-to that notes, in one list shared with others, who was answered when."""
+
+    def __init__(self, name: str, order: list[str]) -> None:
+        self.name, self.order, self.done = name, order, ReplyFuture()
+
+    def tell(self, message) -> None:
+        self.order.append(self.name)
+        self.done.set(message)
+
+
+def test_a_put_that_wakes_a_reader_is_answered_before_the_reader(jobs):
+    # the writer waits for STORED to send its next item; the woken reader's VALUE can follow
+    order: list[str] = []
+    reader, writer = _Answered("reader", order), _Answered("writer", order)
+    jobs.tell(QueueBatch([Remove(soon())], None, reader))
+    gevent.sleep(0.05)
+    jobs.tell(QueueBatch([Add(b"item", 0)], None, writer))
+    assert data(reader.done.get(timeout=1).results) == [b"item"]
+    assert writer.done.get(timeout=1).results == [True]
+    assert order == ["writer", "reader"]
 
 
 def test_a_blocking_read_times_out_with_a_miss(jobs):
