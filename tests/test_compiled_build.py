@@ -170,20 +170,18 @@ REQUEST_PATH = {
     "SessionContext.writes_allowed": set(),
     "SessionContext.reads_allowed": set(),
     "QueueActor._run": {"deadline"},  # a fetch's deadline: one of five operation classes
-    # the journal's Protocol (a file or a memory journal), the config; bound methods handed over
-    "QueueActor._add": {"failure", "fanout_only", "max_item_size"},
-    "QueueActor._send_replies": {"after_durable", "send", "fail"},
+    "QueueActor._add": set(),
+    "QueueActor._send_replies": {"send", "fail"},  # bound methods handed over
     "_HeldReplies.send": set(),
-    # the journal's Protocol (a file or a memory journal)
-    "QueueCore.add": {"check_rotate", "in_read_behind", "start_read_behind", "add", "remove"},
-    "QueueCore.remove": {"check_rotate", "remove_tentative", "remove"},
+    "QueueCore.add": set(),
+    "QueueCore.remove": set(),
     "Dispatcher._run": {"switch"},  # gevent's hub
     "Dispatcher.tell_from_hub": {"loop", "pendingcnt"},
     "GeventRef.tell": {" not found"},  # the message of a tell to a stopped actor
     "record_batch": {"add_time"},  # a fetch's result
     "SessionActor.fetch": set(),
     "FileJournal.rotation_due": set(),
-    "QueueActor.may_run_on_hub": {"in_read_behind", "rotation_due"},  # the journal's Protocol
+    "QueueActor.may_run_on_hub": set(),
 }
 """Compiled functions that run for every SET or GET (at 100 clients, or alone) (``Class.method`` or a module's
 function), and the names each may still look up (the actors' ``on_receive`` is left out: past

@@ -403,9 +403,10 @@ class QueueActor(GeventActor):
     def _add(self, data: bytes, expiry: int, now_ms: int) -> Any:
         """Add to this queue: True, False (refused) or a :class:`JournalFailure`."""
         core = self.core
-        if core.config.fanout_only and self.is_master:
+        limits = core.limits
+        if limits.fanout_only and self.is_master:
             # the size check comes first; a child inherits fanout_only to no effect (behaviour §5.9)
-            return not core.closed and len(data) <= core.config.max_item_size
+            return not core.closed and len(data) <= limits.max_item_size
         failure = core.journal.failure
         if failure is not None:
             return JournalFailure(failure)  # refused before the queue changes

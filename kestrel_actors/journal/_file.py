@@ -1,6 +1,6 @@
 """The journal of a queue on disk: Kestrel's records in ``<data_dir>/<name>`` (behaviour §6).
 
-:class:`FileJournal` implements the :class:`~kestrel_actors.journal.Journal` protocol. Each
+:class:`FileJournal` implements the :class:`~kestrel_actors.journal.Journal` base class. Each
 call encodes its record and hands it to the queue's :class:`JournalWriter` greenlet, so the
 queue actor never waits for the disk on an ordinary change; :meth:`after_durable` is how it
 holds a reply until the ``sync_journal`` policy is met. :meth:`size` (``logsize``) counts
@@ -32,7 +32,7 @@ from greenlet import getcurrent
 
 from ..config import QueueConfig
 from ..queue import QueueCore, QueueLimits
-from ..queue._journal import Item
+from ..queue._journal import Item, Journal
 from ._failures import FailureLog
 from ._files import (
     archived_files,
@@ -86,7 +86,7 @@ def queue_length(queue: Any) -> int:
     return len(queue.items) if length is None else length
 
 
-class FileJournal:
+class FileJournal(Journal):
     """One queue's journal files, written through a :class:`JournalWriter` greenlet.
 
     ``queue`` arguments (:meth:`check_rotate`, :meth:`rewrite`) need ``items`` (the in-memory
@@ -97,12 +97,11 @@ class FileJournal:
     def __init__(self, data_dir: str, name: str, config: QueueConfig, *, archived_size: int | None = None,
                  max_timestamp: int = 0, read_behind: ReadBehindPosition | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
         self.data_dir = data_dir
         self.name = name
         self.config = config
         self.path = os.path.join(data_dir, name)
-        self.failure: OSError | None = None
-        """The writer's failure while it is failing (a plain attribute: read on every add)."""
         self._writer = JournalWriter(self.path, config.sync_journal, name, on_state=self._writer_state)
         if archived_size is None:
             archives = archived_files(data_dir, name)
@@ -125,7 +124,6 @@ class FileJournal:
         if read_behind is not None:
             self._reader = self._read_behind_from(read_behind)
         self.closed = False
-        self.maintenance_due = False
         self._hub = gevent.get_hub()
         self.metrics: Any = None
         """Where rotations and rewrites record their durations (``journal_rotation_usec``,
@@ -141,7 +139,7 @@ class FileJournal:
         if self.metrics is not None:
             self.metrics.histogram(name).add(int((time.perf_counter() - started) * 1e6))
 
-    # -- the Journal protocol ---------------------------------------------------------------
+    # -- the Journal base class -------------------------------------------------------------
 
     def add(self, item: Item) -> None:
         self._writer.append(encode_add(item))

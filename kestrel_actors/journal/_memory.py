@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..queue import Item
+from ..queue import Item, Journal
 
 __all__ = ["MemoryJournal"]
 
 
-class MemoryJournal:
-    """The journal of a queue that keeps nothing on disk (``keep_journal = false``)."""
-
-    maintenance_due = False
+class MemoryJournal(Journal):
+    """The journal of a queue that keeps nothing on disk (``keep_journal = false``); its
+    ``failure`` stays ``None`` and ``maintenance_due`` False (set by ``Journal.__init__``)."""
 
     def add(self, item: Item) -> None:
         pass
@@ -29,8 +28,6 @@ class MemoryJournal:
 
     def confirm_remove(self, xid: int) -> None:
         pass
-
-    failure: OSError | None = None  # a memory journal never fails a write
 
     def after_durable(self, callback: Callable[[], None],
                       on_error: Callable[[OSError], None] | None = None) -> None:
@@ -54,7 +51,10 @@ class MemoryJournal:
     def observe(self, metrics: Any, sync_stats: Any) -> None:
         pass  # no files: nothing to time
 
-    in_read_behind = False
+    @property
+    def in_read_behind(self) -> bool:
+        return False
+
     rewrites = 0
     rotations = 0
 

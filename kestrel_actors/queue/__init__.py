@@ -1,7 +1,7 @@
 """The queue's own logic, with no actors and no I/O: what a queue is and the rules it keeps.
 
 :class:`QueueCore` (Kestrel's ``PersistentQueue``), the :class:`WaitList` of parked fetches,
-:class:`Item`, and the :class:`Journal` protocol a queue writes through (``journal/``
+:class:`Item`, and the :class:`Journal` base class a queue writes through (``journal/``
 implements it). Both ``journal/`` and ``actors/`` import this room; it imports neither.
 """
 

@@ -86,7 +86,7 @@ class QueueLimits:
 
     __slots__ = ("max_items", "max_size", "max_item_size", "max_age", "max_memory_size",
                  "discard_old_when_full", "open_transaction_timeout", "max_journal_size",
-                 "default_journal_size")
+                 "default_journal_size", "fanout_only")
 
     def __init__(self, config: QueueConfig) -> None:
         self.max_items: int = config.max_items
@@ -99,6 +99,7 @@ class QueueLimits:
         # read by the journal's rotation_due, once per request of a queue run on the hub
         self.max_journal_size: int = config.max_journal_size
         self.default_journal_size: int = config.default_journal_size
+        self.fanout_only: bool = config.fanout_only  # read by the queue actor for every add
 
 
 class QueueCore:

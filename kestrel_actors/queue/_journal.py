@@ -1,4 +1,4 @@
-"""What a queue needs from its journal: the :class:`Journal` protocol and the :class:`Item` it writes.
+"""What a queue needs from its journal: the :class:`Journal` base class and the :class:`Item` it writes.
 
 The queue calls one method per change, in the order the changes happen (these mirror
 Kestrel's journal records, behaviour §6.3). A journal may write lazily, but must keep that order, and
@@ -9,7 +9,9 @@ durable as the queue's ``sync_journal`` policy promises.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 __all__ = ["Item", "Journal"]
 
@@ -41,29 +43,47 @@ class Item:
         )
 
 
-class Journal(Protocol):
-    """The journal interface of one queue (the calls match Kestrel's records, behaviour §6.3)."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Journal:
+    """The journal interface of one queue (the calls match Kestrel's records, behaviour §6.3).
+
+    A base class rather than a ``Protocol``: the queue calls its journal several times per
+    request, and compiled code calls a ``Protocol``'s methods by name but a base class's through
+    its method table (ADR 0015). ``FileJournal`` and ``MemoryJournal`` subclass it; a subclass
+    calls ``super().__init__()``, which sets the two attributes below.
+    """
+
+    failure: OSError | None
+    """Set while the journal cannot write (a full disk, an I/O error); ``None`` otherwise.
+    A queue refuses adds meanwhile; changes already made are written once it recovers."""
+
+    maintenance_due: bool
+    """A rotation or rewrite is due but was left for the queue's own greenlet, which calls
+    :meth:`check_rotate` again (and clears this) before it answers the batch that found it."""
+
+    def __init__(self) -> None:
+        self.failure = None
+        self.maintenance_due = False
 
     def add(self, item: Item) -> None:
         """An item was appended at the tail (ADDX)."""
+        raise NotImplementedError
 
     def remove(self) -> None:
         """The head item was removed for good (REMOVE)."""
+        raise NotImplementedError
 
     def remove_tentative(self, xid: int) -> None:
         """The head item was opened under ``xid`` (REMOVE_TENTATIVE_XID)."""
+        raise NotImplementedError
 
     def unremove(self, xid: int) -> None:
         """Open item ``xid`` went back to the head (UNREMOVE)."""
+        raise NotImplementedError
 
     def confirm_remove(self, xid: int) -> None:
         """Open item ``xid`` was confirmed (CONFIRM_REMOVE)."""
-
-    @property
-    def failure(self) -> OSError | None:
-        """Set while the journal cannot write (a full disk, an I/O error); ``None`` otherwise.
-        A queue refuses adds meanwhile; changes already made are written once it recovers.
-        (Read-only here: a journal that never fails may hold a plain ``None``.)"""
+        raise NotImplementedError
 
     def after_durable(self, callback: Callable[[], None],
                       on_error: Callable[[OSError], None] | None = None) -> None:
@@ -73,27 +93,34 @@ class Journal(Protocol):
         With ``on_error``, a failing journal calls ``on_error(exc)`` instead, without waiting
         for it to recover (the changes stay pending and are written once it does).
         """
+        raise NotImplementedError
 
     def hold(self) -> int:
         """Write nothing appended from now on until :meth:`release` gets the token returned
         (an expiry move's REMOVE waits for the target's ADD to be durable)."""
+        raise NotImplementedError
 
     def release(self, token: int) -> None:
         """End one :meth:`hold`."""
+        raise NotImplementedError
 
     def size(self) -> int:
         """Bytes in the current journal file (the ``logsize`` stat)."""
+        raise NotImplementedError
 
     def close(self) -> None:
         """Flush and close; the journal is not used again."""
+        raise NotImplementedError
 
     def erase(self) -> None:
         """Close and delete every file of this journal (the queue was deleted)."""
+        raise NotImplementedError
 
     def observe(self, metrics: Any, sync_stats: Any) -> None:
         """Record file work from now on: rotation and rewrite times in ``metrics`` (the
         queue's: ``histogram(name).add(value)``), fdatasyncs in ``sync_stats`` (the server's,
         a ``journal.SyncStats``)."""
+        raise NotImplementedError
 
     # -- rotation and read-behind (behaviour §6.6, §5.8); no-ops for a journal without files ----------
     # ``queue`` below is the queue's state: ``items`` (in memory, head first), ``open_reads``
@@ -103,25 +130,27 @@ class Journal(Protocol):
     @property
     def in_read_behind(self) -> bool:
         """True while some of the queue's items are only on disk."""
+        raise NotImplementedError
 
     def check_rotate(self, queue: Any) -> None:
         """Kestrel's checkRotateJournal: in an add before ``add()``, in a remove after it.
 
         Called on the hub (a queue run from a socket callback), where file work may not wait,
         a journal that finds a rotation or rewrite due sets :attr:`maintenance_due` instead."""
+        raise NotImplementedError
 
     def rotation_due(self, queue: Any) -> bool:
         """Whether :meth:`check_rotate` has file work to do for ``queue`` now."""
-
-    maintenance_due: bool
-    """A rotation or rewrite is due but was left for the queue's own greenlet, which calls
-    :meth:`check_rotate` again (and clears this) before it answers the batch that found it."""
+        raise NotImplementedError
 
     def rewrite(self, queue: Any) -> bool:
         """Compact every file into one holding ``queue``'s open reads and items."""
+        raise NotImplementedError
 
     def start_read_behind(self) -> None:
         """From now on the queue keeps new items on disk only."""
+        raise NotImplementedError
 
     def read_behind(self) -> Item | None:
         """The next on-disk item to bring into memory; ``None`` ends read-behind."""
+        raise NotImplementedError

@@ -317,7 +317,7 @@ class FailingJournal(MemoryJournal):
     or writes that fail when made durable (``fail_writes``)."""
 
     def __init__(self) -> None:
-        self.failure = None
+        super().__init__()
         self.fail_writes = False
 
     def after_durable(self, callback, on_error=None) -> None:

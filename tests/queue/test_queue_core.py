@@ -14,6 +14,7 @@ NOW = 1_700_000_000_000
 
 class RecordingJournal(MemoryJournal):
     def __init__(self) -> None:
+        super().__init__()
         self.records: list[tuple] = []
 
     def add(self, item):
