@@ -180,6 +180,8 @@ REQUEST_PATH = {
     "GeventRef.tell": {" not found"},  # the message of a tell to a stopped actor
     "record_batch": {"add_time"},  # a fetch's result
     "SessionActor.fetch": set(),
+    # a parked batch's session (a batch is a message, a room above); heapify when compacting
+    "WaitList.park": {"session", "heapify", "next"},
     "FileJournal.rotation_due": set(),
     "QueueActor.may_run_on_hub": set(),
 }

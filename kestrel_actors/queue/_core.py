@@ -275,6 +275,8 @@ class QueueCore:
 
     def discard_expired(self, now_ms: int, limit: int | None = None) -> int:
         """Remove expired items at the head, at most ``max_expire_sweep`` (behaviour §5.6)."""
+        if not self.length:
+            return 0  # nothing to expire: an empty queue (a flood's SET, a blocking read's GET)
         items = self.items
         if items and items[0].expiry == 0 and self.limits.max_age is None:
             return 0  # the head never expires: the common case, checked once per request

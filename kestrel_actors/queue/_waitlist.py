@@ -15,11 +15,12 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["WaitList", "Waiter"]
 
 _NEVER = float("inf")
+_heappush: Final = heapq.heappush  # through a C static, not the module's dict (ADR 0015)
 
 
 class Waiter:
@@ -71,7 +72,7 @@ class WaitList:
             heapq.heapify(deadlines)
         if len(arrivals) > 2 * self._count + 64:
             self._arrivals = deque(waiter for waiter in arrivals if waiter.parked)
-        heapq.heappush(deadlines, (deadline, next(self._order), waiter))
+        _heappush(deadlines, (deadline, next(self._order), waiter))
         if deadline < self._timer_at:
             self._set_timer(deadline)
 
