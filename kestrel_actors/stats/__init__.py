@@ -14,6 +14,7 @@ from ._server import (
     Histogram,
     QueueMetrics,
     ServerStats,
+    bucket_index,
     record_batch,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "Histogram",
     "QueueMetrics",
     "ServerStats",
+    "bucket_index",
     "record_batch",
 ]

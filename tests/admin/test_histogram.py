@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import random
 
-from kestrel_actors.stats import BOUNDS, SUM, Histogram
+from kestrel_actors.stats import BOUNDS, SUM, Histogram, bucket_index
 
 
 def test_memory_is_fixed_whatever_is_recorded():
@@ -17,6 +18,14 @@ def test_memory_is_fixed_whatever_is_recorded():
     histogram.add(-5)  # a clock step backwards counts as 0
     assert len(histogram.buckets) == size == len(BOUNDS) + 2 == SUM + 1  # the buckets, overflow, the sum
     assert histogram.count == 100_002
+
+
+def test_a_value_goes_to_the_first_bucket_whose_bound_is_not_below_it():
+    # bucket_index works the bucket out from the bounds' rule; a search of BOUNDS is the truth
+    near_bounds = [bound + step for bound in BOUNDS for step in (-1, 0, 1)]
+    near_powers = [2**power + step for power in range(40) for step in (-1, 0, 1)]
+    for value in [*range(-10, 70_000), *near_bounds, *near_powers]:
+        assert bucket_index(value) == bisect.bisect_left(BOUNDS, value), value
 
 
 def test_percentiles_are_within_a_bucket_of_the_truth():
