@@ -180,6 +180,9 @@ REQUEST_PATH = {
     "GeventRef.tell": {" not found"},  # the message of a tell to a stopped actor
     "record_batch": {"add_time"},  # a fetch's result
     "SessionActor.fetch": set(),
+    # an except clause's class; the idle timer's loop (gevent's), when an idle timeout is set
+    "SocketTransport._readable": {"BlockingIOError", "loop", "now"},
+    "SocketTransport._account": set(),
     # a parked batch's session (a batch is a message, a room above); heapify when compacting
     "WaitList.park": {"session", "heapify", "next"},
     "FileJournal.rotation_due": set(),

@@ -9,6 +9,7 @@ import importlib
 
 from ._commands import *  # noqa: F403
 from ._commands import __all__ as _commands_all
+from ._decoder import Decoder
 from ._memcache import *  # noqa: F403
 from ._memcache import __all__ as _memcache_all
 from ._text import *  # noqa: F403
@@ -31,4 +32,4 @@ def __getattr__(name: str) -> object:
 
 # each room's own __all__ (lists of names; ruff cannot see through the star re-exports); the
 # thrift names are reached through __getattr__ above
-__all__ = [*_commands_all, *_memcache_all, *_text_all, *_text_commands_all]  # noqa: PLE0604
+__all__ = ["Decoder", *_commands_all, *_memcache_all, *_text_all, *_text_commands_all]  # noqa: PLE0604

@@ -37,6 +37,8 @@ import gevent
 import structlog
 from mypy_extensions import mypyc_attr
 
+from ..protocol import Decoder
+
 if TYPE_CHECKING:
     from ..stats import ServerStats
     from ._budget import BufferBudget
@@ -146,7 +148,7 @@ class SocketTransport(Transport):
     def __init__(
         self,
         sock: Any,
-        decoder: Any,
+        decoder: Decoder,
         on_commands: Callable[[list[Any]], None],
         on_eof: Callable[[], None],
         stats: ServerStats,
