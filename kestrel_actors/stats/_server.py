@@ -6,7 +6,7 @@ integers avoids a message per request just to count it.
 
 Latencies (Kestrel's ostrich metrics ``set_latency_usec``, ``get_hit_latency_usec``,
 ``get_miss_latency_usec``, ``delivery_latency_msec``, ``get_timeout_msec``) go into
-:class:`Histogram`\\ s of fixed log-scale buckets: recording one value is a bisection and two
+:class:`Histogram`\\ s of fixed log-scale buckets: recording one value is a bucket worked out from the value and two
 additions, and a histogram's memory never grows (Kestrel's sample-keeping collectors leaked:
 its issues 95/96). They are kept per queue, in :class:`QueueMetrics`, created when the
 collection creates the queue and dropped when it deletes it; the server-wide figure is the
@@ -21,7 +21,6 @@ server-wide only: :class:`ServerStats` keeps them, with the ``fsync_error_<class
 
 from __future__ import annotations
 
-import bisect
 import time
 from operator import add
 from typing import Any, ClassVar, Final
@@ -59,6 +58,7 @@ def bucket_index(value: int) -> int:
     base = 1 << ((value - 1).bit_length() - 1)  # the largest power of two below value
     step = base >> 2
     return 4 * base.bit_length() - 8 + (value - base - 1) // step
+
 
 LATENCIES = (
     "set_latency_usec",
@@ -163,7 +163,7 @@ class Histogram:
         seen = 0
         index = 0
         for bound in bounds:
-            limit = _bisect_left(BOUNDS, bound)
+            limit = bucket_index(bound)
             while index <= limit:
                 seen += self.buckets[index]
                 index += 1
@@ -174,7 +174,6 @@ class Histogram:
 # Final: compiled code reads these from a C static, not from the module's dict, on every batch
 _perf_counter: Final = time.perf_counter
 _time: Final = time.time
-_bisect_left: Final = bisect.bisect_left
 
 
 def _bound(index: int) -> int:
