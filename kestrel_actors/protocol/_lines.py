@@ -34,6 +34,8 @@ def next_line(buffer: bytes | bytearray, pos: int, limit: int) -> tuple[bytes | 
     end = eol - 1 if eol > pos and buffer[eol - 1] == 13 else eol
     if end - pos > limit:
         return TOO_LONG, pos
+    if type(buffer) is bytes:  # a read parsed in place: its slice is the line, no bytes() call
+        return buffer[pos:end], eol + 1
     return bytes(buffer[pos:end]), eol + 1
 
 

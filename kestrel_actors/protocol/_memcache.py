@@ -233,7 +233,9 @@ class MemcacheDecoder(Decoder):
                 if isinstance(header, Bad):
                     commands.append(header)
                 else:
-                    commands.append(Set(header[0], header[1], bytes(source[pos : pos + count])))
+                    data = source[pos : pos + count]
+                    # a read parsed in place slices to bytes already: no bytes() call for it
+                    commands.append(Set(header[0], header[1], data if type(data) is bytes else bytes(data)))
                 pos += count + 2
                 self._storage = None
                 continue

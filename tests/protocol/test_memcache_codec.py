@@ -36,6 +36,17 @@ def test_input_split_at_every_byte_gives_the_same_commands():
         assert decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) == expected
 
 
+@pytest.mark.parametrize("kind", [bytes, bytearray])
+def test_an_items_data_is_bytes_whatever_the_read_was(kind):
+    # a read parsed in place hands out its own slices; one kept in the decoder's bytearray
+    # must not hand out bytearray slices (an item is stored, journaled and replied as bytes)
+    stream = b"set q 0 0 5\r\nhello\r\nset q 0 0 3\r\nabc\r\n"
+    decoder = MemcacheDecoder()
+    commands = decoder.feed(kind(stream[:20])) + decoder.feed(kind(stream[20:]))
+    assert commands == [p.Set("q", 0, b"hello"), p.Set("q", 0, b"abc")]
+    assert [type(command.data) for command in commands] == [bytes, bytes]
+
+
 def test_pipelined_requests_come_out_in_order():
     commands = decode(b"set a 0 0 1\r\nx\r\nget a\r\nversion\r\ndelete a\r\n")
     assert [type(c) for c in commands] == [p.Set, p.Get, p.Version, p.Delete]
