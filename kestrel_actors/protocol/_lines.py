@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["STATUS_NAMES", "TOO_LONG", "int32", "int32_text", "next_line"]
+__all__ = ["STATUS_NAMES", "TOO_LONG", "bytes_between", "int32", "int32_text", "next_line"]
 
 STATUS_NAMES = frozenset(("up", "readonly", "writeavoid", "quiescent"))
 """The server statuses a client may name (behaviour §7.2)."""
@@ -34,9 +34,18 @@ def next_line(buffer: bytes | bytearray, pos: int, limit: int) -> tuple[bytes | 
     end = eol - 1 if eol > pos and buffer[eol - 1] == 13 else eol
     if end - pos > limit:
         return TOO_LONG, pos
-    if type(buffer) is bytes:  # a read parsed in place: its slice is the line, no bytes() call
-        return buffer[pos:end], eol + 1
-    return bytes(buffer[pos:end]), eol + 1
+    return bytes_between(buffer, pos, end), eol + 1
+
+
+def bytes_between(buffer: bytes | bytearray, start: int, end: int) -> bytes:
+    """``buffer[start:end]`` as ``bytes``: a line, an item's data, a frame.
+
+    A read parsed in place is ``bytes``, whose slice already is (typed so, the compiled build
+    slices it natively); the decoder's kept ``bytearray`` is copied out.
+    """
+    if type(buffer) is bytes:
+        return buffer[start:end]
+    return bytes(buffer[start:end])
 
 
 def int32(token: bytes) -> int | None:

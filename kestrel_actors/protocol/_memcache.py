@@ -42,7 +42,7 @@ from ._commands import (
     Version,
 )
 from ._decoder import Decoder
-from ._lines import STATUS_NAMES, TOO_LONG, int32, int32_text, next_line
+from ._lines import STATUS_NAMES, TOO_LONG, bytes_between, int32, int32_text, next_line
 
 __all__ = [
     "CLIENT_ERROR",
@@ -233,9 +233,7 @@ class MemcacheDecoder(Decoder):
                 if isinstance(header, Bad):
                     commands.append(header)
                 else:
-                    data = source[pos : pos + count]
-                    # a read parsed in place slices to bytes already: no bytes() call for it
-                    commands.append(Set(header[0], header[1], data if type(data) is bytes else bytes(data)))
+                    commands.append(Set(header[0], header[1], bytes_between(source, pos, pos + count)))
                 pos += count + 2
                 self._storage = None
                 continue

@@ -45,6 +45,7 @@ from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from .._names import name_from_wire
 from ._commands import Bad
 from ._decoder import Decoder
+from ._lines import bytes_between
 from ._memcache import DROP  # no reply, close: what Finagle does when a read fails
 
 TBinaryProtocol: Any = _protocol.TBinaryProtocol  # thriftpy2 has no type information
@@ -455,7 +456,7 @@ class ThriftDecoder(Decoder):
                 break
             if size - pos - 4 < length:
                 break
-            call = decode_frame(bytes(source[pos + 4 : pos + 4 + length]))
+            call = decode_frame(bytes_between(source, pos + 4, pos + 4 + length))
             pos += 4 + length
             commands.append(call)
             if type(call) is Bad and call.close:

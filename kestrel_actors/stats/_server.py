@@ -6,10 +6,11 @@ integers avoids a message per request just to count it.
 
 Latencies (Kestrel's ostrich metrics ``set_latency_usec``, ``get_hit_latency_usec``,
 ``get_miss_latency_usec``, ``delivery_latency_msec``, ``get_timeout_msec``) go into
-:class:`Histogram`\\ s of fixed log-scale buckets: recording one value is a bucket worked out from the value and two
-additions, and a histogram's memory never grows (Kestrel's sample-keeping collectors leaked:
-its issues 95/96). They are kept per queue, in :class:`QueueMetrics`, created when the
-collection creates the queue and dropped when it deletes it; the server-wide figure is the
+:class:`Histogram`\\ s of fixed log-scale buckets: recording one value is its bucket worked out
+from the value (:func:`bucket_index`, no search) and two additions, and a histogram's memory
+never grows (Kestrel's sample-keeping collectors leaked: its issues 95/96). They are kept per
+queue, in :class:`QueueMetrics`, created when the collection creates the queue and dropped
+when it deletes it; the server-wide figure is the
 sum of the live queues' and of those retired (:meth:`ServerStats.forget_queue`).
 
 Kestrel's other per-queue metrics (:data:`QUEUE_METRICS`) are per queue only, as Kestrel had
