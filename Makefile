@@ -1,8 +1,8 @@
 # The two commands of the README: `make run` and `make test`. `make run` installs only what serving
-# needs (`pip install -e .`: the server, the client and the CLI); `make test` installs every extra
-# (spark, load, test) and the Debian packages the tests drive (chromium and chromium-driver,
-# thrift-compiler, libmemcached-tools) when they are missing, so a fresh clone with Python 3.11 and
-# Java 17 is enough.
+# needs (`pip install -e '.[build]'`: the server, the client, the CLI and mypyc to compile them) and
+# the compiled build; `make test` installs every extra (spark, load, test) and the Debian packages
+# the tests drive (chromium and chromium-driver, thrift-compiler, libmemcached-tools) when they are
+# missing, so a fresh clone with Python 3.11 and Java 17 is enough.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -19,10 +19,12 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 
 .PHONY: run test test-pure compiled lint bench install clean memcached-tools thrift-compiler browser node-clients zookeeper
 
-# The compiled build (ADR 0015): `pip install -e .` compiles the request path's modules with mypyc
-# in place (`.so` beside each `.py`); `compiled` rebuilds them whenever one of their sources is
-# newer, so `make test` never runs a stale build (the package would fall back to pure Python).
-# KESTREL_ACTORS_MYPYC=1 makes a missing C compiler an error here, not a silent pure run.
+# The compiled build (ADR 0015): the request path's modules compiled with mypyc in place (`.so`
+# beside each `.py`), profile-guided with gcc (PGO=1: compiled instrumented, trained by
+# `kestrel_actors.loadtests.training`, compiled again; PGO=0 compiles once, plainly). It is rebuilt
+# whenever one of its sources is newer, so no target runs a stale build (the package would fall
+# back to pure Python). MYPYC=1, which the test targets set, makes a missing C compiler an error,
+# not a silent pure run; `make run` leaves it unset: compiled when possible, else pure Python.
 COMPILED_SOURCES := $(shell sed -n 's/^    "\(kestrel_actors\.[a-z_.]*\)",$$/\1/p' kestrel_actors/_compiled.py \
 	| tr . / | sed 's/$$/.py/')
 COMPILED_STAMP := $(VENV)/.compiled
@@ -34,19 +36,21 @@ PURE_TESTS := tests/protocol tests/queue tests/journal tests/session tests/actor
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 
+# pip installs the package pure (KESTREL_ACTORS_MYPYC=0); $(COMPILED_STAMP) then compiles it in
+# place, profile-guided, which needs the server's dependencies installed first.
 $(SERVE_STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e .
+	KESTREL_ACTORS_MYPYC=0 $(BIN)/python -m pip install -q -e '.[build]'
 	touch $(SERVE_STAMP)
 
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
-	KESTREL_ACTORS_MYPYC=1 $(BIN)/python -m pip install -q -e '.[test,spark,load]'
-	touch $(STAMP) $(SERVE_STAMP) $(COMPILED_STAMP)
+	KESTREL_ACTORS_MYPYC=0 $(BIN)/python -m pip install -q -e '.[build,test,spark,load]'
+	touch $(STAMP) $(SERVE_STAMP)
 
-install: $(STAMP)
+install: $(STAMP) $(COMPILED_STAMP)
 
-run: $(SERVE_STAMP)
+run: $(SERVE_STAMP) $(COMPILED_STAMP)
 	$(BIN)/kestrel-actors serve $(RUN_FLAGS)
 
 # libmemcached's memcstat/memcping, which the client tests run against the server: Debian's
@@ -98,8 +102,12 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check kestrel_actors
 	$(BIN)/python -m mypy
 
-$(COMPILED_STAMP): $(STAMP) setup.py $(COMPILED_SOURCES)
-	KESTREL_ACTORS_MYPYC=1 $(BIN)/python setup.py -q build_ext --inplace
+PGO ?= 1
+MYPYC ?=
+test bench install compiled: MYPYC := 1
+
+$(COMPILED_STAMP): $(SERVE_STAMP) setup.py $(COMPILED_SOURCES)
+	KESTREL_ACTORS_MYPYC=$(MYPYC) KESTREL_ACTORS_PGO=$(PGO) $(BIN)/python setup.py -q build_ext --inplace
 	touch $(COMPILED_STAMP)
 
 compiled: $(COMPILED_STAMP)
@@ -111,13 +119,13 @@ TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -rfE -n $(TEST_WORKERS) --dist loadfile
 
 test: $(STAMP) $(COMPILED_STAMP) memcached-tools thrift-compiler browser node-clients zookeeper
-	KESTREL_ACTORS_EXPECT_COMPILED=1 $(PYTEST)
+	KESTREL_ACTORS_EXPECT_COMPILED=1 KESTREL_ACTORS_EXPECT_PROFILE=$(PGO) $(PYTEST)
 
 # the same tests on the pure-Python source, the compiled build left in place (KESTREL_ACTORS_PURE)
 test-pure: $(STAMP) memcached-tools thrift-compiler
 	KESTREL_ACTORS_PURE=1 $(PYTEST) $(PURE_TESTS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(COMPILED_STAMP)
 	PEER=$(PEER) $(BIN)/python -m kestrel_actors.loadtests.bench --write docs/benchmarks.md
 
 clean:

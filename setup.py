@@ -3,12 +3,22 @@
 ``KESTREL_ACTORS_MYPYC``: ``1`` compiles the modules of ``kestrel_actors/_compiled.py`` with mypyc
 and fails if it cannot; ``0`` installs pure Python; unset compiles when a C compiler works and mypy
 (which ships mypyc) is importable, else installs pure Python and says so in one line. ADR 0015.
+
+``KESTREL_ACTORS_PGO=1`` (what ``make run`` and ``make test`` set) makes an in-place build
+(``setup.py build_ext --inplace``) profile-guided with gcc: compile instrumented, run the training
+load (``kestrel_actors.loadtests.training``, which needs the server's dependencies installed),
+compile again from its profile. Any failure on the way falls back to the plain compile, and the
+instrumented build is never left in place. ``pip install .`` compiles plainly: its isolated build
+environment has no server to train.
 """
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -18,7 +28,13 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 SWITCH = "KESTREL_ACTORS_MYPYC"
+PGO_SWITCH = "KESTREL_ACTORS_PGO"
 HERE = os.path.dirname(os.path.abspath(__file__))
+PROFILE_DIR = os.path.join(HERE, "build", "pgo")
+PROFILE_MARKER = os.path.join(HERE, "kestrel_actors", "_profile_guided.txt")
+"""``kestrel_actors._compiled.PROFILE_MARKER``: written after a profile-guided compile in place."""
+"""Where the instrumented build writes its counts (``.gcda``), emptied before each training."""
+TRAINING_SECONDS = 900
 
 
 def compiled_modules() -> tuple[str, ...]:
@@ -77,17 +93,100 @@ def ext_modules() -> list[Any]:
                     opt_level="3")
 
 
+def c_compiler_is_gcc(command: list[str]) -> bool:
+    try:
+        version = subprocess.run([command[0], "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Free Software Foundation" in version
+
+
 class BuildExt(build_ext):
-    """``build_ext`` that gives every extension it outputs the build's time: mypyc rewrites only
-    the C files whose code changed, so an extension can come out older than a ``.py`` edited
-    before the build, and the package's stale-build guard (``_compiled.py``) compares the two."""
+    """``build_ext`` that can build profile-guided (``KESTREL_ACTORS_PGO=1``, above) and that gives
+    every extension it outputs the build's time: mypyc rewrites only the C files whose code
+    changed, so an extension can come out older than a ``.py`` edited before the build, and the
+    package's stale-build guard (``_compiled.py``) compares the two."""
 
     def run(self) -> None:
-        super().run()
+        if self.extensions and os.path.exists(PROFILE_MARKER):  # whatever is compiled now has no profile yet
+            os.remove(PROFILE_MARKER)
+        if self.extensions and os.environ.get(PGO_SWITCH, "").strip() == "1":
+            self.run_profile_guided()
+        else:
+            super().run()
+        for path in self.outputs_in_place():
+            os.utime(path)
+
+    def outputs_in_place(self) -> list[str]:
+        return [path for path in map(self.get_ext_fullpath, (ext.name for ext in self.extensions))
+                if os.path.exists(path)]
+
+    def compile_with(self, compile_flags: list[str], link_flags: list[str]) -> None:
+        """One full compile of every extension with these flags added to mypyc's own."""
+        if not hasattr(self, "base_flags"):
+            self.base_flags = {ext.name: (list(ext.extra_compile_args), list(ext.extra_link_args))
+                               for ext in self.extensions}
+            self.compiler_choice = self.compiler
         for ext in self.extensions:
-            path = self.get_ext_fullpath(ext.name)
-            if os.path.exists(path):
-                os.utime(path)
+            base_compile, base_link = self.base_flags[ext.name]
+            ext.extra_compile_args = base_compile + compile_flags
+            ext.extra_link_args = base_link + link_flags
+        self.compiler = self.compiler_choice  # run() replaces the choice with the compiler it made
+        self.force = True
+        super().run()
+
+    def why_not_profile_guided(self) -> str | None:
+        if not self.inplace:
+            return "not an in-place build (setup.py build_ext --inplace): no server to train"
+        from setuptools._distutils.ccompiler import new_compiler
+        from setuptools._distutils.sysconfig import customize_compiler
+
+        compiler = new_compiler()
+        customize_compiler(compiler)
+        command = getattr(compiler, "compiler_so", None) or ["cc"]
+        if not c_compiler_is_gcc(command):
+            return f"the C compiler ({command[0]}) is not gcc"
+        return None
+
+    def run_profile_guided(self) -> None:
+        reason = self.why_not_profile_guided()
+        if reason is None:
+            try:
+                shutil.rmtree(PROFILE_DIR, ignore_errors=True)
+                os.makedirs(PROFILE_DIR)
+                profile = f"-fprofile-dir={PROFILE_DIR}"
+                # -fprofile-update=single: the counters of the one thread that runs Python (the
+                # others only wait on the disk); -fprofile-correction mends what a race costs.
+                self.compile_with(["-fprofile-generate", profile, "-fprofile-update=single"], ["-fprofile-generate"])
+                self.train()
+                # -fprofile-partial-training: what the training did not run (the text and thrift
+                # protocols, the admin's calls) stays optimised for speed, not for size.
+                self.compile_with(["-fprofile-use", profile, "-fprofile-correction", "-fprofile-partial-training",
+                                   "-Wno-missing-profile"], [])
+                with open(PROFILE_MARKER, "w") as marker:
+                    marker.write("profile-guided (gcc): trained by python -m kestrel_actors.loadtests.training\n")
+                print("kestrel-actors: compiled profile-guided", file=sys.stderr)
+                return
+            except Exception as exc:  # noqa: BLE001 - any failure falls back to the plain compile
+                reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+        print(f"kestrel-actors: compiled without a profile: {reason}", file=sys.stderr)
+        try:
+            self.compile_with([], [])
+        except BaseException:
+            # never leave an instrumented (or half-built) extension to be imported
+            for path in self.outputs_in_place():
+                os.remove(path)
+            raise
+
+    def train(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
+        env.pop("GCOV_PREFIX", None)
+        run = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.training"], cwd=HERE, env=env,
+                             timeout=TRAINING_SECONDS, check=False)
+        if run.returncode != 0:
+            raise RuntimeError(f"the training load failed (exit {run.returncode})")
+        if not glob.glob(os.path.join(PROFILE_DIR, "*.gcda")):
+            raise RuntimeError(f"the training load left no profile in {PROFILE_DIR}")
 
 
 setup(ext_modules=ext_modules(), cmdclass={"build_ext": BuildExt})

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["COMPILED_MODULES", "PURE_ENV", "compiled_state", "install_guard"]
+__all__ = ["COMPILED_MODULES", "PROFILE_MARKER", "PURE_ENV", "compiled_state", "install_guard", "profile_guided"]
 
 COMPILED_MODULES = (
     "kestrel_actors._names",
@@ -57,6 +57,10 @@ COMPILED_MODULES = (
 
 PURE_ENV = "KESTREL_ACTORS_PURE"
 """``KESTREL_ACTORS_PURE=1`` runs the pure-Python source of an installed compiled build."""
+
+PROFILE_MARKER = "_profile_guided.txt"
+"""The file beside this one that ``setup.py`` writes after a profile-guided compile, and removes
+before any other: its first line says what trained the profile."""
 
 _SLACK_SECONDS = 2.0
 """A wheel's files are unpacked in no set order: a ``.py`` written a moment after its extension is
@@ -135,3 +139,9 @@ def compiled_state() -> str:
     """``mypyc`` when the compiled build is in use, else ``no`` and why: what the memcache port's
     "listening" log line reports as ``compiled=``."""
     return _state
+
+
+def profile_guided() -> bool:
+    """Whether the compiled build in use was compiled from a training profile (gcc PGO): what the
+    "listening" log line reports as ``profile_guided``."""
+    return _state == "mypyc" and os.path.exists(os.path.join(_PACKAGE_DIR, PROFILE_MARKER))

@@ -25,7 +25,7 @@ from gevent.server import StreamServer
 from pykka import ActorRegistry
 
 from . import KESTREL_VERSION
-from ._compiled import compiled_state
+from ._compiled import compiled_state, profile_guided
 from .actors import QueueCollection, ServerStats
 from .actors._collection import QueueOpener, memory_opener
 from .config import ServerConfig
@@ -258,7 +258,7 @@ class Server:
             self._sweeper = gevent.spawn(self._sweep_forever, frequency)
         log.info("listening", protocol="memcache", host=self.config.host, port=listener.server_port,
                  data_dir=str(self.config.data_dir), open_file_limit=self.open_file_limit,
-                 compiled=compiled_state())
+                 compiled=compiled_state(), profile_guided=profile_guided())
 
     def _join_server_sets(self, *listeners: StreamServer | None) -> None:
         """Join ZooKeeper's read and write sets; the endpoints in Kestrel's order (memcache,

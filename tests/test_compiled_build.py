@@ -2,7 +2,8 @@
 source instead, and the guard that keeps a build older than its source out of use.
 
 Each case imports the package in a fresh interpreter: the guard decides once, at import.
-``make test`` sets ``KESTREL_ACTORS_EXPECT_COMPILED=1``: there the build must be in use.
+``make test`` sets ``KESTREL_ACTORS_EXPECT_COMPILED=1``: there the build must be in use; and
+``KESTREL_ACTORS_EXPECT_PROFILE=1`` unless run with ``PGO=0``: there it must be profile-guided.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import kestrel_actors
-from kestrel_actors._compiled import COMPILED_MODULES, PURE_ENV
+from kestrel_actors._compiled import COMPILED_MODULES, PROFILE_MARKER, PURE_ENV
 
 from .helpers import ServerProcess, wait_for
 
@@ -31,20 +32,30 @@ needs_build = pytest.mark.skipif(not BUILT, reason="a pure install: nothing comp
 
 PROBE = (
     "import importlib, json\n"
-    "from kestrel_actors._compiled import COMPILED_MODULES, compiled_state\n"
+    "from kestrel_actors._compiled import COMPILED_MODULES, compiled_state, profile_guided\n"
     "files = [importlib.import_module(name).__file__ for name in COMPILED_MODULES]\n"
-    "print(json.dumps({'state': compiled_state(), 'files': files}))\n"
+    "print(json.dumps({'state': compiled_state(), 'files': files, 'profile_guided': profile_guided()}))\n"
 )
 
 
-def probe(pythonpath: Path, **env: str) -> tuple[str, list[str], str]:
-    """Import every compiled module in a fresh interpreter: the guard's state, their files, stderr."""
+def probe_answer(pythonpath: Path, **env: str) -> tuple[dict, str]:
+    """Import every compiled module in a fresh interpreter: PROBE's answer, and stderr."""
     clean = {name: value for name, value in os.environ.items() if name != PURE_ENV}
     # in ``pythonpath``: ``python -c`` puts the working directory first on the path
     done = subprocess.run([sys.executable, "-c", PROBE], env={**clean, "PYTHONPATH": str(pythonpath), **env},
                           cwd=pythonpath, capture_output=True, text=True, timeout=120, check=True)
-    answer = json.loads(done.stdout)
-    return answer["state"], answer["files"], done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+def probe(pythonpath: Path, **env: str) -> tuple[str, list[str], str]:
+    """The guard's state, the compiled modules' files, stderr."""
+    answer, stderr = probe_answer(pythonpath, **env)
+    return answer["state"], answer["files"], stderr
+
+
+def probe_profile(pythonpath: Path, **env: str) -> bool:
+    """Whether the build in use there says it is profile-guided."""
+    return bool(probe_answer(pythonpath, **env)[0]["profile_guided"])
 
 
 def test_the_list_names_modules_that_exist():
@@ -59,6 +70,16 @@ def test_the_whole_set_runs_compiled_or_none_of_it():
     assert all(compiled) if state == "mypyc" else not any(compiled), (state, files)
     if os.environ.get("KESTREL_ACTORS_EXPECT_COMPILED") == "1":
         assert state == "mypyc", "make test must run the compiled build: rebuild it"
+
+
+@needs_build
+def test_the_build_says_whether_it_is_profile_guided():
+    state, _, _ = probe(PACKAGE.parent)
+    guided = probe_profile(PACKAGE.parent)
+    assert guided == (state == "mypyc" and (PACKAGE / PROFILE_MARKER).is_file())
+    if os.environ.get("KESTREL_ACTORS_EXPECT_PROFILE") == "1":
+        assert guided, "make test (PGO=1) must run the profile-guided build: rebuild it (make compiled)"
+
 
 
 @needs_build
@@ -90,6 +111,7 @@ def test_a_source_newer_than_its_build_sends_the_whole_set_back_to_pure_python(t
 def test_the_server_says_whether_it_runs_compiled(tmp_path):
     same_switch = {PURE_ENV: os.environ[PURE_ENV]} if PURE_ENV in os.environ else {}  # as the server has it
     expected, _, _ = probe(PACKAGE.parent, **same_switch)
+    guided = probe_profile(PACKAGE.parent, **same_switch)
     server = ServerProcess(tmp_path / "data").start()
 
     def listening_lines() -> list[dict]:
@@ -102,7 +124,7 @@ def test_the_server_says_whether_it_runs_compiled(tmp_path):
         listening = listening_lines()
     finally:
         server.stop()
-    assert [line["compiled"] for line in listening] == [expected]
+    assert [(line["compiled"], line["profile_guided"]) for line in listening] == [(expected, guided)]
 
 
 def probe_compiled(code: str) -> dict:

@@ -239,7 +239,8 @@ class Server:
     def cpu(self) -> tuple[float, float]:
         return cpu_seconds(self.proc.pid)
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """SIGTERM (SIGKILL after 30 s), then the data directory removed: the exit status."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -248,6 +249,7 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.tmp.cleanup()
+        return self.proc.returncode
 
 
 def handled(record: dict) -> int:
