@@ -131,3 +131,4 @@ bench: $(STAMP) $(COMPILED_STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info *__mypyc*.so
 	find kestrel_actors -name '*.so' -delete
+	rm -f kestrel_actors/_profile_guided.txt

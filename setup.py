@@ -89,8 +89,11 @@ def ext_modules() -> list[Any]:
     # The build type-checks only what it compiles, with mypy's defaults: the lint (setup.cfg's
     # strict sections) is the judge of the code, and the build must work in pip's isolated build
     # environment, where the dependencies (pykka, gevent, ...) are absent and so typed as Any.
+    # group_name: the group's shared library is then kestrel_actors/_native__mypyc.*.so, inside
+    # the package, where an editable install that was made pure (the Makefile's) still finds it;
+    # by default it is named by a hash and sits beside the package, outside the editable mapping.
     return mypycify(["--config-file=", "--follow-imports=silent", "--ignore-missing-imports", *paths],
-                    opt_level="3")
+                    opt_level="3", group_name="kestrel_actors._native")
 
 
 def c_compiler_is_gcc(command: list[str]) -> bool:
