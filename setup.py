@@ -31,21 +31,34 @@ SWITCH = "KESTREL_ACTORS_MYPYC"
 PGO_SWITCH = "KESTREL_ACTORS_PGO"
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROFILE_DIR = os.path.join(HERE, "build", "pgo")
-PROFILE_MARKER = os.path.join(HERE, "kestrel_actors", "_profile_guided.txt")
-"""``kestrel_actors._compiled.PROFILE_MARKER``: written after a profile-guided compile in place."""
 """Where the instrumented build writes its counts (``.gcda``), emptied before each training."""
 TRAINING_SECONDS = 900
 
 
-def compiled_modules() -> tuple[str, ...]:
-    """The list from ``kestrel_actors/_compiled.py``, loaded by path: importing the package would
-    run its import-time guard, and the build must not depend on its dependencies."""
+def compiled_settings() -> Any:
+    """``kestrel_actors/_compiled.py``, loaded by path: importing the package would run its
+    import-time guard, and the build must not depend on its dependencies."""
     spec = importlib.util.spec_from_file_location(
         "_kestrel_actors_compiled", os.path.join(HERE, "kestrel_actors", "_compiled.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return tuple(module.COMPILED_MODULES)
+    return module
+
+
+SETTINGS = compiled_settings()
+PROFILE_MARKER = os.path.join(HERE, "kestrel_actors", SETTINGS.PROFILE_MARKER)
+"""Written after a profile-guided compile in place, removed before any other compile."""
+
+
+def configured_compiler() -> Any:
+    """The C compiler setuptools would use here, with the interpreter's settings."""
+    from setuptools._distutils.ccompiler import new_compiler
+    from setuptools._distutils.sysconfig import customize_compiler
+
+    compiler = new_compiler()
+    customize_compiler(compiler)
+    return compiler
 
 
 def why_not_compilable() -> str | None:
@@ -54,11 +67,7 @@ def why_not_compilable() -> str | None:
         import mypyc.build  # noqa: F401
     except ImportError as exc:
         return f"mypyc is not importable ({exc})"
-    from setuptools._distutils.ccompiler import new_compiler
-    from setuptools._distutils.sysconfig import customize_compiler
-
-    compiler = new_compiler()
-    customize_compiler(compiler)
+    compiler = configured_compiler()
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "probe.c")
         with open(source, "w") as f:
@@ -85,7 +94,7 @@ def ext_modules() -> list[Any]:
         return []
     from mypyc.build import mypycify
 
-    paths = [os.path.join("kestrel_actors", *name.split(".")[1:]) + ".py" for name in compiled_modules()]
+    paths = [os.path.join("kestrel_actors", *name.split(".")[1:]) + ".py" for name in SETTINGS.COMPILED_MODULES]
     # The build type-checks only what it compiles, with mypy's defaults: the lint (setup.cfg's
     # strict sections) is the judge of the code, and the build must work in pip's isolated build
     # environment, where the dependencies (pykka, gevent, ...) are absent and so typed as Any.
@@ -125,11 +134,8 @@ class BuildExt(build_ext):
                 if os.path.exists(path)]
 
     def compile_with(self, compile_flags: list[str], link_flags: list[str]) -> None:
-        """One full compile of every extension with these flags added to mypyc's own."""
-        if not hasattr(self, "base_flags"):
-            self.base_flags = {ext.name: (list(ext.extra_compile_args), list(ext.extra_link_args))
-                               for ext in self.extensions}
-            self.compiler_choice = self.compiler
+        """One full compile of every extension with these flags added to mypyc's own (as
+        :meth:`run_profile_guided` found them)."""
         for ext in self.extensions:
             base_compile, base_link = self.base_flags[ext.name]
             ext.extra_compile_args = base_compile + compile_flags
@@ -141,17 +147,15 @@ class BuildExt(build_ext):
     def why_not_profile_guided(self) -> str | None:
         if not self.inplace:
             return "not an in-place build (setup.py build_ext --inplace): no server to train"
-        from setuptools._distutils.ccompiler import new_compiler
-        from setuptools._distutils.sysconfig import customize_compiler
-
-        compiler = new_compiler()
-        customize_compiler(compiler)
-        command = getattr(compiler, "compiler_so", None) or ["cc"]
+        command = getattr(configured_compiler(), "compiler_so", None) or ["cc"]
         if not c_compiler_is_gcc(command):
             return f"the C compiler ({command[0]}) is not gcc"
         return None
 
     def run_profile_guided(self) -> None:
+        self.base_flags = {ext.name: (list(ext.extra_compile_args), list(ext.extra_link_args))
+                           for ext in self.extensions}
+        self.compiler_choice = self.compiler
         reason = self.why_not_profile_guided()
         if reason is None:
             try:

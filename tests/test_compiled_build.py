@@ -53,11 +53,6 @@ def probe(pythonpath: Path, **env: str) -> tuple[str, list[str], str]:
     return answer["state"], answer["files"], stderr
 
 
-def probe_profile(pythonpath: Path, **env: str) -> bool:
-    """Whether the build in use there says it is profile-guided."""
-    return bool(probe_answer(pythonpath, **env)[0]["profile_guided"])
-
-
 def test_the_list_names_modules_that_exist():
     for name in COMPILED_MODULES:
         assert (PACKAGE.parent / (name.replace(".", "/") + ".py")).is_file(), name
@@ -74,12 +69,11 @@ def test_the_whole_set_runs_compiled_or_none_of_it():
 
 @needs_build
 def test_the_build_says_whether_it_is_profile_guided():
-    state, _, _ = probe(PACKAGE.parent)
-    guided = probe_profile(PACKAGE.parent)
-    assert guided == (state == "mypyc" and (PACKAGE / PROFILE_MARKER).is_file())
+    answer, _ = probe_answer(PACKAGE.parent)
+    guided = answer["profile_guided"]
+    assert guided == (answer["state"] == "mypyc" and (PACKAGE / PROFILE_MARKER).is_file())
     if os.environ.get("KESTREL_ACTORS_EXPECT_PROFILE") == "1":
         assert guided, "make test (PGO=1) must run the profile-guided build: rebuild it (make compiled)"
-
 
 
 @needs_build
@@ -109,8 +103,8 @@ def test_a_source_newer_than_its_build_sends_the_whole_set_back_to_pure_python(t
 
 def test_the_server_says_whether_it_runs_compiled(tmp_path):
     same_switch = {PURE_ENV: os.environ[PURE_ENV]} if PURE_ENV in os.environ else {}  # as the server has it
-    expected, _, _ = probe(PACKAGE.parent, **same_switch)
-    guided = probe_profile(PACKAGE.parent, **same_switch)
+    answer, _ = probe_answer(PACKAGE.parent, **same_switch)
+    expected, guided = answer["state"], answer["profile_guided"]
     server = ServerProcess(tmp_path / "data").start()
 
     def listening_lines() -> list[dict]:

@@ -60,6 +60,14 @@ class Benchmark:
     quick_args: tuple[str, ...] = ()  # replaces -n for --quick
     peer: bool = True             # whether the peer can run it (darner has no fsync knob)
 
+    def load_args(self, quick: bool = False, scale: float = 1.0) -> list[str]:
+        """The load-test command; with ``quick``, its ``--quick`` count times ``scale``."""
+        args = list(self.args)
+        if quick and self.quick_args:
+            option, count = self.quick_args
+            args[args.index(option) + 1] = str(max(1, round(int(count) * scale)))
+        return args
+
 
 LATENCY_BOUND = (
     Benchmark("put-many, 1 client, one SET in flight", ("put-many", "-c", "1", "-n", "20000"),
@@ -292,10 +300,7 @@ def run_once(args: list[str], side: Side, serve_args: tuple[str, ...], peer: str
 def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: str,
               peer: str | None = None) -> Row:
     """``runs`` runs of ``bench``; with ``peer``, the peer's runs interleaved with ours."""
-    args = list(bench.args)
-    if quick and bench.quick_args:
-        i = args.index(bench.quick_args[0])
-        args[i + 1] = bench.quick_args[1]
+    args = bench.load_args(quick)
     if procs > 1:
         args += ["--procs", str(procs)]
     row = Row(bench, "python -m kestrel_actors.loadtests " + " ".join(args))

@@ -20,18 +20,9 @@ import sys
 import tempfile
 import time
 
-from .bench import BENCHMARKS, Benchmark, Server
+from .bench import BENCHMARKS, Server
 
-__all__ = ["main", "training_args"]
-
-
-def training_args(bench: Benchmark, scale: float) -> list[str]:
-    """The row's load-test command with its ``--quick`` count scaled by ``scale``."""
-    args = list(bench.args)
-    if bench.quick_args:
-        option, count = bench.quick_args
-        args[args.index(option) + 1] = str(max(1, round(int(count) * scale)))
-    return args
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kestrel-training-") as scratch:
         client_env = dict(os.environ, GCOV_PREFIX=scratch)
         for bench in BENCHMARKS:
-            command = training_args(bench, args.scale)
+            command = bench.load_args(quick=True, scale=args.scale)
             server = Server(bench.serve_args)
             try:
                 run = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests", *command,

@@ -8,16 +8,16 @@ import subprocess
 import sys
 
 from kestrel_actors.loadtests.bench import BENCHMARKS
-from kestrel_actors.loadtests.training import training_args
 
 from ..helpers import REPO
 
 
 def test_each_row_trains_with_its_quick_count_scaled():
     one_client = next(bench for bench in BENCHMARKS if bench.args[:3] == ("put-many", "-c", "1"))
-    assert training_args(one_client, 1.0) == ["put-many", "-c", "1", "-n", "2000"]
-    assert training_args(one_client, 0.25) == ["put-many", "-c", "1", "-n", "500"]
-    assert training_args(one_client, 0.0)[-1] == "1"
+    assert one_client.load_args() == ["put-many", "-c", "1", "-n", "20000"]
+    assert one_client.load_args(quick=True) == ["put-many", "-c", "1", "-n", "2000"]
+    assert one_client.load_args(quick=True, scale=0.25) == ["put-many", "-c", "1", "-n", "500"]
+    assert one_client.load_args(quick=True, scale=0.0)[-1] == "1"
 
 
 def test_the_training_runs_every_bench_row_on_servers_that_exit_cleanly():
