@@ -93,6 +93,14 @@ def _reply_to(batch: QueueBatch) -> Any:
     return batch.reply_to if batch.copies is None else batch.copies
 
 
+def _send_all(replies: list[tuple[Any, BatchDone | CopyDone]]) -> None:
+    for reply_to, reply in replies:
+        try:
+            tell(reply_to, reply)
+        except ActorDeadError:  # that client's session ended meanwhile
+            pass
+
+
 class _HeldReplies:
     """Answers held until the journal write that covers them is durable (``_send_replies``).
 
@@ -108,11 +116,7 @@ class _HeldReplies:
         self.replies = replies
 
     def send(self) -> None:
-        for reply_to, reply in self.replies:
-            try:
-                tell(reply_to, reply)
-            except ActorDeadError:  # that client's session ended meanwhile
-                pass
+        _send_all(self.replies)
 
     def fail(self, error: OSError) -> None:
         # the records stay pending and are written once the journal recovers; the adds among
@@ -312,8 +316,12 @@ class QueueActor(GeventActor):
         if not replies:
             return
         self._replies = []
+        journal = self.core.journal
+        if journal.durable_now():  # written at once (no fsync policy): no holder to make
+            _send_all(replies)
+            return
         held = _HeldReplies(replies)
-        self.core.journal.after_durable(held.send, held.fail)
+        journal.after_durable(held.send, held.fail)
 
     def on_failure(self, *_exc_info: Any) -> None:
         """A handler raised (a bug, or a journal file gone): answer what is held and parked,

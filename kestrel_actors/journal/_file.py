@@ -160,6 +160,9 @@ class FileJournal(Journal):
                       on_error: Callable[[OSError], None] | None = None) -> None:
         self._writer.after_durable(callback, on_error)
 
+    def durable_now(self) -> bool:
+        return self._writer.durable_now()
+
     def hold(self) -> int:
         return self._writer.hold()
 

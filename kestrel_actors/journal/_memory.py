@@ -33,6 +33,9 @@ class MemoryJournal(Journal):
                       on_error: Callable[[OSError], None] | None = None) -> None:
         callback()
 
+    def durable_now(self) -> bool:
+        return True
+
     def hold(self) -> int:
         return 0
 

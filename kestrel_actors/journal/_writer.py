@@ -93,6 +93,7 @@ MARK_GRAIN = 0.0001
 
 _perf_counter: Final = time.perf_counter
 _writev: Final = os.writev
+_write: Final = os.write
 
 
 class SyncStats(Protocol):
@@ -153,10 +154,17 @@ def _length(chunks: list[bytes]) -> int:
 
 def write_all(fd: int, chunks: list[bytes]) -> None:
     """Write every chunk, in order, with as few system calls as possible."""
-    for start in range(0, len(chunks), IOV_MAX):
-        group = chunks[start:start + IOV_MAX]
-        done = _writev(fd, group)
-        total = _length(group)
+    count = len(chunks)
+    for start in range(0, count, IOV_MAX):
+        group = chunks if count <= IOV_MAX else chunks[start:start + IOV_MAX]
+        if count == 1:
+            # a lone request's one record: ``write`` allocates no iovec and buffer arrays,
+            # as ``writev`` does for each call (issue 24)
+            done = _write(fd, group[0])
+            total = len(group[0])
+        else:
+            done = _writev(fd, group)
+            total = _length(group)
         if done < total:  # a short write: finish the rest one buffer at a time
             rest = memoryview(b"".join(group))[done:]
             while rest:
@@ -261,6 +269,24 @@ class JournalWriter:
         the failure happens), and ``callback`` never; without it the wait lasts until the
         bytes are durable, however long the failure lasts.
         """
+        if self.durable_now():
+            callback()
+            return
+        target = self.appended
+        if self.mode == ALWAYS and self.synced < target and not self._syncing:
+            self._sync_from_turn()
+        if on_error is not None and self.error is not None:
+            on_error(self.error)
+        else:
+            self._waiters.append((target, callback, on_error))
+            if not self._syncing:
+                # the writer greenlet takes everything pending when it runs; with a sync in
+                # flight, its end starts the next round, which covers these records too
+                self._wake.set()
+
+    def durable_now(self) -> bool:
+        """Whether everything appended so far is as durable as the policy says, after writing
+        it now when that is an inline write (see :meth:`after_durable`)."""
         target = self.appended
         if (
             self.mode != ALWAYS
@@ -276,19 +302,8 @@ class JournalWriter:
             self._write_pending()
             if self.mode == PERIODIC and self._timer is None and self.synced < self.written:
                 self._timer = gevent.spawn_later(self.period, self._periodic_sync)
-        elif self.mode == ALWAYS and self.synced < target and not self._syncing:
-            self._sync_from_turn()
         done = self.synced if self.mode == ALWAYS else self.written
-        if done >= target or self.closed:
-            callback()
-        elif on_error is not None and self.error is not None:
-            on_error(self.error)
-        else:
-            self._waiters.append((target, callback, on_error))
-            if not self._syncing:
-                # the writer greenlet takes everything pending when it runs; with a sync in
-                # flight, its end starts the next round, which covers these records too
-                self._wake.set()
+        return done >= target or self.closed
 
     def _sync_from_turn(self) -> None:
         """With ``always``: write what is pending now and hand its fdatasync to the threadpool,

@@ -28,6 +28,11 @@ __all__ = ["QueueCore", "QueueLimits", "QueueSamples", "epoch_ms", "take_head"]
 
 _perf_counter: Final = time.perf_counter
 
+_NATIVE_INT_MAX: Final = (1 << 62) - 1
+"""The largest int compiled code holds unboxed. Kestrel's "no limit" defaults (``LONG_MAX``)
+are above it: each comparison with one boxed both sides, two allocations per SET (issue 24).
+No queue reaches this many items or bytes, so a limit clamped to it is the same limit."""
+
 STAT_NAMES = (
     "items",
     "bytes",
@@ -89,16 +94,16 @@ class QueueLimits:
                  "default_journal_size", "fanout_only")
 
     def __init__(self, config: QueueConfig) -> None:
-        self.max_items: int = config.max_items
-        self.max_size: int = config.max_size
-        self.max_item_size: int = config.max_item_size
+        self.max_items: int = min(config.max_items, _NATIVE_INT_MAX)
+        self.max_size: int = min(config.max_size, _NATIVE_INT_MAX)
+        self.max_item_size: int = min(config.max_item_size, _NATIVE_INT_MAX)
         self.max_age: float | None = config.max_age
-        self.max_memory_size: int = config.max_memory_size
+        self.max_memory_size: int = min(config.max_memory_size, _NATIVE_INT_MAX)
         self.discard_old_when_full: bool = config.discard_old_when_full
         self.open_transaction_timeout: float | None = config.open_transaction_timeout
         # read by the journal's rotation_due, once per request of a queue run on the hub
-        self.max_journal_size: int = config.max_journal_size
-        self.default_journal_size: int = config.default_journal_size
+        self.max_journal_size: int = min(config.max_journal_size, _NATIVE_INT_MAX)
+        self.default_journal_size: int = min(config.default_journal_size, _NATIVE_INT_MAX)
         self.fanout_only: bool = config.fanout_only  # read by the queue actor for every add
 
 

@@ -95,6 +95,16 @@ class Journal:
         """
         raise NotImplementedError
 
+    def durable_now(self) -> bool:
+        """Whether every change so far is as durable as the policy promises now, after the
+        write this turn may make at once (no fsync policy, a small batch, the file free).
+
+        True means a reply may go without waiting: the caller answers itself, and makes no
+        callback for :meth:`after_durable` (three objects per lone request, issue 24). False
+        means nothing yet: the caller goes on to :meth:`after_durable`.
+        """
+        raise NotImplementedError
+
     def hold(self) -> int:
         """Write nothing appended from now on until :meth:`release` gets the token returned
         (an expiry move's REMOVE waits for the target's ADD to be durable)."""

@@ -320,6 +320,9 @@ class FailingJournal(MemoryJournal):
         super().__init__()
         self.fail_writes = False
 
+    def durable_now(self) -> bool:
+        return not self.fail_writes
+
     def after_durable(self, callback, on_error=None) -> None:
         if self.fail_writes and on_error is not None:
             on_error(OSError(28, "No space left on device"))

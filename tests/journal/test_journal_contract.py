@@ -74,6 +74,22 @@ def test_after_durable_calls_back_exactly_once(make_journal):
     assert durable(journal) == 1
 
 
+def test_durable_now_answers_without_a_callback_only_when_nothing_must_wait(make_journal):
+    journal = make_journal()
+    core = QueueCore("q", QueueConfig(), journal)
+    assert core.add(b"item", 0, NOW)
+    # no fsync policy: the add is written now (the file journal's inline write)
+    assert journal.durable_now() is True
+    if make_journal.kind == "file":
+        with open(os.path.join(make_journal.data_dir, "q"), "rb") as file:
+            assert file.read().endswith(b"item")
+        always = make_journal("a", QueueConfig(sync_journal=0.0))
+        QueueCore("a", QueueConfig(sync_journal=0.0), always).add(b"x", 0, NOW)
+        assert always.durable_now() is False  # an fdatasync must come first
+        assert durable(always) == 1
+        assert always.durable_now() is True
+
+
 def test_a_hold_does_not_stop_other_callbacks_once_released(make_journal):
     journal = make_journal()
     token = journal.hold()
