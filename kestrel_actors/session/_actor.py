@@ -490,7 +490,8 @@ class SessionActor(GeventActor):
                 if preset.close:
                     self.closing = True
                 continue
-            mine = results[position:end]
+            # a batch of one command (the usual case) is answered by every result: no copy
+            mine = results if position == 0 and end == total else results[position:end]
             if opens:
                 opened: Item | None = mine[-1]
                 if opened is not None:
