@@ -14,6 +14,7 @@ import pytest
 
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import FileJournal, Item, MemoryJournal, make_file_opener, open_file_journal, replay_queue
+from kestrel_actors.journal._writer import write_all
 from kestrel_actors.journal._format import encode_add, encode_remove_tentative
 
 
@@ -396,3 +397,16 @@ def test_group_commit_through_a_gevent_actor(data_dir):
     ref.stop()
     journal.close()
     assert len(replay_queue(data_dir, "q").items) == 100
+
+
+def test_write_all_writes_one_record_or_many_in_order(tmp_path):
+    # one record goes with os.write, several with os.writev: the same bytes either way
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        write_all(fd, [b"one"])
+        write_all(fd, [b"two", b"-", b"three"])
+        write_all(fd, [b"%d," % i for i in range(2000)])  # more chunks than IOV_MAX
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"onetwo-three" + b"".join(b"%d," % i for i in range(2000))

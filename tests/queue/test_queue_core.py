@@ -201,3 +201,16 @@ def test_a_closed_queue_refuses_and_answers_nothing():
     queue.close()
     assert not queue.add(b"b", 0, NOW)
     assert queue.remove(NOW) is None and queue.peek(NOW) is None
+
+
+def test_no_limit_is_held_above_the_compiled_builds_unboxed_int_range():
+    # Kestrel's "no limit" (LONG_MAX) is above 2**62 - 1, past which a compiled comparison boxes
+    # both sides on every SET; the request path's copy is clamped, and means the same limit
+    limits = QueueCore("q", QueueConfig(), MemoryJournal()).limits
+    assert QueueConfig().max_size > 2**62 - 1
+    for name in ("max_items", "max_size", "max_item_size", "max_memory_size",
+                 "max_journal_size", "default_journal_size"):
+        assert getattr(limits, name) <= 2**62 - 1, name
+    core = QueueCore("q", QueueConfig(max_items=2), MemoryJournal())
+    assert [core.add(b"x", 0, NOW) for _ in range(3)] == [True, True, False]
+    assert QueueCore("q", QueueConfig(), MemoryJournal()).add(b"y" * 100_000, 0, NOW)
