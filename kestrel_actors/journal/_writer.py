@@ -85,6 +85,9 @@ IOV_MAX: Final = 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 HOLD_PATIENCE = 2.0
 """Seconds a hold may keep records back before it is dropped."""
+GATHER_MAX: Final = 0.002
+"""With ``always``, the longest a round waits for the sessions the last round answered (seconds;
+the wait is also at most the last fdatasync's duration): see :meth:`JournalWriter._next_round`."""
 MAX_WRITE_MARKS: Final = 1024
 """Written batches remembered between two fdatasyncs, for ``item_fsync_delay_usec``; past
 that (an fdatasync stalled for long), later batches are counted with the last one."""
@@ -213,6 +216,17 @@ class JournalWriter:
         self._hub = gevent.get_hub()
         self._syncing = False
         """An fdatasync handed to the threadpool from a turn is in flight (it holds ``_io``)."""
+        self._gathering: Any = None
+        """With ``always``, between rounds: the timer that ends the wait for the last round's
+        sessions (:meth:`_next_round`)."""
+        self._records = 0
+        """Records appended, ever."""
+        self._round_records = 0
+        """Records covered by the last round an fdatasync handed off from a turn made durable."""
+        self._round_from = 0
+        """:attr:`_records` when that round wrote its records."""
+        self._last_sync = 0.0
+        """How long that round's fdatasync took (seconds)."""
         self._io = gevent.lock.Semaphore()
         self._timer: gevent.Greenlet[..., Any] | None = None
         self.sync_stats: SyncStats | None = None
@@ -246,6 +260,7 @@ class JournalWriter:
             return
         self._chunks.append(data)
         self.appended += len(data)
+        self._records += 1
 
     @property
     def pending(self) -> int:
@@ -273,13 +288,15 @@ class JournalWriter:
             callback()
             return
         target = self.appended
-        if self.mode == ALWAYS and self.synced < target and not self._syncing:
+        if self._gathering is not None and self._records - self._round_from >= self._round_records:
+            self._end_gathering()  # the last round's sessions are back (_next_round)
+        if self.mode == ALWAYS and self.synced < target and not self._syncing and self._gathering is None:
             self._sync_from_turn()
         if on_error is not None and self.error is not None:
             on_error(self.error)
         else:
             self._waiters.append((target, callback, on_error))
-            if not self._syncing:
+            if not self._syncing and self._gathering is None:
                 # the writer greenlet takes everything pending when it runs; with a sync in
                 # flight, its end starts the next round, which covers these records too
                 self._wake.set()
@@ -331,6 +348,8 @@ class JournalWriter:
             return
         self._syncing = True
         target = self.written
+        self._round_records = self._records - self._round_from
+        self._round_from = self._records
         started = _perf_counter()
         done = pool.spawn(_capturing, os.fdatasync, (self._fd,))
         done.rawlink(lambda result: self._synced_from_turn(target, started, result.value))
@@ -353,15 +372,44 @@ class JournalWriter:
                 self._loop_failures.failed(exc)
                 self._wake.set()
             return
+        self._last_sync = _perf_counter() - started
         self._synced(target, started)
         if self.error is not None and not self._chunks and self._held_at is None:
             self._recovered()
         self._fire()
         self._syncing = False
-        if self._waiters:  # what came during this fdatasync: the next round covers it all
-            self._sync_from_turn()
-            if not self._syncing:
-                self._wake.set()
+        if self._waiters:  # what came during this fdatasync, and more: the next round covers it all
+            self._next_round()
+
+    def _next_round(self) -> None:
+        """Start the next round from a turn, or wait for it a moment.
+
+        The sessions a round has just answered send their next records within a moment, but
+        no sooner than the answers reach them; a round started at once would leave those
+        records to the round after, so that, under steady load, each session's records made
+        every other round (with 100 clients, 49 records a round). So the next round waits
+        until as many records have come since the last one started as that round had, or for
+        as long as its fdatasync took (:data:`GATHER_MAX` at most). A lone client's record,
+        one a round, starts its round the moment it comes."""
+        if self._records - self._round_from >= self._round_records or self.closed:
+            self._start_round()
+            return
+        timer = self._hub.loop.timer(min(self._last_sync, GATHER_MAX))
+        self._gathering = timer
+        timer.start(self._end_gathering)
+
+    def _end_gathering(self) -> None:
+        timer = self._gathering
+        if timer is None:
+            return
+        self._gathering = None
+        timer.close()
+        self._start_round()
+
+    def _start_round(self) -> None:
+        self._sync_from_turn()
+        if not self._syncing:
+            self._wake.set()  # the writer greenlet does what a turn could not
 
     def hold(self) -> int:
         """Keep every record appended from now on off the disk until :meth:`release` is
@@ -463,6 +511,9 @@ class JournalWriter:
         if self.closed:
             return
         self.closed = True
+        if self._gathering is not None:
+            self._gathering.close()
+            self._gathering = None
         self._end_holds()
         with self._io:
             for attempt in range(3):

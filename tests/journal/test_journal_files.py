@@ -144,6 +144,40 @@ def test_group_commit_shares_fsyncs_and_waits_for_them(data_dir, monkeypatch):
     journal.close()
 
 
+def test_always_waits_for_the_sessions_the_last_round_answered(data_dir, monkeypatch):
+    """Each client sends its next record a moment after its answer. A round started as soon as
+    the last one ended would take only the first to come back, and leave the rest to the round
+    after: two fdatasyncs per pass of the clients. The next round waits for as many records as
+    the last one had (or a short while), so that each round takes every client."""
+    journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.0))
+    writer = journal.writer
+    real = os.fdatasync
+
+    def slow_fdatasync(fd):
+        threading.Event().wait(0.003)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    clients, records = 20, 600
+    added = []
+
+    def client(i):
+        while len(added) < records:
+            journal.add(Item(b"%d %d" % (i, len(added)), i))
+            added.append(i)
+            event = gevent.event.Event()
+            journal.after_durable(event.set)
+            assert event.wait(timeout=10)
+            gevent.sleep(0.0001 + i * 0.00002)  # the answer's way to the client and back
+
+    gevent.joinall([gevent.spawn(client, i) for i in range(clients)], timeout=60, raise_error=True)
+    assert len(replay_queue(data_dir, "q").items) == len(added)
+    # about 19 records a round (10 without the wait: alternately the first client back, then
+    # the other 19)
+    assert len(added) / writer.fsyncs >= 15, (len(added), writer.fsyncs)
+    journal.close()
+
+
 def test_always_holds_the_callback_until_fdatasync_returns(data_dir, monkeypatch):
     journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.0))
     release = threading.Event()
