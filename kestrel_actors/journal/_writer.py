@@ -291,7 +291,7 @@ class JournalWriter:
         if self._gathering is not None and self._records - self._round_from >= self._round_records:
             self._end_gathering()  # the last round's sessions are back (_next_round)
         if self.mode == ALWAYS and self.synced < target and not self._syncing and self._gathering is None:
-            self._sync_from_turn()
+            self._next_round()
         if on_error is not None and self.error is not None:
             on_error(self.error)
         else:
@@ -382,15 +382,16 @@ class JournalWriter:
             self._next_round()
 
     def _next_round(self) -> None:
-        """Start the next round from a turn, or wait for it a moment.
+        """Start the next round from a turn, or wait for it a moment (records are pending, and
+        no round is in flight: at a round's end, or as records come between rounds).
 
         The sessions a round has just answered send their next records within a moment, but
-        no sooner than the answers reach them; a round started at once would leave those
-        records to the round after, so that, under steady load, each session's records made
-        every other round (with 100 clients, 49 records a round). So the next round waits
-        until as many records have come since the last one started as that round had, or for
-        as long as its fdatasync took (:data:`GATHER_MAX` at most). A lone client's record,
-        one a round, starts its round the moment it comes."""
+        no sooner than the answers reach them; a round started at once (or by the first record
+        back) would leave the others to the round after, so that, under steady load, each
+        session's records made every other round (with 100 clients, 49 records a round). So
+        the next round waits until as many records have come since the last one started as
+        that round had, or for as long as its fdatasync took (:data:`GATHER_MAX` at most). A
+        lone client's record, one a round, starts its round the moment it comes."""
         if self._records - self._round_from >= self._round_records or self.closed:
             self._start_round()
             return
