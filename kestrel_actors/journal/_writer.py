@@ -288,10 +288,11 @@ class JournalWriter:
             callback()
             return
         target = self.appended
-        if self._gathering is not None and self._records - self._round_from >= self._round_records:
-            self._end_gathering()  # the last round's sessions are back (_next_round)
-        if self.mode == ALWAYS and self.synced < target and not self._syncing and self._gathering is None:
-            self._next_round()
+        if self.mode == ALWAYS and self.synced < target and not self._syncing:
+            if self._gathering is None:
+                self._next_round()
+            elif self._round_ready():
+                self._end_gathering()  # the last round's sessions are back
         if on_error is not None and self.error is not None:
             on_error(self.error)
         else:
@@ -392,12 +393,16 @@ class JournalWriter:
         the next round waits until as many records have come since the last one started as
         that round had, or for as long as its fdatasync took (:data:`GATHER_MAX` at most). A
         lone client's record, one a round, starts its round the moment it comes."""
-        if self._records - self._round_from >= self._round_records or self.closed:
+        if self._round_ready() or self.closed:
             self._start_round()
             return
         timer = self._hub.loop.timer(min(self._last_sync, GATHER_MAX))
         self._gathering = timer
         timer.start(self._end_gathering)
+
+    def _round_ready(self) -> bool:
+        """As many records have come since the last round started as that round covered."""
+        return self._records - self._round_from >= self._round_records
 
     def _end_gathering(self) -> None:
         timer = self._gathering
