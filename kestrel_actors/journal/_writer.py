@@ -389,7 +389,7 @@ class JournalWriter:
         The sessions a round has just answered send their next records within a moment, but
         no sooner than the answers reach them; a round started at once (or by the first record
         back) would leave the others to the round after, so that, under steady load, each
-        session's records made every other round (with 100 clients, 49 records a round). So
+        session's records made every other round (with 100 clients, 42–50 records a round). So
         the next round waits until as many records have come since the last one started as
         that round had, or for as long as its fdatasync took (:data:`GATHER_MAX` at most). A
         lone client's record, one a round, starts its round the moment it comes."""
