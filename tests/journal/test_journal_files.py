@@ -145,10 +145,15 @@ def test_group_commit_shares_fsyncs_and_waits_for_them(data_dir, monkeypatch):
 
 
 def test_always_waits_for_the_sessions_the_last_round_answered(data_dir, monkeypatch):
-    """Each client sends its next record a moment after its answer. A round started as soon as
-    the last one ended would take only the first to come back, and leave the rest to the round
-    after: two fdatasyncs per pass of the clients. The next round waits for as many records as
-    the last one had (or a short while), so that each round takes every client."""
+    """Each client sends its next record a moment after its answer (a turn of the loop later,
+    as a session's next request comes). A round started as soon as the last one ended would take
+    only the first to come back, and leave the rest to the round after: two fdatasyncs per pass
+    of the clients. The next round waits for as many records as the last one had (or a short
+    while), so that each round takes every client.
+
+    The moment is a loop turn, not a timed sleep: with sleeps of 0.1–0.5 ms, a process held off
+    its CPU for 2 ms (four test workers on two cores) let the gathering timer fire before the
+    clients' sleeps ended, and the rounds came out at 12.5 records, not 19."""
     journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.0))
     writer = journal.writer
     real = os.fdatasync
@@ -168,12 +173,12 @@ def test_always_waits_for_the_sessions_the_last_round_answered(data_dir, monkeyp
             event = gevent.event.Event()
             journal.after_durable(event.set)
             assert event.wait(timeout=10)
-            gevent.sleep(0.0001 + i * 0.00002)  # the answer's way to the client and back
+            gevent.sleep(0)
 
     gevent.joinall([gevent.spawn(client, i) for i in range(clients)], timeout=60, raise_error=True)
     assert len(replay_queue(data_dir, "q").items) == len(added)
-    # about 19 records a round (10 without the wait: alternately the first client back, then
-    # the other 19)
+    # 20 records a round (10 without the wait: alternately the first client back, then the
+    # other 19)
     assert len(added) / writer.fsyncs >= 15, (len(added), writer.fsyncs)
     journal.close()
 
