@@ -52,10 +52,61 @@ REPO = Path(__file__).resolve().parent.parent
 """The repository's root (the tests sit one folder deeper, in ``tests/<room>/``)."""
 
 
+def _ephemeral_ports() -> range:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+_PORT_BLOCK = 1000
+_FIRST_PORT = 23000
+"""Tests' ports come from blocks of a thousand from here up to the kernel's ephemeral range,
+one block per pytest-xdist worker (above Kestrel's 22133 and every default port)."""
+
+
+def _port_block() -> range:
+    blocks = (_ephemeral_ports().start - _FIRST_PORT) // _PORT_BLOCK
+    if blocks < 2:
+        return range(0)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) % (blocks - 1) if worker.startswith("gw") else blocks - 1
+    start = _FIRST_PORT + index * _PORT_BLOCK
+    return range(start, start + _PORT_BLOCK)
+
+
+_next_ports: Iterator[int] | None = None
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on, that no other test process is handed meanwhile.
+
+    Not the kernel's ``bind(0)``: its port is free only until the test's server binds it, and
+    in that second another worker's ``bind(0)`` (its server, a Spark or ZooKeeper process) or
+    an outgoing connection can take the same port from the ephemeral range; the test's server
+    then fails to start, or the test talks to another process's server (the likeliest cause of
+    a ``make run`` test's connection reset, once in a fresh ``make test``). Below that range,
+    in this worker's own block, only this process hands ports out; a port in use or in
+    TIME_WAIT is skipped.
+    """
+    global _next_ports
+    block = _port_block()
+    if not block:  # an ephemeral range too low for the blocks: the kernel's choice
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+    if _next_ports is None:
+        first = os.getpid() % len(block)
+        _next_ports = itertools.cycle([*block[first:], *block[:first]])
+    for port in itertools.islice(_next_ports, len(block)):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {block}")
 
 
 @contextlib.contextmanager

@@ -62,9 +62,11 @@ def test_make_run_takes_every_port_and_a_config_file(tmp_path):
     ports = {name: free_port() for name in ("PORT", "TEXT_PORT", "THRIFT_PORT", "ADMIN_PORT")}
     config = tmp_path / "kestrel.toml"
     config.write_text('[queues."capped"]\nmax_items = 1\n')
-    make = subprocess.Popen(["make", "-s", "-C", str(ROOT), "run", *(f"{k}={v}" for k, v in ports.items()),
-                             f"DATA_DIR={tmp_path / 'data'}", f"CONFIG={config}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log_path = tmp_path / "make-run.log"
+    with open(log_path, "wb") as log:
+        make = subprocess.Popen(["make", "-s", "-C", str(ROOT), "run", *(f"{k}={v}" for k, v in ports.items()),
+                                 f"DATA_DIR={tmp_path / 'data'}", f"CONFIG={config}"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while not all(listening(port) for port in ports.values()):
@@ -74,6 +76,9 @@ def test_make_run_takes_every_port_and_a_config_file(tmp_path):
             assert client.put("capped", b"one")
             assert not client.put("capped", b"two")  # the config file's max_items stands
         assert (tmp_path / "data" / "capped").exists()
+    except BaseException:
+        print(log_path.read_text(errors="replace")[-4000:])  # the server's log, in pytest's report
+        raise
     finally:
         os.killpg(make.pid, signal.SIGTERM)
         make.wait(30)
