@@ -238,6 +238,31 @@ class Server:
         if self._shutting_down:
             return  # a signal during the replay: the queues close, no listener opens
         self.open_file_limit = raise_open_file_limit()
+        try:
+            listener, text, thrift = self._open_ports()
+        except StartupError:
+            # a port that cannot be had must not leave the others taking connections that the
+            # process's exit then resets
+            for opened in self._listeners:
+                opened.close()
+            self._listeners.clear()
+            raise
+        if self.membership is not None:
+            self._join_server_sets(listener, thrift, text)
+        frequency = self.config.expiration_timer_frequency
+        if frequency:
+            self._sweeper = gevent.spawn(self._sweep_forever, frequency)
+        log.info("listening", protocol="memcache", host=self.config.host, port=listener.server_port,
+                 data_dir=str(self.config.data_dir), open_file_limit=self.open_file_limit,
+                 compiled=compiled_state(), profile_guided=profile_guided())
+
+    def _open_ports(self) -> tuple[StreamServer, StreamServer | None, StreamServer | None]:
+        """Listen on every configured port (memcache, text, thrift, admin); the listeners
+        opened so far stay in ``_listeners`` when one fails."""
+        if self.config.admin_port:
+            # its tenth of a second of imports before the first port opens, not while the
+            # others take connections that a failure to bind the admin port would reset
+            from . import admin  # noqa: F401
         listener = self._listen(self.config.host, self.config.port, self._serve_memcache)
         self._listeners.append(listener)
         text = thrift = None
@@ -251,14 +276,7 @@ class Server:
             log.info("listening", protocol="thrift", host=self.config.host, port=thrift.server_port)
         if self.config.admin_port:
             self._start_admin(self.config.admin_host, self.config.admin_port)
-        if self.membership is not None:
-            self._join_server_sets(listener, thrift, text)
-        frequency = self.config.expiration_timer_frequency
-        if frequency:
-            self._sweeper = gevent.spawn(self._sweep_forever, frequency)
-        log.info("listening", protocol="memcache", host=self.config.host, port=listener.server_port,
-                 data_dir=str(self.config.data_dir), open_file_limit=self.open_file_limit,
-                 compiled=compiled_state(), profile_guided=profile_guided())
+        return listener, text, thrift
 
     def _join_server_sets(self, *listeners: StreamServer | None) -> None:
         """Join ZooKeeper's read and write sets; the endpoints in Kestrel's order (memcache,
@@ -275,8 +293,6 @@ class Server:
         try:
             bound = self._admin.start(host, port, self.config.admin_token)
         except OSError as exc:
-            for listener in self._listeners:
-                listener.close()
             raise StartupError(f"cannot listen on {host}:{port}: {exc}") from exc
         log.info("listening", protocol="admin http", host=host, port=bound,
                  token_required=self.config.admin_token is not None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ..helpers import REPO
+from ..helpers import REPO, free_port
 
 
 def test_serving_tunes_the_cyclic_gc_and_freezes_what_start_up_made():
@@ -20,3 +20,36 @@ def test_serving_tunes_the_cyclic_gc_and_freezes_what_start_up_made():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_port_that_cannot_be_had_closes_the_ones_already_open(tmp_path):
+    """Run in a child process that stays alive after the failure: the memcache and text
+    ports, opened before the thrift and admin ports, must not go on taking connections (the
+    kernel completes them, and the process's exit then resets them)."""
+    code = (
+        "import socket, sys\n"
+        "from kestrel_actors.config import ServerConfig\n"
+        "from kestrel_actors.server import Server, StartupError\n"
+        "port, text, thrift, admin, data = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]\n"
+        "held = socket.create_server(('127.0.0.1', int(sys.argv[6])))\n"
+        "config = ServerConfig(port=port, text_port=text, thrift_port=thrift, admin_port=admin, data_dir=data)\n"
+        "try:\n"
+        "    Server(config).start()\n"
+        "except StartupError as exc:\n"
+        "    print('refused:', exc)\n"
+        "else:\n"
+        "    sys.exit('started on a port that is taken')\n"
+        "for open_before in (port, text):\n"
+        "    try:\n"
+        "        socket.create_connection(('127.0.0.1', open_before), timeout=1).close()\n"
+        "    except ConnectionRefusedError:\n"
+        "        continue\n"
+        "    sys.exit(f'port {open_before} still takes connections')\n"
+    )
+    for taken in ("thrift", "admin"):
+        ports = {name: free_port() for name in ("port", "text", "thrift", "admin")}
+        args = [str(ports[name]) for name in ("port", "text", "thrift", "admin")]
+        result = subprocess.run([sys.executable, "-c", code, *args, str(tmp_path / taken), str(ports[taken])],
+                                cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, (taken, result.stdout, result.stderr[-2000:])
+        assert f"cannot listen on 127.0.0.1:{ports[taken]}" in result.stdout
