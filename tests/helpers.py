@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import json
 import re
@@ -66,6 +67,7 @@ _FIRST_PORT = 23000
 one block per pytest-xdist worker (above Kestrel's 22133 and every default port)."""
 
 
+@functools.cache
 def _port_block() -> range:
     blocks = (_ephemeral_ports().start - _FIRST_PORT) // _PORT_BLOCK
     if blocks < 2:

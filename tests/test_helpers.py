@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
-from .helpers import REPO, _ephemeral_ports, free_port
+from .helpers import REPO, _ephemeral_ports
 
 
 def _ports_of_worker(worker: str, count: int) -> list[int]:
@@ -26,8 +25,3 @@ def test_free_ports_of_two_workers_never_meet_nor_the_kernels_ephemeral_range():
     assert not set(first) & set(second)
     assert not {port for port in first + second if port in _ephemeral_ports()}
 
-
-def test_a_free_port_is_free():
-    port = free_port()
-    with socket.create_server(("127.0.0.1", port)):
-        pass
