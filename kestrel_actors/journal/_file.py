@@ -44,7 +44,7 @@ from ._files import (
 )
 from ._format import (
     REMOVE_RECORD,
-    encode_add,
+    AddRecords,
     encode_confirm_remove,
     encode_remove_tentative,
     encode_unremove,
@@ -103,6 +103,7 @@ class FileJournal(Journal):
         self.config = config
         self.path = os.path.join(data_dir, name)
         self._writer = JournalWriter(self.path, config.sync_journal, name, on_state=self._writer_state)
+        self._adds = AddRecords()
         if archived_size is None:
             archives = archived_files(data_dir, name)
             archived_size = total_size(data_dir, archives)
@@ -142,7 +143,7 @@ class FileJournal(Journal):
     # -- the Journal base class -------------------------------------------------------------
 
     def add(self, item: Item) -> None:
-        self._writer.append(encode_add(item))
+        self._writer.append(self._adds.encode(item))
 
     def remove(self) -> None:
         self._writer.append(REMOVE_RECORD)

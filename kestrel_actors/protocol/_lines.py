@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["STATUS_NAMES", "TOO_LONG", "bytes_between", "int32", "int32_text", "next_line"]
+__all__ = ["STATUS_NAMES", "TOO_LONG", "bytes_between", "int32", "int32_text", "line_at", "next_line"]
 
 STATUS_NAMES = frozenset(("up", "readonly", "writeavoid", "quiescent"))
 """The server statuses a client may name (behaviour §7.2)."""
@@ -46,6 +46,21 @@ def bytes_between(buffer: bytes | bytearray, start: int, end: int) -> bytes:
     if type(buffer) is bytes:
         return buffer[start:end]
     return bytes(buffer[start:end])
+
+
+def line_at(buffer: bytes | bytearray, pos: int, line: bytes) -> bool:
+    """Whether ``line`` (a whole line, its end included) comes next in ``buffer`` at ``pos``.
+
+    A client repeats its request line (``set q 0 0 1024``): one comparison recognises it where
+    :func:`next_line` searches for its end and copies it out (``bytes.find`` is a generic method
+    call even in the compiled build; ``startswith`` on ``bytes`` is not).
+    """
+    end = pos + len(line)
+    if type(buffer) is bytes:  # a read parsed in place, typed so: sliced and compared natively
+        if pos == 0:
+            return buffer.startswith(line)  # no copy
+        return buffer[pos:end] == line
+    return buffer[pos:end] == line
 
 
 def int32(token: bytes) -> int | None:

@@ -42,7 +42,7 @@ from ._commands import (
     Version,
 )
 from ._decoder import Decoder
-from ._lines import STATUS_NAMES, TOO_LONG, bytes_between, int32, int32_text, next_line
+from ._lines import STATUS_NAMES, TOO_LONG, bytes_between, int32, int32_text, line_at, next_line
 
 __all__ = [
     "CLIENT_ERROR",
@@ -56,6 +56,7 @@ __all__ = [
     "SERVER_ERROR",
     "STORED",
     "MemcacheDecoder",
+    "ValueReplies",
     "count_reply",
     "expiry_from_exptime",
     "parse_get_key",
@@ -98,6 +99,9 @@ _LINES: Final[dict[bytes, Get | tuple[tuple[str, int], int]]] = {}
 ``set q 0 0 1024``). A ``get`` line maps to its :class:`Get`, never changed once made; a valid
 ``set`` line to (queue and expiry, data length)."""
 _LINES_MAX = 4096
+_REPEAT_MAX: Final = 256
+"""The longest request line a decoder keeps as its connection's last ``set`` or ``get`` line."""
+_NO_GET: Final = Get("")
 
 
 def parse_get_key(key: str) -> Get | Bad:
@@ -214,13 +218,21 @@ class MemcacheDecoder(Decoder):
     """Incremental memcache decoder (see :class:`Decoder`): command lines, and a storage
     command's data block once all of it has arrived."""
 
-    __slots__ = ("_storage", "max_item_bytes", "max_line_bytes")
+    __slots__ = ("_get_line", "_get_parsed", "_set_line", "_set_parsed", "_storage", "max_item_bytes",
+                 "max_line_bytes")
 
     def __init__(self, max_line_bytes: int = 64 * 1024, max_item_bytes: int = 64 * 1024 * 1024):
         super().__init__()
         self.max_line_bytes = max_line_bytes
         self.max_item_bytes = max_item_bytes
         self._storage: tuple[tuple[str, int] | Bad, int] | None = None
+        # this connection's last set and get lines, their ends included, and what they mean: a
+        # client repeats its lines, and :func:`line_at` knows one again without looking for its end
+        self._set_line = b""
+        self._set_parsed: tuple[tuple[str, int] | Bad, int] | None = None
+        """Typed as ``_storage`` is: the compiled build copies a reference, and builds no tuple."""
+        self._get_line = b""
+        self._get_parsed = _NO_GET
 
     def _decode(self, source: bytes | bytearray, commands: list[object]) -> int:
         pos = 0
@@ -237,6 +249,19 @@ class MemcacheDecoder(Decoder):
                 pos += count + 2
                 self._storage = None
                 continue
+            if pos >= size:
+                break
+            repeated = self._set_line
+            if repeated and line_at(source, pos, repeated):
+                self._storage = self._set_parsed
+                pos += len(repeated)
+                continue
+            repeated = self._get_line
+            if repeated and line_at(source, pos, repeated):
+                commands.append(self._get_parsed)
+                pos += len(repeated)
+                continue
+            start = pos
             line, pos = next_line(source, pos, self.max_line_bytes)
             if type(line) is not bytes:
                 if line is TOO_LONG:
@@ -246,9 +271,15 @@ class MemcacheDecoder(Decoder):
             if known is not None:
                 if isinstance(known, Get):
                     commands.append(known)
+                    if pos - start <= _REPEAT_MAX:
+                        self._get_line = bytes_between(source, start, pos)
+                        self._get_parsed = known
                     continue
                 if known[1] <= self.max_item_bytes:
                     self._storage = known
+                    if pos - start <= _REPEAT_MAX:
+                        self._set_line = bytes_between(source, start, pos)
+                        self._set_parsed = known
                     continue
             tokens = line.split(b" ")
             while len(tokens) > 1 and not tokens[-1]:
@@ -280,9 +311,35 @@ class MemcacheDecoder(Decoder):
 
 def value_reply(queue: str, data: bytes) -> bytes:
     """``VALUE <queue> 0 <len>`` + data + ``END``: a hit on a GET or one monitor item."""
-    return b"".join(
-        (b"VALUE ", name_bytes(queue), b" 0 ", b"%d" % len(data), b"\r\n", data, b"\r\nEND\r\n")
-    )
+    return b"".join((_value_line(queue, len(data)), data, _VALUE_END))
+
+
+def _value_line(queue: str, size: int) -> bytes:
+    return b"VALUE " + name_bytes(queue) + b" 0 " + b"%d" % size + b"\r\n"
+
+
+_VALUE_END: Final = b"\r\nEND\r\n"
+
+
+class ValueReplies:
+    """:func:`value_reply` for one connection, keeping the last ``VALUE`` line it made: a client
+    reads items of one size from one queue, and the line is then two comparisons instead of an
+    encode and a format."""
+
+    __slots__ = ("_line", "_queue", "_size")
+
+    def __init__(self) -> None:
+        self._queue = ""
+        self._size = -1
+        self._line = b""
+
+    def reply(self, queue: str, data: bytes) -> bytes:
+        size = len(data)
+        if size != self._size or queue != self._queue:
+            self._line = _value_line(queue, size)
+            self._queue = queue
+            self._size = size
+        return b"".join((self._line, data, _VALUE_END))
 
 
 def stats_reply(lines: list[tuple[str, object]]) -> bytes:

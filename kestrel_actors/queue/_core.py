@@ -71,8 +71,9 @@ class HeldItems(Protocol):
 def take_head(queue: HeldItems) -> Item:
     """Remove the in-memory head of ``queue`` (not empty) and count it out.
 
-    The one rule for what an item leaving a queue takes with it, kept by a live queue and by
-    a journal replay rebuilding one.
+    The one rule for what an item leaving a queue takes with it, kept by a journal replay
+    rebuilding a queue and, written out on its own type, by the live queue
+    (``QueueCore._pop_head``).
     """
     item = queue.items.popleft()
     size = len(item.data)
@@ -364,12 +365,21 @@ class QueueCore:
         return self.items[0] if self.items else None
 
     def _pop_head(self) -> Item | None:
-        """The head, removed (``None`` only while read-behind waits for unwritten records)."""
+        """The head, removed (``None`` only while read-behind waits for unwritten records).
+
+        :func:`take_head`'s rule, written out on this class: through its ``Protocol`` the
+        compiled build reads and writes these fields by name (2,800 instructions a GET).
+        """
         if not self.items:
             self._fill_read_behind()
             if not self.items:
                 return None
-        return take_head(self)
+        item = self.items.popleft()
+        size = len(item.data)
+        self.length -= 1
+        self.bytes -= size
+        self.mem_bytes -= size
+        return item
 
     def _fill_read_behind(self) -> None:
         """Read items back from the journal while memory is below ``max_memory_size``.

@@ -30,7 +30,7 @@ from ..messages import (
     Unremove,
     first_failure,
 )
-from ..protocol import END, NOT_STORED, STORED, count_reply, expiry_from_exptime, server_error, value_reply
+from ..protocol import END, NOT_STORED, STORED, count_reply, expiry_from_exptime, server_error
 from ..protocol import Confirm as ConfirmCommand
 from ..protocol import Flush as FlushCommand
 from ..protocol import FlushExpired as FlushExpiredCommand
@@ -69,6 +69,7 @@ class MemcacheHandler(Handler):
         self.s = session
         self.context = session.context
         self.dump_names: tuple[str, ...] = ()
+        self.values = p.ValueReplies()
 
     def local(self, command: Any) -> None:
         kind = type(command)
@@ -202,7 +203,7 @@ class MemcacheHandler(Handler):
             item: Item | None = results[-1] if results else None
             if item is None:
                 return END
-            return value_reply(command.queue, item.data)
+            return self.values.reply(command.queue, item.data)
         if type(command) is ConfirmCommand or type(command) is FlushCommand:
             return END
         if type(command) is FlushExpiredCommand:
@@ -232,7 +233,7 @@ class MemcacheHandler(Handler):
         return END
 
     def item_reply(self, queue: str, data: bytes) -> bytes:
-        return p.value_reply(queue, data)
+        return self.values.reply(queue, data)
 
     def server_error_reply(self, message: str) -> bytes:
         return p.server_error(message)

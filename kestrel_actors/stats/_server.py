@@ -87,6 +87,17 @@ SUM: Final = len(BOUNDS) + 1
 """Where a histogram's list keeps the sum of its values, after the overflow bucket."""
 
 
+def _tally(buckets: list[int], value: int, times: int = 1) -> None:
+    """Count ``value`` (not negative) ``times`` in a :class:`Histogram`'s ``buckets``.
+
+    Written as ``x = x + n``: mypyc compiles ``buckets[i] += n`` to a generic addition of boxed
+    integers, and this to a native one.
+    """
+    index = bucket_index(value)
+    buckets[index] = buckets[index] + times
+    buckets[SUM] = buckets[SUM] + value * times
+
+
 class Histogram:
     """Counts of values in :data:`BOUNDS` buckets, and their sum.
 
@@ -113,9 +124,7 @@ class Histogram:
     def add(self, value: int, times: int = 1) -> None:
         if value < 0:
             value = 0
-        buckets = self.buckets
-        buckets[bucket_index(value)] += times
-        buckets[SUM] += value * times
+        _tally(self.buckets, value, times)
 
     def copy(self) -> Histogram:
         other = Histogram()
@@ -336,8 +345,7 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
         kind = type(ops[0])
         if kind is Add:
             buckets = metrics.set_buckets or metrics.histogram("set_latency_usec").buckets
-            buckets[bucket_index(usec)] += 1
-            buckets[SUM] += usec
+            _tally(buckets, usec)
             return
         if kind is Remove or kind is Open:
             item = results[0]
@@ -350,11 +358,9 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
                 if msec < 0:
                     msec = 0
                 buckets = metrics.delivery_buckets or metrics.histogram("delivery_latency_msec").buckets
-                buckets[bucket_index(msec)] += 1
-                buckets[SUM] += msec
+                _tally(buckets, msec)
                 buckets = metrics.hit_buckets or metrics.histogram("get_hit_latency_usec").buckets
-            buckets[bucket_index(usec)] += 1
-            buckets[SUM] += usec
+            _tally(buckets, usec)
             return
     sets = hits = misses = 0
     delivered = None

@@ -11,7 +11,7 @@ import pytest
 from kestrel_actors.journal import CORRUPT, TORN, Item, RecordReader
 from kestrel_actors.journal._format import (
     OP_ADD, OP_ADD_XID, OP_ADDX, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
-    OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, encode_add, encode_add_xid, encode_confirm_remove,
+    OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, AddRecords, encode_add, encode_add_xid, encode_confirm_remove,
     encode_continue, encode_legacy_add, encode_legacy_remove_tentative, encode_remove,
     encode_remove_tentative, encode_save_xid, encode_unremove,
 )
@@ -44,6 +44,15 @@ def test_encoders_match_the_hand_built_layout():
     assert encode_continue(3, item)[0] == OP_CONTINUE
     assert encode_legacy_add(b"abc", 17) == b"\x00\x07\x00\x00\x00\x11\x00\x00\x00abc"
     assert encode_legacy_remove_tentative() == b"\x03"
+
+
+def test_a_journals_add_records_are_encode_add_whatever_came_before():
+    adds = AddRecords()
+    items = [Item(b"abc", 1000), Item(b"def", 1000), Item(b"defg", 1000), Item(b"hij", 1000),
+             Item(b"hij", 1001), Item(b"hij", 1001, 5000), Item(b"hij", 1001), Item(b"", 1001),
+             Item(b"x" * 1024, 1_764_300_000_000), Item(b"y" * 1024, 1_764_300_000_000, 2**62)]
+    for item in items:
+        assert adds.encode(item) == encode_add(item) == addx(item.data, item.add_time, item.expiry)
 
 
 def test_record_sizes_are_kestrels_logsize_arithmetic():

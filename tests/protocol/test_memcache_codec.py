@@ -6,7 +6,7 @@ import pytest
 
 from kestrel_actors._names import name_bytes
 from kestrel_actors import protocol as p
-from kestrel_actors.protocol import MemcacheDecoder, parse_get_key, value_reply
+from kestrel_actors.protocol import MemcacheDecoder, ValueReplies, parse_get_key, value_reply
 
 DROP = p.Bad(None, close=True)
 CLIENT_ERROR_CLOSE = p.Bad(p.CLIENT_ERROR, close=True)
@@ -148,6 +148,44 @@ def test_repeated_lines_parse_alike_and_errors_are_not_remembered():
     assert decode(b"set q 0 9 1\r\nw\r\n") == [p.Set("q", 9, b"w")]
 
 
+def test_a_connections_repeated_lines_parse_as_they_did_the_first_time():
+    # one decoder keeps its last set and get lines: every way a repeat can arrive (whole, at the
+    # start of a read or behind another request, split, after leftovers, its end changed, a
+    # line like it but longer or shorter) parses as a fresh decoder parses it
+    stream = (b"set q 0 0 3\r\nabc\r\nget q\r\nset q 0 0 3\r\ndef\r\nget q\r\n"
+              b"set q 0 0 3\nghi\r\nget q/t=5\r\nget q\nset q 0 0 33\r\n" + b"j" * 33 + b"\r\n"
+              b"set q 0 0 3\r\nklm\r\nget qq\r\nget q\r\nset q2 0 0 3\r\nnop\r\nget q\r\n")
+    expected = decode(stream)
+    assert [type(command) for command in expected] == [p.Set, p.Get] * 2 + [p.Set, p.Get, p.Get, p.Set] + [
+        p.Set, p.Get, p.Get, p.Set, p.Get]
+    for size in (1, 2, 3, 5, 7, 11, 16, 23, 64, len(stream)):
+        decoder = MemcacheDecoder()
+        got: list[object] = []
+        for start in range(0, len(stream), size):
+            got += decoder.feed(stream[start:start + size])
+        assert got == expected, size
+        decoder = MemcacheDecoder()
+        got = []
+        for start in range(0, len(stream), size):
+            got += decoder.feed(bytearray(stream[start:start + size]))
+        assert got == expected, size
+
+
+def test_a_repeated_line_is_held_to_the_limits_and_errors_of_a_new_one():
+    decoder = MemcacheDecoder(max_item_bytes=4)
+    assert decoder.feed(b"set q 0 0 4\r\nabcd\r\nset q 0 0 4\r\nefgh\r\n") == [
+        p.Set("q", 0, b"abcd"), p.Set("q", 0, b"efgh")]
+    assert decoder.feed(b"set q 0 0 5\r\n") == [CLIENT_ERROR_CLOSE]
+    decoder = MemcacheDecoder()
+    assert decoder.feed(b"get q\r\nget q/abort/peek\r\nget q\r\n") == [p.Get("q"), CLIENT_ERROR_CLOSE]
+    decoder = MemcacheDecoder()
+    assert decoder.feed(b"set q 0 0 1\r\na\r\nset q 0 0 1") == [p.Set("q", 0, b"a")]  # a repeat cut short
+    assert decoder.feed(b"\r\nb\r\n") == [p.Set("q", 0, b"b")]
+    long_name = "q" * 300  # a line too long to be kept is parsed afresh each time, alike
+    line = f"get {long_name}\r\n".encode()
+    assert MemcacheDecoder().feed(line * 3) == [p.Get(long_name)] * 3
+
+
 def test_overlong_line_is_refused_without_waiting_for_its_end():
     decoder = MemcacheDecoder(max_line_bytes=100)
     assert decoder.feed(b"get " + b"q" * 50) == []
@@ -208,3 +246,11 @@ def test_names_keep_their_case_and_bytes():
 def test_value_reply_bytes():
     assert value_reply("work", b"hello") == b"VALUE work 0 5\r\nhello\r\nEND\r\n"
     assert value_reply("q", b"") == b"VALUE q 0 0\r\n\r\nEND\r\n"
+
+
+def test_a_connections_value_replies_are_value_reply_whatever_came_before():
+    replies = ValueReplies()
+    latin1 = p.parse_request_line([b"get", b"Q\xe9"]).queue
+    for queue, data in [("work", b"hello"), ("work", b"world"), ("work", b"hello!"), ("q", b"hello!"),
+                        ("q", b""), ("jobs+\u6f22", b"x"), (latin1, b"x"), ("work", b"x" * 1024), ("work", b"y" * 1024)]:
+        assert replies.reply(queue, data) == value_reply(queue, data)
