@@ -107,7 +107,11 @@ def add_record_size(data_len: int) -> int:
 def encode_add(item: Item) -> bytes:
     """ADDX (2): ``i32 len+16, i64 add_time ms, i64 expiry ms (0 = none), data``."""
     data = item.data
-    return _ADDX.pack(OP_ADDX, len(data) + 16, item.add_time, item.expiry) + data
+    return _add_header(len(data), item.add_time, item.expiry) + data
+
+
+def _add_header(data_len: int, add_time: int, expiry: int) -> bytes:
+    return _ADDX.pack(OP_ADDX, data_len + 16, add_time, expiry)
 
 
 class AddRecords:
@@ -127,11 +131,11 @@ class AddRecords:
 
     def encode(self, item: Item) -> bytes:
         data = item.data
-        size = len(data) + 16
+        size = len(data)
         add_time = item.add_time
         expiry = item.expiry
         if size != self._size or add_time != self._add_time or expiry != self._expiry:
-            self._header = _ADDX.pack(OP_ADDX, size, add_time, expiry)
+            self._header = _add_header(size, add_time, expiry)
             self._size = size
             self._add_time = add_time
             self._expiry = expiry

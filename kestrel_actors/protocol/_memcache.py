@@ -99,6 +99,7 @@ _LINES: Final[dict[bytes, Get | tuple[tuple[str, int], int]]] = {}
 ``set q 0 0 1024``). A ``get`` line maps to its :class:`Get`, never changed once made; a valid
 ``set`` line to (queue and expiry, data length)."""
 _LINES_MAX = 4096
+_VALUE_END: Final = b"\r\nEND\r\n"
 _REPEAT_MAX: Final = 256
 """The longest request line a decoder keeps as its connection's last ``set`` or ``get`` line."""
 _NO_GET: Final = Get("")
@@ -316,9 +317,6 @@ def value_reply(queue: str, data: bytes) -> bytes:
 
 def _value_line(queue: str, size: int) -> bytes:
     return b"VALUE " + name_bytes(queue) + b" 0 " + b"%d" % size + b"\r\n"
-
-
-_VALUE_END: Final = b"\r\nEND\r\n"
 
 
 class ValueReplies:
