@@ -87,6 +87,7 @@ TORN = "torn"
 CORRUPT = "corrupt"
 
 _ADDX: Final = struct.Struct("<biqq")      # opcode, size (= len + 16), add time ms, expiry ms
+_pack_addx: Final = _ADDX.pack  # bound once: ``_ADDX.pack(...)`` looks "pack" up on every ADD
 _XID_ADDX = struct.Struct("<biiqq")  # opcode, xid, size, add time ms, expiry ms
 _LEGACY_ADD: Final = struct.Struct("<bii")  # opcode, size (= len + 4), expiry s
 _XID = struct.Struct("<bi")          # opcode, xid
@@ -111,7 +112,7 @@ def encode_add(item: Item) -> bytes:
 
 
 def _add_header(data_len: int, add_time: int, expiry: int) -> bytes:
-    return _ADDX.pack(OP_ADDX, data_len + 16, add_time, expiry)
+    return _pack_addx(OP_ADDX, data_len + 16, add_time, expiry)
 
 
 class AddRecords:

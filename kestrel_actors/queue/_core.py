@@ -27,6 +27,9 @@ from ._rules import epoch_ms, next_xid
 __all__ = ["QueueCore", "QueueLimits", "QueueSamples", "epoch_ms", "take_head"]
 
 _perf_counter: Final = time.perf_counter
+# deque's methods through C statics: ``items.append(item)`` looks the name up on each call
+_append: Final = deque.append
+_popleft: Final = deque.popleft
 
 _NATIVE_INT_MAX: Final = (1 << 62) - 1
 """The largest int compiled code holds unboxed. Kestrel's "no limit" defaults (``LONG_MAX``)
@@ -179,7 +182,7 @@ class QueueCore:
         journal.add(item)
         size = len(data)
         if not behind:
-            self.items.append(item)
+            _append(self.items, item)
             self.mem_bytes += size
         self.length += 1
         self.bytes += size
@@ -234,7 +237,7 @@ class QueueCore:
         journal.add(item)
         size = len(item.data)
         if not behind:
-            self.items.append(item)
+            _append(self.items, item)
             self.mem_bytes += size
         self.length += 1
         self.bytes += size
@@ -374,7 +377,7 @@ class QueueCore:
             self._fill_read_behind()
             if not self.items:
                 return None
-        item = self.items.popleft()
+        item = _popleft(self.items)
         size = len(item.data)
         self.length -= 1
         self.bytes -= size
@@ -396,7 +399,7 @@ class QueueCore:
             item = journal.read_behind()
             if item is None:
                 break
-            self.items.append(item)
+            _append(self.items, item)
             self.mem_bytes += len(item.data)
         if self.metrics is not None:
             self.metrics.histogram("fill_readbehind_usec").add(int((_perf_counter() - started) * 1e6))

@@ -2,10 +2,14 @@
 
 Blocking reads (``get q/t=1000``) are the normal case under load: many-clients parks and wakes
 a batch for nearly every item. So parking and waking cost O(1) and no timer work: a waiter
-that leaves is only marked, and its entries in the arrival deque and the deadline heap are
+that leaves is only marked, and its entries in the arrival deque and the deadline structures are
 dropped when they come up; one timer per queue is set for the earliest deadline (a timer
 per waiter meant a libev watcher made and closed for every read). A dict would not do as
 the arrival queue: finding its first key after many deletions at the front scans the holes.
+
+Clients mostly wait with one timeout, so deadlines mostly come in the order waiters park: those
+go on a deque, in order for free, and only a deadline earlier than the last one queued goes on a
+heap (a heap entry is a tuple made, compared and freed for every read).
 """
 
 from __future__ import annotations
@@ -21,18 +25,21 @@ __all__ = ["WaitList", "Waiter"]
 
 _NEVER = float("inf")
 _heappush: Final = heapq.heappush  # through a C static, not the module's dict (ADR 0015)
+_append: Final = deque.append  # deque's methods likewise: ``d.append(x)`` looks the name up
+_popleft: Final = deque.popleft
 
 
 class Waiter:
     """A batch parked at its fetch operation ``index`` until an item or its deadline comes."""
 
-    __slots__ = ("batch", "index", "results", "parked")
+    __slots__ = ("batch", "index", "results", "parked", "deadline")
 
     def __init__(self, batch: Any, index: int, results: list[Any]) -> None:
         self.batch = batch
         self.index = index
         self.results = results
         self.parked = False
+        self.deadline = _NEVER
 
 
 class WaitList:
@@ -47,7 +54,11 @@ class WaitList:
         self._arrivals: deque[Waiter] = deque()
         self._count = 0
         self._by_session: dict[Any, Waiter] = {}
+        self._in_order: deque[Waiter] = deque()
+        """Waiters by deadline, which never decreases along it: most of them."""
+        self._last_in_order = -_NEVER
         self._deadlines: list[tuple[float, int, Waiter]] = []
+        """The heap of the rest: each deadline came earlier than the last one in order."""
         self._order = itertools.count()
         self._timer: Any = None
         self._timer_at = _NEVER
@@ -60,19 +71,31 @@ class WaitList:
 
     def park(self, waiter: Waiter, deadline: float) -> None:
         waiter.parked = True
+        waiter.deadline = deadline
         self._count += 1
         arrivals = self._arrivals
-        arrivals.append(waiter)
+        _append(arrivals, waiter)
         session = waiter.batch.session
         if session is not None:
             self._by_session[session] = waiter
-        deadlines = self._deadlines
-        if len(deadlines) > 2 * self._count + 64:  # mostly entries of woken waiters: drop them
-            deadlines[:] = [entry for entry in deadlines if entry[2].parked]
-            heapq.heapify(deadlines)
+        in_order = self._in_order
+        while in_order and not in_order[0].parked:  # woken, mostly oldest first
+            _popleft(in_order)
+        if not in_order:
+            self._last_in_order = -_NEVER
+        if deadline >= self._last_in_order:
+            self._last_in_order = deadline
+            _append(in_order, waiter)
+            if len(in_order) > 2 * self._count + 64:  # woken out of order (hung up): drop them
+                self._in_order = deque([waiter for waiter in in_order if waiter.parked])
+        else:
+            deadlines = self._deadlines
+            if len(deadlines) > 2 * self._count + 64:
+                deadlines[:] = [entry for entry in deadlines if entry[2].parked]
+                heapq.heapify(deadlines)
+            _heappush(deadlines, (deadline, next(self._order), waiter))
         if len(arrivals) > 2 * self._count + 64:
-            self._arrivals = deque(waiter for waiter in arrivals if waiter.parked)
-        _heappush(deadlines, (deadline, next(self._order), waiter))
+            self._arrivals = deque([waiter for waiter in arrivals if waiter.parked])
         if deadline < self._timer_at:
             self._set_timer(deadline)
 
@@ -87,9 +110,10 @@ class WaitList:
         """The waiter parked longest, still parked (``None`` if there is none)."""
         arrivals = self._arrivals
         while arrivals:
-            if arrivals[0].parked:
-                return arrivals[0]
-            arrivals.popleft()
+            waiter = arrivals[0]
+            if waiter.parked:
+                return waiter
+            _popleft(arrivals)
         return None
 
     def of_session(self, session: Any) -> Waiter | None:
@@ -99,16 +123,27 @@ class WaitList:
         """Remove and return the waiters whose deadline has passed, oldest deadline first,
         and set the timer for the next deadline."""
         self._timer_at = _NEVER
-        deadlines = self._deadlines
         now = time.monotonic()
         due = []
+        in_order = self._in_order
+        while in_order and (in_order[0].deadline <= now or not in_order[0].parked):
+            waiter = _popleft(in_order)
+            if waiter.parked:
+                self.remove(waiter)
+                due.append(waiter)
+        deadlines = self._deadlines
+        from_heap = False
         while deadlines and (deadlines[0][0] <= now or not deadlines[0][2].parked):
             waiter = heapq.heappop(deadlines)[2]
             if waiter.parked:
                 self.remove(waiter)
                 due.append(waiter)
-        if deadlines:
-            self._set_timer(deadlines[0][0])
+                from_heap = True
+        if from_heap:
+            due.sort(key=_deadline_of)
+        following = min(in_order[0].deadline if in_order else _NEVER, deadlines[0][0] if deadlines else _NEVER)
+        if following < _NEVER:
+            self._set_timer(following)
         return due
 
     def clear(self) -> list[Waiter]:
@@ -119,6 +154,8 @@ class WaitList:
         self._arrivals.clear()
         self._count = 0
         self._by_session.clear()
+        self._in_order.clear()
+        self._last_in_order = -_NEVER
         self._deadlines.clear()
         if self._timer is not None:
             self._timer.close()
@@ -130,3 +167,7 @@ class WaitList:
             self._timer.close()
         self._timer_at = deadline
         self._timer = self._arm(max(0.0, deadline - time.monotonic()))
+
+
+def _deadline_of(waiter: Waiter) -> float:
+    return waiter.deadline

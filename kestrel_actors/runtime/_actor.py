@@ -71,6 +71,9 @@ _URN_FORMAT = str(uuid.uuid4().urn)[:-12] + "%012x"
 ``uuid4()`` per actor, without a ``getrandom`` system call for every connection."""
 _URN_NUMBERS = itertools.count(1)
 _getcurrent: Final = getcurrent
+# deque's methods through C statics: ``items.popleft()`` looks the name up on each call
+_append: Final = deque.append
+_popleft: Final = deque.popleft
 """``getcurrent`` as a ``Final``: compiled code calls it through a C static rather than a lookup in
 the module's dict (a tell asks it; ADR 0015)."""
 
@@ -250,7 +253,7 @@ class _Mailbox:
 
     def enqueue(self, envelope: Any) -> None:
         """Queue ``envelope`` for the actor's greenlet, waking it if it waits."""
-        self.items.append(envelope)
+        _append(self.items, envelope)
         if self.idle:
             self.wake()
 
@@ -297,7 +300,7 @@ class _Mailbox:
             except BaseException as exc:  # noqa: BLE001 - thrown into the parked greenlet
                 self.idle = False
                 return _failure_letter(exc)
-        envelope = items.popleft()
+        envelope = _popleft(items)
         if envelope.reply_to is None and actor.actor_stopped._set:  # type: ignore[attr-defined]
             message = envelope.message
             if type(message) not in _PYKKA_MESSAGES:
@@ -342,7 +345,7 @@ class _Mailbox:
                     or (on_hub and not actor.may_run_on_hub())
                 ):
                     break
-                items.popleft()
+                _popleft(items)
                 actor.on_receive(message)
         except BaseException as exc:
             if not isinstance(exc, (gevent.GreenletExit, gevent.Timeout)):

@@ -36,6 +36,8 @@ log = structlog.get_logger("kestrel_actors.runtime")
 _getcurrent: Final = getcurrent
 """``getcurrent`` as a ``Final``: compiled code calls it through a C static rather than a lookup in
 the module's dict (a tell asks it; ADR 0015)."""
+_append: Final = deque.append  # deque's methods likewise: ``due.append(x)`` looks the name up
+_popleft: Final = deque.popleft
 
 
 class Dispatcher:
@@ -93,7 +95,7 @@ class Dispatcher:
 
         A dead receiver is skipped silently, as a tell to it would fail.
         """
-        self.due.append((ref, message))
+        _append(self.due, (ref, message))
         if self.woken or _getcurrent() in self.running:
             return  # a dispatcher is about to run, or is running right here
         self.woken = True
@@ -123,7 +125,7 @@ class Dispatcher:
             while True:
                 self.woken = False
                 while due:
-                    ref, message = due.popleft()
+                    ref, message = _popleft(due)
                     try:
                         tell(ref, message)
                     except ActorDeadError:

@@ -68,6 +68,9 @@ MAX_BATCH: Final = 256
 
 _perf_counter: Final = time.perf_counter
 _monotonic: Final = time.monotonic  # read through a C static, not the module (ADR 0015)
+# deque's methods through C statics too: ``pending.popleft()`` looks the name up on each call
+_extend: Final = deque.extend
+_popleft: Final = deque.popleft
 
 
 class Received:
@@ -222,7 +225,7 @@ class SessionActor(GeventActor):
         # type(message) tested on the message itself, not a local: that narrows its type, so
         # the compiled build reads the record's fields natively
         if type(message) is Received:
-            self.pending.extend(message.commands)
+            _extend(self.pending, message.commands)
             self._pump()
         elif type(message) is BatchDone:
             self._batch_done(message)
@@ -419,10 +422,8 @@ class SessionActor(GeventActor):
         entries: list[tuple[Any, int, p.Bad | None, bool]] = []
         pending = self.pending
         queue_kinds = self.queue_kinds
-        while pending and len(entries) < MAX_BATCH:
-            command = pending[0]
-            if type(command) not in queue_kinds or command.queue != name or not handler.goes_to_queue(command):
-                break
+        command = first  # _pump found the head a request for a queue: not asked again
+        while True:
             before = len(ops)
             # _pump checked the head before the lookup; one behind it (a write after a read) not
             refusal = self._write_refusal(command) if entries else None
@@ -431,13 +432,16 @@ class SessionActor(GeventActor):
                 preset, last = refusal, True
             else:
                 preset, last = handler.compile(command, ops)
-            pending.popleft()
+            _popleft(pending)
             count = len(ops) - before
             entries.append((command, count, preset, count > 0 and type(ops[-1]) is Open))
             if preset is not None and preset.close:
                 pending.clear()
                 break
-            if last:
+            if last or not pending or len(entries) == MAX_BATCH:
+                break
+            command = pending[0]
+            if type(command) not in queue_kinds or command.queue != name or not handler.goes_to_queue(command):
                 break
         self.batch = entries
         self.batch_ops = ops

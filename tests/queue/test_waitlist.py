@@ -78,6 +78,45 @@ def test_entries_of_woken_waiters_do_not_pile_up():
         waiter = Waiter(_Batch(), 0, [])
         waits.park(waiter, deadline)
         waits.remove(waiter)
+    assert len(waits._in_order) < 100  # noqa: SLF001
     assert len(waits._deadlines) < 100  # noqa: SLF001
     assert len(waits._arrivals) < 100  # noqa: SLF001
     assert waits.oldest() is keep
+
+
+def test_entries_of_woken_waiters_with_earlier_deadlines_do_not_pile_up():
+    waits, _ = make()
+    now = time.monotonic()
+    keep = Waiter(_Batch(), 0, [])
+    waits.park(keep, now + 60)
+    for _ in range(10_000):  # each deadline earlier than keep's: each goes on the heap
+        waiter = Waiter(_Batch(), 0, [])
+        waits.park(waiter, now + 30)
+        waits.remove(waiter)
+    assert len(waits._deadlines) < 100  # noqa: SLF001
+    assert waits.oldest() is keep
+
+
+def test_deadlines_in_park_order_and_out_of_it_come_due_together_earliest_first():
+    waits, timers = make()
+    now = time.monotonic()
+    first, third, second, later = (Waiter(_Batch(), i, []) for i in range(4))
+    waits.park(first, now - 3)
+    waits.park(third, now - 1)
+    waits.park(second, now - 2)  # earlier than the last deadline parked
+    waits.park(later, now + 30)
+    assert waits.take_due() == [first, second, third]
+    assert 29 < timers[-1].delay <= 30
+    assert waits.oldest() is later
+
+
+def test_once_every_waiter_has_gone_any_deadline_is_in_order_again():
+    waits, _ = make()
+    now = time.monotonic()
+    long_wait, short_wait = Waiter(_Batch(), 0, []), Waiter(_Batch(), 1, [])
+    waits.park(long_wait, now + 30)
+    waits.remove(long_wait)  # woken: nothing parked is left
+    waits.park(short_wait, now - 1)
+    assert not waits._deadlines  # noqa: SLF001 - not on the heap behind a waiter that has gone
+    assert waits.take_due() == [short_wait]
+    assert not waits and waits.take_due() == []
