@@ -49,6 +49,7 @@ from ..messages import (
     QueueBatch,
     QueueStats,
     Remove,
+    Session,
     SetChildren,
     SetConfig,
     Sweep,
@@ -496,7 +497,7 @@ class QueueActor(GeventActor):
 
     def _park(self, batch: QueueBatch, index: int, results: list[Any], deadline: float) -> None:
         batch.parked = True
-        self.waiters.park(Waiter(batch, index, results), deadline)
+        self.waiters.park(Waiter(batch, index, results, batch.session), deadline)
 
     def _start_timer(self, delay: float) -> Any:
         timer = self._loop.timer(delay)
@@ -511,7 +512,7 @@ class QueueActor(GeventActor):
             if waiter is None:
                 return
             waiters.remove(waiter)
-            session = waiter.batch.session
+            session: Session | None = waiter.session  # typed: ``closed`` read natively
             if session is not None and session.closed:
                 self._answer_with_a_miss(waiter)
                 continue

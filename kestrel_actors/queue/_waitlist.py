@@ -30,14 +30,19 @@ _popleft: Final = deque.popleft
 
 
 class Waiter:
-    """A batch parked at its fetch operation ``index`` until an item or its deadline comes."""
+    """A batch parked at its fetch operation ``index`` until an item or its deadline comes.
 
-    __slots__ = ("batch", "index", "results", "parked", "deadline")
+    ``session`` is the batch's (``None``: it has none), read once by the owner, which knows the
+    batch's type: read here, through ``Any``, it was a lookup by name at each park and wake.
+    """
 
-    def __init__(self, batch: Any, index: int, results: list[Any]) -> None:
+    __slots__ = ("batch", "index", "results", "session", "parked", "deadline")
+
+    def __init__(self, batch: Any, index: int, results: list[Any], session: Any) -> None:
         self.batch = batch
         self.index = index
         self.results = results
+        self.session = session
         self.parked = False
         self.deadline = _NEVER
 
@@ -75,7 +80,7 @@ class WaitList:
         self._count += 1
         arrivals = self._arrivals
         _append(arrivals, waiter)
-        session = waiter.batch.session
+        session = waiter.session
         if session is not None:
             self._by_session[session] = waiter
         in_order = self._in_order
@@ -102,7 +107,7 @@ class WaitList:
     def remove(self, waiter: Waiter) -> None:
         waiter.parked = False
         self._count -= 1
-        session = waiter.batch.session
+        session = waiter.session
         if session is not None and self._by_session.get(session) is waiter:
             del self._by_session[session]
 

@@ -8,8 +8,7 @@ from kestrel_actors.queue import WaitList, Waiter
 
 
 class _Batch:
-    def __init__(self, session=None) -> None:
-        self.session = session
+    """What a waiter parks: the wait-list never looks inside it."""
 
 
 class _Timer:
@@ -33,7 +32,7 @@ def make() -> tuple[WaitList, list[_Timer]]:
 
 def test_oldest_first_and_found_by_session():
     waits, _ = make()
-    a, b = Waiter(_Batch("s1"), 0, []), Waiter(_Batch("s2"), 0, [])
+    a, b = Waiter(_Batch(), 0, [], "s1"), Waiter(_Batch(), 0, [], "s2")
     now = time.monotonic()
     waits.park(a, now + 10)
     waits.park(b, now + 5)
@@ -47,17 +46,17 @@ def test_oldest_first_and_found_by_session():
 def test_one_timer_follows_the_earliest_deadline():
     waits, timers = make()
     now = time.monotonic()
-    waits.park(Waiter(_Batch(), 0, []), now + 10)
-    waits.park(Waiter(_Batch(), 0, []), now + 20)  # later: the timer stays
+    waits.park(Waiter(_Batch(), 0, [], None), now + 10)
+    waits.park(Waiter(_Batch(), 0, [], None), now + 20)  # later: the timer stays
     assert len(timers) == 1 and 9 < timers[0].delay <= 10
-    waits.park(Waiter(_Batch(), 0, []), now + 1)  # earlier: the timer moves
+    waits.park(Waiter(_Batch(), 0, [], None), now + 1)  # earlier: the timer moves
     assert len(timers) == 2 and timers[0].closed and timers[1].delay <= 1
 
 
 def test_take_due_returns_only_past_deadlines_and_sets_the_timer_for_the_next():
     waits, timers = make()
     now = time.monotonic()
-    late, gone, due_second, due_first = (Waiter(_Batch(), i, []) for i in range(4))
+    late, gone, due_second, due_first = (Waiter(_Batch(), i, [], None) for i in range(4))
     waits.park(late, now + 30)
     waits.park(gone, now - 2)
     waits.park(due_second, now - 0.5)
@@ -72,10 +71,10 @@ def test_take_due_returns_only_past_deadlines_and_sets_the_timer_for_the_next():
 def test_entries_of_woken_waiters_do_not_pile_up():
     waits, _ = make()
     deadline = time.monotonic() + 60
-    keep = Waiter(_Batch(), 0, [])
+    keep = Waiter(_Batch(), 0, [], None)
     waits.park(keep, deadline)
     for _ in range(10_000):  # many-clients: park, then woken by the next item
-        waiter = Waiter(_Batch(), 0, [])
+        waiter = Waiter(_Batch(), 0, [], None)
         waits.park(waiter, deadline)
         waits.remove(waiter)
     assert len(waits._in_order) < 100  # noqa: SLF001
@@ -87,10 +86,10 @@ def test_entries_of_woken_waiters_do_not_pile_up():
 def test_entries_of_woken_waiters_with_earlier_deadlines_do_not_pile_up():
     waits, _ = make()
     now = time.monotonic()
-    keep = Waiter(_Batch(), 0, [])
+    keep = Waiter(_Batch(), 0, [], None)
     waits.park(keep, now + 60)
     for _ in range(10_000):  # each deadline earlier than keep's: each goes on the heap
-        waiter = Waiter(_Batch(), 0, [])
+        waiter = Waiter(_Batch(), 0, [], None)
         waits.park(waiter, now + 30)
         waits.remove(waiter)
     assert len(waits._deadlines) < 100  # noqa: SLF001
@@ -100,7 +99,7 @@ def test_entries_of_woken_waiters_with_earlier_deadlines_do_not_pile_up():
 def test_deadlines_in_park_order_and_out_of_it_come_due_together_earliest_first():
     waits, timers = make()
     now = time.monotonic()
-    first, third, second, later = (Waiter(_Batch(), i, []) for i in range(4))
+    first, third, second, later = (Waiter(_Batch(), i, [], None) for i in range(4))
     waits.park(first, now - 3)
     waits.park(third, now - 1)
     waits.park(second, now - 2)  # earlier than the last deadline parked
@@ -113,7 +112,7 @@ def test_deadlines_in_park_order_and_out_of_it_come_due_together_earliest_first(
 def test_once_every_waiter_has_gone_any_deadline_is_in_order_again():
     waits, _ = make()
     now = time.monotonic()
-    long_wait, short_wait = Waiter(_Batch(), 0, []), Waiter(_Batch(), 1, [])
+    long_wait, short_wait = Waiter(_Batch(), 0, [], None), Waiter(_Batch(), 1, [], None)
     waits.park(long_wait, now + 30)
     waits.remove(long_wait)  # woken: nothing parked is left
     waits.park(short_wait, now - 1)
