@@ -198,8 +198,13 @@ REQUEST_PATH = {
     # an except clause's class; the idle timer's loop (gevent's), when an idle timeout is set
     "SocketTransport._readable": {"BlockingIOError", "loop", "now"},
     "SocketTransport._account": set(),
-    # a parked batch's session (a batch is a message, a room above); heapify when compacting
-    "WaitList.park": {"session", "heapify", "next"},
+    # heapify when compacting, and the heap's tie-breaking count, for a deadline out of order
+    "WaitList.park": {"heapify", "next"},
+    "WaitList.oldest": set(),
+    "WaitList.remove": set(),
+    "QueueActor._wake_one": set(),
+    "_Mailbox.enqueue": set(),
+    "Dispatcher.deliver": {"run_callback", "switch", "spawn", "_run"},  # waking a dispatcher (gevent)
     "FileJournal.rotation_due": set(),
     "QueueActor.may_run_on_hub": set(),
     # a connection's repeated request line; a new one is split into tokens (bytes methods)
@@ -216,11 +221,13 @@ function), and the names each may still look up (the actors' ``on_receive`` is l
 its first test, a dispatch over messages that are not requests)."""
 
 ANYWHERE = {
-    # a deque's methods (mypyc has no native deque), the exception classes of except clauses,
-    # a log call in one and an error message's f-string
-    "popleft", "append", "appendleft", "extend", "clear", "Exception", "OSError", "AssertionError",
-    "ValueError", "BaseException", "GreenletExit", "exception", "format",
+    # the exception classes of except clauses, a log call in one and an error message's f-string
+    "Exception", "OSError", "AssertionError", "ValueError", "BaseException", "GreenletExit",
+    "exception", "format",
 }
+"""A deque's methods are not among them: mypyc has no native deque, so ``d.popleft()`` looks
+the method up by name on every call; the request path calls them through ``Final`` names
+(``_popleft: Final = deque.popleft``)."""
 
 _BY_NAME = (
     re.compile(r"CPyObject_GetAttr3?\(|PyObject_GetAttr\(|PyObject_SetAttr\(|PyObject_VectorcallMethod\("),

@@ -69,6 +69,8 @@ MAX_BATCH: Final = 256
 _perf_counter: Final = time.perf_counter
 _monotonic: Final = time.monotonic  # read through a C static, not the module (ADR 0015)
 # deque's methods through C statics too: ``pending.popleft()`` looks the name up on each call
+_append: Final = deque.append
+_clear: Final = deque.clear
 _extend: Final = deque.extend
 _popleft: Final = deque.popleft
 
@@ -255,14 +257,14 @@ class SessionActor(GeventActor):
             refusal = self._write_refusal(command)
             if refusal is not None:
                 # checked before the queue is looked up: a missing queue is refused alike
-                pending.clear()
+                _clear(pending)
                 self._local(refusal)
                 break
             if kind in self.queue_kinds and self.handler.goes_to_queue(command):
                 if not self._start_batch():
                     break
                 continue
-            pending.popleft()
+            _popleft(pending)
             self._local(command)
         self._flush()
         if self.closing and self.waiting is None:
@@ -415,7 +417,7 @@ class SessionActor(GeventActor):
         if ref is None or not ref.is_alive():
             if not self._resolve(name, handler.creates(first)):
                 return False  # asked: the batch starts once the answer comes
-            self.pending.popleft()
+            _popleft(self.pending)
             self.out.append(handler.missing_queue_reply(first, self.open_reads.get(name)))
             return True
         ops: list[Any] = []
@@ -436,7 +438,7 @@ class SessionActor(GeventActor):
             count = len(ops) - before
             entries.append((command, count, preset, count > 0 and type(ops[-1]) is Open))
             if preset is not None and preset.close:
-                pending.clear()
+                _clear(pending)
                 break
             if last or not pending or len(entries) == MAX_BATCH:
                 break
@@ -500,7 +502,7 @@ class SessionActor(GeventActor):
                 opened: Item | None = mine[-1]
                 if opened is not None:
                     # the session, not the reply, records what the client now holds open
-                    self.open_reads.setdefault(command.queue, deque()).append(opened.xid)
+                    _append(self.open_reads.setdefault(command.queue, deque()), opened.xid)
             out.append(handler.reply(command, mine))
             position = end
         if answered < len(entries):  # the rest once the client has taken these replies
@@ -717,4 +719,4 @@ def take_oldest(opened: deque[int] | None, count: int) -> tuple[int, ...] | None
     are open, else pop none and return ``None``."""
     if count <= 0 or not opened or count > len(opened):
         return None
-    return tuple(opened.popleft() for _ in range(count))
+    return tuple(_popleft(opened) for _ in range(count))

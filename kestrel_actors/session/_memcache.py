@@ -44,6 +44,7 @@ from ._handler import Handler
 
 __all__ = ["MemcacheHandler"]
 
+_popleft: Final = deque.popleft  # a C static: ``_popleft(opened)`` looks the name up per call
 _ERROR_OPEN: Final = p.Bad(p.ERROR, close=False)
 _ERROR_CLOSE: Final = p.Bad(p.ERROR, close=True)
 _SERVER_ERROR_CLOSE: Final = p.Bad(p.SERVER_ERROR, close=True)
@@ -160,10 +161,10 @@ class MemcacheHandler(Handler):
             opened = s.open_reads.get(command.queue)
             if command.abort:
                 if opened:
-                    ops.append(Unremove((opened.popleft(),)))
+                    ops.append(Unremove((_popleft(opened),)))
                 return None, False
             if command.close and opened:
-                ops.append(Confirm((opened.popleft(),)))
+                ops.append(Confirm((_popleft(opened),)))
             if command.close and not command.open:
                 return None, False
             if not command.open and not command.peek and opened:
@@ -226,7 +227,7 @@ class MemcacheHandler(Handler):
             return p.ERROR if take_oldest(opened, command.count) is None else END
         if type(command) is GetCommand:
             if (command.close or command.abort) and opened:
-                opened.popleft()
+                _popleft(opened)
             return END
         if type(command) is FlushExpiredCommand:
             return count_reply(0)
