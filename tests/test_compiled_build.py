@@ -176,7 +176,7 @@ REQUEST_PATH = {
     "SessionActor.on_receive": set(),
     "SessionActor._pump": set(),
     "SessionActor._start_batch": {"queue"},  # a command's queue: each protocol has its own classes
-    "SessionActor._batch_done": {"queue"},
+    "SessionActor._batch_done": set(),
     "SessionActor._flush": set(),
     "SessionActor._write_refusal": set(),
     "MemcacheHandler.compile": {"max_open_transactions"},  # the config: an interpreted dataclass

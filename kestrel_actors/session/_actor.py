@@ -502,7 +502,7 @@ class SessionActor(GeventActor):
                 opened: Item | None = mine[-1]
                 if opened is not None:
                     # the session, not the reply, records what the client now holds open
-                    _append(self.open_reads.setdefault(command.queue, deque()), opened.xid)
+                    _append(self.open_reads.setdefault(self.batch_queue, deque()), opened.xid)
             out.append(handler.reply(command, mine))
             position = end
         if answered < len(entries):  # the rest once the client has taken these replies
