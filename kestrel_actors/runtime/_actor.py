@@ -71,11 +71,11 @@ _URN_FORMAT = str(uuid.uuid4().urn)[:-12] + "%012x"
 ``uuid4()`` per actor, without a ``getrandom`` system call for every connection."""
 _URN_NUMBERS = itertools.count(1)
 _getcurrent: Final = getcurrent
-# deque's methods through C statics: ``items.popleft()`` looks the name up on each call
-_append: Final = deque.append
-_popleft: Final = deque.popleft
 """``getcurrent`` as a ``Final``: compiled code calls it through a C static rather than a lookup in
 the module's dict (a tell asks it; ADR 0015)."""
+# deque's methods through C statics too: ``items.popleft()`` looks the name up on each call
+_append: Final = deque.append
+_popleft: Final = deque.popleft
 
 
 class _StoppedFlag:
