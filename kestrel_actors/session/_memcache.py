@@ -44,7 +44,7 @@ from ._handler import Handler
 
 __all__ = ["MemcacheHandler"]
 
-_popleft: Final = deque.popleft  # a C static: ``_popleft(opened)`` looks the name up per call
+_popleft: Final = deque.popleft  # a C static: ``opened.popleft()`` looks the name up per call
 _ERROR_OPEN: Final = p.Bad(p.ERROR, close=False)
 _ERROR_CLOSE: Final = p.Bad(p.ERROR, close=True)
 _SERVER_ERROR_CLOSE: Final = p.Bad(p.SERVER_ERROR, close=True)
