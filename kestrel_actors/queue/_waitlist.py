@@ -61,7 +61,6 @@ class WaitList:
         self._by_session: dict[Any, Waiter] = {}
         self._in_order: deque[Waiter] = deque()
         """Waiters by deadline, which never decreases along it: most of them."""
-        self._last_in_order = -_NEVER
         self._deadlines: list[tuple[float, int, Waiter]] = []
         """The heap of the rest: each deadline came earlier than the last one in order."""
         self._order = itertools.count()
@@ -86,10 +85,7 @@ class WaitList:
         in_order = self._in_order
         while in_order and not in_order[0].parked:  # woken, mostly oldest first
             _popleft(in_order)
-        if not in_order:
-            self._last_in_order = -_NEVER
-        if deadline >= self._last_in_order:
-            self._last_in_order = deadline
+        if not in_order or deadline >= in_order[-1].deadline:
             _append(in_order, waiter)
             if len(in_order) > 2 * self._count + 64:  # woken out of order (hung up): drop them
                 self._in_order = deque([waiter for waiter in in_order if waiter.parked])
@@ -160,7 +156,6 @@ class WaitList:
         self._count = 0
         self._by_session.clear()
         self._in_order.clear()
-        self._last_in_order = -_NEVER
         self._deadlines.clear()
         if self._timer is not None:
             self._timer.close()
