@@ -333,15 +333,15 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
     As in Kestrel, a fetch's hit or miss latency counts only a fetch answered at once; a
     batch that waited in the queue's wait-list (``batch.parked``) adds its misses to
     ``get_timeout_msec`` instead. This runs once per batch on the request path: a batch of
-    one SET or one GET (the common case) takes a short way; otherwise the operations are
-    counted first, and each histogram gets one update per batch.
+    one SET or one GET (the common case, a GET that waited included) takes a short way;
+    otherwise the operations are counted first, and each histogram gets one update per batch.
     """
     metrics = stats.queues.get(queue)
     if metrics is None:
         return
     usec = int((_perf_counter() - started) * 1e6)
     ops = batch.ops
-    if len(ops) == 1 and not batch.parked:
+    if len(ops) == 1 and len(results) == 1:
         kind = type(ops[0])
         if kind is Add:
             buckets = metrics.set_buckets or metrics.histogram("set_latency_usec").buckets
@@ -351,16 +351,21 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
             item = results[0]
             if item is None:
                 metrics.get_items_miss += 1
+                if batch.parked:  # waited out its timeout
+                    metrics.histogram("get_timeout_msec").add(usec // 1000)
+                    return
                 buckets = metrics.miss_buckets or metrics.histogram("get_miss_latency_usec").buckets
-            else:
-                metrics.get_items_hit += 1
-                msec = int(_time() * 1000) - item.add_time
-                if msec < 0:
-                    msec = 0
-                buckets = metrics.delivery_buckets or metrics.histogram("delivery_latency_msec").buckets
-                _tally(buckets, msec)
+                _tally(buckets, usec)
+                return
+            metrics.get_items_hit += 1
+            msec = int(_time() * 1000) - item.add_time
+            if msec < 0:
+                msec = 0
+            buckets = metrics.delivery_buckets or metrics.histogram("delivery_latency_msec").buckets
+            _tally(buckets, msec)
+            if not batch.parked:  # a GET that waited counts no hit latency
                 buckets = metrics.hit_buckets or metrics.histogram("get_hit_latency_usec").buckets
-            _tally(buckets, usec)
+                _tally(buckets, usec)
             return
     sets = hits = misses = 0
     delivered = None

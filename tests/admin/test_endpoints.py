@@ -121,6 +121,20 @@ def test_blocking_get_that_times_out_is_a_timeout_not_a_miss_latency(admin_serve
     assert metrics["q/slow/get_miss_latency_usec"]["count"] == 0
 
 
+def test_blocking_get_that_is_served_counts_a_delivery_not_a_hit_latency(admin_server):
+    reader, writer = admin_server.client(), admin_server.client()
+    reader.send(b"get late/t=5000\r\n")
+    url = admin_server.admin_url + "/stats.json"
+    wait_for(lambda: get_json(url)["gauges"].get("q/late/waiters") == 1, what="the waiting GET")
+    writer.set("late", b"item")
+    assert reader.read_value() == b"item"
+    stats = get_json(url)
+    assert stats["counters"]["q/late/get_items_hit"] == 1
+    assert stats["metrics"]["q/late/delivery_latency_msec"]["count"] == 1
+    assert stats["metrics"]["q/late/get_hit_latency_usec"]["count"] == 0  # as Kestrel: it waited
+    assert stats["metrics"]["q/late/get_timeout_msec"]["count"] == 0
+
+
 def test_stats_json_and_memcache_stats_read_the_same_numbers(admin_server):
     clients = known_traffic(admin_server)
     memcache = clients[0].stats()
