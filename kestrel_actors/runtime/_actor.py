@@ -23,7 +23,10 @@ Everything else happens behind the inbox's ``put``/``get``:
   The actor is busy meanwhile, so it still handles one message at a time and in order; what
   reaches it meanwhile is queued and handled by the same sender before ``tell`` returns. On
   the hub only if the actor says none of its handlers can suspend now
-  (:meth:`GeventActor.may_run_on_hub`: the hub has nowhere to switch to). Never for an
+  (:meth:`GeventActor.may_run_on_hub`: the hub has nowhere to switch to), and there at most
+  two deep: a session's handler runs the queue it asks, but a tell made inside that nested
+  run waits until the outer run is over (:class:`_HubRuns`), so that a request's own session
+  answers before the sessions the request woke. Never for an
   ``ask``, for pykka's own messages (every class of the public ``pykka.messages`` module: its
   proxy calls and its stop), or for a message type marked :func:`on_own_greenlet`: those
   wake the actor's greenlet, where pykka's loop handles them. A handler that raises inline
@@ -46,6 +49,7 @@ import itertools
 import queue
 import sys
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar, Final, TypeVar
@@ -60,7 +64,9 @@ from mypy_extensions import mypyc_attr
 from pykka import ActorDeadError
 from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr
 
-__all__ = ["GeventActor", "GeventFuture", "GeventRef", "ReplyFuture", "on_own_greenlet", "tell"]
+__all__ = [
+    "GeventActor", "GeventFuture", "GeventRef", "ReplyFuture", "of_this_hub", "on_own_greenlet", "tell",
+]
 
 T = TypeVar("T")
 
@@ -226,6 +232,76 @@ the actor stopped, and reading an attribute does nothing. The loop then ends, an
 takes the rest (the dead letters)."""
 
 
+class _HubRuns:
+    """The inline runs of one hub. A run may nest one other (a session's handler runs the queue
+    it asks, inside it); a tell made inside that nested run waits until the outer run is over,
+    and then runs, in the order told.
+
+    So a queue's answer to the session whose request it ran (queued in the session's inbox, the
+    session being busy up the stack) is handled, its client answered, before the readers that
+    request woke are served, as the queue orders its answers. Nested deeper, the woken readers'
+    sessions would answer first.
+    """
+
+    __slots__ = ("depth", "queued")
+
+    def __init__(self, _hub: Any) -> None:
+        self.depth = 0
+        self.queued: deque[_Mailbox] = deque()
+
+    def run(self, mailbox: _Mailbox, message: Any) -> None:
+        """Run the tell ``message`` inline on the hub (the caller checked that it may): now, or
+        once the outer run is over."""
+        depth = self.depth
+        if depth == 2:
+            mailbox.idle = False  # taken: what else reaches it queues behind this
+            _append(mailbox.items, _Letter(message))
+            _append(self.queued, mailbox)
+            return
+        self.depth = depth + 1
+        try:
+            mailbox._run_inline(message, True)
+        except BaseException:
+            if depth == 0:
+                self._hand_over()
+            raise
+        finally:
+            self.depth = depth
+        if depth == 0:
+            queued = self.queued
+            self.depth = 1
+            try:
+                while queued:
+                    _popleft(queued).run_queued()
+            except BaseException:
+                self._hand_over()
+                raise
+            finally:
+                self.depth = 0
+
+    def _hand_over(self) -> None:
+        """A run raised: what is queued goes to the actors' own greenlets."""
+        queued = self.queued
+        while queued:
+            _popleft(queued).wake()
+
+
+_hub_runs: weakref.WeakKeyDictionary[Any, _HubRuns] = weakref.WeakKeyDictionary()
+
+
+def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T]) -> T:
+    """The one ``make(hub)`` of this thread's hub, kept in ``made`` (made on first use).
+
+    Services with one instance per event loop (the hub's inline runs, the dispatcher, thrift's
+    open reads) use it, so that a test or tool running its own hub gets its own.
+    """
+    hub = gevent.get_hub()
+    value = made.get(hub)
+    if value is None:
+        value = made[hub] = make(hub)
+    return value
+
+
 class _Mailbox:
     """An actor's inbox: a deque, the actor's greenlet, and whether the actor is idle.
 
@@ -234,7 +310,7 @@ class _Mailbox:
     module docstring).
     """
 
-    __slots__ = ("items", "idle", "inline", "actor", "greenlet", "hub")
+    __slots__ = ("items", "idle", "inline", "actor", "greenlet", "hub", "hub_runs")
 
     def __init__(self) -> None:
         self.items: deque[Any] = deque()
@@ -243,6 +319,7 @@ class _Mailbox:
         self.actor: GeventActor | None = None
         self.greenlet: Any = None
         self.hub = gevent.get_hub()
+        self.hub_runs: _HubRuns = of_this_hub(_hub_runs, _HubRuns)
 
     def put(self, envelope: Any, /) -> None:
         """Queue ``envelope`` (pykka's ``ask`` and ``Actor.stop`` come here), or run a tell
@@ -266,7 +343,7 @@ class _Mailbox:
             self._run_inline(message, False)
             return True
         if self.actor.may_run_on_hub():  # type: ignore[union-attr]
-            self._run_inline(message, True)
+            self.hub_runs.run(self, message)
             return True
         return False
 
@@ -312,6 +389,19 @@ class _Mailbox:
 
     def empty(self) -> bool:
         return not self.items
+
+    def run_queued(self) -> None:
+        """Run on the hub what :class:`_HubRuns` queued here, if the actor still may run
+        there; otherwise its greenlet takes it."""
+        items = self.items
+        actor: GeventActor = self.actor  # type: ignore[assignment]
+        if items and not actor.stopped_flag._set:
+            envelope = items[0]
+            if envelope.reply_to is None and type(envelope.message) not in _NOT_INLINE and actor.may_run_on_hub():
+                _popleft(items)
+                self._run_inline(envelope.message, True)
+                return
+        self.wake()
 
     def _run_inline(self, message: Any, on_hub: bool) -> None:
         """Handle the tell ``message`` and then the inbox in order on this greenlet, the actor
@@ -409,7 +499,7 @@ class GeventRef(pykka.ActorRef[Any]):
             actor = mailbox.actor
             assert actor is not None  # an idle mailbox has its actor: a typed, direct call
             if actor.may_run_on_hub():
-                mailbox._run_inline(message, True)
+                mailbox.hub_runs.run(mailbox, message)
                 return
         mailbox.enqueue(_Letter(message))
 

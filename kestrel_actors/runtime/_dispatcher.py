@@ -4,33 +4,16 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from collections.abc import Callable
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar, Final
 
 import gevent
 import structlog
 from greenlet import getcurrent
 from pykka import ActorDeadError
 
-from ._actor import tell
+from ._actor import of_this_hub, tell
 
-__all__ = ["Dispatcher", "of_this_hub"]
-
-T = TypeVar("T")
-
-
-def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T]) -> T:
-    """The one ``make(hub)`` of this thread's hub, kept in ``made`` (made on first use).
-
-    Services with one instance per event loop (the dispatcher, thrift's open reads) use it,
-    so that a test or tool running its own hub gets its own.
-    """
-    hub = gevent.get_hub()
-    value = made.get(hub)
-    if value is None:
-        value = made[hub] = make(hub)
-    return value
-
+__all__ = ["Dispatcher"]
 
 log = structlog.get_logger("kestrel_actors.runtime")
 _getcurrent: Final = getcurrent

@@ -459,6 +459,76 @@ def test_a_message_marked_on_own_greenlet_never_runs_inline():
         ref.stop()
 
 
+class Relay(GeventActor):
+    """A hub-safe inline actor that logs each message's start and end, and on ``(word, tells)``
+    makes each tell ``(ref, message)`` of ``tells`` in order."""
+
+    inline_dispatch = True
+
+    def __init__(self, name: str, log: list) -> None:
+        super().__init__()
+        self.name = name
+        self.log = log
+
+    def may_run_on_hub(self) -> bool:
+        return True
+
+    def on_receive(self, message):
+        word, tells = message
+        self.log.append((self.name, word, gevent.getcurrent() is gevent.get_hub()))
+        for ref, told in tells:
+            ref.tell(told)
+        self.log.append((self.name, "end " + word))
+
+
+def test_on_the_hub_the_readers_a_request_wakes_are_served_after_its_own_answer():
+    """A session asks a queue; the queue answers it, then hands an item to a waiting reader.
+    On the hub the queue runs inside the session's handler, as before, but the reader it tells
+    from there waits until the session's run is over: the session answers its own client
+    first. Nested (off the hub, as before) the reader is served inside the queue's run, while
+    the queue's answer waits in the busy session's inbox."""
+    log: list = []
+    session, queue, reader = (Relay.start(name, log) for name in ("session", "queue", "reader"))
+    try:
+        run = ("run", [(session, ("answer", [])), (reader, ("item", []))])
+        gevent.get_hub().loop.run_callback(session.tell, ("request", [(queue, run)]))
+        gevent.sleep(0.01)
+        assert log == [
+            ("session", "request", True), ("queue", "run", True), ("queue", "end run"),
+            ("session", "end request"), ("session", "answer", True), ("session", "end answer"),
+            ("reader", "item", True), ("reader", "end item"),
+        ]
+        log.clear()
+        session.tell(("request", [(queue, run)]))  # off the hub: inside the sender's run, as before
+        assert [entry[:2] for entry in log] == [
+            ("session", "request"), ("queue", "run"), ("reader", "item"), ("reader", "end item"),
+            ("queue", "end run"), ("session", "end request"), ("session", "answer"),
+            ("session", "end answer"),
+        ]
+    finally:
+        for ref in (session, queue, reader):
+            ref.stop()
+
+
+def test_on_the_hub_an_actor_told_from_a_nested_run_takes_its_messages_in_order_afterwards():
+    log: list = []
+    first, second, third = (Relay.start(name, log) for name in ("first", "second", "third"))
+    try:
+        relay = ("relay", [(third, ("one", [])), (third, ("two", []))])
+        tells = [(second, relay), (third, ("three", []))]
+        gevent.get_hub().loop.run_callback(first.tell, ("start", tells))
+        gevent.sleep(0.01)
+        assert [entry[:2] for entry in log] == [
+            ("first", "start"), ("second", "relay"), ("second", "end relay"), ("first", "end start"),
+            ("third", "one"), ("third", "end one"), ("third", "two"), ("third", "end two"),
+            ("third", "three"), ("third", "end three"),
+        ]
+        assert all(entry[2] for entry in log if len(entry) == 3)  # every run on the hub
+    finally:
+        for ref in (first, second, third):
+            ref.stop()
+
+
 def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
     """One ready socket: its callback's tell runs the receiver on the hub, no dispatcher.
     Several sockets ready in one loop iteration: their tells go through the dispatcher, all
