@@ -347,7 +347,9 @@ class QueueActor(GeventActor):
     def _run(self, batch: QueueBatch, start: int, results: list[Any]) -> None:
         # this batch's answer goes before those of the waiters its adds wake (they run inside
         # it): the writer learns first that its item is stored, and sends its next request
-        # while the readers' answers are still going out (the many-clients producer)
+        # while the readers' answers are still going out (the many-clients producer). On the
+        # hub the runtime keeps this order though the writer's session is busy up the stack
+        # (the readers' sessions run after its run: runtime._HubRuns)
         first_answer = len(self._replies)
         core = self.core
         stats = self.stats
