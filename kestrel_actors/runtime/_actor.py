@@ -391,17 +391,14 @@ class _Mailbox:
         return not self.items
 
     def run_queued(self) -> None:
-        """Run on the hub what :class:`_HubRuns` queued here, if the actor still may run
-        there; otherwise its greenlet takes it."""
-        items = self.items
+        """Run on the hub the tell :class:`_HubRuns` queued here, if the actor still may run
+        there; otherwise its greenlet takes it. The tell is the inbox's first letter (the
+        actor was idle, its inbox empty, when it was queued) and passed the inline rules then."""
         actor: GeventActor = self.actor  # type: ignore[assignment]
-        if items and not actor.stopped_flag._set:
-            envelope = items[0]
-            if envelope.reply_to is None and type(envelope.message) not in _NOT_INLINE and actor.may_run_on_hub():
-                _popleft(items)
-                self._run_inline(envelope.message, True)
-                return
-        self.wake()
+        if not actor.stopped_flag._set and actor.may_run_on_hub():
+            self._run_inline(_popleft(self.items).message, True)
+        else:
+            self.wake()
 
     def _run_inline(self, message: Any, on_hub: bool) -> None:
         """Handle the tell ``message`` and then the inbox in order on this greenlet, the actor
