@@ -36,6 +36,9 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Longest wait for one reply."),
         click.option("--allow-remote", is_flag=True,
                      help="Allow a non-loopback host (load tests default to 127.0.0.1 only)."),
+        click.option("--greenlets", is_flag=True,
+                     help="Run every client on a greenlet of its own, not on the one epoll "
+                          "loop of put-many, get-many and mixed (slower: to compare with)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -64,7 +67,7 @@ def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
     """
 
     def entry(host, port, no_flush, procs, plot, progress, timeout, io_timeout, allow_remote,
-              monitor: str | None = None, **args: Any) -> None:
+              greenlets, monitor: str | None = None, **args: Any) -> None:
         from .figures import Figures
         from .harness import HarnessError, check_loopback, is_failure, is_harness_error
         from .report import EXIT_HARNESS, Outcome, finish
@@ -83,7 +86,7 @@ def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
             thrift_port = args["thrift_port"] = _thrift_port(args["thrift_port"], port)
         options = Options(host=host, port=port, procs=procs, timeout=timeout,
                           io_timeout=io_timeout, progress=progress, monitor=monitor,
-                          thrift_port=thrift_port)
+                          thrift_port=thrift_port, greenlets=greenlets)
         name = body.__name__.replace("_", "-")
         try:
             outcome = body(options, not no_flush, epoch=time.monotonic_ns(), **args)

@@ -20,6 +20,7 @@ lost and duplicated items are counted across processes.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import multiprocessing
 import time
@@ -34,6 +35,7 @@ from kestrel_actors.client import ConnectFailed, Connection
 
 from .admin import monitor_queue
 from .figures import Figures, Recorder
+from .fleet import drive, lean_form_of
 from .harness import CONNECT_ATTEMPTS, is_failure, is_harness_error
 from .output import Bar
 
@@ -54,6 +56,9 @@ class Options:
     thrift_port: int | None = None
     """``--thrift``: the run speaks only thrift, on this port (set-up and checks too), as
     Kestrel's thrift load tools do; the memcache port is not used."""
+    greenlets: bool = False
+    """``--greenlets``: every client on a greenlet of its own, even where its role has a lean
+    form (:mod:`.fleet`): the generator as it was, to compare with."""
 
 
 @dataclass(frozen=True)
@@ -188,13 +193,13 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
     deadline = go_ns + int(options.timeout * 1e9)
     cpu_start = time.process_time()
 
-    def body(ctx: ClientContext) -> None:
+    def body(first: ClientContext, run_clients: Callable[[], None], ours: list[ClientContext]) -> None:
         try:
-            ctx.role()(ctx)
+            run_clients()
         except gevent.GreenletExit:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure of a client is counted, none ends the run
-            role = ctx.spec.role.split(':')[1]
+            role = first.spec.role.split(':')[1]
             if is_failure(exc):
                 failures.append(f"{role}: {exc}")
             elif is_harness_error(exc):
@@ -203,9 +208,10 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
                 errors.append(f"{role}: {type(exc).__name__}: {exc}")
             shared.abort.value = 1
         finally:
-            ctx.conn.close()
+            for ctx in ours:
+                ctx.conn.close()
 
-    greenlets = [gevent.spawn(body, ctx) for ctx in contexts]
+    greenlets = _spawn_clients(contexts, options, body)
     io_limit = int(options.io_timeout * 1e9)
     while not all(g.dead for g in greenlets):
         now = time.monotonic_ns()
@@ -215,9 +221,11 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
                 shared.abort.value = 1
             gevent.killall(greenlets, timeout=5)
             break
+        stopping = set()  # the lean loop's one greenlet stands for many clients: stop it once
         for greenlet, ctx in zip(greenlets, contexts, strict=True):  # the --io-timeout watchdog
             since = ctx.conn.waiting_since
-            if since and now - since > io_limit and not greenlet.dead:
+            if since and now - since > io_limit and not greenlet.dead and greenlet not in stopping:
+                stopping.add(greenlet)
                 greenlet.kill(ctx.conn.stalled(), block=False)
         gevent.joinall(greenlets, timeout=0.1)
     end_ns = time.monotonic_ns()
@@ -226,6 +234,22 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
         fig.end_ns = end_ns
     retries = sum(ctx.conn.retries for ctx in contexts)
     return _ProcResult(figures, failures, errors, retries, end_ns, time.process_time() - cpu_start)
+
+
+def _spawn_clients(contexts: list[ClientContext], options: Options,
+                   body: Callable[[ClientContext, Callable[[], None], list[ClientContext]], None],
+                   ) -> list[gevent.Greenlet]:
+    """One greenlet per client, running its role; or, when every client's role has a lean form
+    (and the run did not ask for ``--greenlets``), one greenlet driving them all
+    (:func:`.fleet.drive`). One greenlet per context either way, for the watchdog (a late reply
+    stops the lean loop, and with it the run, as it stops a client's greenlet)."""
+    makes = [lean_form_of(ctx.role()) for ctx in contexts]
+    lean = [make for make in makes if make is not None]
+    if (options.greenlets or not contexts or len(lean) < len(contexts)
+            or any(ctx.conn.raw is None for ctx in contexts)):
+        return [gevent.spawn(body, ctx, functools.partial(ctx.role(), ctx), [ctx]) for ctx in contexts]
+    fleet = gevent.spawn(body, contexts[0], functools.partial(drive, contexts, lean), contexts)
+    return [fleet] * len(contexts)
 
 
 def _child(specs, options, shared, slot, epoch, progress, pipe) -> None:

@@ -40,6 +40,15 @@ def run_load(server, *args: str, via: str = "module", timeout: float = 60,
     return proc.returncode, record, proc.stdout + proc.stderr
 
 
+LOOPS = pytest.mark.parametrize("loop", ["lean", "greenlets"])
+"""put-many, get-many and mixed run on the one epoll loop (``kestrel_actors.loadtests.fleet``)
+unless ``--greenlets``: both ways must pass the same checks."""
+
+
+def loop_args(loop: str) -> tuple[str, ...]:
+    return ("--greenlets",) if loop == "greenlets" else ()
+
+
 def assert_clean(code: int, record: dict, output: str, items: int) -> None:
     assert code == 0, output
     assert record["ok"] is True
@@ -50,9 +59,10 @@ def assert_clean(code: int, record: dict, output: str, items: int) -> None:
     assert 0 < record["latency_usec"]["p50"] <= record["latency_usec"]["p999"]
 
 
-def test_put_many_with_gets(server):
+@LOOPS
+def test_put_many_with_gets(server, loop):
     code, record, out = run_load(server, "put-many", "-c", "8", "-n", "400", "-r", "4", "-Q", "2",
-                                 "-g")
+                                 "-g", *loop_args(loop))
     assert_clean(code, record, out, 400)
     assert ("Put 400 items of 1024 bytes in bursts of 4 to 127.0.0.1:%d in 2 queues named spam "
             "using 8 clients." % server.port) in out
@@ -70,27 +80,30 @@ def test_put_many_via_kestrel_actors_load_in_two_processes(server, tmp_path):
     assert plot.stat().st_size > 10_000
 
 
-def test_get_many(server):
-    code, record, out = run_load(server, "get-many", "-c", "20", "-n", "1000", "-q", "gm")
+@LOOPS
+def test_get_many(server, loop):
+    code, record, out = run_load(server, "get-many", "-c", "20", "-n", "1000", "-q", "gm", *loop_args(loop))
     assert_clean(code, record, out, 1000)
     assert "Got 1000 items" in out
     assert record["fill"]["items"] == 1000
 
 
-def test_mixed(server):
+@LOOPS
+def test_mixed(server, loop):
     """Every client alternates a SET and a GET; each item is received once, in the run or the drain."""
-    code, record, out = run_load(server, "mixed", "-c", "10", "-n", "500", "-q", "mx")
+    code, record, out = run_load(server, "mixed", "-c", "10", "-n", "500", "-q", "mx", *loop_args(loop))
     assert code == 0, out
     assert record["ok"] is True and record["items"] == 1000  # 500 SETs and 500 GETs
     assert record["lost"] == 0 and record["duplicated"] == 0
     assert "GETs:" in out
 
 
-def test_mixed_detects_an_item_it_did_not_put(server):
+@LOOPS
+def test_mixed_detects_an_item_it_did_not_put(server, loop):
     client = server.client()
     assert client.set("mf", b"not a stamped item") == b"STORED"
     client.close()
-    code, record, out = run_load(server, "mixed", "-c", "2", "-n", "20", "-q", "mf", "-F")
+    code, record, out = run_load(server, "mixed", "-c", "2", "-n", "20", "-q", "mf", "-F", *loop_args(loop))
     assert code == EXIT_FAILED, out
     assert record["ok"] is False
 
@@ -206,14 +219,15 @@ def test_packing_detects_an_out_of_order_item(server):
     assert any("order violation: expected item 0" in f for f in record["failures"])
 
 
-def test_get_many_detects_foreign_bytes(server):
+@LOOPS
+def test_get_many_detects_foreign_bytes(server, loop):
     """An item whose bytes differ from what the run put (one flipped byte) fails the run."""
     bad = bytearray(make_item(3, 1024))
     bad[500] ^= 1
     client = server.client()
     assert client.set("gf", bytes(bad)) == b"STORED"
     client.close()
-    code, record, out = run_load(server, "get-many", "-c", "2", "-n", "20", "-q", "gf", "-F")
+    code, record, out = run_load(server, "get-many", "-c", "2", "-n", "20", "-q", "gf", "-F", *loop_args(loop))
     assert code == EXIT_FAILED, out
     assert any("not an item this run put" in f for f in record["failures"])
 

@@ -17,6 +17,7 @@ from kestrel_actors.client import get_request
 
 from ..admin import flush_queues, queue_stats
 from ..command import common_options, scenario_entry
+from ..fleet import LeanClient, lean_form
 from ..output import say
 from ..report import Outcome, tally
 from ..runner import ClientContext, ClientSpec, Options, Plan, run
@@ -28,6 +29,45 @@ FILL_CLIENTS = 10
 FILL_ROLLUP = 32
 
 
+class LeanDrainer(LeanClient):
+    """:func:`drainer` for the lean loop: the same GETs, checks and counts."""
+
+    __slots__ = ("check", "request_bytes", "rollup", "total", "rec", "shared", "empty", "t0")
+
+    def __init__(self, ctx: ClientContext) -> None:
+        super().__init__(ctx.conn.buf)
+        queue, self.total, self.rollup = ctx.args["queue"], ctx.args["total"], ctx.args["rollup"]
+        self.check = HitChecker(queue, ctx.args["size"], self.total)
+        self.request_bytes = get_request(queue) * self.rollup
+        self.rec, self.shared = ctx.recorder("get"), ctx.shared
+        self.empty = False
+        self.t0 = 0
+
+    def request(self, t0: int) -> bytes | None:
+        if self.empty or self.shared.total() >= self.total:
+            return None
+        self.t0 = t0
+        return self.request_bytes
+
+    def feed(self, chunk: bytes) -> bool:
+        replies = self.get_replies(chunk, self.rollup, self.check.hit_len)
+        if replies is None:
+            return False
+        rec, mark, item = self.rec, self.shared.mark, self.check.item
+        hits = 0
+        for reply in replies:
+            if reply is None:
+                rec.miss()
+                self.empty = True
+            elif mark(item(reply)):
+                hits += 1
+            else:
+                rec.dups += 1
+        rec.done(self.t0, hits)
+        return True
+
+
+@lean_form(LeanDrainer)
 def drainer(ctx: ClientContext) -> None:
     """GET (``rollup`` per write) until a miss or until the run has all ``total`` items."""
     queue, total, rollup = ctx.args["queue"], ctx.args["total"], ctx.args["rollup"]

@@ -20,6 +20,7 @@ from kestrel_actors.client import STORED, get_request, set_request
 
 from ..admin import flush_queues, queue_stats
 from ..command import common_options, scenario_entry
+from ..fleet import LeanClient, lean_form
 from ..items import make_item
 from ..output import say
 from ..report import Outcome, tally
@@ -29,6 +30,50 @@ from ._stamped import HitChecker
 __all__ = ["command", "mixer"]
 
 
+class LeanMixer(LeanClient):
+    """:func:`mixer` for the lean loop: the same SETs and GETs in turn, checks and counts."""
+
+    __slots__ = ("queue", "size", "check", "get", "next_item", "end", "rec", "shared", "getting", "t0")
+
+    def __init__(self, ctx: ClientContext) -> None:
+        super().__init__(ctx.conn.buf)
+        self.queue, self.size = ctx.args["queue"], ctx.args["size"]
+        self.check = HitChecker(self.queue, self.size, ctx.args["total"])
+        self.get = get_request(self.queue)
+        self.next_item = ctx.args["first"]
+        self.end = self.next_item + ctx.args["count"]
+        self.rec, self.shared = ctx.recorder("mixed"), ctx.shared
+        self.getting = False  # whether the request in flight is the GET
+        self.t0 = 0
+
+    def request(self, t0: int) -> bytes | None:
+        self.t0 = t0
+        if self.getting:
+            return self.get
+        if self.next_item == self.end:
+            return None
+        self.next_item += 1
+        return set_request(self.queue, make_item(self.next_item - 1, self.size))
+
+    def feed(self, chunk: bytes) -> bool:
+        if not self.getting:
+            if not self.fixed(chunk, STORED):
+                return False
+        else:
+            replies = self.get_replies(chunk, 1, self.check.hit_len)
+            if replies is None:
+                return False
+            reply = replies[0]
+            if reply is None:
+                self.rec.miss()
+            elif not self.shared.mark(self.check.item(reply)):
+                self.rec.dups += 1
+        self.rec.done(self.t0)
+        self.getting = not self.getting
+        return True
+
+
+@lean_form(LeanMixer)
 def mixer(ctx: ClientContext) -> None:
     """For ids ``first … first+count-1``: SET the item, then one GET; each request counts."""
     queue, first, count = ctx.args["queue"], ctx.args["first"], ctx.args["count"]

@@ -17,6 +17,7 @@ from kestrel_actors.client import STORED, UnexpectedReply, get_request, set_requ
 
 from ..admin import flush_queues
 from ..command import common_options, scenario_entry
+from ..fleet import LeanClient, lean_form
 from ..items import filler
 from ..output import say
 from ..report import Outcome
@@ -33,6 +34,39 @@ def queue_names(queue: str, queues: int) -> list[str]:
     return [queue] if queues <= 1 else [f"{queue}{i}" for i in range(queues)]
 
 
+class LeanPutter(LeanClient):
+    """:func:`putter` for the lean loop: the same bursts, the same check, the same recorder."""
+
+    __slots__ = ("one", "burst", "stored", "items", "bursts", "rest", "rec", "t0")
+
+    def __init__(self, ctx: ClientContext) -> None:
+        super().__init__(ctx.conn.buf)
+        queue, count, rollup = ctx.args["queue"], ctx.args["count"], ctx.args["rollup"]
+        self.one = set_request(queue, filler(ctx.args["size"]))
+        self.burst, self.stored, self.items = self.one * rollup, STORED * rollup, rollup
+        self.bursts, self.rest = divmod(count, rollup)
+        self.rec = ctx.recorder("put")
+        self.t0 = 0
+
+    def request(self, t0: int) -> bytes | None:
+        if self.bursts:
+            self.bursts -= 1
+        elif self.rest:  # the last, shorter burst
+            self.items, self.rest = self.rest, 0
+            self.burst, self.stored = self.one * self.items, STORED * self.items
+        else:
+            return None
+        self.t0 = t0
+        return self.burst
+
+    def feed(self, chunk: bytes) -> bool:
+        if not self.fixed(chunk, self.stored):
+            return False
+        self.rec.done(self.t0, self.items)
+        return True
+
+
+@lean_form(LeanPutter)
 def putter(ctx: ClientContext) -> None:
     """Put ``count`` copies of the filler in bursts of ``rollup``; require STORED for each."""
     queue, count, rollup = ctx.args["queue"], ctx.args["count"], ctx.args["rollup"]

@@ -1,0 +1,215 @@
+"""Closed-loop clients driven together from one epoll loop: the lean path of the load generator.
+
+A role run on a greenlet of its own pays, for every reply it waits for, a read watcher started
+and stopped, a switch to gevent's hub and one back, and the hub's dispatch of that one socket.
+At 100 clients of one SET in flight each, that made the Python load generator spend 25–33 µs
+of CPU per SET, more than either server it measured (docs/benchmarks.md, "the load generator's
+lean loop"), and on two vCPUs the generator then set the pace of the 100-client rows and the
+durable row. Here every connection of a process is registered with one ``epoll`` object, and one
+greenlet waits on that (one watcher, one switch there and back per loop turn, however many
+replies came) and feeds each reply to its client's :class:`LeanClient`: the same requests on
+the wire, one in flight per connection as in Kestrel's tools, at about half the CPU.
+
+A role offers a lean form by :func:`lean_form`; the runner drives a process's clients whose
+roles all have one this way, unless ``--greenlets`` asks for the old way (kept to compare with,
+and for sockets without gevent's internals). A :class:`LeanClient` is sans-I/O: ``request``
+gives the bytes to send, ``feed`` takes what came back and says when the reply is complete; the
+driver owns the sockets and the waiting. The runner's ``--io-timeout`` watchdog still reads
+each connection's ``waiting_since``, and a stalled reply ends the run as before.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gevent
+
+from kestrel_actors.client import ConnectionLost, UnexpectedReply
+
+if TYPE_CHECKING:
+    from kestrel_actors.client import Connection
+
+    from .runner import ClientContext
+
+__all__ = ["LeanClient", "drive", "lean_form", "lean_form_of"]
+
+_RECV = 64 * 1024
+_END = b"END\r\n"
+_VALUE = b"VALUE"
+
+
+class LeanClient:
+    """One connection's requests and the checks of their replies, without I/O.
+
+    ``request`` is called for the first request and again after each complete reply; ``feed``
+    gets every chunk received. One request is in flight at a time (Kestrel's tools), so a
+    reply followed by more bytes is an error.
+    """
+
+    __slots__ = ("buf",)
+
+    def __init__(self, buf: bytearray | None = None) -> None:
+        self.buf = bytearray() if buf is None else buf
+        """What came of a reply so far: the connection's own buffer when given, so that a reply
+        cut short shows in the watchdog's error as it does for a greenlet's client."""
+
+    def request(self, t0: int) -> bytes | None:
+        """The next request to send at ``t0`` (``time.monotonic_ns``, the start of its latency),
+        or None when this client has finished."""
+        raise NotImplementedError
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take ``chunk``: whether the reply to the last request is now complete (and checked)."""
+        raise NotImplementedError
+
+    def fixed(self, chunk: bytes, expected: bytes) -> bool:
+        """``feed`` for a reply that must be exactly ``expected`` (``STORED`` × n)."""
+        buf = self.buf
+        if not buf and chunk == expected:
+            return True
+        buf += chunk
+        if len(buf) < len(expected) and expected.startswith(buf):
+            return False
+        if buf != expected:
+            raise UnexpectedReply(f"expected {bytes(expected[:60])!r}, got {bytes(buf[:60])!r}")
+        buf.clear()
+        return True
+
+    def get_replies(self, chunk: bytes, count: int, hit_len: int) -> list[bytes | None] | None:
+        """``feed`` for ``count`` GETs whose hits are ``hit_len`` bytes long (the load tests
+        know it): each reply, None for ``END``, once all ``count`` have come; else None."""
+        buf = self.buf
+        if not buf and count == 1:  # the usual case: one whole reply in one chunk
+            if len(chunk) == hit_len and chunk.startswith(_VALUE):
+                return [chunk]
+            if chunk == _END:
+                return [None]
+        buf += chunk
+        replies: list[bytes | None] = []
+        at = 0
+        while len(replies) < count:
+            head = bytes(buf[at:at + 5])
+            if head == _END:
+                replies.append(None)
+                at += 5
+            elif head == _VALUE:
+                if len(buf) - at < hit_len:
+                    _check_value_length(buf, at, hit_len)
+                    return None
+                replies.append(bytes(buf[at:at + hit_len]))
+                at += hit_len
+            elif len(head) < 5 and (_END.startswith(head) or _VALUE.startswith(head)):
+                return None
+            else:
+                raise UnexpectedReply(f"expected VALUE or END, got {bytes(buf[at:at + 60])!r}")
+        if at != len(buf):
+            raise UnexpectedReply(f"more than {count} replies: {bytes(buf[at:at + 60])!r}")
+        buf.clear()
+        return replies
+
+
+def _check_value_length(buf: bytearray, at: int, hit_len: int) -> None:
+    """A ``VALUE`` block begun at ``at`` but shorter than a hit so far: if its header line has
+    come, the length it gives must make a hit's; a shorter item is not one this run put (and
+    waiting for the rest of a hit would wait for ever)."""
+    line_end = buf.find(b"\r\n", at)
+    if line_end < 0:
+        return
+    fields = bytes(buf[at:line_end]).split()
+    total = line_end + 2 - at + (int(fields[-1]) if fields[-1].isdigit() else -1) + 2 + len(_END)
+    if len(fields) != 4 or total != hit_len:
+        raise UnexpectedReply(f"not an item this run put: {bytes(buf[at:at + 60])!r}...")
+
+
+_LEAN_FORMS: dict[Callable[..., Any], Callable[[ClientContext], LeanClient]] = {}
+
+
+def lean_form(make: Callable[[ClientContext], LeanClient]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a role function as having a lean form: ``make(ctx)`` builds the client that does
+    what the role does (same requests, same checks, same recorders)."""
+
+    def mark(role: Callable[..., Any]) -> Callable[..., Any]:
+        _LEAN_FORMS[role] = make
+        return role
+
+    return mark
+
+
+def lean_form_of(role: Callable[..., Any]) -> Callable[[ClientContext], LeanClient] | None:
+    return _LEAN_FORMS.get(role)
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One connection on the loop: its socket, its client, and the connection for the watchdog."""
+
+    conn: Connection
+    raw: Any
+    client: LeanClient
+
+
+def drive(contexts: list[ClientContext], makes: list[Callable[[ClientContext], LeanClient]]) -> None:
+    """Run the clients ``makes[i](contexts[i])`` on this greenlet until each has finished.
+
+    Every connection must be connected, with gevent's raw socket (``Connection.raw``). Raises
+    what a client raises (a wrong reply), :class:`ConnectionLost`, or what the watchdog throws
+    in while a reply is late.
+    """
+    now = time.monotonic_ns
+    poller = select.epoll(max(1, len(contexts)))
+    hub = gevent.get_hub()
+    ready = hub.loop.io(poller.fileno(), 1)
+    lanes: dict[int, _Lane] = {}
+    try:
+        for ctx, make in zip(contexts, makes, strict=True):
+            conn = ctx.conn
+            lane = _Lane(conn, conn.raw, make(ctx))
+            t0 = now()
+            first = lane.client.request(t0)
+            if first is None:
+                continue
+            fd = lane.raw.fileno()
+            lanes[fd] = lane
+            poller.register(fd, select.EPOLLIN)
+            conn.waiting_since = t0
+            conn.send(first)
+        poll = poller.poll
+        while lanes:
+            events = poll(0)
+            if not events:
+                hub.wait(ready)  # until some connection is readable; the hub runs the rest
+                continue
+            for fd, _mask in events:
+                lane = lanes[fd]
+                try:
+                    chunk = lane.raw.recv(_RECV)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    raise ConnectionLost(f"receive failed: {exc}") from exc
+                if not chunk:
+                    raise ConnectionLost(f"the server closed the connection; buffered {bytes(lane.client.buf[:60])!r}")
+                if not lane.client.feed(chunk):
+                    continue
+                conn = lane.conn
+                t0 = now()
+                following = lane.client.request(t0)
+                if following is None:
+                    conn.waiting_since = 0
+                    poller.unregister(fd)
+                    del lanes[fd]
+                    continue
+                conn.waiting_since = t0
+                try:
+                    sent = lane.raw.send(following)
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(following):  # the socket's buffer is full: the rest as a greenlet would
+                    conn.send(following[sent:])
+    finally:
+        ready.close()
+        poller.close()
