@@ -1,4 +1,4 @@
-"""Run a scenario's clients as gevent greenlets, in this process or split over ``--procs N``.
+"""Run a scenario's clients on gevent, in this process or split over ``--procs N``.
 
 A scenario describes a run as a ``Plan``: a list of ``ClientSpec`` (which role function to
 run, with which arguments), the recorder whose item count drives the progress bar, and
@@ -8,7 +8,9 @@ optionally the number of item ids to track. ``run`` then:
    parent's gevent hub is inherited; with N = 1 everything stays in this process);
 2. in each process connects every client first, then waits for a common start signal, so
    connection set-up is not timed and all processes start together;
-3. runs every client in its own greenlet; a watchdog stops them all at the first failure,
+3. runs every client in its own greenlet, or all of the process's clients on one greenlet
+   when every role has a lean form (:mod:`.fleet`: one epoll loop, about half the CPU per
+   request; ``--greenlets`` opts out); a watchdog stops them all at the first failure,
    when another process failed, or at ``--timeout``, and stops a client whose reply is
    more than ``--io-timeout`` late (so no socket needs a per-request timer);
 4. collects each process's ``Figures`` and merges them by recorder name.
@@ -239,13 +241,15 @@ def _run_share(specs: list[ClientSpec], options: Options, shared: Shared, slot: 
 def _spawn_clients(contexts: list[ClientContext], options: Options,
                    body: Callable[[ClientContext, Callable[[], None], list[ClientContext]], None],
                    ) -> list[gevent.Greenlet]:
-    """One greenlet per client, running its role; or, when every client's role has a lean form
-    (and the run did not ask for ``--greenlets``), one greenlet driving them all
+    """One greenlet per client, running its role; or, when two or more clients' roles all have
+    a lean form (and the run did not ask for ``--greenlets``), one greenlet driving them all
     (:func:`.fleet.drive`). One greenlet per context either way, for the watchdog (a late reply
     stops the lean loop, and with it the run, as it stops a client's greenlet)."""
     makes = [lean_form_of(ctx.role()) for ctx in contexts]
     lean = [make for make in makes if make is not None]
-    if (options.greenlets or not contexts or len(lean) < len(contexts)
+    # one client alone keeps its greenlet: the loop would add an epoll_wait per request there,
+    # and the one-client rows stay as they were measured before the loop
+    if (options.greenlets or len(contexts) < 2 or len(lean) < len(contexts)
             or any(ctx.conn.raw is None for ctx in contexts)):
         return [gevent.spawn(body, ctx, functools.partial(ctx.role(), ctx), [ctx]) for ctx in contexts]
     fleet = gevent.spawn(body, contexts[0], functools.partial(drive, contexts, lean), contexts)
