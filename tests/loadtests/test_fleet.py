@@ -63,11 +63,12 @@ def test_get_replies_other_than_value_or_end_or_too_many_are_unexpected(data):
         client.get_replies(data, 2, len(HIT))
 
 
-@pytest.mark.parametrize("greenlets", [False, True])
-def test_the_lean_loop_drives_a_process_clients_at_once_unless_told_not_to(server, monkeypatch, greenlets):
+@pytest.mark.parametrize(("clients", "greenlets"), [(12, False), (12, True), (1, False)])
+def test_the_lean_loop_drives_a_process_clients_at_once_unless_told_not_to(server, monkeypatch, clients,
+                                                                           greenlets):
     """In-process, through the runner: 12 put-many clients (bursts of 1–3) go to one call of the
-    lean loop, or, with ``--greenlets``, to none; either way every reply is checked and the
-    queue then holds every item."""
+    lean loop, or, with ``--greenlets`` or a client alone, to none; either way every reply is
+    checked and the queue then holds every item."""
     from kestrel_actors.loadtests import runner
 
     driven: list[int] = []
@@ -79,15 +80,15 @@ def test_the_lean_loop_drives_a_process_clients_at_once_unless_told_not_to(serve
 
     monkeypatch.setattr(runner, "drive", recording_drive)
     specs = [ClientSpec("kestrel_actors.loadtests.scenarios.put_many:putter",
-                        {"queue": f"fleet{int(greenlets)}", "count": 25, "size": 64, "rollup": r % 3 + 1})
-             for r in range(12)]
-    result = run(Plan(specs, progress="put", target=300),
+                        {"queue": "fleet", "count": 25, "size": 64, "rollup": r % 3 + 1})
+             for r in range(clients)]
+    result = run(Plan(specs, progress="put", target=25 * clients),
                  Options(port=server.port, greenlets=greenlets), epoch=0)
     assert not result.failures and not result.errors
-    assert result.get("put").items == 300
-    assert driven == ([] if greenlets else [12])
+    assert result.get("put").items == 25 * clients
+    assert driven == ([] if greenlets or clients == 1 else [clients])
     client = server.client()
-    assert client.stats()[f"queue_fleet{int(greenlets)}_items"] == "300"
+    assert client.stats()["queue_fleet_items"] == str(25 * clients)
     client.close()
 
 
