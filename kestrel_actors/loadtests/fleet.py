@@ -208,6 +208,8 @@ def drive(contexts: list[ClientContext], makes: list[Callable[[ClientContext], L
                     sent = lane.raw.send(following)
                 except BlockingIOError:
                     sent = 0
+                except OSError as exc:  # as Connection.send says it: the server's doing, a failure
+                    raise ConnectionLost(f"send failed: {exc}") from exc
                 if sent < len(following):  # the socket's buffer is full: the rest as a greenlet would
                     conn.send(following[sent:])
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -92,13 +93,15 @@ def test_the_lean_loop_drives_a_process_clients_at_once_unless_told_not_to(serve
     client.close()
 
 
-def answering_server(answer: bytes | None) -> tuple[socket.socket, list[socket.socket]]:
+def answering_server(answer: bytes | None, reset_after: int = 0) -> tuple[socket.socket, list[socket.socket]]:
     """A listener on a free port whose connections get ``answer`` for every read (None: nothing
-    at all): not a queue server, a peer that misbehaves."""
+    at all), and are reset after ``reset_after`` answers if that is not 0: not a queue server, a
+    peer that misbehaves."""
     listener = socket.create_server(("127.0.0.1", 0))
     accepted: list[socket.socket] = []
 
     def serve(conn: socket.socket) -> None:
+        answered = 0
         while True:
             try:
                 data = conn.recv(65536)
@@ -108,6 +111,11 @@ def answering_server(answer: bytes | None) -> tuple[socket.socket, list[socket.s
                 return
             if answer is not None:
                 conn.sendall(answer)
+                answered += 1
+            if answered == reset_after:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()  # a reset, not an orderly close
+                return
 
     def accept() -> None:
         while True:
@@ -136,6 +144,24 @@ def test_a_wrong_reply_fails_the_lean_loop_run():
             conn.close()
     assert not result.errors
     assert result.failures and result.failures[0].startswith("putter: expected b'STORED")
+
+
+@pytest.mark.parametrize("greenlets", [False, True])
+def test_a_server_that_resets_the_connection_fails_the_run_either_way(greenlets):
+    """A connection reset after one STORED is the server's failure (exit 1), whichever call of
+    the client meets it first, on the lean loop as on greenlets."""
+    listener, accepted = answering_server(b"STORED\r\n", reset_after=1)
+    specs = [ClientSpec("kestrel_actors.loadtests.scenarios.put_many:putter",
+                        {"queue": "q", "count": 5, "size": 16, "rollup": 1}) for _ in range(3)]
+    try:
+        result = run(Plan(specs, progress="put", target=15),
+                     Options(port=listener.getsockname()[1], io_timeout=5, greenlets=greenlets), epoch=0)
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert not result.errors, result.errors
+    assert result.failures and result.failures[0].startswith("putter: ")
 
 
 @pytest.mark.parametrize("loop", ["lean", "greenlets"])
