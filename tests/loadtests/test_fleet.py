@@ -112,7 +112,7 @@ def answering_server(answer: bytes | None, reset_after: int = 0) -> tuple[socket
             if answer is not None:
                 conn.sendall(answer)
                 answered += 1
-            if answered == reset_after:
+            if reset_after and answered == reset_after:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 conn.close()  # a reset, not an orderly close
                 return
