@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ._errors import ConnectFailed, ConnectionLost, ReplyTimeout, UnexpectedReply
-from ._wire import PackedValues, ValueScan, expect_end, parse_stat, parse_stored, parse_value_header
+from ._wire import PackedValues, ValueScan, check_hit_length, expect_end, parse_stat, parse_stored, parse_value_header
 
 __all__ = ["Connection", "cooperative"]
 
@@ -261,6 +261,7 @@ class Connection:
         if buf[:5] != b"VALUE":
             raise UnexpectedReply(f"expected VALUE or END, got {_show(buf)}")
         while len(buf) < hit_len:
+            check_hit_length(buf, 0, hit_len)
             self._recv(b"VALUE block of %d bytes" % hit_len)
         data = bytes(buf[:hit_len])
         del buf[:hit_len]

@@ -24,6 +24,7 @@ __all__ = [
     "STORED",
     "PackedValues",
     "ValueScan",
+    "check_hit_length",
     "confirm_request",
     "get_options",
     "get_request",
@@ -108,6 +109,20 @@ def parse_value_header(command: str, line: bytes, key: bytes | None) -> int | No
     if len(parts) != 4 or (key is not None and parts[1] != key) or not parts[3].isdigit():
         raise UnexpectedReply(f"{command}: bad VALUE line {line[:200]!r} (key {key!r})")
     return int(parts[3])
+
+
+def check_hit_length(buf: bytes | bytearray, at: int, hit_len: int) -> None:
+    """For the load tests, which know a hit's length: a ``VALUE`` block begun at ``at`` in
+    ``buf`` and shorter than ``hit_len`` so far must, once its header line has come, give a
+    length that makes a hit; else it is not an item the run put (and waiting for the rest of a
+    hit would wait for ever). Raises :class:`UnexpectedReply`."""
+    line_end = buf.find(b"\r\n", at)
+    if line_end < 0:
+        return
+    parts = bytes(buf[at:line_end]).split(b" ")
+    if len(parts) == 4 and parts[3].isdigit() and line_end + 2 - at + int(parts[3]) + 2 + len(END) == hit_len:
+        return
+    raise UnexpectedReply(f"not an item this run put: {bytes(buf[at:at + 60])!r}...")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from kestrel_actors.client import ConnectionLost, UnexpectedReply
+from kestrel_actors.client import ConnectionLost, UnexpectedReply, check_hit_length
 
 if TYPE_CHECKING:
     from kestrel_actors.client import Connection
@@ -98,7 +98,7 @@ class LeanClient:
                 at += 5
             elif head == _VALUE:
                 if len(buf) - at < hit_len:
-                    _check_value_length(buf, at, hit_len)
+                    check_hit_length(buf, at, hit_len)
                     return None
                 replies.append(bytes(buf[at:at + hit_len]))
                 at += hit_len
@@ -110,19 +110,6 @@ class LeanClient:
             raise UnexpectedReply(f"more than {count} replies: {bytes(buf[at:at + 60])!r}")
         buf.clear()
         return replies
-
-
-def _check_value_length(buf: bytearray, at: int, hit_len: int) -> None:
-    """A ``VALUE`` block begun at ``at`` but shorter than a hit so far: if its header line has
-    come, the length it gives must make a hit's; a shorter item is not one this run put (and
-    waiting for the rest of a hit would wait for ever)."""
-    line_end = buf.find(b"\r\n", at)
-    if line_end < 0:
-        return
-    fields = bytes(buf[at:line_end]).split()
-    total = line_end + 2 - at + (int(fields[-1]) if fields[-1].isdigit() else -1) + 2 + len(_END)
-    if len(fields) != 4 or total != hit_len:
-        raise UnexpectedReply(f"not an item this run put: {bytes(buf[at:at + 60])!r}...")
 
 
 _LEAN_FORMS: dict[Callable[..., Any], Callable[[ClientContext], LeanClient]] = {}
