@@ -22,20 +22,15 @@ from __future__ import annotations
 
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import gevent
 
-from kestrel_actors.client import ConnectionLost, UnexpectedReply, check_hit_length
+from kestrel_actors.client import Connection, ConnectionLost, UnexpectedReply, check_hit_length
 
-if TYPE_CHECKING:
-    from kestrel_actors.client import Connection
-
-    from .runner import ClientContext
-
-__all__ = ["LeanClient", "drive", "lean_form", "lean_form_of"]
+__all__ = ["Connected", "LeanClient", "MakeLean", "drive", "lean_form", "lean_form_of"]
 
 _RECV = 64 * 1024
 _END = b"END\r\n"
@@ -112,10 +107,20 @@ class LeanClient:
         return replies
 
 
-_LEAN_FORMS: dict[Callable[..., Any], Callable[[ClientContext], LeanClient]] = {}
+class Connected(Protocol):
+    """What the loop needs of a client's context (the runner's ``ClientContext``): its connection."""
+
+    conn: Connection
 
 
-def lean_form(make: Callable[[ClientContext], LeanClient]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+MakeLean = Callable[[Any], LeanClient]
+"""A lean form: builds the client from the runner's ``ClientContext`` (typed ``Any`` here: the
+runner imports this module, not the other way round)."""
+
+_LEAN_FORMS: dict[Callable[..., Any], MakeLean] = {}
+
+
+def lean_form(make: MakeLean) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark a role function as having a lean form: ``make(ctx)`` builds the client that does
     what the role does (same requests, same checks, same recorders)."""
 
@@ -126,7 +131,7 @@ def lean_form(make: Callable[[ClientContext], LeanClient]) -> Callable[[Callable
     return mark
 
 
-def lean_form_of(role: Callable[..., Any]) -> Callable[[ClientContext], LeanClient] | None:
+def lean_form_of(role: Callable[..., Any]) -> MakeLean | None:
     return _LEAN_FORMS.get(role)
 
 
@@ -139,7 +144,7 @@ class _Lane:
     client: LeanClient
 
 
-def drive(contexts: list[ClientContext], makes: list[Callable[[ClientContext], LeanClient]]) -> None:
+def drive(contexts: Sequence[Connected], makes: Sequence[MakeLean]) -> None:
     """Run the clients ``makes[i](contexts[i])`` on this greenlet until each has finished.
 
     Every connection must be connected, with gevent's raw socket (``Connection.raw``). Raises
