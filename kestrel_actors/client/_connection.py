@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ._errors import ConnectFailed, ConnectionLost, ReplyTimeout, UnexpectedReply
-from ._wire import PackedValues, ValueScan, check_hit_length, expect_end, parse_stat, parse_stored, parse_value_header
+from ._wire import PackedValues, ValueScan, expect_end, get_reply_size, parse_stat, parse_stored, parse_value_header
 
 __all__ = ["Connection", "cooperative"]
 
@@ -251,21 +251,11 @@ class Connection:
             if chunk == _END:
                 return None
             buf += chunk
-        while len(buf) < 5:
-            if not (_END.startswith(buf) or b"VALUE".startswith(buf)):
-                break
+        while not (size := get_reply_size(buf, 0, hit_len)):
             self._recv(b"VALUE|END")
-        if buf[:5] == _END:
-            del buf[:5]
-            return None
-        if buf[:5] != b"VALUE":
-            raise UnexpectedReply(f"expected VALUE or END, got {_show(buf)}")
-        while len(buf) < hit_len:
-            check_hit_length(buf, 0, hit_len)
-            self._recv(b"VALUE block of %d bytes" % hit_len)
-        data = bytes(buf[:hit_len])
-        del buf[:hit_len]
-        return data
+        data = bytes(buf[:size])
+        del buf[:size]
+        return None if data == _END else data
 
     def read_line(self) -> bytes:
         """One reply line without its end-of-line bytes."""

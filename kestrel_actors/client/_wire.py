@@ -24,9 +24,9 @@ __all__ = [
     "STORED",
     "PackedValues",
     "ValueScan",
-    "check_hit_length",
     "confirm_request",
     "get_options",
+    "get_reply_size",
     "get_request",
     "monitor_request",
     "parse_stat",
@@ -111,17 +111,27 @@ def parse_value_header(command: str, line: bytes, key: bytes | None) -> int | No
     return int(parts[3])
 
 
-def check_hit_length(buf: bytes | bytearray, at: int, hit_len: int) -> None:
-    """For the load tests, which know a hit's length: a ``VALUE`` block begun at ``at`` in
-    ``buf`` and shorter than ``hit_len`` so far must, once its header line has come, give a
-    length that makes a hit; else it is not an item the run put (and waiting for the rest of a
-    hit would wait for ever). Raises :class:`UnexpectedReply`."""
+def get_reply_size(buf: bytes | bytearray, at: int, hit_len: int) -> int:
+    """For the load tests, which know a hit's length: how many bytes at ``at`` in ``buf`` are one
+    whole GET reply, ``len(END)`` for ``END`` and ``hit_len`` for a ``VALUE`` block; 0 while the
+    reply has not all come. :class:`UnexpectedReply` for anything else, a ``VALUE`` whose header
+    gives another length included (it is not an item the run put, and waiting for a hit's worth
+    of bytes would wait for ever)."""
+    head = bytes(buf[at:at + 5])
+    if head == END:
+        return len(END)
+    if head != b"VALUE":
+        if len(head) < 5 and (END.startswith(head) or b"VALUE".startswith(head)):
+            return 0
+        raise UnexpectedReply(f"expected VALUE or END, got {bytes(buf[at:at + 60])!r}")
     line_end = buf.find(b"\r\n", at)
     if line_end < 0:
-        return
-    parts = bytes(buf[at:line_end]).split(b" ")
-    if len(parts) == 4 and parts[3].isdigit() and line_end + 2 - at + int(parts[3]) + 2 + len(END) == hit_len:
-        return
+        if len(buf) - at < hit_len:
+            return 0
+    else:
+        parts = bytes(buf[at:line_end]).split(b" ")
+        if len(parts) == 4 and parts[3].isdigit() and line_end + 2 - at + int(parts[3]) + 2 + len(END) == hit_len:
+            return hit_len if len(buf) - at >= hit_len else 0
     raise UnexpectedReply(f"not an item this run put: {bytes(buf[at:at + 60])!r}...")
 
 

@@ -2,8 +2,8 @@
 
 A role run on a greenlet of its own pays, for every reply it waits for, a read watcher started
 and stopped, a switch to gevent's hub and one back, and the hub's dispatch of that one socket.
-At 100 clients of one SET in flight each, that made the Python load generator spend 25–33 µs
-of CPU per SET, more than either server it measured (docs/benchmarks.md, "the load generator's
+At 100 clients of one request in flight each, that made the Python load generator spend 24–43
+µs of CPU per request, more than either server it measured (docs/benchmarks.md, "the load generator's
 lean loop"), and on two vCPUs the generator then set the pace of the 100-client rows and the
 durable row. Here every connection of a process is registered with one ``epoll`` object, and one
 greenlet waits on that (one watcher, one switch there and back per loop turn, however many
@@ -28,13 +28,11 @@ from typing import Any, Protocol
 
 import gevent
 
-from kestrel_actors.client import Connection, ConnectionLost, UnexpectedReply, check_hit_length
+from kestrel_actors.client import END, Connection, ConnectionLost, UnexpectedReply, get_reply_size
 
 __all__ = ["Connected", "LeanClient", "MakeLean", "drive", "lean_form", "lean_form_of"]
 
 _RECV = 64 * 1024
-_END = b"END\r\n"
-_VALUE = b"VALUE"
 
 
 class LeanClient:
@@ -79,28 +77,19 @@ class LeanClient:
         know it): each reply, None for ``END``, once all ``count`` have come; else None."""
         buf = self.buf
         if not buf and count == 1:  # the usual case: one whole reply in one chunk
-            if len(chunk) == hit_len and chunk.startswith(_VALUE):
+            if len(chunk) == hit_len and chunk.startswith(b"VALUE"):
                 return [chunk]
-            if chunk == _END:
+            if chunk == END:
                 return [None]
         buf += chunk
         replies: list[bytes | None] = []
         at = 0
         while len(replies) < count:
-            head = bytes(buf[at:at + 5])
-            if head == _END:
-                replies.append(None)
-                at += 5
-            elif head == _VALUE:
-                if len(buf) - at < hit_len:
-                    check_hit_length(buf, at, hit_len)
-                    return None
-                replies.append(bytes(buf[at:at + hit_len]))
-                at += hit_len
-            elif len(head) < 5 and (_END.startswith(head) or _VALUE.startswith(head)):
+            size = get_reply_size(buf, at, hit_len)
+            if not size:
                 return None
-            else:
-                raise UnexpectedReply(f"expected VALUE or END, got {bytes(buf[at:at + 60])!r}")
+            replies.append(None if size == len(END) else bytes(buf[at:at + size]))
+            at += size
         if at != len(buf):
             raise UnexpectedReply(f"more than {count} replies: {bytes(buf[at:at + 60])!r}")
         buf.clear()

@@ -110,7 +110,10 @@ def answering_server(answer: bytes | None, reset_after: int = 0) -> tuple[socket
             if not data:
                 return
             if answer is not None:
-                conn.sendall(answer)
+                try:
+                    conn.sendall(answer)
+                except OSError:  # the client has gone (the run ended)
+                    return
                 answered += 1
             if reset_after and answered == reset_after:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
