@@ -9,6 +9,9 @@ with an empty data directory, started with ``PYTHONPATH`` set to its tree (a che
 ``python -m kestrel_actors.loadtests``. Reported per tree: the median and best rate, and the server's CPU
 time (from ``/proc``) per request handled, fill included, and the system part of it (a
 one-client figure moves with the VM's wake-up cost: issue 24's "two regimes").
+
+A tree given as ``DIR@PYTHON`` runs its server on that interpreter (a venv's ``bin/python`` with
+the server's dependencies) instead of this one: two interpreters, one source (ADR 0017).
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[flo
     of which system µs)."""
     port = free_port()
     data_dir = tempfile.mkdtemp(prefix="ab-bench-")
+    tree, _, python = tree.partition("@")
     env = dict(os.environ, PYTHONPATH=tree)
     server = subprocess.Popen(
-        [sys.executable, "-m", "kestrel_actors.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+        [python or sys.executable, "-m", "kestrel_actors.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
          "--data-dir", data_dir, *serve_args],
         env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -71,7 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("scenario", help='The load test and its options, e.g. "flood -n 50000".')
-    parser.add_argument("trees", nargs=2, help="Two source trees (directories holding kestrel_actors/).")
+    parser.add_argument("trees", nargs=2, help="Two source trees (directories holding kestrel_actors/), "
+                        "each optionally DIR@PYTHON: its server on that interpreter.")
     parser.add_argument("serve_args", nargs="*", help="Extra ``serve`` options (after --).")
     args = parser.parse_args(argv)
     results: dict[str, list[tuple[float, float, float]]] = {tree: [] for tree in args.trees}

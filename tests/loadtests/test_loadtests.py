@@ -340,6 +340,20 @@ def test_ab_bench_alternates_two_trees_and_reports_each():
     assert len(runs) == 4 and len(summaries) == 2
 
 
+def test_ab_bench_runs_a_tree_on_the_interpreter_it_names(tmp_path):
+    """``DIR@PYTHON``: that tree's server runs on PYTHON. A stand-in interpreter that records its
+    arguments and then runs this one shows it was the one started."""
+    log = tmp_path / "started"
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {sys.executable} "$@"\n')
+    stand_in.chmod(0o755)
+    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.ab_bench", "--rounds", "1", "flood -n 200",
+                           str(REPO), f"{REPO}/@{stand_in}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert log.read_text().count("kestrel_actors.cli serve") == 1  # the other tree's server ran on this one
+    assert f"{REPO}/@{stand_in}: median" in proc.stdout
+
+
 def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
     """With a peer the goal is the ratio of medians; without one, the absolute target. Every CPU
     figure carries its system part in brackets (issue 24: the VM's regime shows there)."""
