@@ -24,9 +24,12 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make he
 
 def venv_recipe(*assignments: str) -> str:
     """The command `make` would run to create `.venv`, with ``assignments`` on its command line."""
-    env = {name: value for name, value in os.environ.items() if name != "PYTHON"}
-    done = subprocess.run(["make", "-n", "-B", *assignments, ".venv/bin/python"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60, check=True)
+    # run by `make test`, the environment carries the outer make's level and flags (its command
+    # line's variables included): this make must see only ``assignments``
+    outer = {"PYTHON", "MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"}
+    env = {name: value for name, value in os.environ.items() if name not in outer}
+    done = subprocess.run(["make", "--no-print-directory", "-n", "-B", *assignments, ".venv/bin/python"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True)
     return done.stdout.strip().splitlines()[0]
 
 
