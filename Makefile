@@ -5,7 +5,7 @@
 # missing, so a fresh clone with Python 3.11 and Java 17 is enough.
 # The interpreter of .venv (ADR 0017): the distribution's CPython 3.11 when it can make a venv and
 # has its headers (mypyc compiles against them), else python3.11 on PATH. Debian builds its own
-# with PGO and LTO and links libpython into the executable: the request path cost 7-30% less CPU
+# with PGO and LTO and links libpython into the executable: the request path cost 8-34% less CPU
 # in process on it than on a default source build such as pyenv's (which python3.11 on PATH may
 # be); under load, where half of a request's CPU is the kernel's, the difference is smaller.
 # PYTHON=... picks another; an existing .venv keeps its own (`make clean` to change).
