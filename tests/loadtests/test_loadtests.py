@@ -306,7 +306,10 @@ def test_bench_quick_run_writes_the_table(tmp_path):
     text = doc.read_text()
     assert "keep me" in text and "<!-- bench:start -->" in text and "<!-- bench:end -->" in text
     assert "| flood, 1 producer + 1 consumer |" in text and "items/s" in text
-    assert "durable put-many" in text  # run, or listed as skipped with the reason
+    durable = next(line for line in text.splitlines() if line.startswith("| durable put-many"))
+    # measured against the floor server's group commit, interleaved (ADR 0018): its rate and a ratio
+    assert "| floor: " in durable and "| ≥ 0.9× floor |" in durable, durable
+    assert "floor run 1:" in proc.stdout
 
 
 def test_path_bench_drives_the_real_actors_and_reports_each_scenario():
@@ -373,6 +376,24 @@ def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
     assert "| 0.90 | ≥ 1.0× | no |" in table and "| 50 (12) | 100 | 40 (30) |" in table
 
 
+def test_bench_durable_row_is_judged_by_its_ratio_to_the_floor():
+    """ADR 0018: the durable row has no absolute target; it must reach 0.9x the floor server's
+    rate, and the table names the floor in the peer's column."""
+    from kestrel_actors.loadtests.bench import BENCHMARKS, Row, Side, render
+
+    durable = next(bench for bench in BENCHMARKS if bench.name.startswith("durable"))
+    assert durable.floor and not durable.peer and durable.goal == 0.9 and durable.target is None
+    ours = Side(records=[{"rate": 20_000.0, "lost": 0, "duplicated": 0, "latency_usec": {"p50": 1, "p99": 2}}],
+                server_cpu=[30.0], server_sys=[15.0])
+    below = Row(durable, "cmd", ours=ours, peer=Side(records=[{"rate": 25_000.0}], server_cpu=[28.0],
+                                                     server_sys=[16.0]))
+    assert below.ratio() == 0.8 and below.met is False
+    level = Row(durable, "cmd", ours=ours, peer=Side(records=[{"rate": 21_000.0}]))
+    assert level.met is True  # 0.95x, though far below 35,000 SET/s
+    table = render([below], 1)
+    assert "| floor: 25,000 | 28 (16) | 0.80 | ≥ 0.9× floor | no |" in table
+
+
 def test_floor_server_stores_what_put_many_sends(tmp_path):
     """The issue-12 floor (kestrel_actors/loadtests/floor_server.py) answers put-many as a server would, and
     its journal file holds every item: what docs/benchmarks.md measures against is real work."""
@@ -392,6 +413,34 @@ def test_floor_server_stores_what_put_many_sends(tmp_path):
         record = json.loads(result.stdout.strip().splitlines()[-1])
         assert record["items"] == 200
         assert journal.stat().st_size == 200 * (5 + 100)  # one record (tag, length, item) per SET
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_floor_server_with_sync_journal_always_commits_in_groups(tmp_path):
+    """The durable row's floor (ADR 0018): every item reaches its journal, and ten clients' SETs
+    share fdatasyncs (it reports its rounds and records on SIGTERM)."""
+    from ..helpers import free_port, wait_for
+
+    port = free_port()
+    journal = tmp_path / "floor.journal"
+    proc = subprocess.Popen([sys.executable, "-m", "kestrel_actors.loadtests.floor_server", str(port), str(journal),
+                             "--sync-journal", "always"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: _accepts(port), timeout=20)
+        result = subprocess.run(
+            [sys.executable, "-m", "kestrel_actors.loadtests", "put-many", "-c", "10", "-n", "400", "-b", "100",
+             "-p", str(port), "--no-progress"],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads(result.stdout.strip().splitlines()[-1])["items"] == 400
+        assert journal.stat().st_size == 400 * (5 + 100)
+        proc.terminate()
+        out, _err = proc.communicate(timeout=20)
+        rounds, records = map(int, out.split())
+        assert records == 400 and 1 <= rounds < records, out
     finally:
         proc.kill()
         proc.wait()
