@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import socket
@@ -365,6 +366,11 @@ def _cpu(side: Side | None) -> str:
     return f"{cpu:,.0f} ({sys_us:,.0f})" if sys_us is not None else f"{cpu:,.0f}"
 
 
+def _ratio(ratio: float) -> str:
+    """Two decimals, cut rather than rounded: 0.996 is "0.99", never the "1.00" of a goal it missed."""
+    return f"{math.floor(ratio * 100) / 100:.2f}"
+
+
 def render(rows: list[Row], runs: int, load: float | None = None, peer: str | None = None) -> str:
     """The markdown that goes between the markers (``load``: 1-min load average at start)."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -419,7 +425,7 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
         out.append(
             f"| {bench.name} | {row.median('rate'):,.0f} {bench.unit} | {min(rates):,.0f}–{max(rates):,.0f} "
             f"| {_cpu(row.ours)} | {_rate(row.peer, bench.floor)} | {_cpu(row.peer)} "
-            f"| {'—' if ratio is None else f'{ratio:.2f}'} | {goal} | {met} "
+            f"| {'—' if ratio is None else _ratio(ratio)} | {goal} | {met} "
             f"| {row.median('latency_usec', 'p50'):,.0f} | {row.median('latency_usec', 'p99'):,.0f} "
             f"| {lost} / {dup} | {row.ours.client_busy():.0f}% | `{row.command}` |")
     failures = [f"* {row.bench.name}: {f}" for row in rows for f in row.failures]

@@ -374,6 +374,9 @@ def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
     assert alone.ratio() is None and alone.met is True  # 90 >= the target of 10
     table = render([slower], 1, peer="/bin/peer")
     assert "| 0.90 | ≥ 1.0× | no |" in table and "| 50 (12) | 100 | 40 (30) |" in table
+    just_short = Row(bench, "cmd", ours=ours, peer=Side(records=[{"rate": 90.4}]))
+    assert just_short.met is False  # 0.9956x: the table must not print it as the goal's 1.00
+    assert "| 0.99 | ≥ 1.0× | no |" in render([just_short], 1, peer="/bin/peer")
 
 
 def test_bench_durable_row_is_judged_by_its_ratio_to_the_floor():
