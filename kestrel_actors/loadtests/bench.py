@@ -367,8 +367,9 @@ def _cpu(side: Side | None) -> str:
 
 
 def _ratio(ratio: float) -> str:
-    """Two decimals, cut rather than rounded: 0.996 is "0.99", never the "1.00" of a goal it missed."""
-    return f"{math.floor(ratio * 100) / 100:.2f}"
+    """Two decimals, cut rather than rounded: 0.996 is "0.99", never the "1.00" of a goal it missed.
+    (The epsilon keeps a ratio of exactly 0.29, stored as 0.28999…, from printing as 0.28.)"""
+    return f"{math.floor(ratio * 100 + 1e-9) / 100:.2f}"
 
 
 def render(rows: list[Row], runs: int, load: float | None = None, peer: str | None = None) -> str:

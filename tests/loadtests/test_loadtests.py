@@ -377,6 +377,8 @@ def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
     just_short = Row(bench, "cmd", ours=ours, peer=Side(records=[{"rate": 90.4}]))
     assert just_short.met is False  # 0.9956x: the table must not print it as the goal's 1.00
     assert "| 0.99 | ≥ 1.0× | no |" in render([just_short], 1, peer="/bin/peer")
+    exact = Row(bench, "cmd", ours=Side(records=[{**ours.records[0], "rate": 29.0}]), peer=Side(records=[{"rate": 100.0}]))
+    assert "| 0.29 | ≥ 1.0× | no |" in render([exact], 1, peer="/bin/peer")  # 0.28999... is still 0.29
 
 
 def test_bench_durable_row_is_judged_by_its_ratio_to_the_floor():
