@@ -64,9 +64,19 @@ def _servers(func: Callable[..., Any]) -> Callable[..., Any]:
                         help="Seconds to wait for a reply (a blocking read adds its own wait).")(func)
 
 
+def logs_to_stderr() -> None:
+    """A client command's standard output is its items (or its table): the library's log events
+    (a server set's listing failed, a member ignored) go to stderr, warnings and worse only.
+    Unconfigured, structlog prints every event, debug included, to standard output."""
+    from ..logs import configure_logging
+
+    configure_logging("console", "warning")
+
+
 def _client(servers: tuple[str, ...], timeout: float) -> Any:
     from ..client import Client, KestrelError
 
+    logs_to_stderr()
     names = list(servers) or os.environ.get("KESTREL_SERVERS", "127.0.0.1:22133").split(",")
     try:
         return Client([name for name in names if name.strip()], timeout=timeout)

@@ -18,7 +18,9 @@ def show_cluster(console: Any, servers: tuple[str, ...]) -> None:
     from rich.table import Table
 
     from ..client import Client, KestrelError
+    from ._client import logs_to_stderr
 
+    logs_to_stderr()
     try:
         with Client(list(servers)) as client:
             everyone = [str(server) for server in client.servers]

@@ -156,6 +156,9 @@ def test_quiescent_leaves_both_sets(make_server, join_args, zk_client, prefix):
 def test_the_cli_takes_a_server_set(make_server, join_args, zookeeper, zk_client, prefix, qname):
     servers = [make_server(*join_args()) for _ in range(2)]
     assert wait_for(lambda: ports(zk_client, f"{prefix}/write") == {s.port for s in servers}, timeout=15)
+    # a member that is not JSON: the client ignores it with a warning, which must go to stderr,
+    # not into the items on stdout (nor into stats' table)
+    zk_client.create(f"{prefix}/read/member_9999999999", b"not json")
     cli = [sys.executable, "-m", "kestrel_actors.cli"]
     lines = b"".join(b"line-%d\n" % i for i in range(20))
     put = subprocess.run([*cli, "put", qname, "-s", f"zk://{zookeeper.hosts}{prefix}/write"],
@@ -166,10 +169,12 @@ def test_the_cli_takes_a_server_set(make_server, join_args, zookeeper, zk_client
     assert stats.returncode == 0, stats.stderr
     assert all(s.address in stats.stdout for s in servers)
     assert "CONNECTED" in stats.stdout
+    assert "member ignored" not in stats.stdout and "member ignored" in stats.stderr
     get = subprocess.run([*cli, "get", qname, "-n", "20", "-s", f"zk://{zookeeper.hosts}{prefix}/read"],
                          capture_output=True, timeout=60)
     assert get.returncode == 0, get.stderr
     assert sorted(get.stdout.splitlines()) == sorted(lines.splitlines())
+    assert b"member ignored" in get.stderr
 
 
 def test_the_spark_source_plans_with_the_members_of_the_moment(make_server, join_args, zookeeper, zk_client,
