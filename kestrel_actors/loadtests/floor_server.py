@@ -46,29 +46,26 @@ class GroupCommit:
         self.waiting: list[socket.socket] = []
         """Connections whose records are in :attr:`chunks`, one entry per record."""
         self.syncing: list[socket.socket] = []
-        """Connections whose records the fdatasync in flight covers."""
-        self.in_flight = False
+        """Connections whose records the fdatasync in flight covers (empty: none in flight)."""
         self.rounds = 0
         self.records = 0
 
     def add(self, record: list[bytes], sock: socket.socket) -> None:
         self.chunks += record
         self.waiting.append(sock)
-        if not self.in_flight:
+        if not self.syncing:
             self.start_round()
 
     def start_round(self) -> None:
         os.writev(self.fd, self.chunks)
         self.chunks = []
         self.syncing, self.waiting = self.waiting, []
-        self.in_flight = True
         self.rounds += 1
         self.records += len(self.syncing)
         self.hub.threadpool.spawn(os.fdatasync, self.fd).rawlink(self.synced)
 
     def synced(self, _result: Any) -> None:
         answered, self.syncing = self.syncing, []
-        self.in_flight = False
         for sock in answered:
             try:
                 sock.send(b"STORED\r\n")
