@@ -323,9 +323,11 @@ def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: s
     peer_side = row.peer = Side() if with_peer or bench.floor else None
     for number in range(runs):
         run_once(args, row.ours, bench.serve_args, None, f"run {number + 1}", row.failures)
-        if bench.floor and peer_side is not None:
+        if peer_side is None:
+            continue
+        if bench.floor:
             run_once(args, peer_side, bench.serve_args, None, f"floor run {number + 1}", row.failures, floor=True)
-        elif peer_side is not None:
+        else:
             run_once(args, peer_side, (), with_peer, f"peer run {number + 1}", row.failures)
     return row
 
@@ -354,7 +356,7 @@ def git_commit() -> str:
 def _rate(side: Side | None, floor: bool = False) -> str:
     if side is None or not side.records:
         return "—"
-    return f"floor: {side.median('rate'):,.0f}" if floor else f"{side.median('rate'):,.0f}"
+    return ("floor: " if floor else "") + f"{side.median('rate'):,.0f}"
 
 
 def _cpu(side: Side | None) -> str:
