@@ -143,7 +143,7 @@ class FileJournal(Journal):
     # -- the Journal base class -------------------------------------------------------------
 
     def add(self, item: Item) -> None:
-        self._writer.append(self._adds.encode(item))
+        self._writer.append_record(self._adds.header(item), item.data)
 
     def remove(self) -> None:
         self._writer.append(REMOVE_RECORD)

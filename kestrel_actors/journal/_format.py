@@ -116,10 +116,12 @@ def _add_header(data_len: int, add_time: int, expiry: int) -> bytes:
 
 
 class AddRecords:
-    """:func:`encode_add` for one journal's stream of ADDs, keeping the last header it packed.
+    """The ADDX headers of one journal's stream of ADDs, keeping the last one it packed.
 
     An ADDX header is the item's size, add time (ms) and expiry: a run of SETs of one size within
     a millisecond shares it, and comparing three numbers costs far less than packing them again.
+    The header and the item's data are written as two buffers of one ``writev``
+    (:meth:`JournalWriter.append_record`): gluing them first copied every item's data once more.
     """
 
     __slots__ = ("_size", "_add_time", "_expiry", "_header")
@@ -130,9 +132,9 @@ class AddRecords:
         self._expiry = 0
         self._header = b""
 
-    def encode(self, item: Item) -> bytes:
-        data = item.data
-        size = len(data)
+    def header(self, item: Item) -> bytes:
+        """The ADDX header of ``item``: :func:`encode_add` is this and then ``item.data``."""
+        size = len(item.data)
         add_time = item.add_time
         expiry = item.expiry
         if size != self._size or add_time != self._add_time or expiry != self._expiry:
@@ -140,7 +142,7 @@ class AddRecords:
             self._size = size
             self._add_time = add_time
             self._expiry = expiry
-        return self._header + data
+        return self._header
 
 
 def encode_add_xid(xid: int, item: Item) -> bytes:

@@ -161,8 +161,8 @@ def write_all(fd: int, chunks: list[bytes]) -> None:
     for start in range(0, count, IOV_MAX):
         group = chunks if count <= IOV_MAX else chunks[start:start + IOV_MAX]
         if count == 1:
-            # a lone request's one record: ``write`` allocates no iovec and buffer arrays,
-            # as ``writev`` does for each call (issue 24)
+            # a lone GET's REMOVE: ``write`` allocates no iovec and buffer arrays, as
+            # ``writev`` does for each call (issue 24)
             done = _write(fd, group[0])
             total = len(group[0])
         else:
@@ -220,7 +220,11 @@ class JournalWriter:
         """With ``always``, between rounds: the timer that ends the wait for the last round's
         sessions (:meth:`_next_round`)."""
         self._records = 0
-        """Records appended, ever."""
+        """Records appended, ever (an ADD is one record in two chunks: :meth:`append_record`)."""
+        self._written_records = 0
+        """Records written, ever."""
+        self._held_records = 0
+        """While holds are active: :attr:`_records` when the first began (at :attr:`_held_at`)."""
         self._round_records = 0
         """Records covered by the last round an fdatasync handed off from a turn made durable."""
         self._round_from = 0
@@ -260,6 +264,17 @@ class JournalWriter:
             return
         self._chunks.append(data)
         self.appended += len(data)
+        self._records += 1
+
+    def append_record(self, head: bytes, body: bytes) -> None:
+        """:meth:`append` of ``head + body``, kept as two chunks of the same ``writev``: an
+        ADD's header and its item's data, which gluing would copy once more (issue 24)."""
+        if self.closed:
+            return
+        chunks = self._chunks
+        chunks.append(head)
+        chunks.append(body)
+        self.appended += len(head) + len(body)
         self._records += 1
 
     @property
@@ -425,6 +440,7 @@ class JournalWriter:
         self._holds += 1
         if self._held_at is None:
             self._held_at = self.appended
+            self._held_records = self._records
             gevent.spawn_later(HOLD_PATIENCE, self._hold_overdue, self._hold_round)
         return self._hold_round
 
@@ -505,6 +521,7 @@ class JournalWriter:
         """Drop the unwritten records: a snapshot just made durable holds what they say
         (a rewrite; call inside :meth:`exclusive`, after :meth:`switch_file`)."""
         self._chunks = []
+        self._written_records = self._records
         self.written = self.synced = self.appended
         self._recovered()
 
@@ -530,6 +547,7 @@ class JournalWriter:
                 log.error("journal closed with unwritten records; DATA MAY HAVE BEEN LOST!",
                           queue=self.queue, bytes=self.appended - self.written)
                 self._chunks = []
+                self._written_records = self._records
             if sync:
                 try:
                     self.sync_now()
@@ -597,8 +615,10 @@ class JournalWriter:
                     chunks.append(chunk)
                     position += len(chunk)
                 self._chunks = self._chunks[len(chunks):]
+                records = self._held_records - self._written_records
             else:
                 self._chunks = []
+                records = self._records - self._written_records
             target = self.written + _length(chunks)
             try:
                 if target - self.written <= INLINE_WRITE_MAX:
@@ -614,13 +634,14 @@ class JournalWriter:
             self.writes += 1
             self.file_written += target - self.written
             self.written = target
+            self._written_records += records
             marks = self._marks
             if marks is not None:
                 now = _perf_counter()
                 if marks and (now - marks[-1][0] < self._grain or len(marks) >= MAX_WRITE_MARKS):
-                    marks[-1][1] += len(chunks)
+                    marks[-1][1] += records
                 else:
-                    marks.append([now, len(chunks)])
+                    marks.append([now, records])
             if self.error is not None and self._held_at is None and self.mode != ALWAYS:
                 self._recovered()
         return True
