@@ -161,8 +161,8 @@ def write_all(fd: int, chunks: list[bytes]) -> None:
     for start in range(0, count, IOV_MAX):
         group = chunks if count <= IOV_MAX else chunks[start:start + IOV_MAX]
         if count == 1:
-            # a lone GET's REMOVE: ``write`` allocates no iovec and buffer arrays, as
-            # ``writev`` does for each call (issue 24)
+            # one chunk (a lone GET's REMOVE; an ADD is two): ``write`` allocates no iovec
+            # and buffer arrays, as ``writev`` does for each call (issue 24)
             done = _write(fd, group[0])
             total = len(group[0])
         else:
