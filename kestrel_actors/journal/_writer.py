@@ -88,6 +88,18 @@ HOLD_PATIENCE = 2.0
 GATHER_MAX: Final = 0.002
 """With ``always``, the longest a round waits for the sessions the last round answered (seconds;
 the wait is also at most the last fdatasync's duration): see :meth:`JournalWriter._next_round`."""
+ROUND_WORK_PER_RECORD: Final = 0.00002
+"""With ``always``, the hub's work for one session's record in a round, as :meth:`JournalWriter.
+_synced_from_turn` reckons it (seconds: a durable SET cost the hub 25–35 µs here, issue 24):
+when a round's sessions need more of the hub than its fdatasync took, the next round no
+longer waits for them, and its fdatasync runs while the hub answers and reads."""
+OVERLAP_MIN_RECORDS: Final = 80
+"""With ``always``, the fewest sessions' records (a round and what came during its fdatasync)
+for which rounds overlap: with fewer, each half of the sessions is too small a burst, its
+requests run one at a time and cost the hub more than the overlap saves. Against rounds that
+wait for every session, overlapping measured 18–32% slower with 10 clients, 1–29% with 30,
+15–22% slower in two runs of three with 50, −20% and +5% with 70, and 11–16% faster with
+100 (issue 24; docs/benchmarks.md, "rounds that overlap")."""
 MAX_WRITE_MARKS: Final = 1024
 """Written batches remembered between two fdatasyncs, for ``item_fsync_delay_usec``; past
 that (an fdatasync stalled for long), later batches are counted with the last one."""
@@ -231,6 +243,9 @@ class JournalWriter:
         """:attr:`_records` when that round wrote its records."""
         self._last_sync = 0.0
         """How long that round's fdatasync took (seconds)."""
+        self._overlap = False
+        """With ``always``: the sessions take the hub longer than an fdatasync, so a round starts
+        as soon as records wait, before the last round's answers go (:meth:`_synced_from_turn`)."""
         self._io = gevent.lock.Semaphore()
         self._timer: gevent.Greenlet[..., Any] | None = None
         self.sync_stats: SyncStats | None = None
@@ -375,7 +390,17 @@ class JournalWriter:
 
         ``_syncing`` stays set while the answers go: a session answered here may send its next
         request at once, and its record waits for the next round with the rest, as it would
-        have for the writer greenlet (one fdatasync for all that came meanwhile)."""
+        have for the writer greenlet (one fdatasync for all that came meanwhile).
+
+        When many sessions (:data:`OVERLAP_MIN_RECORDS`) need more of the hub than an fdatasync
+        takes (their records times :data:`ROUND_WORK_PER_RECORD`, against this fdatasync's
+        time), the rounds *overlap*: the records that came during this fdatasync start their
+        round before the answers go, and between rounds a record starts one at once. Then one
+        half of the sessions' records is on the disk while the hub answers and reads the other
+        half, where a round that waited for every session left the hub idle through each
+        hand-off and fdatasync (issue 24: 0.8–1.0 ms of a 3.1–3.7 ms round with 100 clients).
+        With fewer sessions the rounds wait for them (:meth:`_next_round`), which served 10,
+        30 and 50 clients better."""
         self._io.release()
         if type(outcome) is _Raised:
             self._syncing = False
@@ -392,6 +417,20 @@ class JournalWriter:
         self._synced(target, started)
         if self.error is not None and not self._chunks and self._held_at is None:
             self._recovered()
+        came = self._records - self._round_from
+        # the sessions of this round and of what came during its fdatasync: if serving them
+        # takes the hub longer than an fdatasync, the rounds overlap the hub's work
+        sessions = self._round_records + came
+        self._overlap = (sessions >= OVERLAP_MIN_RECORDS
+                         and sessions * ROUND_WORK_PER_RECORD > self._last_sync)
+        self._syncing = False
+        if came and self._overlap:
+            # the next round's fdatasync runs while this round's answers go and the sessions'
+            # next requests are read (issue 24: the hub idled through every fdatasync)
+            self._start_round()
+            self._fire()
+            return
+        self._syncing = True  # an answered session's next record waits for the next round
         self._fire()
         self._syncing = False
         if self._waiters:  # what came during this fdatasync, and more: the next round covers it all
@@ -407,7 +446,8 @@ class JournalWriter:
         session's records made every other round (with 100 clients, 42–50 records a round). So
         the next round waits until as many records have come since the last one started as
         that round had, or for as long as its fdatasync took (:data:`GATHER_MAX` at most). A
-        lone client's record, one a round, starts its round the moment it comes."""
+        lone client's record, one a round, starts its round the moment it comes, and so does
+        any record while the rounds overlap (:meth:`_synced_from_turn`)."""
         if self._round_ready() or self.closed:
             self._start_round()
             return
@@ -416,8 +456,9 @@ class JournalWriter:
         timer.start(self._end_gathering)
 
     def _round_ready(self) -> bool:
-        """As many records have come since the last round started as that round covered."""
-        return self._records - self._round_from >= self._round_records
+        """As many records have come since the last round started as that round covered, or
+        the rounds overlap (then a round waits for nobody)."""
+        return self._overlap or self._records - self._round_from >= self._round_records
 
     def _end_gathering(self) -> None:
         timer = self._gathering
