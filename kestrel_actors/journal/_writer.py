@@ -98,7 +98,7 @@ OVERLAP_MIN_RECORDS: Final = 80
 for which rounds overlap: with fewer, each half of the sessions is too small a burst, its
 requests run one at a time and cost the hub more than the overlap saves. Against rounds that
 wait for every session, overlapping measured 18–32% slower with 10 clients, 1–29% with 30,
-15–22% slower in two runs of three with 50, −20% and +5% with 70, and 11–16% faster with
+15–22% slower in two runs of three with 50, 20% slower and 5% faster with 70, and 11–16% faster with
 100 (issue 24; docs/benchmarks.md, "rounds that overlap")."""
 MAX_WRITE_MARKS: Final = 1024
 """Written batches remembered between two fdatasyncs, for ``item_fsync_delay_usec``; past
