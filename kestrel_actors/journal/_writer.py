@@ -97,9 +97,9 @@ OVERLAP_MIN_RECORDS: Final = 80
 """With ``always``, the fewest sessions' records (a round and what came during its fdatasync)
 for which rounds overlap: with fewer, each half of the sessions is too small a burst, its
 requests run one at a time and cost the hub more than the overlap saves. Against rounds that
-wait for every session, overlapping measured 18–32% slower with 10 clients, 1–29% with 30,
-15–22% slower in two runs of three with 50, 20% slower and 5% faster with 70, and 11–16% faster with
-100 (issue 24; docs/benchmarks.md, "rounds that overlap")."""
+wait for every session, overlapping measured 18–32% slower with 10 clients, 1–29% slower
+with 30, 15–22% slower in two runs of three with 50, 20% slower and 5% faster with 70, and
+11–16% faster with 100 (issue 24; docs/benchmarks.md, "durable rounds that overlap")."""
 MAX_WRITE_MARKS: Final = 1024
 """Written batches remembered between two fdatasyncs, for ``item_fsync_delay_usec``; past
 that (an fdatasync stalled for long), later batches are counted with the last one."""
@@ -423,14 +423,13 @@ class JournalWriter:
         sessions = self._round_records + came
         self._overlap = (sessions >= OVERLAP_MIN_RECORDS
                          and sessions * ROUND_WORK_PER_RECORD > self._last_sync)
-        self._syncing = False
         if came and self._overlap:
             # the next round's fdatasync runs while this round's answers go and the sessions'
             # next requests are read (issue 24: the hub idled through every fdatasync)
+            self._syncing = False
             self._start_round()
             self._fire()
             return
-        self._syncing = True  # an answered session's next record waits for the next round
         self._fire()
         self._syncing = False
         if self._waiters:  # what came during this fdatasync, and more: the next round covers it all
