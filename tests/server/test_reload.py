@@ -146,6 +146,7 @@ def test_a_reload_error_never_shows_the_token(tmp_path, kind):
         client = server.client()
         client.send(b"reload\r\n")
         memcache_reply = client.read_line()
+        assert secret.encode() not in memcache_reply, memcache_reply
         assert memcache_reply.startswith(b"SERVER_ERROR config not reloaded: "), memcache_reply
         assert b"admin_token" in memcache_reply, memcache_reply
         assert (b"got an array" if kind == "array" else b"got a table") in memcache_reply, memcache_reply
