@@ -2,9 +2,9 @@
 
 ``/ping``, ``/stats.json`` (``?period=N``), ``/stats.txt``, ``/server_info`` as ostrich served
 them for Kestrel; ``/shutdown``, ``/quiesce``, ``/reload`` as ostrich's, but on POST only, with a
-header no web page can send (ADR 0019); ``/metrics`` for Prometheus; and a live page at ``/``. See :mod:`._app` for the rules, :mod:`._guard` for who may ask,
-:mod:`._arrivals` for how long a request may take to arrive, and :mod:`kestrel_actors.snapshot`
-for where the figures come from.
+header no web page can send (ADR 0019); ``/metrics`` for Prometheus; and a live page at ``/``.
+See :mod:`._app` for the rules, :mod:`._guard` for who may ask, :mod:`._arrivals` for how long
+a request may take to arrive, and :mod:`kestrel_actors.snapshot` for where the figures come from.
 """
 
 from __future__ import annotations
