@@ -201,9 +201,15 @@ def token(value: Any) -> str:
     return value
 
 
+_TOML_KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (dict, "a table"), (list, "an array"))
+
+
 def _describe_secret(value: Any) -> str:
-    # never echo a secret into a log or a terminal
-    return f"a string of {len(value)} characters" if isinstance(value, str) else _describe(value)
+    # never echo a secret into a reply, a log or a terminal: a table or an array (or a number)
+    # holds it as well as a string does, and repr would show it
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    return next((kind for type_, kind in _TOML_KINDS if isinstance(value, type_)), "a date or time")
 
 
 def queue_name(value: Any) -> str:

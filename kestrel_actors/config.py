@@ -102,7 +102,8 @@ class ServerConfig:
     """The address the admin port binds to: its own, not ``host`` (exposing the memcache port
     must not expose ``/shutdown``)."""
     admin_token: str | None = field(default=None, repr=False)
-    """When set, ``/shutdown``, ``/quiesce`` and ``/reload`` require it (kept out of ``repr``)."""
+    """When set, ``/shutdown``, ``/quiesce`` and ``/reload`` require it as ``Authorization: Bearer``
+    (kept out of ``repr`` and out of every error message)."""
     data_dir: str = "./data"
     max_open_transactions: int = 1
     max_item_bytes: int = 64 * MIB

@@ -697,6 +697,8 @@ class Response(NamedTuple):
     status: int
     content_type: str
     body: bytes
+    headers: dict[str, str] | None = None
+    """Every header of the reply, by lower-case name."""
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -708,15 +710,31 @@ def request(url: str, method: str = "GET", timeout: float = 10.0, headers: dict[
     req = urllib.request.Request(url, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as reply:
-            return Response(reply.status, reply.headers.get("Content-Type", ""), reply.read())
+            return Response(reply.status, reply.headers.get("Content-Type", ""), reply.read(),
+                            {name.lower(): value for name, value in reply.headers.items()})
     except urllib.error.HTTPError as error:
-        return Response(error.code, error.headers.get("Content-Type", ""), error.read())
+        return Response(error.code, error.headers.get("Content-Type", ""), error.read(),
+                        {name.lower(): value for name, value in error.headers.items()})
 
 
 def get_json(url: str) -> Any:
     response = request(url)
     assert response.status == 200, response
     assert response.content_type == "application/json", response.content_type
+    return response.json()
+
+
+def act(url: str, token: str | None = None) -> Response:
+    """POST to an admin endpoint that acts, as a script on the machine does (ADR 0019): with the
+    header ``X-Kestrel-Admin``, or with ``Authorization: Bearer`` when the port has a token."""
+    header = {"X-Kestrel-Admin": "1"} if token is None else {"Authorization": f"Bearer {token}"}
+    return request(url, method="POST", headers=header)
+
+
+def act_json(url: str, token: str | None = None) -> Any:
+    """:func:`act`, which must answer 200 with JSON."""
+    response = act(url, token)
+    assert response.status == 200, response
     return response.json()
 
 

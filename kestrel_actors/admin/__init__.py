@@ -1,10 +1,10 @@
 """The admin HTTP service (ostrich's port, 2223 by default): what operators watch.
 
-``/ping``, ``/stats.json`` (``?period=N``), ``/stats.txt``, ``/server_info``, ``/shutdown``,
-``/quiesce``, ``/reload`` as ostrich served them for Kestrel; ``/metrics`` for Prometheus; and
-a live page at ``/``. See :mod:`._app` for the rules, :mod:`._guard` for who may ask,
-:mod:`._arrivals` for how long a request may take to arrive, and :mod:`kestrel_actors.snapshot`
-for where the figures come from.
+``/ping``, ``/stats.json`` (``?period=N``), ``/stats.txt``, ``/server_info`` as ostrich served
+them for Kestrel; ``/shutdown``, ``/quiesce``, ``/reload`` as ostrich's, but on POST only, with a
+header no web page can send (ADR 0019); ``/metrics`` for Prometheus; and a live page at ``/``.
+See :mod:`._app` for the rules, :mod:`._guard` for who may ask, :mod:`._arrivals` for how long
+a request may take to arrive, and :mod:`kestrel_actors.snapshot` for where the figures come from.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import logging
 from typing import Any
 
 import gevent
+import structlog
 from gevent.pool import Pool
 from gevent.pywsgi import WSGIHandler, WSGIServer
 
+from ..logs import error_fields
 from ._app import AdminApp
 from ._arrivals import Arrival, Arrivals
 from ._guard import AdminGuard
@@ -42,6 +44,11 @@ SEND_TIMEOUT = 10.0
 """Seconds a socket operation on an admin connection may wait: a client that never reads its
 reply is closed, and frees its place."""
 
+
+log = structlog.get_logger("kestrel_actors.admin")
+
+_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+"""The whole reply to a request that does not parse (gevent's own)."""
 
 _TURN = 0.001
 """Seconds an admin connection gives way to the hub's other work before each request."""
@@ -85,7 +92,11 @@ class _Handler(WSGIHandler):
         # quietly (gevent's default prints a traceback and answers 400 to nobody).
         if isinstance(ex, OSError) or self.arrival.was_cut:
             return None
-        return super()._handle_client_error(ex)  # type: ignore[misc]
+        # A request that does not parse (a bad request line; more than 100 headers, which
+        # http.client raises and gevent printed as a 20-line traceback): one line, and 400.
+        peer = self.client_address[0] if isinstance(self.client_address, tuple) else self.client_address
+        log.warning("bad admin request", peer=peer, **error_fields(ex), error_type=type(ex).__name__)
+        return "400", _BAD_REQUEST
 
 
 class _AdminHTTP(WSGIServer):

@@ -5,9 +5,10 @@ It runs under gevent's WSGI server, one greenlet per request on the server's hub
 only reads: the figures come from one snapshot (:func:`~kestrel_actors.snapshot.gather_snapshot`
 asks the queue collection, and this greenlet alone waits for the answer); the three endpoints
 that act (``/shutdown``, ``/quiesce``, ``/reload``) call the same server methods as the memcache
-commands. Nothing else on this port changes anything. Unknown paths are 404, a query string
-that does not parse or names an unknown parameter is 400, another method is 405; who may ask at
-all is :mod:`._guard`'s (403, or 401 without the token).
+commands, and only on ``POST`` (ADR 0019): ``GET`` or ``HEAD`` on them is 405 with ``Allow:
+POST`` and does nothing. Nothing else on this port changes anything. Unknown paths are 404, a
+query string that does not parse or names an unknown parameter is 400, another method is 405;
+who may ask at all is :mod:`._guard`'s (403, or 401 without the token).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import parse_qsl
 
 import gevent
@@ -27,7 +28,7 @@ from ..protocol._replies import config_settings
 from ..runtime import ReplyFuture
 from ..snapshot import gather_snapshot
 from ._builds import SharedBuilds
-from ._guard import AdminGuard
+from ._guard import ACT_HEADER, AdminGuard
 from ._ostrich import NamedListeners, PeriodLatches, json_bytes, ostrich_json, ostrich_stats, ostrich_text, server_info
 from ._prometheus import CONTENT_TYPE, exposition
 
@@ -55,14 +56,15 @@ class _HttpError(Exception):
 
 
 class _Route:
-    __slots__ = ("handler", "params", "acts")
+    __slots__ = ("handler", "params", "acts", "methods")
 
     def __init__(self, handler: Callable[..., tuple[str, Body]], params: frozenset[str] = frozenset(),
                  acts: bool = False) -> None:
         self.handler = handler
         self.params = params
         self.acts = acts
-        """An endpoint that changes the server: GET (as ostrich's, for curl) or POST."""
+        """An endpoint that changes the server: only POST reaches it (ostrich's took GET)."""
+        self.methods = ("POST",) if acts else ("GET", "HEAD")
 
 
 class AdminApp:
@@ -82,9 +84,9 @@ class AdminApp:
             ("/ping", self._ping, (), False),
             ("/stats", self._stats, ("period", "namespace", "filtered"), False),
             ("/server_info", self._server_info, (), False),
-            ("/shutdown", self._shutdown, ("token",), True),
-            ("/quiesce", self._quiesce, ("token",), True),
-            ("/reload", self._reload, ("token",), True),
+            ("/shutdown", self._shutdown, (), True),
+            ("/quiesce", self._quiesce, (), True),
+            ("/reload", self._reload, (), True),
         ):
             route = _Route(handler, frozenset(params), acts)
             for suffix in ("", ".json", ".txt"):
@@ -107,11 +109,10 @@ class AdminApp:
             route = self.routes.get(path)
             if route is None:
                 raise _HttpError("404 Not Found", f"no such endpoint: {path}")
-            allowed = ("GET", "HEAD", "POST") if route.acts else ("GET", "HEAD")
-            if method not in allowed:
-                raise _HttpError("405 Method Not Allowed", f"{method} is not allowed on {path}")
+            if method not in route.methods:
+                self._refuse_method(environ, path, method, route)
             params = _query(environ.get("QUERY_STRING", ""), route.params)
-            self._admit(environ, path, route, params)
+            self._admit(environ, path, route)
             text = path.endswith(".txt")
             content_type, body = route.handler(params, text)
             status = "200 OK"
@@ -130,13 +131,27 @@ class AdminApp:
             return [b""]
         return parts if isinstance(body, bytes) else _paced(parts, self.pause)
 
-    def _admit(self, environ: dict[str, Any], path: str, route: _Route, params: dict[str, str]) -> None:
-        refusal = self.guard.refusal(environ, route.acts, params.get("token"))
+    def _refuse_method(self, environ: dict[str, Any], path: str, method: str, route: _Route) -> NoReturn:
+        allow = (("Allow", ", ".join(route.methods)),)
+        if not route.acts:
+            raise _HttpError("405 Method Not Allowed", f"{method} is not allowed on {path}", allow)
+        # a GET, HEAD or OPTIONS aimed at an endpoint that acts: an image, a prefetch, a
+        # preflight or an old script; said once in the log, as any refusal
+        reason = (f"{method} does not act: {path} acts on POST only, with the header {ACT_HEADER} "
+                  "or Authorization: Bearer TOKEN")
+        self._refuse(environ, path, "405 Method Not Allowed", reason, allow)
+
+    def _admit(self, environ: dict[str, Any], path: str, route: _Route) -> None:
+        refusal = self.guard.refusal(environ, route.acts)
         if refusal is not None:
-            log.warning("admin request refused", path=path, reason=refusal.reason,
-                        peer=environ.get("REMOTE_ADDR"))
             challenge = (("WWW-Authenticate", 'Bearer realm="kestrel-actors admin"'),) if refusal.challenge else ()
-            raise _HttpError(refusal.status, refusal.reason, challenge)
+            self._refuse(environ, path, refusal.status, refusal.reason, challenge)
+
+    def _refuse(self, environ: dict[str, Any], path: str, status: str, reason: str,
+                headers: tuple[tuple[str, str], ...]) -> NoReturn:
+        log.warning("admin request refused", path=path, method=environ.get("REQUEST_METHOD"), reason=reason,
+                    peer=environ.get("REMOTE_ADDR"))
+        raise _HttpError(status, reason, headers)
 
     # -- endpoints ------------------------------------------------------------------------
 
@@ -259,6 +274,9 @@ def _query(query: str, allowed: frozenset[str]) -> dict[str, str]:
         raise _HttpError("400 Bad Request", f"bad query string: {exc}") from exc
     params: dict[str, str] = {}
     for name, value in pairs:
+        if name == "token" and name not in allowed:  # never echo it, and say where it goes now
+            raise _HttpError("400 Bad Request", "the token goes in the header Authorization: Bearer TOKEN, "
+                             "never in the URL")
         if name not in allowed:
             raise _HttpError("400 Bad Request", f"unknown parameter {name!r}")
         if name in params:

@@ -1,5 +1,7 @@
-"""Who may use the admin port (issue 21.4, ADR 0012): the checks made before an endpoint runs.
+"""Who may use the admin port (ADR 0012, ADR 0019): the checks made before an endpoint runs.
 
+* **Method**, on the endpoints that act (:mod:`._app`): only ``POST`` acts; ``GET`` and ``HEAD``
+  answer 405 and do nothing, whoever asks.
 * **Host**, on every endpoint. A browser sends the name in its address bar; a page whose name
   has been re-pointed at this machine (DNS rebinding) sends its own name, and is refused. Taken:
   the admin address (as configured and as bound), ``localhost``, and, when the port is bound to
@@ -8,9 +10,14 @@
 * **Origin**, on the endpoints that act. A browser says on whose behalf it asks: a
   ``Sec-Fetch-Site`` other than ``same-origin`` or ``none`` (a page on 127.0.0.1 at another port
   is ``same-site``, and another origin all the same), or an ``Origin`` or ``Referer`` that is
-  not this port's own ``http://`` origin, is refused. ``curl`` sends none of them.
-* **Token**, on the endpoints that act, when ``--admin-token`` is set: ``Authorization: Bearer
-  TOKEN`` or ``?token=TOKEN``.
+  not this port's own ``http://`` origin, is refused. ``curl`` sends none of them, and neither
+  does a browser in every case (no ``Sec-Fetch-*`` to a name it does not deem trustworthy, no
+  ``Origin`` on an image, no ``Referer`` under ``no-referrer``): this check is a second line.
+* **The acting header**, on the endpoints that act: ``Authorization: Bearer TOKEN`` when
+  ``--admin-token`` is set, else :data:`ACT_HEADER`. Neither is a header a page of another
+  origin can send without a CORS preflight, which this port never grants (an ``OPTIONS`` is
+  405, with no ``Access-Control-*`` header): this is the check that holds under any
+  ``--admin-host``.
 """
 
 from __future__ import annotations
@@ -23,7 +30,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-__all__ = ["AdminGuard", "Refusal"]
+__all__ = ["ACT_HEADER", "AdminGuard", "Refusal"]
+
+ACT_HEADER = "X-Kestrel-Admin"
+"""The header a request to an endpoint that acts carries when no token is set (any value)."""
+_ACT_ENVIRON = "HTTP_" + ACT_HEADER.upper().replace("-", "_")
 
 _SAME_ORIGIN = frozenset({"same-origin", "none"})
 _AUTHORITY = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]@/?#\s]+))(?::(?P<port>[0-9]{1,5}))?\Z")
@@ -92,9 +103,9 @@ class AdminGuard:
         if self.any_address:
             self.names.add(socket.gethostname().lower())
 
-    def refusal(self, environ: dict[str, Any], acts: bool, token: str | None) -> Refusal | None:
+    def refusal(self, environ: dict[str, Any], acts: bool) -> Refusal | None:
         """Why this request may not go on (``None``: it may). ``acts``: the endpoint changes the
-        server; ``token``: the ``token`` query parameter, if any."""
+        server (the caller has seen to the method)."""
         host = environ.get("HTTP_HOST")
         if host is not None and not self._ours(_authority(host), default_port=None):
             return Refusal("403 Forbidden", f"Host {host!r} is not this admin port's address")
@@ -107,9 +118,13 @@ class AdminGuard:
             value = environ.get(header)
             if value is not None and not self._our_origin(value):
                 return Refusal("403 Forbidden", f"asked by a page of another origin ({name}: {value})")
-        if self.token is not None and not self._token_given(environ, token):
-            return Refusal("401 Unauthorized", "this admin port requires its token on this endpoint",
-                           challenge=True)
+        if self.token is not None:
+            if not self._token_given(environ):
+                return Refusal("401 Unauthorized", "this admin port requires Authorization: Bearer TOKEN on this "
+                               "endpoint", challenge=True)
+        elif _ACT_ENVIRON not in environ:
+            return Refusal("403 Forbidden", f"this endpoint acts only with the header {ACT_HEADER} "
+                           "(which no page of another origin can send)")
         return None
 
     def _ours(self, authority: _Authority | None, default_port: int | None) -> bool:
@@ -130,12 +145,8 @@ class AdminGuard:
             return False
         return parts.scheme == "http" and self._ours(_authority(parts.netloc), default_port=_HTTP_PORT)
 
-    def _token_given(self, environ: dict[str, Any], token: str | None) -> bool:
+    def _token_given(self, environ: dict[str, Any]) -> bool:
         assert self.token is not None
-        given: list[str] = []
         scheme, _, credentials = environ.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
-        if scheme.lower() == "bearer":
-            given.append(credentials.strip())
-        if token is not None:
-            given.append(token)
-        return any(hmac.compare_digest(candidate.encode("utf-8", "replace"), self.token) for candidate in given)
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode("utf-8", "replace"), self.token)

@@ -28,8 +28,8 @@ MIB = 1024 * 1024
               help="Address the admin port listens on; separate from --host, so that opening the "
                    "memcache port to the network does not open /shutdown.")
 @click.option("--admin-token", default=None, callback=lambda _ctx, _param, value: _token(value),
-              help="Require this token (Authorization: Bearer TOKEN, or ?token=TOKEN) on /shutdown, "
-                   "/quiesce and /reload. Visible to local users in ps: prefer admin_token in --config.")
+              help="Require this token (Authorization: Bearer TOKEN) on POST /shutdown, /quiesce and "
+                   "/reload. Visible to local users in ps: prefer admin_token in --config.")
 @click.option("--data-dir", default="./data", show_default=True,
               help="Directory of the queue journals.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)

@@ -1,13 +1,16 @@
-"""Servers with their admin HTTP port on (on a free port: never the default 2223), and a real
-headless Chromium (Debian's chromium and chromium-driver, which ``make test`` installs)."""
+"""Servers with their admin HTTP port on (on a free port: never the default 2223), a real
+headless Chromium (Debian's chromium and chromium-driver, which ``make test`` installs), and
+pages of another origin for it to load."""
 
 from __future__ import annotations
 
+import http.server
 import shutil
+import threading
 
 import pytest
 
-from ..helpers import ServerProcess
+from ..helpers import ServerProcess, free_port
 
 
 @pytest.fixture
@@ -46,3 +49,36 @@ def browser(tmp_path):
         yield driver
     finally:
         driver.quit()
+
+
+class _HostilePage(http.server.BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *_args) -> None:
+        pass
+
+
+@pytest.fixture
+def page_of_another_origin():
+    """Factory: serve ``html`` from 127.0.0.1 at a port of its own (the same site as the admin
+    port, another origin); returns the page's URL."""
+    servers = []
+
+    def serve(html: str) -> str:
+        handler = type("Page", (_HostilePage,), {"body": html.encode()})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}/"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()

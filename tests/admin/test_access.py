@@ -1,20 +1,25 @@
-"""Who may act on the admin port (issue 21.4): not a page of another origin (in the real headless
-Chromium, and by the headers a browser sends), not a request for another Host (DNS rebinding),
-not a client without the token when ``--admin-token`` is set; ``curl`` from the machine still can.
+"""Who may act on the admin port (issue 21.4, issue 53.5, ADR 0019): not a page of another origin
+(in the real headless Chromium, under a loopback address or a host name, and by the headers a
+browser sends), not a request for another Host (DNS rebinding), not a GET or a HEAD, not a POST
+without ``X-Kestrel-Admin`` or, when ``--admin-token`` is set, without the token; a script on
+the machine still can (``curl -X POST -H 'X-Kestrel-Admin: 1'``).
 """
 
 from __future__ import annotations
 
-import http.server
+import contextlib
+import ipaddress
+import os
 import socket
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from ..helpers import ServerProcess, free_port, get_json, request
+from ..helpers import ServerProcess, act, act_json, free_port, get_json, request
 
 ACTING = ("/shutdown", "/quiesce", "/reload")
 
@@ -48,18 +53,8 @@ def reloadable(tmp_path, make_admin_server):
     return server
 
 
-class _HostilePage(http.server.BaseHTTPRequestHandler):
-    body = b""
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *_args) -> None:
-        pass
+def reason_of(line: dict) -> str:
+    return f"{line['method']} {line['path']}: {line['reason']}"
 
 
 HOSTILE_PAGE = """<!doctype html>
@@ -83,28 +78,9 @@ for (const path of ["/shutdown", "/quiesce", "/reload"]) {{
 """
 
 
-@pytest.fixture
-def page_of_another_origin():
-    """Factory: serve ``html`` from 127.0.0.1 at a port of its own (the same site as the admin
-    port, another origin); returns the page's URL."""
-    servers = []
-
-    def serve(html: str) -> str:
-        handler = type("Page", (_HostilePage,), {"body": html.encode()})
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_port}/"
-
-    yield serve
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
 def test_a_page_of_another_origin_cannot_shut_down_quiesce_or_reload_in_chromium(
         reloadable, browser, page_of_another_origin):
-    """The issue's recipe: ``<img src=".../shutdown">`` on a page of another origin shut the
+    """Issue 21.4's recipe: ``<img src=".../shutdown">`` on a page of another origin shut the
     server down in headless Chromium. Here the page also POSTs by fetch (no-cors) and by a
     form, to each acting endpoint: nine requests, nine refusals, and the server is as it was."""
     browser.get(page_of_another_origin(HOSTILE_PAGE.format(admin=reloadable.admin_url)))
@@ -114,16 +90,162 @@ def test_a_page_of_another_origin_cannot_shut_down_quiesce_or_reload_in_chromium
         assert time.monotonic() < deadline, f"the page's nine requests were not all refused: {refusals(reloadable)}"
         time.sleep(0.1)
     refused = refusals(reloadable)
-    assert sorted(line["path"] for line in refused) == sorted(ACTING * 3)
-    assert all("Sec-Fetch-Site: same-site" in line["reason"] for line in refused), refused
+    assert sorted((line["method"], line["path"]) for line in refused) == sorted(
+        [("GET", path) for path in ACTING] + [("POST", path) for path in ACTING] * 2)
+    for line in refused:  # an image's GET never acts; a POST says whose page it comes from
+        expected = "GET does not act" if line["method"] == "GET" else "Sec-Fetch-Site: same-site"
+        assert expected in line["reason"], reason_of(line)
     assert_up_and_not_quiescent(reloadable)
     assert max_items(reloadable, "jobs") == 2  # not reloaded
 
-    # curl from the machine still can, as with ostrich
-    assert get_json(reloadable.admin_url + "/reload") == {"response": "ok"}
+    # a script on the machine still can: POST with the header
+    assert act_json(reloadable.admin_url + "/reload") == {"response": "ok"}
     assert max_items(reloadable, "jobs") == 5
-    assert get_json(reloadable.admin_url + "/shutdown") == {"response": "ok"}
+    assert act_json(reloadable.admin_url + "/shutdown") == {"response": "ok"}
     assert reloadable.proc.wait(timeout=15) == 0
+
+
+# Issue 53.5: under a host name Chromium does not deem potentially trustworthy, it sends no
+# Sec-Fetch-*; an image sends no Origin, and no-referrer drops Referer: the image's GET looked
+# like curl's and shut the server down. Each request below is made once per endpoint that acts.
+HOSTILE_PAGE_BY_NAME = """<!doctype html>
+<html><head><meta name="referrer" content="no-referrer"></head><body>
+<script>
+const admin = "{admin}";
+const settled = [];
+for (const path of ["/shutdown", "/quiesce", "/reload"]) {{
+  const image = document.createElement("img");
+  image.referrerPolicy = "no-referrer";
+  settled.push(new Promise(done => {{ image.onload = image.onerror = done; }}));
+  image.src = admin + path;
+  document.body.appendChild(image);
+  // no-cors: the browser drops the header it may not send, and sends the POST
+  settled.push(fetch(admin + path, {{method: "POST", mode: "no-cors", referrerPolicy: "no-referrer",
+                                     headers: {{"X-Kestrel-Admin": "1"}}}}).catch(() => {{}}));
+  // cors: the header asks for a preflight, which the port never grants; the POST is not sent
+  settled.push(fetch(admin + path, {{method: "POST", referrerPolicy: "no-referrer",
+                                     headers: {{"X-Kestrel-Admin": "1"}}}}).catch(() => {{}}));
+  const sink = document.createElement("iframe");
+  sink.name = "sink" + path.slice(1);
+  settled.push(new Promise(done => {{ sink.onload = done; }}));
+  document.body.appendChild(sink);
+  const form = document.createElement("form");
+  form.method = "POST";
+  form.action = admin + path;
+  form.target = sink.name;
+  document.body.appendChild(form);
+  form.submit();
+}}
+Promise.all(settled).then(() => {{ document.title = "settled"; }});
+</script>
+</body></html>
+"""
+
+
+def _loopback_only(name: str) -> bool:
+    try:
+        found = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(entry[4][0]).is_loopback for entry in found)
+
+
+ALIAS = "kestrel-admin-alias"
+"""The /etc/hosts alias the test adds (as root) when this machine's own name is not loopback."""
+
+
+@contextlib.contextmanager
+def loopback_host_name() -> Iterator[str]:
+    """A host name (not ``localhost``, which Chromium deems trustworthy) that resolves to
+    loopback: this machine's name if it does, else an alias added to /etc/hosts and removed."""
+    name = socket.gethostname()
+    if name.lower() != "localhost" and _loopback_only(name):
+        yield name
+        return
+    hosts = Path("/etc/hosts")
+    if os.geteuid() != 0 or not os.access(hosts, os.W_OK):
+        pytest.skip("no host name resolves to loopback, and /etc/hosts cannot be written")
+    before = hosts.read_text()
+    hosts.write_text(before + f"\n127.0.0.1 {ALIAS}\n")
+    try:
+        yield ALIAS
+    finally:
+        hosts.write_text(before)
+
+
+def test_a_page_cannot_act_through_an_admin_host_name_in_chromium(
+        tmp_path, make_admin_server, browser, page_of_another_origin):
+    """Issue 53.5: ``--admin-host NAME`` (the /etc/hosts alias docs/operations.md advises), no
+    token, and ``<img referrerpolicy="no-referrer" src="http://NAME:PORT/shutdown">`` on any
+    page. The images' GETs, the fetches' POSTs (no-cors, and cors with the header: its preflight
+    is refused) and the forms' POSTs: each is refused, once, and the server is as it was."""
+    config = tmp_path / "kestrel.toml"
+    config.write_text("[queues.jobs]\nmax_items = 2\n")
+    with loopback_host_name() as name:
+        server = ServerProcess(tmp_path / "named", ("--config", str(config), "--admin-host", name),
+                               admin_port=True)
+        server.admin_host = name
+        try:
+            server.start()
+            server.client().set("jobs", b"a")
+            config.write_text("[queues.jobs]\nmax_items = 5\n")
+            browser.set_page_load_timeout(30)
+            browser.get(page_of_another_origin(HOSTILE_PAGE_BY_NAME.format(admin=server.admin_url)))
+            deadline = time.monotonic() + 30
+            while browser.title != "settled" or len(refusals(server)) < 12:
+                assert server.proc.poll() is None, "the page shut the server down"
+                assert time.monotonic() < deadline, (browser.title, [reason_of(line) for line in refusals(server)])
+                time.sleep(0.1)
+            refused = refusals(server)
+            assert sorted((line["method"], line["path"]) for line in refused) == sorted(
+                [(method, path) for path in ACTING for method in ("GET", "OPTIONS", "POST", "POST")])
+            for line in refused:
+                if line["method"] == "POST":  # the header was dropped (no-cors) or never given (form)
+                    assert "another origin" in line["reason"], reason_of(line)
+                else:  # the images, and the cors fetches' preflights
+                    assert f"{line['method']} does not act" in line["reason"], reason_of(line)
+            assert_up_and_not_quiescent(server)
+            assert max_items(server, "jobs") == 2  # not reloaded
+            # a script on the machine, by the name, still can
+            assert act_json(server.admin_url + "/reload") == {"response": "ok"}
+            assert max_items(server, "jobs") == 5
+            assert act_json(server.admin_url + "/shutdown") == {"response": "ok"}
+            assert server.proc.wait(timeout=15) == 0
+        finally:
+            server.stop()
+
+
+@pytest.mark.parametrize("path", ACTING)
+def test_get_and_head_never_act_and_answer_405_allow_post(reloadable, path):
+    """``curl -I`` (a HEAD) on /shutdown shut the server down; an image or a prefetch is a GET;
+    a browser's preflight is an OPTIONS, which is never granted."""
+    for method in ("HEAD", "GET", "OPTIONS"):
+        for suffix in ("", ".json", ".txt"):
+            for headers in ({}, {"X-Kestrel-Admin": "1"}):
+                reply = request(reloadable.admin_url + path + suffix, method=method, headers=headers)
+                assert reply.status == 405, (method, path, headers, reply)
+                assert reply.headers["allow"] == "POST"
+                assert method != "HEAD" or reply.body == b""
+                assert not any(name.startswith("access-control-") for name in reply.headers), reply.headers
+    assert_up_and_not_quiescent(reloadable)
+    assert max_items(reloadable, "jobs") == 2
+    # HEAD never acts on the endpoints that read either, and they answer it
+    assert request(reloadable.admin_url + "/ping", method="HEAD").status == 200
+    assert request(reloadable.admin_url + "/stats.json", method="POST").headers["allow"] == "GET, HEAD"
+
+
+def test_a_post_acts_only_with_the_header(reloadable):
+    """A POST without X-Kestrel-Admin (a form, a no-cors fetch, whatever its origin headers say)
+    is refused; with it, it acts."""
+    for path in ACTING:
+        for headers in ({}, {"X-Kestrel-Other": "1"}, {"Content-Type": "application/x-www-form-urlencoded"}):
+            reply = request(reloadable.admin_url + path, method="POST", headers=headers)
+            assert reply.status == 403, (path, headers, reply)
+            assert "X-Kestrel-Admin" in reply.json()["error"]
+    assert_up_and_not_quiescent(reloadable)
+    assert max_items(reloadable, "jobs") == 2
+    assert act(reloadable.admin_url + "/reload.txt").body == b"response: ok\n"
+    assert max_items(reloadable, "jobs") == 5
 
 
 OTHER_ORIGINS = [
@@ -138,13 +260,14 @@ OTHER_ORIGINS = [
 ]
 
 
-@pytest.mark.parametrize("method", ["GET", "POST"])
-def test_requests_a_browser_makes_for_another_origin_cannot_act(reloadable, method):
+def test_requests_a_browser_makes_for_another_origin_cannot_act(reloadable):
+    """With the header, even: the origin is checked first (a second line behind the header)."""
     port = reloadable.admin_port
     for headers in OTHER_ORIGINS:
         headers = {name: value.format(port=port) for name, value in headers.items()}
+        headers["X-Kestrel-Admin"] = "1"
         for path in ACTING:
-            reply = request(reloadable.admin_url + path, method=method, headers=headers)
+            reply = request(reloadable.admin_url + path, method="POST", headers=headers)
             assert reply.status == 403, (path, headers, reply)
             assert "another origin" in reply.json()["error"]
     assert len(refusals(reloadable)) == len(OTHER_ORIGINS) * len(ACTING)
@@ -154,7 +277,8 @@ def test_requests_a_browser_makes_for_another_origin_cannot_act(reloadable, meth
     for headers in ({"Sec-Fetch-Site": "same-origin", "Origin": f"http://127.0.0.1:{port}"},
                     {"Sec-Fetch-Site": "none"},
                     {"Origin": f"http://localhost:{port}", "Referer": f"http://127.0.0.1:{port}/"}):
-        assert request(reloadable.admin_url + "/reload", method=method, headers=headers).status == 200
+        headers["X-Kestrel-Admin"] = "1"
+        assert request(reloadable.admin_url + "/reload", method="POST", headers=headers).status == 200
     assert max_items(reloadable, "jobs") == 5
 
 
@@ -176,14 +300,16 @@ def test_a_request_for_another_host_is_refused_everywhere(reloadable):
                  f"localhost.evil.example:{port}", f"127.0.0.2:{port}", f"[::1]:{port}", f"127.0.0.1:{port + 1}",
                  f"user@127.0.0.1:{port}"):
         for path in (*ACTING, "/stats.json", "/ping", "/"):
-            reply = request(reloadable.admin_url + path, headers={"Host": host, "Sec-Fetch-Site": "same-origin"})
+            method = "POST" if path in ACTING else "GET"
+            headers = {"Host": host, "Sec-Fetch-Site": "same-origin", "X-Kestrel-Admin": "1"}
+            reply = request(reloadable.admin_url + path, method=method, headers=headers)
             assert reply.status == 403, (host, path, reply)
     assert_up_and_not_quiescent(reloadable)
     assert max_items(reloadable, "jobs") == 2
     for host in (f"127.0.0.1:{port}", "127.0.0.1", f"localhost:{port}", "LOCALHOST", "localhost."):
         assert request(reloadable.admin_url + "/ping", headers={"Host": host}).status == 200, host
     # no Host at all (HTTP/1.0): no browser sends that
-    assert raw_request(port, b"GET /reload HTTP/1.0\r\n").startswith(b"HTTP/1.1 200 ")
+    assert raw_request(port, b"POST /reload HTTP/1.0\r\nX-Kestrel-Admin: 1\r\n").startswith(b"HTTP/1.1 200 ")
     assert max_items(reloadable, "jobs") == 5
 
 
@@ -191,15 +317,18 @@ def test_the_token_is_required_on_the_acting_endpoints_when_set(make_admin_serve
     server = make_admin_server("--admin-token", "s3cret-token")
     for path in ACTING:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-token"},
-                        {"Authorization": "Bearer s3cret-token-and-more"}):
+                        {"Authorization": "Bearer s3cret-token-and-more"}, {"X-Kestrel-Admin": "1"}):
             reply = request(server.admin_url + path, method="POST", headers=headers)
             assert reply.status == 401, (path, headers, reply)
-        assert request(server.admin_url + path + "?token=wrong").status == 401
+        # the token is taken in the header only: a URL is kept in histories and logs
+        for query in ("?token=wrong", "?token=s3cret-token"):
+            reply = request(server.admin_url + path + query, method="POST", headers={"X-Kestrel-Admin": "1"})
+            assert reply.status == 400 and "Authorization: Bearer" in reply.json()["error"], reply
+            assert b"s3cret" not in reply.body
     assert_up_and_not_quiescent(server)
     assert get_json(server.admin_url + "/stats.json")["counters"] is not None  # reading needs no token
-    assert get_json(server.admin_url + "/reload?token=s3cret-token") == {"response": "ok"}
-    reply = request(server.admin_url + "/shutdown", method="POST", headers={"Authorization": "Bearer s3cret-token"})
-    assert reply.status == 200
+    assert act_json(server.admin_url + "/reload", token="s3cret-token") == {"response": "ok"}
+    assert act(server.admin_url + "/shutdown", token="s3cret-token").status == 200
     assert server.proc.wait(timeout=15) == 0
     assert "s3cret-token" not in server.log_path.read_text()
 
@@ -213,16 +342,16 @@ def test_admin_host_and_admin_token_from_the_config_file(tmp_path):
     try:
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", server.admin_port), timeout=2).close()
-        assert request(server.admin_url + "/reload").status == 401
-        assert get_json(server.admin_url + "/reload?token=from-the-file") == {"response": "ok"}
+        assert act(server.admin_url + "/reload").status == 401
+        assert act_json(server.admin_url + "/reload", token="from-the-file") == {"response": "ok"}
     finally:
         server.stop()
     # a flag given on the command line wins over the file
     server.args += ("--admin-token", "from-the-flag")
     server.start()
     try:
-        assert request(server.admin_url + "/reload?token=from-the-file").status == 401
-        assert get_json(server.admin_url + "/reload?token=from-the-flag") == {"response": "ok"}
+        assert act(server.admin_url + "/reload", token="from-the-file").status == 401
+        assert act_json(server.admin_url + "/reload", token="from-the-flag") == {"response": "ok"}
     finally:
         server.stop()
 

@@ -10,9 +10,13 @@ import pytest
 from kestrel_actors.admin import AdminGuard
 
 
-def refused(guard: AdminGuard, acts: bool = True, token: str | None = None, **headers: str) -> bool:
-    environ = {"HTTP_" + name.upper(): value for name, value in headers.items()}
-    return guard.refusal(environ, acts, token) is not None
+def refused(guard: AdminGuard, acts: bool = True, **headers: str) -> bool:
+    """``headers`` by their environ names (``x_kestrel_admin``); a request that acts carries the
+    header ``X-Kestrel-Admin`` unless ``headers`` gives it as ``None``."""
+    if acts:
+        headers = {"x_kestrel_admin": "1", **headers}
+    environ = {"HTTP_" + name.upper(): value for name, value in headers.items() if value is not None}
+    return guard.refusal(environ, acts) is not None
 
 
 def test_on_a_loopback_address_only_its_own_names_are_taken():
@@ -67,19 +71,27 @@ def test_reading_is_open_to_other_origins_acting_is_not():
     assert refused(guard, referer="http://127.0.0.1:8000/attack.html")
 
 
-@pytest.mark.parametrize("authorization, token, taken", [
-    (None, None, False),
-    ("Bearer s3cret", None, True),
-    ("bearer   s3cret ", None, True),
-    ("Bearer s3cre", None, False),
-    ("Basic s3cret", None, False),
-    (None, "s3cret", True),
-    (None, "S3cret", False),
-    ("Bearer wrong", "s3cret", True),
-    ("Bearer caf\u00e9", None, False),
+def test_acting_needs_the_header_no_page_of_another_origin_can_send():
+    guard = AdminGuard("kestrel-alias", "127.0.0.1", 2223, None)
+    assert refused(guard, x_kestrel_admin=None)  # an image, a form: no origin headers, no header
+    assert refused(guard, x_kestrel_admin=None, host="kestrel-alias:2223")
+    assert not refused(guard, host="kestrel-alias:2223")
+    assert not refused(guard, x_kestrel_admin="")  # present is enough: a page cannot send it at all
+    assert not refused(guard, acts=False, x_kestrel_admin=None)  # reading needs nothing
+
+
+@pytest.mark.parametrize("authorization, taken", [
+    (None, False),
+    ("Bearer s3cret", True),
+    ("bearer   s3cret ", True),
+    ("Bearer s3cre", False),
+    ("Basic s3cret", False),
+    ("Bearer wrong", False),
+    ("Bearer caf\u00e9", False),
 ])
-def test_the_token(authorization, token, taken):
+def test_the_token(authorization, taken):
     guard = AdminGuard("127.0.0.1", "127.0.0.1", 2223, "s3cret")
     headers = {} if authorization is None else {"authorization": authorization}
-    assert refused(guard, token=token, **headers) is not taken
+    assert refused(guard, **headers) is not taken
+    assert refused(guard, x_kestrel_admin=None, **headers) is not taken  # the token is the header then
     assert not refused(guard, acts=False)  # reading needs no token

@@ -1,5 +1,6 @@
 """HTTP clients that misbehave on the admin port never stall memcache clients, and cannot
-hold the server's descriptors: half-sent requests and replies never read."""
+hold the server's descriptors: half-sent requests and replies never read; a request that does
+not parse is one log line."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 from kestrel_actors.admin import MAX_ARRIVING, REQUEST_DEADLINE, SEND_TIMEOUT
 
-from ..helpers import get_json
+from ..helpers import get_json, log_lines
 
 
 def open_fds(pid: int) -> int:
@@ -84,3 +85,26 @@ def test_pipelined_requests_leave_memcache_clients_their_turns(admin_server):
         for sock in piped:
             sock.close()
     assert max(waits) < 1.0, f"a SET waited {max(waits):.2f} s behind pipelined admin requests"
+
+
+def test_more_than_100_headers_is_one_log_line_and_a_400(admin_server):
+    """Issue 53.5: http.client refuses a 101st header, and gevent printed its 20-line traceback.
+    150 headers: a 400, one JSON line saying why, and the next request is served."""
+    assert get_json(admin_server.admin_url + "/ping") == {"response": "pong"}
+    time.sleep(0.2)
+    events_before, raw_before = log_lines(admin_server)
+    headers = b"".join(b"X-Filler-%d: %d\r\n" % (number, number) for number in range(150))
+    with socket.create_connection((admin_server.admin_host, admin_server.admin_port), timeout=10) as sock:
+        sock.sendall(b"GET /shutdown HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n" % (
+            admin_server.admin_host.encode(), admin_server.admin_port, headers))
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400 "), reply
+    assert get_json(admin_server.admin_url + "/ping") == {"response": "pong"}
+    time.sleep(0.2)
+    events, raw = log_lines(admin_server)
+    assert raw == raw_before, raw[len(raw_before):]  # nothing printed beside the JSON log
+    [line] = events[len(events_before):]
+    assert line["event"] == "bad admin request" and "100 headers" in line["error"], line
+    assert admin_server.proc.poll() is None

@@ -34,11 +34,13 @@ def enough_descriptors():
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def start_request(server: ServerProcess, path: str) -> socket.socket:
-    """A connection that has sent a request line and Host, and none of the rest yet."""
+def start_request(server: ServerProcess, path: str, method: bytes = b"GET") -> socket.socket:
+    """A connection that has sent a request line and Host, and none of the rest yet (a POST
+    with the header that lets it act)."""
     sock = socket.create_connection((server.admin_host, server.admin_port), timeout=5)
-    sock.sendall(b"GET %s HTTP/1.1\r\nHost: %s:%d\r\nX-Slow: " % (path.encode(), server.admin_host.encode(),
-                                                                 server.admin_port))
+    acting = b"X-Kestrel-Admin: 1\r\n" if method == b"POST" else b""
+    sock.sendall(b"%s %s HTTP/1.1\r\nHost: %s:%d\r\n%sX-Slow: " % (
+        method, path.encode(), server.admin_host.encode(), server.admin_port, acting))
     return sock
 
 
@@ -67,7 +69,7 @@ def test_a_request_trickled_byte_by_byte_is_cut_off_at_the_deadline_and_not_acte
     """One byte a second restarted the old 10 s stall timer for ever. The request is a
     /shutdown whose headers never end: cut off, it must not shut the server down."""
     began = time.monotonic()
-    sock = start_request(admin_server, "/shutdown")
+    sock = start_request(admin_server, "/shutdown", b"POST")
     try:
         while not closed_by_server(sock, wait=1.0):
             assert time.monotonic() - began < REQUEST_DEADLINE + 5, "still open past the deadline"
@@ -139,7 +141,7 @@ def test_a_post_whose_body_does_not_arrive_whole_is_not_acted_on(admin_server):
     """No endpoint reads a body, but the body is part of the request: a /shutdown whose body
     stops short (the client closes its side) or stalls past the deadline does nothing. The old
     code acted before reading the body."""
-    head = b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 100\r\n\r\n0123456789"
+    head = b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nX-Kestrel-Admin: 1\r\nContent-Length: 100\r\n\r\n0123456789"
     address = (admin_server.admin_host, admin_server.admin_port)
     began = time.monotonic()
     short = socket.create_connection(address, timeout=5)

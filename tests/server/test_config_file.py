@@ -117,6 +117,20 @@ def test_admin_address_and_token():
     ]
 
 
+@pytest.mark.parametrize("value, kind", [
+    ('{ value = "s3cret-in-a-table" }', "a table"),
+    ('["s3cret-in-an-array"]', "an array"),
+    ("31337", "an integer"),
+    ("true", "a boolean"),
+    ("1979-05-27T07:32:00Z", "a date or time"),
+])
+def test_a_token_of_another_type_is_never_echoed(value, kind):
+    """Issue 53.5: a table or an array was echoed by repr (and a number as it was)."""
+    [message] = problems(f"admin_token = {value}\n")
+    assert message.endswith(f"visible ASCII characters, no spaces; got {kind}"), message
+    assert "s3cret" not in message and "31337" not in message and "1979" not in message
+
+
 def test_timers_can_be_turned_off():
     config = parse('expiration_timer_frequency = 0\nclient_timeout = "none"\n')
     assert config.expiration_timer_frequency is None and config.client_timeout is None

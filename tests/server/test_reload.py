@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..helpers import ServerProcess, log_lines, request, wait_for
+from ..helpers import ServerProcess, act, log_lines, wait_for
 
 GOOD = "[queues.jobs]\nmax_items = 1\n"
 BETTER = "[queues.jobs]\nmax_items = 3\n"
@@ -80,13 +80,13 @@ def test_admin_reload_of_an_unusable_file_answers_500_with_the_reason(configured
     text, reason = BROKEN[kind]
     break_config(config, text)
     for path in ("/reload", "/reload.txt"):
-        reply = request(server.admin_url + path)
+        reply = act(server.admin_url + path)
         assert reply.status == 500, reply
         error = reply.json()["error"]
         assert error.startswith(f"config not reloaded: {config}") and reason in error, error
     assert max_items(server) == 1
     config.write_text(BETTER)
-    assert request(server.admin_url + "/reload").json() == {"response": "ok"}
+    assert act(server.admin_url + "/reload").json() == {"response": "ok"}
     assert max_items(server) == 3
 
 
@@ -121,3 +121,42 @@ def test_sighup_without_a_config_file_changes_nothing(tmp_path):
         assert server.client().get("jobs") == b"kept"
     finally:
         server.stop()
+
+
+# the running token, and a new one written as a TOML table, an inline table and an array
+RUNNING_TOKEN = "running-token-4f1a9c"
+TOKEN_AS_OTHER_TYPES = {
+    "table": ('[admin_token]\nvalue = "table-token-7e2b"\n', "table-token-7e2b"),
+    "inline table": ('admin_token = { value = "inline-token-8d3c" }\n', "inline-token-8d3c"),
+    "array": ('admin_token = ["array-token-9a4d", "second-token-0b5e"]\n', "array-token-9a4d"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TOKEN_AS_OTHER_TYPES))
+def test_a_reload_error_never_shows_the_token(tmp_path, kind):
+    """Issue 53.5: ``admin_token`` as a table or an array was echoed in the reload error, over
+    memcache (no authentication) and in the log. The reply says what is wrong, and no reply
+    and no log line holds the token's text, nor the running one's."""
+    text, secret = TOKEN_AS_OTHER_TYPES[kind]
+    config = tmp_path / "kestrel.toml"
+    config.write_text(f'admin_token = "{RUNNING_TOKEN}"\n' + GOOD)
+    server = ServerProcess(tmp_path / "data", ("--config", str(config)), admin_port=True).start()
+    try:
+        config.write_text(GOOD + text if text.startswith("[") else text + GOOD)
+        client = server.client()
+        client.send(b"reload\r\n")
+        memcache_reply = client.read_line()
+        assert secret.encode() not in memcache_reply, memcache_reply
+        assert memcache_reply.startswith(b"SERVER_ERROR config not reloaded: "), memcache_reply
+        assert b"admin_token" in memcache_reply, memcache_reply
+        assert (b"got an array" if kind == "array" else b"got a table") in memcache_reply, memcache_reply
+        http_reply = act(server.admin_url + "/reload", token=RUNNING_TOKEN)
+        assert http_reply.status == 500 and "admin_token" in http_reply.json()["error"], http_reply
+        assert max_items(server) == 1  # the running configuration stays
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
+    everything = memcache_reply + http_reply.body + server.log_path.read_bytes()
+    for token in (secret, "second-token-0b5e", RUNNING_TOKEN):
+        assert token.encode() not in everything, (token, everything.decode(errors="replace")[-2000:])
+    assert len(named(server, "reload failed; keeping the running configuration")) == 2
