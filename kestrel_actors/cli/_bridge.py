@@ -10,6 +10,8 @@ import sys
 
 import click
 
+from ._errors import fail
+
 __all__ = ["bridge"]
 
 
@@ -133,6 +135,5 @@ def run(servers, queue, job, job_args, batch_size, batch_wait, partitions, maste
     try:
         report = run_bridge(config, progress=ProgressLine(sys.stderr), handle_signals=True)
     except LedgerLockedError as exc:
-        click.echo(f"kestrel-actors bridge: {exc}", err=True)
-        sys.exit(2)
+        fail(str(exc), 2)
     sys.exit(0 if report.ok else 1)

@@ -8,7 +8,12 @@ and flushed, so a reader killed or cut off (a closed pipe) leaves it at the head
 Exit codes (the same for every client command, and in each one's ``--help``): 0 done, 1 nothing
 there (``get``, ``peek``, ``move`` found no item), 2 a usage error (click's: a bad option or queue
 name, one line on stderr), 3 failed (the servers could not be used, or answered an error),
-4 refused (``put``: the queue did not take an item, full or too large).
+4 refused (``put``: the queue did not take an item, full or too large), 5 not confirmed at the
+prompt (``flush``, ``delete``), 130 interrupted, 141 the reader of stdout went away.
+
+``put`` spreads a long input over the servers (the write set of a ``zk://`` server set) as
+Kestrel's clients spread items: batches of :data:`_BATCH` lines, each pipelined to the next
+server in turn.
 """
 
 from __future__ import annotations
@@ -20,36 +25,40 @@ from typing import Any, BinaryIO
 
 import click
 
+from .._names import MAX_NAME_BYTES, name_problem
+from ._errors import EXIT_INTERRUPTED, EXIT_PIPE, describe, fail
+
 __all__ = ["QUEUE", "QueueName", "get", "peek", "put", "tail"]
 
-_BATCH = 1000  # lines per pipelined put_many
+_BATCH = 100
+"""Lines per pipelined ``put_many``: each batch goes to the next server in turn, so an input of
+a few hundred lines already reaches every server of a pool of three."""
 
 
 EXIT_NOTHING = 1
-EXIT_FAILED = 3
 EXIT_REFUSED = 4
 EXIT_CODES = ("Exit codes: 0 done, 1 nothing there, 2 usage error, 3 failed (servers unreachable "
-              "or an error reply), 4 refused by the queue.")
-
-
-class _Failed(click.ClickException):
-    exit_code = EXIT_FAILED
+              "or an error reply), 4 refused by the queue, 5 not confirmed at the prompt, "
+              "130 interrupted, 141 stdout's reader went away.")
+QUEUE_RULE = (f"a queue name is 1 to {MAX_NAME_BYTES} bytes, without spaces, control characters, "
+              "'/', '.' or '~', and does not start with '+'")
 
 
 class QueueName(click.ParamType):
     """A queue name the server accepts (behaviour §5.2); anything else is a usage error (exit 2)
-    before any server is asked, since the server would drop the connection for it."""
+    that states the rule, before any server is asked, since the server would drop the
+    connection for it."""
 
     name = "queue"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from ..client._wire import queue_key
-
-        try:
-            queue_key(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-        return str(value)
+        name = str(value)
+        problem = "it has a space" if " " in name else name_problem(name)
+        if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+            problem = problem or f"it is longer than {MAX_NAME_BYTES} bytes"
+        if problem:
+            self.fail(f"{name!r} is not a queue name: {problem}; {QUEUE_RULE}", param, ctx)
+        return name
 
 
 QUEUE = QueueName()
@@ -83,7 +92,7 @@ def _client(servers: tuple[str, ...], timeout: float) -> Any:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--server") from None
     except KestrelError as exc:  # a server set whose ZooKeeper cannot be reached
-        raise _Failed(str(exc)) from None
+        fail(describe(exc))
 
 
 def _guard(action: Callable[[], int]) -> None:
@@ -93,12 +102,12 @@ def _guard(action: Callable[[], int]) -> None:
     try:
         code = action()
     except KestrelError as exc:
-        raise _Failed(str(exc)) from None
+        fail(describe(exc))
     except BrokenPipeError:  # the reader went away: the open item was aborted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        code = 1
+        code = EXIT_PIPE
     except KeyboardInterrupt:
-        code = 130
+        code = EXIT_INTERRUPTED
     sys.exit(code)
 
 
@@ -151,7 +160,8 @@ def put(queue: str, raw: bool, expiry: int | None, servers: tuple[str, ...], tim
             for batch in _batches(_lines(stdin)):
                 refused += len(batch) - client.put_many(queue, batch, expiry)
             if refused:
-                click.echo(f"{refused} item(s) refused by {queue}", err=True)
+                click.echo(f"{click.get_current_context().command_path}: {refused} item(s) refused "
+                           f"by {queue}", err=True)
             return EXIT_REFUSED if refused else 0
 
     _guard(run)

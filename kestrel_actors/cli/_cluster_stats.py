@@ -3,22 +3,22 @@ one's memcache ``stats`` (a server set publishes memcache endpoints, not admin p
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-import click
+from ._errors import describe, fail
 
 __all__ = ["show_cluster"]
 
-_COLUMNS = ("uptime", "curr_items", "curr_connections", "total_items", "cmd_get", "cmd_set",
-            "zookeeper_state", "zookeeper_read_member", "zookeeper_write_member")
+_COLUMNS = {"uptime": "uptime", "curr_items": "items", "curr_connections": "conns",
+            "total_items": "total items", "cmd_get": "gets", "cmd_set": "sets", "zookeeper_state": "zk",
+            "zookeeper_read_member": "read set", "zookeeper_write_member": "write set"}
+"""The memcache ``stats`` shown, and their titles (short, so that 80 columns hold the table)."""
 
 
 def show_cluster(console: Any, servers: tuple[str, ...]) -> None:
-    from rich.table import Table
-
     from ..client import Client, KestrelError
     from ._client import logs_to_stderr
+    from ._stats import fitted_table
 
     logs_to_stderr()
     try:
@@ -26,16 +26,21 @@ def show_cluster(console: Any, servers: tuple[str, ...]) -> None:
             everyone = [str(server) for server in client.servers]
             found = client.stats()
     except (KestrelError, ValueError) as exc:
-        click.echo(f"kestrel-actors: {exc}", err=True)
-        sys.exit(3)
-    table = Table(title=f"{len(everyone)} server(s): {', '.join(servers)}")
-    table.add_column("server")
-    for column in _COLUMNS:
-        table.add_column(column.replace("zookeeper_", "zk_"), justify="right")
+        fail(describe(exc))
+    titles = ("server", *_COLUMNS.values())
+    rows = []
     for address in everyone:
         figures = found.get(address)
         if figures is None:
-            table.add_row(address, *["unreachable"] + [""] * (len(_COLUMNS) - 1))
+            rows.append([f"{address} unreachable", *[""] * len(_COLUMNS)])
         else:
-            table.add_row(address, *[figures.get(column, "–") for column in _COLUMNS])
+            rows.append([address, *[figures.get(column, "–") for column in _COLUMNS]])
+    table, hidden = fitted_table(console, titles, rows, _DROPPED_FIRST,
+                                 title=f"{len(everyone)} server(s): {', '.join(servers)}")
     console.print(table)
+    if hidden:
+        console.print(f"not shown at this width: {', '.join(hidden)} (a wider terminal shows them)", style="dim")
+
+
+_DROPPED_FIRST = ("gets", "sets", "total items", "conns", "uptime")
+"""What a narrow terminal leaves out first: the server, its items and its memberships stay."""

@@ -23,6 +23,9 @@ from collections import deque
 
 import click
 
+from ._errors import describe as describe_error
+from ._errors import fail
+
 
 @click.group()
 def journal() -> None:
@@ -62,7 +65,8 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
-        click.echo(f"Can't open journal file: {path} ({exc.strerror})", err=True)
+        click.echo(f"{click.get_current_context().command_path}: Can't open journal file: {path} "
+                   f"({describe_error(exc)})", err=True)
         return False
     now = int(time.time() * 1000)
     queue: deque[int] = deque()
@@ -158,8 +162,7 @@ def pack(queue: str, data_dir: str) -> None:
     try:
         lock = lock_data_dir(data_dir)  # a live server holds it already: refused, nothing touched
     except (DataDirLocked, OSError) as exc:
-        click.echo(f"kestrel-actors: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc) if isinstance(exc, DataDirLocked) else f"cannot lock {data_dir}: {describe_error(exc)}", 1)
     try:
         _pack(queue, data_dir)
     finally:
@@ -172,8 +175,7 @@ def _pack(queue: str, data_dir: str) -> None:
 
     files = [f for f in journal_files(data_dir, queue) if os.path.exists(os.path.join(data_dir, f))]
     if not files:
-        click.echo(f"No journal files for queue {queue!r} in {data_dir}.", err=True)
-        sys.exit(1)
+        fail(f"no journal files for queue {queue!r} in {data_dir}", 1)
     before = sum(os.path.getsize(os.path.join(data_dir, f)) for f in files)
     items, size = pack_queue(data_dir, queue)
     click.echo(f"Packed {queue!r}: {len(files)} file(s), {before} bytes -> 1 file, {size} bytes "

@@ -22,4 +22,5 @@ def load(args: tuple[str, ...]) -> None:
     leaky-reader) against a running server. `kestrel-actors load --help` lists them."""
     from kestrel_actors.loadtests.cli import main
 
-    main.main(args=list(args), prog_name="kestrel-actors load")
+    # not standalone: a usage error reaches kestrel-actors' own handler, one line and exit 2
+    main.main(args=list(args), prog_name="kestrel-actors load", standalone_mode=False)

@@ -9,11 +9,13 @@ leave it in both. Items are bytes: binary and multi-line items move unchanged.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 
-from ._client import EXIT_CODES, EXIT_NOTHING, QUEUE, _client, _guard, _servers
+from ._client import EXIT_CODES, EXIT_NOTHING, EXIT_REFUSED, QUEUE, _client, _guard, _servers
+from ._errors import EXIT_DECLINED, fail
 
 __all__ = ["delete", "flush", "move", "status"]
 
@@ -51,8 +53,7 @@ def move(source: str, destination: str, count: int | None, servers: tuple[str, .
                     if count is not None and moved >= count:
                         break
         except _Refused as exc:
-            click.echo(f"moved {moved}; {exc}", err=True)
-            return 4
+            fail(f"moved {moved}; {exc}", EXIT_REFUSED)
         click.echo(f"moved {moved}")
         return 0 if moved else EXIT_NOTHING
 
@@ -94,6 +95,17 @@ def status(new_status: str | None, servers: tuple[str, ...], timeout: float) -> 
     _guard(run)
 
 
+def _confirmed(question: str) -> bool:
+    """The answer at the prompt; no answer (end of input, Ctrl-C) is no."""
+    try:
+        answer = click.confirm(question, err=True)
+    except click.Abort:
+        answer = None
+    if answer is None or not sys.stdin.isatty():  # no echoed newline ended the prompt's line
+        click.echo("", err=True)
+    return bool(answer)
+
+
 def _destructive(verb: str, effect: str) -> Any:
     """``flush`` and ``delete``: ask first (``--yes`` does not), then act on every server."""
 
@@ -105,8 +117,8 @@ def _destructive(verb: str, effect: str) -> Any:
     def command(queue: str, yes: bool, servers: tuple[str, ...], timeout: float) -> None:
         client = _client(servers, timeout)
         where = ", ".join(str(address) for address in client.servers)
-        if not yes:
-            click.confirm(f"{verb} {queue} on {where}?", abort=True, err=True)
+        if not yes and not _confirmed(f"{verb} {queue} on {where}?"):
+            fail(f"not confirmed: {queue} left as it was", EXIT_DECLINED)
 
         def run() -> int:
             with client:

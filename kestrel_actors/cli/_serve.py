@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
+from ._errors import fail
 from ._zookeeper import FLAGS as ZOOKEEPER_FLAGS
 from ._zookeeper import with_zookeeper, zookeeper_options
 
@@ -75,8 +75,7 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
         try:
             config = load_config(config_path)
         except ConfigError as exc:
-            click.echo(f"kestrel-actors: {exc}", err=True)
-            sys.exit(1)
+            fail(str(exc), 1)
         given = {
             name: value for name, value in flags.items()
             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
@@ -98,8 +97,7 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
         )
         server.serve_forever()
     except StartupError as exc:
-        click.echo(f"kestrel-actors: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc), 1)
 
 
 def _lock_data_dir(data_dir: str) -> int | None:
@@ -112,8 +110,7 @@ def _lock_data_dir(data_dir: str) -> int | None:
         os.makedirs(data_dir, exist_ok=True)
         return lock_data_dir(data_dir)
     except DataDirLocked as exc:
-        click.echo(f"kestrel-actors: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc), 1)
     except OSError:
         return None
 

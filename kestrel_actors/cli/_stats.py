@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +17,9 @@ from typing import Any, NamedTuple
 
 import click
 
-__all__ = ["stats"]
+from ._errors import describe, fail
+
+__all__ = ["fitted_table", "stats"]
 
 
 def fetch(host: str, port: int, timeout: float = 5.0) -> dict[str, Any]:
@@ -153,7 +154,6 @@ def render(now: Reading, before: Reading | None, where: str, view: View = _WHOLE
     cut to ``view.height`` lines (measured on ``console``) with a last line saying how many
     more queues there are."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     gauges = now.stats["gauges"]
@@ -177,19 +177,58 @@ def render(now: Reading, before: Reading | None, where: str, view: View = _WHOLE
         room = max(1, view.height - header_lines - TABLE_CHROME - 1)
         if len(rows) > room:
             shown = rows[: max(1, room - 1)]  # and a line for "N more"
-    table = Table(expand=False, header_style="bold")
-    for title in ("Queue", "Items", "Bytes", "Oldest", "Age", "In/s", "Out/s", "Open", "Waiters", "Journal"):
-        table.add_column(title, justify="left" if title == "Queue" else "right", no_wrap=True)
-    for row in shown:
-        table.add_row(
-            row.queue, f"{row.items:,}", _bytes(row.bytes), _oldest(row), _age(row.age, row.created),
-            _show_rate(row.in_rate), _show_rate(row.out_rate), f"{row.open:,}", f"{row.waiters:,}",
-            _bytes(row.journal),
-        )
+    cells = [[row.queue, f"{row.items:,}", _bytes(row.bytes), _oldest(row), _age(row.age, row.created),
+              _show_rate(row.in_rate), _show_rate(row.out_rate), f"{row.open:,}", f"{row.waiters:,}",
+              _bytes(row.journal)] for row in shown]
+    table, hidden = fitted_table(console, _TITLES, cells, _DROPPED_FIRST)
+    parts: list[Any] = [header, table]
+    if hidden:
+        parts.append(Text(f"not shown at this width: {', '.join(hidden)} (a wider terminal shows them)", style="dim"))
     if len(shown) < len(rows):
-        more = Text(f"{len(rows) - len(shown):,} more (not shown): --filter, or a taller terminal", style="dim")
-        return Group(header, table, more)
-    return Group(header, table)
+        parts.append(Text(f"{len(rows) - len(shown):,} more (not shown): --filter, or a taller terminal", style="dim"))
+    return Group(*parts)
+
+
+_TITLES = ("Queue", "Items", "Bytes", "Oldest", "Age", "In/s", "Out/s", "Open", "Waiters", "Journal")
+_DROPPED_FIRST = ("Journal", "Age", "Waiters", "Bytes", "Open", "In/s", "Out/s")
+"""The columns a narrow terminal leaves out, first to go first: Queue, Items and Oldest stay."""
+
+
+def fitted_table(console: Any, titles: tuple[str, ...], rows: list[list[str]],
+                 dropped_first: tuple[str, ...], **table_args: Any) -> tuple[Any, list[str]]:
+    """A table of ``rows`` under ``titles`` whose every cell and title is whole: as wide as
+    ``console`` allows, leaving out columns in the order of ``dropped_first`` until it fits
+    (rich would cut every cell to ``…`` instead), and wrapping cells if even that is too wide.
+    The first title is left-aligned, the rest right-aligned. Returns the table and the titles
+    left out."""
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    console = console or Console()
+
+    def build(shown: list[int], wrap: bool = False) -> Any:
+        table = Table(expand=False, header_style="bold", **table_args)
+        for index in shown:
+            table.add_column(titles[index], justify="left" if index == 0 else "right", no_wrap=not wrap,
+                             overflow="fold" if wrap else "ellipsis")
+        for row in rows:
+            table.add_row(*[row[index] for index in shown])
+        return table
+
+    unbounded = console.options.update_width(1_000_000)  # a table's natural width, not the console's
+    shown = list(range(len(titles)))
+    hidden: list[str] = []
+    table = build(shown)
+    for title in dropped_first:
+        if Measurement.get(console, unbounded, table).maximum <= console.width:
+            break
+        shown.remove(titles.index(title))
+        hidden.append(title)
+        table = build(shown)
+    if Measurement.get(console, unbounded, table).maximum > console.width:
+        table = build(shown, wrap=True)  # still too wide: cells wrap onto more lines, whole
+    return table, hidden
 
 
 @click.command()
@@ -228,8 +267,7 @@ def stats(host: str, port: int, watch: bool, interval: float, count: int, sort: 
         try:
             reading = Reading(fetch(host, port), time.monotonic())
         except (OSError, ValueError, http.client.HTTPException) as exc:
-            click.echo(f"kestrel-actors stats: cannot read http://{where}/stats.json: {exc!r}", err=True)
-            sys.exit(3)
+            fail(f"cannot read http://{where}/stats.json: {describe(exc)}")
         console.print(render(reading, None, where, View(sort, reverse, name_filter)))
         return
     from rich.live import Live
@@ -246,7 +284,8 @@ def stats(host: str, port: int, watch: bool, interval: float, count: int, sort: 
                     live.update(render(now, before, where, view, console), refresh=True)
                     before = now
                 except (OSError, ValueError, http.client.HTTPException) as exc:
-                    live.update(Text(f"cannot read http://{where}/stats.json: {exc}", style="red"), refresh=True)
+                    live.update(Text(f"cannot read http://{where}/stats.json: {describe(exc)}", style="red"),
+                                refresh=True)
                 shown += 1
                 if count and shown >= count:
                     return

@@ -6,6 +6,7 @@ process importing one scenario module does not import the others.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Callable
@@ -20,14 +21,20 @@ __all__ = ["common_options", "scenario_entry"]
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add the options every scenario shares (host, port, flush, processes, plot …)."""
     options = [
-        click.option("-h", "host", default="127.0.0.1", show_default=True, help="Server host."),
+        click.option("-H", "--host", "host", default="127.0.0.1", show_default=True,
+                     help="Server host (Kestrel's tools: -h; here -h is help)."),
         click.option("-p", "port", default=22133, show_default=True, type=int,
                      help="Server memcache port."),
         click.option("-F", "no_flush", is_flag=True, help="Don't flush the queue(s) first."),
         click.option("--procs", default=1, show_default=True, type=click.IntRange(1, 64),
                      help="Split the clients over this many processes."),
         click.option("--plot", type=click.Path(dir_okay=False),
-                     help="Write throughput and latency plots to this PNG file."),
+                     help="Write throughput and latency plots to this PNG file (the load extra: "
+                          "pip install '.[load]')."),
+        click.option("--json-out", type=click.Path(dir_okay=False),
+                     help="Also write the JSON figures to this file."),
+        click.option("--csv", "csv_out", type=click.Path(dir_okay=False),
+                     help="Also write the summary to this file as CSV (a header row and one row)."),
         click.option("--progress/--no-progress", default=None,
                      help="Progress bar (default: when stderr is a terminal)."),
         click.option("--timeout", default=600.0, show_default=True, type=float,
@@ -66,20 +73,23 @@ def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
     JSON line via ``report.finish`` and exits with its code.
     """
 
-    def entry(host, port, no_flush, procs, plot, progress, timeout, io_timeout, allow_remote,
-              greenlets, monitor: str | None = None, **args: Any) -> None:
+    def entry(host, port, no_flush, procs, plot, json_out, csv_out, progress, timeout, io_timeout,
+              allow_remote, greenlets, monitor: str | None = None, **args: Any) -> None:
         from .figures import Figures
         from .harness import HarnessError, check_loopback, is_failure, is_harness_error
-        from .report import EXIT_HARNESS, Outcome, finish
+        from .report import EXIT_HARNESS, Outcome, Reports, finish
         from .runner import Options
 
+        where = click.get_current_context().command_path
+        if plot and importlib.util.find_spec("matplotlib") is None:
+            raise click.UsageError("--plot needs matplotlib, the load extra: pip install '.[load]'")
         if progress is None:
             progress = sys.stderr.isatty()
         try:
             if not allow_remote:
                 check_loopback(host)
         except HarnessError as exc:
-            click.echo(f"ERROR: {exc}", err=True)
+            click.echo(f"{where}: {exc}", err=True)
             sys.exit(EXIT_HARNESS)
         thrift_port = None
         if args.get("thrift"):
@@ -97,7 +107,7 @@ def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
                 outcome = Outcome(name, Figures(name), errors=[f"set-up/check: {exc}"])
             else:
                 raise
-        sys.exit(finish(outcome, plot))
+        sys.exit(finish(outcome, Reports(where, plot, json_out, csv_out)))
 
     entry.__name__ = body.__name__
     entry.__doc__ = body.__doc__

@@ -179,6 +179,14 @@ class Figures:
                 return bucket_value(index)
         return 0  # pragma: no cover
 
+    def mean_usec(self) -> float:
+        """The average latency (usec), from the histogram (each sample at its bucket's value)."""
+        total = self.samples
+        return sum(bucket_value(index) * count for index, count in self.hist.items()) / total if total else 0.0
+
+    def max_usec(self) -> int:
+        return bucket_value(max(self.hist)) if self.hist else 0
+
     def latency(self) -> dict[str, int]:
         return {label: self.percentile(fraction) for label, fraction in PERCENTILES}
 

@@ -1,8 +1,10 @@
 """The end of every scenario: verdict, the final JSON line, the optional plot, the exit code.
 
 Every scenario prints Kestrel's own report lines as it goes and then hands an ``Outcome`` to
-``finish``, which prints exactly one JSON line (the figures a script or ``kestrel_actors.loadtests.bench``
-parses) and returns the process exit code:
+``finish``, which prints a two-line summary (ops/s; average, p50, p95, p99 and max latency in
+ms, as redis-benchmark and memtier report), then exactly one JSON line (the figures a script or
+``kestrel_actors.loadtests.bench`` parses; the last line of stdout), writes ``--json-out`` and
+``--csv`` files, and returns the process exit code:
 
 * 0 — the run completed and nothing was wrong;
 * 1 — a correctness failure: an unexpected reply, wrong bytes, an order violation, or items
@@ -12,6 +14,7 @@ parses) and returns the process exit code:
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from dataclasses import dataclass, field
@@ -19,7 +22,8 @@ from typing import Any
 
 from .figures import Figures
 
-__all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "Outcome", "finish", "tally"]
+__all__ = ["EXIT_FAILED", "EXIT_HARNESS", "EXIT_OK", "SUMMARY_FIELDS", "Outcome", "Reports", "finish",
+           "summary_row", "tally"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -93,23 +97,80 @@ def _grouped(messages: list[str], limit: int = 20) -> list[str]:
     return grouped[:limit] + ([f"... and {len(grouped) - limit} more"] if len(grouped) > limit else [])
 
 
-def finish(outcome: Outcome, plot: str | None = None) -> int:
-    """Report problems on stderr, print the JSON line, draw the plot; return the exit code."""
+@dataclass(frozen=True)
+class Reports:
+    """Where a run's verdict and figures go besides stdout: ``where`` names the command in error
+    lines (``kestrel-actors load put-many: …``), and the optional files."""
+
+    where: str = "kestrel-actors load"
+    plot: str | None = None
+    json_out: str | None = None
+    csv: str | None = None
+
+
+SUMMARY_FIELDS = ("scenario", "ok", "items", "seconds", "ops_per_sec", "avg_ms", "p50_ms", "p95_ms",
+                  "p99_ms", "max_ms", "lost", "duplicated")
+"""The columns of ``--csv``, in order (the summary as redis-benchmark's and memtier's give it)."""
+
+
+def summary_row(outcome: Outcome) -> dict[str, Any]:
+    """The headline figures in the units people compare load tools in: ops/s and milliseconds."""
+    figures = outcome.main
+
+    def ms(usec: float) -> float:
+        return round(usec / 1000, 3)
+
+    return {
+        "scenario": outcome.scenario, "ok": outcome.exit_code == EXIT_OK, "items": figures.items,
+        "seconds": round(figures.seconds, 3), "ops_per_sec": round(figures.rate, 1),
+        "avg_ms": ms(figures.mean_usec()), "p50_ms": ms(figures.percentile(0.50)),
+        "p95_ms": ms(figures.percentile(0.95)), "p99_ms": ms(figures.percentile(0.99)),
+        "max_ms": ms(figures.max_usec()), "lost": outcome.lost, "duplicated": outcome.duplicated,
+    }
+
+
+def summary_lines(row: dict[str, Any]) -> list[str]:
+    return [
+        f"Summary: {row['items']:,} items in {row['seconds']:.3f} s, {row['ops_per_sec']:,.1f} ops/s",
+        (f"Latency (ms): avg {row['avg_ms']:.3f}  p50 {row['p50_ms']:.3f}  p95 {row['p95_ms']:.3f}  "
+         f"p99 {row['p99_ms']:.3f}  max {row['max_ms']:.3f}"),
+    ]
+
+
+def finish(outcome: Outcome, reports: Reports = Reports()) -> int:
+    """Report problems on stderr, print the summary and the JSON line, write the plot and the
+    files asked for; return the exit code."""
     if outcome.lost:
         outcome.failures.append(f"{outcome.lost} items lost")
     if outcome.duplicated:
         outcome.failures.append(f"{outcome.duplicated} items delivered more than once")
     for failure in _grouped(outcome.failures):
-        print(f"FAILED: {failure}", file=sys.stderr)
+        print(f"{reports.where}: failed: {failure}", file=sys.stderr)
     for error in _grouped(outcome.errors):
-        print(f"ERROR: {error}", file=sys.stderr)
-    if plot:
+        print(f"{reports.where}: {error}", file=sys.stderr)
+    if reports.plot:
         from .plot import plot_figures
 
         try:
-            plot_figures(outcome.series or {outcome.main.name: outcome.main}, plot,
+            plot_figures(outcome.series or {outcome.main.name: outcome.main}, reports.plot,
                          title=outcome.scenario)
         except Exception as exc:  # noqa: BLE001 - a plot problem must not hide the verdict
-            print(f"ERROR: cannot draw {plot}: {exc}", file=sys.stderr)
-    print(json.dumps(outcome.as_json(), sort_keys=False), flush=True)
+            print(f"{reports.where}: cannot draw {reports.plot}: {exc}", file=sys.stderr)
+    row = summary_row(outcome)
+    for line in summary_lines(row):
+        print(line)
+    record = json.dumps(outcome.as_json(), sort_keys=False)
+    print(record, flush=True)
+    try:
+        if reports.json_out:
+            with open(reports.json_out, "w") as file:
+                file.write(record + "\n")
+        if reports.csv:
+            with open(reports.csv, "w", newline="") as file:
+                writer = csv.DictWriter(file, fieldnames=SUMMARY_FIELDS)
+                writer.writeheader()
+                writer.writerow(row)
+    except OSError as exc:
+        print(f"{reports.where}: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_HARNESS
     return outcome.exit_code

@@ -142,4 +142,4 @@ def test_a_lock_file_that_is_not_a_file_stops_serve_with_one_line(tmp_path):
     assert result.returncode == 1
     assert took < REFUSAL_LIMIT + 10  # the server's start-up, then its own check
     line = refusal_line(result)
-    assert line.startswith(f"kestrel-actors: cannot lock data directory {data_dir}: "), line
+    assert line.startswith(f"kestrel-actors serve: cannot lock data directory {data_dir}: "), line
