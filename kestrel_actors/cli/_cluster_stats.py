@@ -32,10 +32,18 @@ def show_cluster(console: Any, servers: tuple[str, ...]) -> None:
     table.add_column("server")
     for column in _COLUMNS:
         table.add_column(column.replace("zookeeper_", "zk_"), justify="right")
+    table.add_column("failing", justify="right")
     for address in everyone:
         figures = found.get(address)
         if figures is None:
-            table.add_row(address, *["unreachable"] + [""] * (len(_COLUMNS) - 1))
+            table.add_row(address, *["unreachable"] + [""] * len(_COLUMNS))
         else:
-            table.add_row(address, *[figures.get(column, "–") for column in _COLUMNS])
+            table.add_row(address, *[figures.get(column, "–") for column in _COLUMNS], _failing(figures))
     console.print(table)
+
+
+def _failing(figures: dict[str, str]) -> str:
+    """How many of a server's queues cannot write their journal (``queue_<name>_journal_failing``)."""
+    count = sum(1 for name, value in figures.items()
+                if name.startswith("queue_") and name.endswith("_journal_failing") and value != "0")
+    return f"[bold red]{count}[/]" if count else "0"
