@@ -52,16 +52,21 @@ def data_dir_bytes(server: ServerProcess) -> tuple[float, float]:
     return float(found[0].group(1)), float(found[1].group(1))
 
 
-def cli_stats(server: ServerProcess) -> list[str]:
+def cli_stats(server: ServerProcess, *args: str) -> list[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "kestrel_actors.cli", "stats", "--port", str(server.admin_port)],
+        [sys.executable, "-m", "kestrel_actors.cli", "stats", "--port", str(server.admin_port), *args],
         capture_output=True, text=True, timeout=60, env=dict(os.environ, COLUMNS="200"))
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
 
 
-def row_of(lines: list[str], queue: str) -> str:
-    return next(line for line in lines if re.search(rf"\b{queue}\b", line) and "│" in line)
+def row_of(lines: list[str], word: str) -> str:
+    """The table's line (a row, or the titles) that holds ``word``."""
+    return next(line for line in lines if re.search(rf"\b{word}\b", line) and re.search("[│┃]", line))
+
+
+def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in re.split("[│┃]", line.strip(" │┃"))]
 
 
 def fill_until_refused(disk: Path, client) -> Path:
@@ -122,6 +127,10 @@ def test_a_full_disk_shows_on_the_page_in_stats_and_in_metrics(small_disk, brows
         assert any("journal write failing: jobs" in line for line in lines), lines
         assert "FAILING" in row_of(lines, "jobs"), lines
         assert "FAILING" not in row_of(lines, "other"), lines
+        # with --server (memcache stats), the column "failing" counts the server's failing queues
+        lines = cli_stats(server, "--server", server.address)
+        titles = cells(row_of(lines, "failing"))
+        assert cells(row_of(lines, re.escape(server.address)))[titles.index("failing")] == "1", lines
 
         # /metrics: what is left on the disk, before it is gone
         free_now, size_now = data_dir_bytes(server)
