@@ -1,4 +1,8 @@
-"""structlog set-up: one event per line, console or JSON, to stderr.
+"""structlog set-up: one event per line, console or JSON, to stderr (``serve``: to stdout).
+
+``serve`` logs to stdout, where a service manager collects it (systemd's journal keeps a line
+as an entry): one line per event, and colour only when the stream is a terminal. The client
+commands log to stderr, since their stdout holds what they print (items, tables).
 
 Records from the standard library's ``logging`` (pykka reports actor crashes there) go
 through the same processors and renderer, so a JSON log stays one object per line.
@@ -14,7 +18,7 @@ from __future__ import annotations
 import errno
 import logging
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor
@@ -45,8 +49,16 @@ def _failure_in_one_line(_logger: Any, _method: str, event: EventDict) -> EventD
     return event
 
 
-def configure_logging(log_format: str = "console", level: str = "info") -> None:
-    """Route structlog and the stdlib loggers to stderr, one event per line."""
+def _on_one_line(_logger: Any, _method: str, rendered: Any) -> Any:
+    """A rendered event on one line (a value's newline written ``\\n``): a journal keeps a line as
+    an entry, so a multi-line event (a traceback at debug) would be torn into several."""
+    return rendered.replace("\n", "\\n") if isinstance(rendered, str) else rendered
+
+
+def configure_logging(log_format: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
+    """Route structlog and the stdlib loggers to ``stream`` (stderr by default), one event
+    per line, in colour only if ``stream`` is a terminal."""
+    stream = sys.stderr if stream is None else stream
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
@@ -62,19 +74,21 @@ def configure_logging(log_format: str = "console", level: str = "info") -> None:
         renderer = structlog.processors.JSONRenderer()
         shared_tail = [structlog.processors.format_exc_info] if tracebacks else [_failure_in_one_line]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(),
+        renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty(),
                                                  exception_formatter=structlog.dev.plain_traceback)
         shared_tail = [] if tracebacks else [_failure_in_one_line]
+    # a terminal's reader sees a traceback laid out; anything else gets one line per event
+    finish: list[Processor] = [] if stream.isatty() else [_on_one_line]
     structlog.configure(
-        processors=[*shared, *shared_tail, renderer],
+        processors=[*shared, *shared_tail, renderer, *finish],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *shared_tail, renderer],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *shared_tail, renderer, *finish],
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         )
     )

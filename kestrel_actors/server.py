@@ -35,6 +35,7 @@ from .protocol import MemcacheDecoder
 from .protocol._text import TextDecoder
 from .protocol._thrift import ThriftDecoder
 from .runtime import ReplyFuture
+from .service import ServiceNotifier
 from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
 from .status import ServerStatus
 
@@ -185,6 +186,8 @@ class Server:
 
             self.membership = ZooKeeperMembership(config.zookeeper, self.status,
                                                   config.status_change_grace_period)
+        self.service = ServiceNotifier.from_environment()
+        """systemd's notifications (``Type=notify``): nothing is sent without ``$NOTIFY_SOCKET``."""
         self._shutting_down = False
         self._quiescing = False
         self._check_data_dir()
@@ -255,6 +258,8 @@ class Server:
         log.info("listening", protocol="memcache", host=self.config.host, port=listener.server_port,
                  data_dir=str(self.config.data_dir), open_file_limit=self.open_file_limit,
                  compiled=compiled_state(), profile_guided=profile_guided())
+        # the journals are replayed (load, above) and every port takes connections
+        self.service.ready()
 
     def _open_ports(self) -> tuple[StreamServer, StreamServer | None, StreamServer | None]:
         """Listen on every configured port (memcache, text, thrift, admin); the listeners
@@ -330,6 +335,8 @@ class Server:
         """Begin an orderly shutdown 100 ms from now, as Kestrel does (behaviour §7.4)."""
         if not self._shutting_down:
             self._shutting_down = True
+            if not self._quiescing:  # a quiesce said so already
+                self.service.stopping()
             gevent.spawn_later(0.1, self._stop)
 
     def quiesce(self) -> None:
@@ -338,6 +345,7 @@ class Server:
         if self._shutting_down or self._quiescing:
             return
         self._quiescing = True
+        self.service.stopping()
         log.info("quiescing: no new connections; shutting down when the last client leaves")
         for listener in self._listeners:
             listener.close()
@@ -372,6 +380,7 @@ class Server:
         except Exception:  # noqa: BLE001 - a stuck queue must not keep the process alive
             log.error("queues did not close in time")
         ActorRegistry.stop_all(block=False)
+        self.service.close()
         log.info("goodbye")
         self._stopped.set()
 
@@ -406,7 +415,12 @@ class Server:
         ``reply_to`` is told once every queue has been sent its new settings; or, if the file
         cannot be used, :class:`ReloadFailed` with the reason, logged on one line, while the
         running configuration stays. Without a config file there is nothing to re-read.
+
+        The service manager is told ``RELOADING=1`` now and ``READY=1`` when ``reply_to`` is
+        answered, whatever the outcome: a failed reload leaves the server running as before.
         """
+        self.service.reloading()
+        reply_to = _ReadyAfter(reply_to, self.service)
         path = self.config.config_file
         if path:
             from .config_file import ConfigError, load_config
@@ -427,6 +441,20 @@ class Server:
             return
         log.info("reload: the server was started without a config file; nothing to re-read")
         reply_to.tell(True)
+
+
+class _ReadyAfter:
+    """A reload's ``reply_to`` that first tells the service manager ``READY=1`` again."""
+
+    __slots__ = ("_reply_to", "_service")
+
+    def __init__(self, reply_to: Any, service: ServiceNotifier) -> None:
+        self._reply_to = reply_to
+        self._service = service
+
+    def tell(self, message: Any) -> None:
+        self._service.ready()
+        self._reply_to.tell(message)
 
 
 class _Control:

@@ -18,12 +18,15 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .messages import QueueStats
 from .stats import LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram, QueueMetrics, ServerStats
 
-__all__ = ["CHUNK", "QUEUE_COUNTERS", "QUEUE_GAUGES", "StatsSnapshot", "gather_snapshot", "take_snapshot"]
+__all__ = [
+    "CHUNK", "QUEUE_COUNTERS", "QUEUE_GAUGES", "DiskSpace", "StatsSnapshot", "disk_space", "gather_snapshot",
+    "take_snapshot",
+]
 
 CHUNK = 250
 """Queues a scrape handles between two pauses (a few milliseconds of the hub's time)."""
@@ -55,6 +58,24 @@ def _figures(queue: QueueStats) -> dict[str, int]:
     return {stat: value for stat, value in queue.lines if isinstance(value, int)}
 
 
+class DiskSpace(NamedTuple):
+    """The data directory's filesystem, from one ``statvfs``."""
+
+    free_bytes: int
+    """What the server may still write (the blocks free to an unprivileged user)."""
+    size_bytes: int
+    """The filesystem's whole size."""
+
+
+def disk_space(path: str | os.PathLike[str]) -> DiskSpace | None:
+    """The filesystem holding ``path``; ``None`` if it cannot be read (the directory is gone)."""
+    try:
+        found = os.statvfs(path)
+    except OSError:
+        return None
+    return DiskSpace(found.f_bavail * found.f_frsize, found.f_blocks * found.f_frsize)
+
+
 def _physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -84,6 +105,9 @@ class StatsSnapshot:
     """Copies of the server-wide only metrics (:data:`SERVER_METRICS`)."""
     zookeeper: Any = None
     """``cluster.MembershipFigures`` when the server joins ZooKeeper server sets, else None."""
+    data_dir: DiskSpace | None = None
+    """The data directory's free and whole bytes: read by :func:`gather_snapshot` (the admin
+    port's scrapes) only, never by memcache ``stats``, whose snapshot is on the request path."""
     _by_name: dict[str, QueueStats] | None = field(default=None, repr=False, compare=False)
     _totals: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
@@ -139,6 +163,10 @@ class StatsSnapshot:
             "joins": figures.joins,
             "sessions_expired": figures.sessions_expired,
         }
+
+    def failing_journals(self) -> list[str]:
+        """The queues whose journal cannot write (a full disk), in :attr:`queues`' order."""
+        return [queue.name for queue in self.queues if queue.extra is not None and _figures(queue)["journal_failing"]]
 
     def queue_names(self) -> list[str]:
         return [queue.name for queue in self.queues if queue.extra is not None]
@@ -208,6 +236,7 @@ class StatsSnapshot:
                 "status/writeable": 1.0 if self.writeable else 0.0,
                 **{f"zookeeper/{name}": float(value) for name, value in self.zookeeper_figures().items()
                    if name not in _ZOOKEEPER_COUNTERS},
+                **self.data_dir_figures(),
             }
         queue = self._queue(scope)
         if queue is None:
@@ -219,6 +248,13 @@ class StatsSnapshot:
         values["age_msec"] = values["age"]
         values["oldest_item_age_msec"] = values["oldest_item_age"]
         return {name: values[name] for name in QUEUE_GAUGES}
+
+    def data_dir_figures(self) -> dict[str, float]:
+        """``data_dir_free_bytes`` and ``data_dir_size_bytes``, when the snapshot read them."""
+        space = self.data_dir
+        if space is None:
+            return {}
+        return {"data_dir_free_bytes": float(space.free_bytes), "data_dir_size_bytes": float(space.size_bytes)}
 
     def labels(self) -> dict[str, str]:
         labels = {"version": self.version, "status": self.status}
@@ -303,4 +339,8 @@ def gather_snapshot(server: Any, timeout: float = 10.0, pause: Callable[[], None
 
     answers: ReplyFuture[list[QueueStats]] = ReplyFuture()
     server.collection.tell(ForAll(ForAllKind.STATS, answers))
-    return take_snapshot(server, answers.get(timeout=timeout), pause=pause)
+    snapshot = take_snapshot(server, answers.get(timeout=timeout), pause=pause)
+    # one statvfs a scrape, on the hub: a local filesystem answers from memory (a hung network
+    # filesystem under a data directory would hang the journals' writes first)
+    snapshot.data_dir = disk_space(server.config.data_dir)
+    return snapshot

@@ -579,15 +579,17 @@ class QueueActor(GeventActor):
         lines = core.stats(now_ms, len(self.waiters))
         if self.has_children:
             lines.append(("children", ",".join(self.children)))
-        lines.append(("oldest_item_age", core.oldest_item_age(now_ms)))  # ours: after Kestrel's keys
         journal = core.journal
+        # ours, after Kestrel's keys: how long the head has waited, and whether the journal
+        # cannot write (a full disk), so that memcache ``stats`` shows it per queue too
+        lines.append(("oldest_item_age", core.oldest_item_age(now_ms)))
+        lines.append(("journal_failing", 0 if journal.failure is None else 1))
         extra = {
             "create_time": self.created_ms // 1000,
             "max_items": core.config.max_items,
             "max_bytes": core.config.max_size,
             "journal_size": getattr(journal, "total_size", journal.size)(),
             "put_bytes": core.put_bytes,
-            "journal_failing": 0 if journal.failure is None else 1,
         }
         reply_to.tell(QueueStats(self.name, lines, extra))
 

@@ -214,7 +214,7 @@ class AdminApp:
         """``ok`` (200) while every journal writes; 503 naming the queues whose journal write
         is failing (a full disk), until they recover. ``/ping`` only says the port answers."""
         snapshot = self._snapshot()
-        failing = [queue.name for queue in snapshot.queues if queue.extra and queue.extra["journal_failing"]]
+        failing = snapshot.failing_journals()
         if failing:
             raise _HttpError("503 Service Unavailable", "journal write failing: " + ", ".join(failing))
         return _TEXT, b"ok"

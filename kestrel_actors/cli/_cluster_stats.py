@@ -27,14 +27,14 @@ def show_cluster(console: Any, servers: tuple[str, ...]) -> None:
             found = client.stats()
     except (KestrelError, ValueError) as exc:
         fail(describe(exc))
-    titles = ("server", *_COLUMNS.values())
+    titles = ("server", *_COLUMNS.values(), "failing")
     rows = []
     for address in everyone:
         figures = found.get(address)
         if figures is None:
-            rows.append([f"{address} unreachable", *[""] * len(_COLUMNS)])
+            rows.append([f"{address} unreachable", *[""] * (len(_COLUMNS) + 1)])
         else:
-            rows.append([address, *[figures.get(column, "–") for column in _COLUMNS]])
+            rows.append([address, *[figures.get(column, "–") for column in _COLUMNS], _failing(figures)])
     table, hidden = fitted_table(console, titles, rows, _DROPPED_FIRST,
                                  title=f"{len(everyone)} server(s): {', '.join(servers)}")
     console.print(table)
@@ -43,4 +43,12 @@ def show_cluster(console: Any, servers: tuple[str, ...]) -> None:
 
 
 _DROPPED_FIRST = ("gets", "sets", "total items", "conns", "uptime")
-"""What a narrow terminal leaves out first: the server, its items and its memberships stay."""
+"""What a narrow terminal leaves out first: the server, its items, its failing journals and its
+memberships stay."""
+
+
+def _failing(figures: dict[str, str]) -> str:
+    """How many of a server's queues cannot write their journal (``queue_<name>_journal_failing``)."""
+    count = sum(1 for name, value in figures.items()
+                if name.startswith("queue_") and name.endswith("_journal_failing") and value != "0")
+    return f"[bold red]{count}[/]" if count else "0"

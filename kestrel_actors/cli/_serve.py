@@ -62,7 +62,7 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
     from ..logs import configure_logging
 
     tune_malloc()  # large buffers go back to the system when freed (ADR 0011)
-    configure_logging(log_format, log_level)
+    configure_logging(log_format, log_level, sys.stdout)  # where a service manager reads it
     sync_journal = flags.pop("sync_journal")
     zookeeper = {name: flags.pop(name) for name in ZOOKEEPER_FLAGS}
     if flags["expiration_timer_frequency"] == 0:

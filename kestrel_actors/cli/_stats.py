@@ -96,6 +96,8 @@ class QueueRow(NamedTuple):
     open: int
     waiters: int
     journal: int
+    journal_failing: bool
+    """The queue's journal cannot write (a full disk): its Journal cell says so."""
 
 
 SORT_COLUMNS = {
@@ -133,7 +135,7 @@ def queue_rows(now: Reading, before: Reading | None, view: View) -> list[QueueRo
         rows.append(QueueRow(
             name, q("items"), q("bytes"), q("oldest_item_age_msec"), q("age_msec"), q("create_time"),
             _per_second(now, before, f"q/{name}/put_items"), _per_second(now, before, f"q/{name}/get_items_hit"),
-            q("open_transactions"), q("waiters"), q("journal_size"),
+            q("open_transactions"), q("waiters"), q("journal_size"), q("journal_failing") > 0,
         ))
     field = SORT_COLUMNS[view.sort]
     rows.sort(key=lambda row: row.queue)
@@ -167,6 +169,10 @@ def render(now: Reading, before: Reading | None, where: str, view: View = _WHOLE
         f"bytes {_bytes(gauges['bytes'])}  sets/s {_rate(now, before, 'cmd_set')}  "
         f"gets/s {_rate(now, before, 'get_hits')}",
     )
+    failing = sorted(key[2:-len("/journal_failing")] for key, value in gauges.items()
+                     if key.startswith("q/") and key.endswith("/journal_failing") and value)
+    if failing:  # the status stays Up on a full disk: the header says what is wrong
+        header.append(f"\njournal write failing: {', '.join(failing)}", style="bold red")
     rows = queue_rows(now, before, view)
     if not rows:
         return Group(header, Text("no queue matches the filter" if view.filter else "no queues", style="dim"))
@@ -179,7 +185,8 @@ def render(now: Reading, before: Reading | None, where: str, view: View = _WHOLE
             shown = rows[: max(1, room - 1)]  # and a line for "N more"
     cells = [[row.queue, f"{row.items:,}", _bytes(row.bytes), _oldest(row), _age(row.age, row.created),
               _show_rate(row.in_rate), _show_rate(row.out_rate), f"{row.open:,}", f"{row.waiters:,}",
-              _bytes(row.journal)] for row in shown]
+              Text("FAILING", style="bold red") if row.journal_failing else _bytes(row.journal)]
+             for row in shown]
     table, hidden = fitted_table(console, _TITLES, cells, _DROPPED_FIRST)
     parts: list[Any] = [header, table]
     if hidden:
@@ -194,7 +201,7 @@ _DROPPED_FIRST = ("Journal", "Age", "Waiters", "Bytes", "Open", "In/s", "Out/s")
 """The columns a narrow terminal leaves out, first to go first: Queue, Items and Oldest stay."""
 
 
-def fitted_table(console: Any, titles: tuple[str, ...], rows: list[list[str]],
+def fitted_table(console: Any, titles: tuple[str, ...], rows: list[list[Any]],
                  dropped_first: tuple[str, ...], **table_args: Any) -> tuple[Any, list[str]]:
     """A table of ``rows`` under ``titles`` whose every cell and title is whole: as wide as
     ``console`` allows, leaving out columns in the order of ``dropped_first`` until it fits

@@ -20,7 +20,7 @@ class QueueStats(NamedTuple):
     """The memcache per-queue stats, in Kestrel's order (behaviour §7.3)."""
     extra: dict[str, int] | None
     """Figures only ostrich showed (``create_time``, ``max_items``, ``max_bytes``,
-    ``journal_size``, ``put_bytes``) and ``journal_failing``; ``None`` for an alias."""
+    ``journal_size``, ``put_bytes``); ``None`` for an alias."""
     alias_created: int | None = None
     """An alias's ``create_time`` (Unix seconds): the one gauge ostrich showed for an alias."""
 

@@ -26,7 +26,8 @@ def test_a_backlog_nobody_reads_shows_its_oldest_item_age_everywhere(admin_serve
     oldest = int(stats["queue_backlog_oldest_item_age"])
     assert WAITED * 1000 <= oldest < 30_000
     keys = [key for key in stats if key.startswith("queue_backlog_")]
-    assert keys[-2:] == ["queue_backlog_journal_rotations", "queue_backlog_oldest_item_age"]
+    assert keys[-3:] == ["queue_backlog_journal_rotations", "queue_backlog_oldest_item_age",
+                         "queue_backlog_journal_failing"]
 
     gauges = get_json(admin_server.admin_url + "/stats.json")["gauges"]
     assert oldest <= gauges["q/backlog/oldest_item_age_msec"] < 30_000

@@ -36,8 +36,9 @@ def _snapshot(every_name: tuple[str, ...] = NAMES):
         metrics.histogram("set_latency_usec").add(37 * (index + 1))
         metrics.histogram("journal_rewrite_usec").add(5_000_000)
         extra = {"create_time": 1_700_000_000, "max_items": 10, "max_bytes": 2**40, "journal_size": 5,
-                 "put_bytes": 3 * index, "journal_failing": 0}
-        lines = [*core.stats(2, index), ("oldest_item_age", 1500 * index)]  # as the queue actor answers
+                 "put_bytes": 3 * index}
+        # as the queue actor answers
+        lines = [*core.stats(2, index), ("oldest_item_age", 1500 * index), ("journal_failing", 0)]
         queues.append(QueueStats(name, lines, extra))
     queues.append(QueueStats("everywhere", [("put_items", 4), ("put_bytes", 8), ("children", "jobs")], None, 1_700_000_001))
     server = SimpleNamespace(stats=stats, status=ServerStatus(None), version="test",

@@ -73,13 +73,13 @@ def test_per_queue_keys_are_contiguous_and_in_order(server):
     keys = [k for k, _ in stat_lines(c)]
     assert keys[:19] == GLOBAL_KEYS
     queue_keys = keys[19:]
-    # Kestrel's 16, in its order, then ours: oldest_item_age
-    assert len(queue_keys) == 17 * len(names)
-    blocks = [queue_keys[i : i + 17] for i in range(0, len(queue_keys), 17)]
+    # Kestrel's 16, in its order, then ours: oldest_item_age, journal_failing
+    assert len(queue_keys) == 18 * len(names)
+    blocks = [queue_keys[i : i + 18] for i in range(0, len(queue_keys), 18)]
     seen = []
     for block in blocks:
         name = next(n for n in names if block[0] == f"queue_{n}_items")
-        assert block == [f"queue_{name}_{stat}" for stat in QUEUE_STATS] + [f"queue_{name}_oldest_item_age"]
+        assert block == [f"queue_{name}_{stat}" for stat in [*QUEUE_STATS, "oldest_item_age", "journal_failing"]]
         seen.append(name)
     assert sorted(seen) == sorted(names)
 
@@ -255,7 +255,7 @@ def test_dump_stats_of_a_missing_name(server):
 
 
 def _dump_block(name: str, stats: dict[str, str]) -> bytes:
-    lines = [f"queue '{name}' {{"] + [f"  {k}={stats[f'queue_{name}_{k}']}" for k in [*QUEUE_STATS, "oldest_item_age"]] + ["}"]
+    lines = [f"queue '{name}' {{"] + [f"  {k}={stats[f'queue_{name}_{k}']}" for k in [*QUEUE_STATS, "oldest_item_age", "journal_failing"]] + ["}"]
     return "\r\n".join(lines).encode()
 
 
@@ -267,7 +267,8 @@ def test_dump_stats_block_format(server):
     assert lines[0] == b"queue 'q' {"
     assert [line.split(b"=")[0] for line in lines[1:17]] == [b"  " + k.encode() for k in QUEUE_STATS]
     assert lines[17].startswith(b"  oldest_item_age=")  # ours, after Kestrel's 16
-    assert lines[18:] == [b"}", b"END", b""]
+    assert lines[18] == b"  journal_failing=0"
+    assert lines[19:] == [b"}", b"END", b""]
     stats = dict(stat_lines(c))
     dumped = {line[2:].split(b"=")[0].decode(): line.split(b"=", 1)[1].decode() for line in lines[1:17]}
     for k in QUEUE_STATS:
