@@ -22,7 +22,7 @@ import pytest
 
 from kestrel_actors.config_file import load_config
 
-from ..helpers import REPO, ServerProcess, free_port, request, spawn_logged
+from ..helpers import REPO, ServerProcess, act, free_port, request, spawn_logged
 
 UNIT = REPO / "contrib" / "kestrel-actors.service"
 SAMPLE_CONFIG = REPO / "contrib" / "kestrel.toml"
@@ -125,7 +125,7 @@ def test_an_abstract_notify_socket_and_a_quiesce(tmp_path):
     try:
         spawn(server, manager.address)
         assert manager.next()["READY"] == "1"
-        assert request(server.admin_url + "/quiesce").status == 200
+        assert act(server.admin_url + "/quiesce").status == 200
         assert manager.next() == {"STOPPING": "1"}  # once, though the quiesce then shuts down
         assert server.proc.wait(DEADLINE) == 0
         manager.sock.setblocking(False)
