@@ -81,7 +81,8 @@ class Connections:
             tell(holder[0], EndOfInput(final))
 
         transport = SocketTransport(sock, decoder, on_commands, on_hang_up, stats, self.budget,
-                                    config.client_timeout, session.peer, on_input_end)
+                                    config.client_timeout, session.peer,
+                                    on_input_end if handler_class.ANSWERS_AFTER_FIN else None)
         holder.append(SessionActor.start(context, transport, session, handler_class))
         self.live[session.id] = (session, holder[0])
         self._log.debug("connection opened", connection=session.id, peer=session.peer)

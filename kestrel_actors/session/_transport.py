@@ -24,6 +24,13 @@ before it are read once reading resumes), so a fetch parked for a client that ha
 cancelled before an item can reach it. Nothing of this runs per request: a socket enters the
 set only when its reading pauses and leaves it when reading resumes.
 
+A newcomer whose first read is large (a long pipeline, a large SET) waits for its turn: such
+first reads are handled one per loop pass, oldest first, while a newcomer with a small first
+read (most clients' first requests) is handled at once. The listener accepts many clients per
+pass, so a fresh client is not queued behind a burst of heavy newcomers in the kernel's accept
+backlog, and the burst still does not stall the connected clients (ADR 0011). Only a
+connection's first read is looked at: nothing of this runs per request.
+
 What a connection holds (its decoder's unfinished request, the requests read but not yet
 handled, the unsent replies) is told to the server's :class:`BufferBudget` whenever it changes,
 which closes the heaviest connections when the sum is over ``--max-buffered-bytes``. A closed
@@ -35,11 +42,15 @@ for a long time after its client has gone.
 
 from __future__ import annotations
 
+import array
 import errno
+import fcntl
 import os
 import select
 import socket
 import struct
+import termios
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -71,6 +82,56 @@ OUTPUT_HIGH: Final = 1024 * 1024
 """Unsent reply bytes above which reading pauses until the client has taken them."""
 CLOSE_LINGER = 10.0
 """Seconds a closing connection may take to deliver its last unsent replies."""
+LIGHT_FIRST_READ: Final = 1024
+"""A newcomer's first read of at most this many bytes is handled at once; a larger one waits
+for its turn (one per loop pass: see the module docstring)."""
+
+
+class _Newcomers:
+    """The heavy first reads of one hub, taking turns: one per loop pass, oldest first."""
+
+    _by_loop: ClassVar[dict[Any, _Newcomers]] = {}
+
+    def __init__(self, loop: Any) -> None:
+        self.waiting: deque[SocketTransport] = deque()
+        self.turn_taken = False
+        """A heavy first read was handled in this pass."""
+        self.timer = loop.timer(0.0)
+        """Fires in the next pass: the next turn."""
+
+    @classmethod
+    def of(cls, loop: Any) -> _Newcomers:
+        newcomers = cls._by_loop.get(loop)
+        if newcomers is None:
+            newcomers = cls._by_loop[loop] = cls(loop)
+        return newcomers
+
+    def may_go(self, transport: SocketTransport) -> bool:
+        """Whether ``transport``'s heavy first read may be handled now; if not, it is queued,
+        and its ``take_turn`` is called in a later pass."""
+        if not self.turn_taken and not self.waiting:
+            self.turn_taken = True
+            self._next_pass()
+            return True
+        self.waiting.append(transport)
+        self._next_pass()
+        return False
+
+    def _next_pass(self) -> None:
+        if not self.timer.active:
+            self.timer.start(self._turn)
+
+    def _turn(self) -> None:
+        self.turn_taken = False
+        waiting = self.waiting
+        while waiting:
+            transport = waiting.popleft()
+            if not transport.closed and not transport._closing:
+                self.turn_taken = True
+                transport.take_turn()
+                break
+        if self.turn_taken:
+            self._next_pass()
 
 
 class _HangUpWatch:
@@ -159,7 +220,7 @@ class SocketTransport(Transport):
     __slots__ = ("sock", "_reading", "fd", "decoder", "on_commands", "on_hang_up", "on_input_end", "stats",
                  "_watcher", "_handed", "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read",
                  "_out", "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
-                 "held", "peer", "_handed_bytes", "_out_held", "input_ended", "_fin_seen")
+                 "held", "peer", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued")
 
     def __init__(
         self,
@@ -194,6 +255,8 @@ class SocketTransport(Transport):
         """The end of input has been read: nothing more comes from this client."""
         self._fin_seen = False
         """The client's FIN has been told to the session (read, or seen while paused)."""
+        self._queued = False
+        """Its heavy first read waits for its turn (``_Newcomers``)."""
         self.stats = stats
         """Where the bytes read are counted (``bytes_read``)."""
         self._handed = 0
@@ -223,7 +286,7 @@ class SocketTransport(Transport):
 
     def start(self) -> None:
         self.budget.join(self)  # left in _release: a transport never started is never a member
-        self._watcher.start(self._readable)
+        self._watcher.start(self._first_readable)
         self._reading = True
         if self._idle_timer is not None:
             self._idle_timer.start(self._check_idle)
@@ -236,6 +299,28 @@ class SocketTransport(Transport):
             self._stop_reading()
             self._idle_timer.stop()
             self.on_hang_up()
+
+    def _first_readable(self) -> None:
+        """The first read: at once if small, else when its turn comes (module docstring)."""
+        waiting = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.fd, termios.FIONREAD, waiting)
+        except OSError:
+            pass  # the read itself tells what happened
+        if waiting[0] > LIGHT_FIRST_READ and not _Newcomers.of(self._watcher.loop).may_go(self):
+            self._queued = True
+            self._pause()
+            return
+        self._watcher.start(self._readable)
+        self._readable()
+
+    def take_turn(self) -> None:
+        """Its heavy first read's turn has come (called by ``_Newcomers``)."""
+        self._queued = False
+        self._hang_ups.discard(self)
+        self._watcher.start(self._readable)
+        self._reading = True
+        self._readable()
 
     def _readable(self) -> None:
         try:
@@ -321,7 +406,7 @@ class SocketTransport(Transport):
             self.on_input_end(False)
 
     def _may_read(self) -> bool:
-        return (not self._closing and not self.decoder.closed and not self.input_ended
+        return (not self._closing and not self.decoder.closed and not self.input_ended and not self._queued
                 and self._handed <= BACKLOG_COMMANDS and self._out_bytes <= OUTPUT_HIGH)
 
     def resume(self) -> None:
