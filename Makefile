@@ -1,7 +1,8 @@
 # The two commands of the README: `make run` and `make test`. `make run` installs only what serving
 # needs (`pip install -e '.[build]'`: the server, the client, the CLI and mypyc to compile them) and
 # the compiled build; `make test` installs every extra (spark, load, test) and the Debian packages
-# the tests drive (chromium and chromium-driver, thrift-compiler, libmemcached-tools, systemd) when they are
+# the tests drive (chromium and chromium-driver, thrift-compiler, libmemcached-tools, netcat-openbsd,
+# systemd) when they are
 # missing, so a fresh clone with Python 3.11 and Java 17 is enough.
 # The interpreter of .venv (ADR 0017): the distribution's CPython 3.11 when it can make a venv and
 # has its headers (mypyc compiles against them), else python3.11 on PATH. Debian builds its own
@@ -28,8 +29,8 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 	$(if $(THRIFT_PORT),--thrift-port $(THRIFT_PORT)) $(if $(ADMIN_PORT),--admin-port $(ADMIN_PORT)) \
 	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
-.PHONY: run test test-pure compiled lint bench install clean memcached-tools thrift-compiler browser node-clients zookeeper \
-	systemd-analyze
+.PHONY: run test test-pure compiled lint bench install clean memcached-tools netcat thrift-compiler browser node-clients \
+	zookeeper systemd-analyze
 
 # The compiled build (ADR 0015): the request path's modules compiled with mypyc in place (`.so`
 # beside each `.py`), profile-guided with gcc (PGO=1: compiled instrumented, trained by
@@ -73,6 +74,15 @@ memcached-tools:
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 		$$sudo apt-get update -qq >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq libmemcached-tools >/dev/null; }
+
+# OpenBSD netcat, whose `nc -N` (half-close after sending) a test pipes requests through, as a
+# newcomer's first try does: Debian's netcat-openbsd, installed only when `nc` is missing.
+netcat:
+	@nc -h 2>&1 | grep -q OpenBSD || { \
+		echo "installing netcat-openbsd (nc)"; \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq netcat-openbsd >/dev/null; }
 
 # Apache Thrift's compiler, which a test runs to generate an independent client from
 # kestrel.thrift: Debian's thrift-compiler, installed only when `thrift` is missing.
@@ -139,11 +149,11 @@ compiled: $(COMPILED_STAMP)
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -rfE -n $(TEST_WORKERS) --dist loadfile
 
-test: $(STAMP) $(COMPILED_STAMP) memcached-tools thrift-compiler browser node-clients zookeeper systemd-analyze
+test: $(STAMP) $(COMPILED_STAMP) memcached-tools netcat thrift-compiler browser node-clients zookeeper systemd-analyze
 	KESTREL_ACTORS_EXPECT_COMPILED=1 KESTREL_ACTORS_EXPECT_PROFILE=$(PGO) KESTREL_ACTORS_EXPECT_PYTHON=$(PYTHON) $(PYTEST)
 
 # the same tests on the pure-Python source, the compiled build left in place (KESTREL_ACTORS_PURE)
-test-pure: $(STAMP) memcached-tools thrift-compiler
+test-pure: $(STAMP) memcached-tools netcat thrift-compiler
 	KESTREL_ACTORS_PURE=1 $(PYTEST) $(PURE_TESTS)
 
 bench: $(STAMP) $(COMPILED_STAMP)

@@ -70,11 +70,12 @@ class _Listener(StreamServer):
     seconds without one).
     """
 
-    max_accept = 1
-    """Clients accepted per loop iteration (gevent's default is 100). A client's first requests
-    are handled in the iteration after its accept, all in one go: a burst of a hundred heavy
-    newcomers (each asking for a megabyte of replies) held every other client up for seconds.
-    One per iteration interleaves the newcomers with everyone else's requests (ADR 0011)."""
+    max_accept = 64
+    """Clients accepted per loop iteration (gevent's default is 100). Accepting is cheap; a
+    newcomer's first requests are what cost, and a heavy first read (a long pipeline) waits for
+    its turn, one per iteration (``session._transport``), so a burst of heavy newcomers does
+    not hold up the connected clients (ADR 0011). Accepting many per iteration keeps a fresh
+    client from waiting behind the whole burst in the kernel's accept backlog."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -377,7 +377,7 @@ class QueueActor(GeventActor):
                     if (
                         deadline is not None
                         and not core.closed
-                        and (batch.session is None or not batch.session.closed)
+                        and (batch.session is None or not (batch.session.closed or batch.session.input_ended))
                         and deadline > _monotonic()
                     ):
                         self._park(batch, index, results, deadline)
@@ -515,7 +515,7 @@ class QueueActor(GeventActor):
                 return
             waiters.remove(waiter)
             session: Session | None = waiter.session  # typed: ``closed`` read natively
-            if session is not None and session.closed:
+            if session is not None and (session.closed or session.input_ended):
                 self._answer_with_a_miss(waiter)
                 continue
             self._run(waiter.batch, waiter.index, waiter.results)

@@ -50,8 +50,9 @@ class Session:
     """What a queue may know of a client connection: whether it has gone, and who it is.
 
     A queue skips the waiters of a closed session, so a client that hung up never swallows an
-    item. Actors share it read-only but for ``closed``, which only the session's own side (its
-    transport's hang-up callback, then the session actor) sets, and the server's shutdown for
+    item, and parks no fetch of a session whose input has ended. Actors share it read-only but
+    for ``closed`` and ``input_ended``, which only the session's own side (its transport's
+    callbacks, then the session actor) sets, and the server's shutdown for
     a session its drain had to cut off (ADR 0010); see ADR 0003 for why it is shared rather
     than told.
     """
@@ -59,6 +60,9 @@ class Session:
     id: int
     peer: str
     closed: bool = False
+    input_ended: bool = False
+    """The client sent its last request (its FIN came, behaviour §1): it may still read the
+    replies, but none of its fetches waits any more, as if it had hung up."""
     refuse_reads: bool = False
     """Set for the session's lifetime by ``connection_limit_refuse_*`` (behaviour §1)."""
     refuse_writes: bool = False

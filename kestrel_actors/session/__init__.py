@@ -13,7 +13,7 @@
   ``max_buffered_bytes``.
 """
 
-from ._actor import Answer, Disconnected, Drain, MonitorState, Received, SessionActor
+from ._actor import Answer, Disconnected, Drain, EndOfInput, MonitorState, Received, SessionActor
 from ._connections import Connections
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Handler
@@ -23,6 +23,6 @@ from ._thrift import ThriftHandler
 from ._transport import Transport
 
 __all__ = [
-    "Answer", "Connections", "Disconnected", "Drain", "Handler", "MemcacheHandler", "MonitorState",
+    "Answer", "Connections", "Disconnected", "Drain", "EndOfInput", "Handler", "MemcacheHandler", "MonitorState",
     "Received", "Reload", "SessionActor", "SessionContext", "Shutdown", "TextHandler", "ThriftHandler", "Transport",
 ]

@@ -6,6 +6,8 @@ order: consecutive requests for one queue travel to that queue's actor as one
 pipelined requests are answered in order, as Kestrel does. The session keeps its open
 (tentative) reads per queue, its wait for an answer, its monitor stream; when the client goes,
 its waits are cancelled first and then every open read goes back to the head of its queue.
+When its input ends (:class:`EndOfInput`, a half-close), its waits end at once with a miss,
+every request read before is answered, and then the session finishes as on a hang-up.
 An item that reaches the session after its client has gone, or whose reply could not be sent,
 goes back too: an open one as an abort, a plain GET's with ``PutBack``. This is Kestrel's
 ``KestrelHandler``.
@@ -60,7 +62,7 @@ from ._context import Reload, SessionContext, Shutdown
 from ._handler import Handler
 from ._transport import Transport
 
-__all__ = ["Answer", "Disconnected", "Drain", "MonitorState", "Received", "SessionActor"]
+__all__ = ["Answer", "Disconnected", "Drain", "EndOfInput", "MonitorState", "Received", "SessionActor"]
 
 log = structlog.get_logger("kestrel_actors.connection")
 
@@ -89,6 +91,19 @@ class Disconnected:
     """The client hung up (or the socket failed): finish the session."""
 
     __slots__ = ()
+
+
+class EndOfInput:
+    """The client sent its last request (a FIN): answer what it sent, then finish (behaviour §1).
+
+    ``final``: every request before the FIN has been handed over (the transport read it).
+    Otherwise the FIN was seen while reading was paused: the waits end now, and the requests
+    still unread come first, then a final one."""
+
+    __slots__ = ("final",)
+
+    def __init__(self, final: bool) -> None:
+        self.final = final
 
 
 class Drain:
@@ -217,6 +232,8 @@ class SessionActor(GeventActor):
         """The server is shutting down: open reads stay open, for the next start to back out."""
         self.hung_up = False
         self.finished = False
+        self.input_ended = False
+        """The client's last request has been handed over: finish once all are answered."""
 
     @property
     def log(self) -> Any:
@@ -237,6 +254,8 @@ class SessionActor(GeventActor):
             self._pump()
         elif type(message) is Disconnected:
             self._hang_up()
+        elif type(message) is EndOfInput:
+            self._input_end(message.final)
         elif type(message) is Drain:
             self._wind_down()
         else:
@@ -270,7 +289,10 @@ class SessionActor(GeventActor):
         if self.closing and self.waiting is None:
             self._finish()
         elif not pending:
-            transport.resume()
+            if not self.input_ended:
+                transport.resume()
+            elif self.waiting is None:  # every request the client sent is answered
+                self._finish()
 
     def _write_refusal(self, command: Any) -> p.Bad | None:
         """The handler's ``WRITE_REFUSALS`` entry for ``command`` if the server blocks writes
@@ -668,6 +690,17 @@ class SessionActor(GeventActor):
                 self.refs[self.batch_queue].tell(CancelWaits(self.session))
             except ActorDeadError:
                 pass
+
+    def _input_end(self, final: bool) -> None:
+        """The client sent its FIN: a fetch of its waiting in a queue ends now with a miss (none
+        of its fetches waits from now on: ``Session.input_ended``); once ``final``, the session
+        finishes when the requests read before it are answered."""
+        if self.hung_up:
+            return
+        self._cancel_wait()
+        if final:
+            self.input_ended = True
+            self._pump()
 
     def _wind_down(self) -> None:
         if self.hung_up:

@@ -17,7 +17,7 @@ from pykka import ActorDeadError
 from ..messages import Session
 from ..runtime import Dispatcher
 from ..status import session_refusals
-from ._actor import Disconnected, Drain, Received, SessionActor
+from ._actor import Disconnected, Drain, EndOfInput, Received, SessionActor
 from ._budget import BufferBudget
 from ._context import SessionContext
 from ._handler import Handler
@@ -72,12 +72,17 @@ class Connections:
         def on_commands(commands: list[Any]) -> None:
             tell(holder[0], Received(commands))
 
-        def on_eof() -> None:
+        def on_hang_up() -> None:
             session.closed = True  # at once: a queue must not hand this client an item now
             tell(holder[0], Disconnected())
 
-        transport = SocketTransport(sock, decoder, on_commands, on_eof, stats, self.budget,
-                                    config.client_timeout, session.peer)
+        def on_input_end(final: bool) -> None:
+            session.input_ended = True  # at once: no fetch of this client's waits from now on
+            tell(holder[0], EndOfInput(final))
+
+        transport = SocketTransport(sock, decoder, on_commands, on_hang_up, stats, self.budget,
+                                    config.client_timeout, session.peer,
+                                    on_input_end if handler_class.ANSWERS_AFTER_FIN else None)
         holder.append(SessionActor.start(context, transport, session, handler_class))
         self.live[session.id] = (session, holder[0])
         self._log.debug("connection opened", connection=session.id, peer=session.peer)

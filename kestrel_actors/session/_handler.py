@@ -33,6 +33,9 @@ class Handler:
     QUIT: ClassVar[type] = type(None)
     """The command that ends the session."""
     WRITE_REFUSALS: ClassVar[dict[type, p.Bad]] = {}
+    ANSWERS_AFTER_FIN: ClassVar[bool] = True
+    """A client's FIN ends its input, not its session: what it sent before is answered
+    (behaviour §1). ``False``: a FIN is a hang-up."""
     """Writes refused while the server blocks writes, and how (checked before a lookup)."""
 
     def __init__(self, session: Any) -> None:

@@ -107,6 +107,10 @@ class ThriftHandler(Handler):
         (th.ThriftPut, th.ThriftGet, th.ThriftPeek, th.ThriftFlushQueue, _GetStep))
     MONITOR_END: ClassVar[bytes] = b""  # a thrift session runs no monitor stream
     QUIT: ClassVar[type] = _NoQuit
+    # a FIN is a hang-up, as before: a get that waits for more items holds those it took, and
+    # answered after a FIN that came with a close they would be lost (auto-abort 0) or held
+    # open until the auto-abort; a hang-up gives them back at once
+    ANSWERS_AFTER_FIN: ClassVar[bool] = False
     WRITE_REFUSALS: ClassVar[dict[type, p.Bad]] = {
         th.ThriftPut: p.DROP,
         th.ThriftFlushQueue: p.DROP,

@@ -9,12 +9,27 @@ actor's greenlet (inline dispatch, ADR 0002) and must not suspend it. Reading pa
 the actor has a backlog of commands or the output buffer is large, so a client that
 pipelines without reading replies cannot make the server buffer without bound.
 
-A paused connection is not blind to its client hanging up: while reading is paused its socket
+The end of input (the client's FIN: a half-close, ``shutdown(SHUT_WR)``, or a close) is not a
+hang-up: the client may still read, so the session answers every request read before it, then
+closes (behaviour §1). A reset or a failed read or write is a hang-up: the client has gone, and
+the session ends at once. A FIN cannot be told from a full close, so from the end of input on
+no fetch of the session waits in a queue: an item handed to a waiter of a client that has gone
+would be lost.
+
+A paused connection is not blind to its client ending: while reading is paused its socket
 is registered for ``EPOLLRDHUP`` (the peer's FIN or RST, however much unread data is queued
-before it) in one epoll set per hub, which the hub watches as a single descriptor. A hang-up
-seen there ends the session at once, so a fetch parked for a client that has gone is
+before it) in one epoll set per hub, which the hub watches as a single descriptor. A reset
+seen there ends the session at once; a FIN ends its waits at once (the requests still unread
+before it are read once reading resumes), so a fetch parked for a client that has gone is
 cancelled before an item can reach it. Nothing of this runs per request: a socket enters the
 set only when its reading pauses and leaves it when reading resumes.
+
+A newcomer whose first read is large (a long pipeline, a large SET) waits for its turn: such
+first reads are handled one per loop pass, oldest first, while a newcomer with a small first
+read (most clients' first requests) is handled at once. The listener accepts many clients per
+pass, so a fresh client is not queued behind a burst of heavy newcomers in the kernel's accept
+backlog, and the burst still does not stall the connected clients (ADR 0011). Only a
+connection's first read is looked at: nothing of this runs per request.
 
 What a connection holds (its decoder's unfinished request, the requests read but not yet
 handled, the unsent replies) is told to the server's :class:`BufferBudget` whenever it changes,
@@ -27,11 +42,15 @@ for a long time after its client has gone.
 
 from __future__ import annotations
 
+import array
 import errno
+import fcntl
 import os
 import select
 import socket
 import struct
+import termios
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -63,6 +82,56 @@ OUTPUT_HIGH: Final = 1024 * 1024
 """Unsent reply bytes above which reading pauses until the client has taken them."""
 CLOSE_LINGER = 10.0
 """Seconds a closing connection may take to deliver its last unsent replies."""
+LIGHT_FIRST_READ: Final = 1024
+"""A newcomer's first read of at most this many bytes is handled at once; a larger one waits
+for its turn (one per loop pass: see the module docstring)."""
+
+
+class _Newcomers:
+    """The heavy first reads of one hub, taking turns: one per loop pass, oldest first."""
+
+    _by_loop: ClassVar[dict[Any, _Newcomers]] = {}
+
+    def __init__(self, loop: Any) -> None:
+        self.waiting: deque[SocketTransport] = deque()
+        self.turn_taken = False
+        """A heavy first read was handled in this pass."""
+        self.timer = loop.timer(0.0)
+        """Fires in the next pass: the next turn."""
+
+    @classmethod
+    def of(cls, loop: Any) -> _Newcomers:
+        newcomers = cls._by_loop.get(loop)
+        if newcomers is None:
+            newcomers = cls._by_loop[loop] = cls(loop)
+        return newcomers
+
+    def may_go(self, transport: SocketTransport) -> bool:
+        """Whether ``transport``'s heavy first read may be handled now; if not, it is queued,
+        and its ``take_turn`` is called in a later pass."""
+        if not self.turn_taken and not self.waiting:
+            self.turn_taken = True
+            self._next_pass()
+            return True
+        self.waiting.append(transport)
+        self._next_pass()
+        return False
+
+    def _next_pass(self) -> None:
+        if not self.timer.active:
+            self.timer.start(self._turn)
+
+    def _turn(self) -> None:
+        self.turn_taken = False
+        waiting = self.waiting
+        while waiting:
+            transport = waiting.popleft()
+            if not transport.closed and not transport._closing:
+                self.turn_taken = True
+                transport.take_turn()
+                break
+        if self.turn_taken:
+            self._next_pass()
 
 
 class _HangUpWatch:
@@ -110,11 +179,11 @@ class _HangUpWatch:
             ready = self.epoll.poll(0)
         except OSError:
             return
-        for fd, _events in ready:
+        for fd, events in ready:
             transport = self.transports.get(fd)
             if transport is not None:
                 self.discard(transport)
-                transport.hung_up()
+                transport.hung_up(events)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a test's or a bench's stand-in keeps what is sent
@@ -148,22 +217,27 @@ class Transport:
 class SocketTransport(Transport):
     """Owns one accepted, non-blocking socket; see the module docstring."""
 
-    __slots__ = ("sock", "_reading", "fd", "decoder", "on_commands", "on_eof", "stats", "_watcher", "_handed",
-                 "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_out",
-                 "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
-                 "held", "peer", "_handed_bytes", "_out_held")
+    __slots__ = ("sock", "_reading", "fd", "decoder", "on_commands", "on_hang_up", "on_input_end", "stats",
+                 "_watcher", "_handed", "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read",
+                 "_out", "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
+                 "held", "peer", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued")
 
     def __init__(
         self,
         sock: Any,
         decoder: Decoder,
         on_commands: Callable[[list[Any]], None],
-        on_eof: Callable[[], None],
+        on_hang_up: Callable[[], None],
         stats: ServerStats,
         budget: BufferBudget,
         idle_timeout: float | None = None,
         peer: str = "",
+        on_input_end: Callable[[bool], None] | None = None,
     ) -> None:
+        """``on_hang_up``: the client has gone (a reset, a failed read or write, the idle
+        timeout). ``on_input_end(final)``: the client's FIN, read (``final``: every request
+        before it has been handed over) or seen by the hang-up watch while reading is paused
+        (requests before it may still be unread); without it, a FIN is a hang-up."""
         super().__init__()
         self.sock = sock
         self.peer = peer
@@ -175,7 +249,14 @@ class SocketTransport(Transport):
         self.fd = sock.fileno()
         self.decoder = decoder
         self.on_commands = on_commands
-        self.on_eof = on_eof
+        self.on_hang_up = on_hang_up
+        self.on_input_end: Callable[[bool], None] = on_input_end or _hang_up_instead(on_hang_up)
+        self.input_ended = False
+        """The end of input has been read: nothing more comes from this client."""
+        self._fin_seen = False
+        """The client's FIN has been told to the session (read, or seen while paused)."""
+        self._queued = False
+        """Its heavy first read waits for its turn (``_Newcomers``)."""
         self.stats = stats
         """Where the bytes read are counted (``bytes_read``)."""
         self._handed = 0
@@ -205,7 +286,7 @@ class SocketTransport(Transport):
 
     def start(self) -> None:
         self.budget.join(self)  # left in _release: a transport never started is never a member
-        self._watcher.start(self._readable)
+        self._watcher.start(self._first_readable)
         self._reading = True
         if self._idle_timer is not None:
             self._idle_timer.start(self._check_idle)
@@ -217,21 +298,48 @@ class SocketTransport(Transport):
             log.info("closing idle connection", idle_seconds=self._idle_timeout)
             self._stop_reading()
             self._idle_timer.stop()
-            self.on_eof()
+            self.on_hang_up()
+
+    def _first_readable(self) -> None:
+        """The first read: at once if small, else when its turn comes (module docstring)."""
+        waiting = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.fd, termios.FIONREAD, waiting)
+        except OSError:
+            pass  # the read itself tells what happened
+        if waiting[0] > LIGHT_FIRST_READ and not _Newcomers.of(self._watcher.loop).may_go(self):
+            self._queued = True
+            self._pause()
+            return
+        self._watcher.start(self._readable)
+        self._readable()
+
+    def take_turn(self) -> None:
+        """Its heavy first read's turn has come (called by ``_Newcomers``)."""
+        self._queued = False
+        self._hang_ups.discard(self)
+        self._watcher.start(self._readable)
+        self._reading = True
+        self._readable()
 
     def _readable(self) -> None:
         try:
             data = _read(self.fd, READ_SIZE)
         except BlockingIOError:
             return
-        except OSError:
-            data = b""
+        except OSError:  # a reset: the client has gone
+            self._stop_reading()
+            self.on_hang_up()
+            return
         except Exception:
             log.exception("read failed")
-            data = b""
+            self._stop_reading()
+            self.on_hang_up()
+            return
         if not data:
             self._stop_reading()
-            self.on_eof()
+            self.input_ended = self._fin_seen = True
+            self.on_input_end(True)
             return
         if self._idle_timer is not None:
             self._last_read = self._idle_timer.loop.now()
@@ -242,7 +350,7 @@ class SocketTransport(Transport):
         except Exception:
             log.exception("decoder failed")
             self._stop_reading()
-            self.on_eof()
+            self.on_hang_up()
             return
         if decoder.closed:
             self._pause()  # the actor answers what came before, then closes
@@ -266,7 +374,7 @@ class SocketTransport(Transport):
         """Stop reading requests, but keep watching for the client hanging up."""
         self._watcher.stop()
         self._reading = False
-        if not self.closed and not self._closing:
+        if not self.closed and not self._closing and not self._fin_seen:
             self._hang_ups.add(self)
 
     def _read_again(self) -> None:
@@ -279,20 +387,27 @@ class SocketTransport(Transport):
         self._reading = False
         self._hang_ups.discard(self)
 
-    def hung_up(self) -> None:
-        """The client hung up while reading was paused (called by the hang-up watch)."""
+    def hung_up(self, events: int) -> None:
+        """The client reset the connection, or sent its FIN, while reading was paused (called
+        by the hang-up watch with the socket's epoll events)."""
         if self.closed:
             return
-        if self._closing:
-            self._close_now()  # nobody is left to take the last replies
-            return
-        self._watcher.stop()
-        self._reading = False
-        self.on_eof()
+        if events & _GONE:
+            if self._closing:
+                self._close_now()  # nobody is left to take the last replies
+                return
+            self._watcher.stop()
+            self._reading = False
+            self.on_hang_up()
+        elif not self._closing and not self._fin_seen:
+            # a FIN alone: the client may still read; the requests before it are read once
+            # reading resumes, and the session's waits end now
+            self._fin_seen = True
+            self.on_input_end(False)
 
     def _may_read(self) -> bool:
-        return (not self._closing and not self.decoder.closed and self._handed <= BACKLOG_COMMANDS
-                and self._out_bytes <= OUTPUT_HIGH)
+        return (not self._closing and not self.decoder.closed and not self.input_ended and not self._queued
+                and self._handed <= BACKLOG_COMMANDS and self._out_bytes <= OUTPUT_HIGH)
 
     def resume(self) -> None:
         """The connection actor has caught up: read again if reading was paused."""
@@ -348,7 +463,7 @@ class SocketTransport(Transport):
                 self._close_now()
             else:
                 self._stop_reading()
-                self.on_eof()
+                self.on_hang_up()
             return
         rest = _unsent(data, sent)
         self._out = [rest] if rest else []
@@ -392,10 +507,10 @@ class SocketTransport(Transport):
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
         except OSError:
             pass
-        on_eof = self.on_eof
+        on_hang_up = self.on_hang_up
         self._closing = True
         self._close_now()
-        on_eof()
+        on_hang_up()
 
     def _close_now(self) -> None:
         if self.closed:
@@ -427,7 +542,8 @@ class SocketTransport(Transport):
             self.held = 0
         self.budget.leave(self)
         self.on_commands = _ignore_commands
-        self.on_eof = _ignore
+        self.on_hang_up = _ignore
+        self.on_input_end = _ignore_input_end
 
     def _drop_output(self) -> None:
         self._out, self._out_bytes, self._out_held, self.backed_up = [], 0, 0, False
@@ -448,6 +564,9 @@ def _footprint(data: bytes | memoryview) -> int:
     return len(data.obj) if type(data) is memoryview else len(data)  # type: ignore[arg-type]
 
 
+_GONE: Final = select.EPOLLHUP | select.EPOLLERR
+"""A hang-up watch event with either of these is a reset (or both directions shut), not a FIN alone."""
+
 _RESET = struct.pack("ii", 1, 0)
 """``SO_LINGER`` on, with no time to linger: ``close`` resets the connection."""
 
@@ -458,3 +577,13 @@ def _ignore() -> None:
 
 def _ignore_commands(_commands: list[Any]) -> None:
     pass
+
+
+def _ignore_input_end(_final: bool) -> None:
+    pass
+
+
+def _hang_up_instead(on_hang_up: Callable[[], None]) -> Callable[[bool], None]:
+    def on_input_end(_final: bool) -> None:
+        on_hang_up()
+    return on_input_end
