@@ -147,7 +147,8 @@ def test_max_memory_size_bounds_what_items_set_on_short_connections_hold(make_se
         assert reader.get("bounded") == bytes([index]) * (16 * MIB)
     reader.close()
     after = settled_rss(server, start + SLACK)
-    summary = f"start {start // MIB} MiB, while the queue holds them {held // MIB} MiB, after reading {after // MIB} MiB"
+    summary = (f"start {start // MIB} MiB, while the queue holds them {held // MIB} MiB,"
+               f" after reading {after // MIB} MiB")
     print(summary)
     assert held - start <= 32 * MIB + SLACK, summary
     assert after - start <= SLACK, summary
