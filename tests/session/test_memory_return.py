@@ -16,23 +16,14 @@ import socket
 
 import pytest
 
-from ..helpers import ServerProcess, read_rss_kib, wait_for, write_config
+from ..helpers import ServerProcess, settled_rss, write_config
+from ..helpers import server_rss as rss
 
 MIB = 1024 * 1024
 SLACK = 64 * MIB
 """How far above its starting point the server may stay once the items are read (the issue's)."""
 
 pytestmark = pytest.mark.slow
-
-
-def rss(server: ServerProcess) -> int:
-    return read_rss_kib(server.proc.pid) * 1024
-
-
-def settled_rss(server: ServerProcess, ceiling: int, timeout: float = 15.0) -> int:
-    """The server's resident set once it is at most ``ceiling``, or after ``timeout``."""
-    wait_for(lambda: rss(server) <= ceiling, timeout, 0.1)
-    return rss(server)
 
 
 def started(make_server, *args: str) -> tuple[ServerProcess, int]:
