@@ -26,6 +26,7 @@ __all__ = ["COMPILED_MODULES", "PROFILE_MARKER", "PURE_ENV", "compiled_state", "
 
 COMPILED_MODULES = (
     "kestrel_actors._names",
+    "kestrel_actors._malloc",
     "kestrel_actors.protocol._lines",
     "kestrel_actors.protocol._replies",
     "kestrel_actors.protocol._commands",

@@ -597,6 +597,17 @@ def read_rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def server_rss(server: ServerProcess) -> int:
+    """The server process's resident set in bytes."""
+    return read_rss_kib(server.proc.pid) * 1024
+
+
+def settled_rss(server: ServerProcess, ceiling: int, timeout: float = 15.0) -> int:
+    """The server's resident set (bytes) once it is at most ``ceiling``, or after ``timeout``."""
+    wait_for(lambda: server_rss(server) <= ceiling, timeout, 0.1)
+    return server_rss(server)
+
+
 class Pipeline(Connection):
     """One memcache connection (:class:`kestrel_actors.client.Connection`, blocking sockets):
     :meth:`stream` sends from a thread while the ``read_*`` methods parse the replies."""

@@ -216,6 +216,7 @@ REQUEST_PATH = {
     "QueueCore._pop_head": set(),
     "ValueReplies.reply": set(),
     "_tally": set(),
+    "HeldMemory.moved": set(),
 }
 """Compiled functions that run for every SET or GET (at 100 clients, or alone) (``Class.method`` or a module's
 function), and the names each may still look up (the actors' ``on_receive`` is left out: past

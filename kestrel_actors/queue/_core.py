@@ -4,6 +4,9 @@
 and tests can drive it directly. Time comes in as an argument (epoch milliseconds), so expiry
 is deterministic. Every change is reported to the queue's journal in the order it happens.
 
+What the items in memory hold (``mem_bytes``) is told to the process's ``_malloc.HELD`` as it
+changes, so that the memory of items read goes back to the system (ADR 0011).
+
 Read-behind (behaviour §5.8): once the queue holds ``max_memory_size`` bytes, new items go only to the
 journal, and each removal refills memory from the journal. So ``length`` and ``bytes`` count
 every item, while ``items`` and ``mem_bytes`` are what is in memory. With a file journal,
@@ -20,6 +23,7 @@ import time
 from collections import deque
 from typing import Any, Final, Protocol
 
+from .._malloc import HELD, HeldMemory
 from ..config import QueueConfig
 from ._journal import Item, Journal
 from ._rules import epoch_ms, next_xid
@@ -126,6 +130,8 @@ class QueueCore:
         self.length = 0
         self.bytes = 0
         self.mem_bytes = 0
+        self.held: HeldMemory = HELD
+        """Told of every change of ``mem_bytes`` (an attribute: the compiled build calls it natively)."""
         self.open_reads: dict[int, Item] = {}
         self._open_since: dict[int, int] = {}
         self._xid = 0
@@ -184,6 +190,7 @@ class QueueCore:
         if not behind:
             _append(self.items, item)
             self.mem_bytes += size
+            self.held.moved(size)
         self.length += 1
         self.bytes += size
         self.total_items += 1
@@ -239,6 +246,7 @@ class QueueCore:
         if not behind:
             _append(self.items, item)
             self.mem_bytes += size
+            self.held.moved(size)
         self.length += 1
         self.bytes += size
         return True
@@ -271,6 +279,7 @@ class QueueCore:
         self.length += 1
         self.bytes += size
         self.mem_bytes += size
+        self.held.moved(size)
         self.canceled_transactions += 1
         return True
 
@@ -351,6 +360,8 @@ class QueueCore:
         return max(0, now_ms - items[0].add_time) if items else 0
 
     def close(self) -> None:
+        if not self.closed:
+            self.held.moved(-self.mem_bytes)  # the queue and its items go
         self.closed = True
 
     def restore(self, state: Any) -> None:
@@ -358,6 +369,7 @@ class QueueCore:
         self.items = state.items
         self.length = state.length
         self.bytes = state.bytes
+        self.held.moved(state.mem_bytes - self.mem_bytes)
         self.mem_bytes = state.mem_bytes
         self.total_items = state.total_items
         self._xid = state.xid
@@ -382,6 +394,7 @@ class QueueCore:
         self.length -= 1
         self.bytes -= size
         self.mem_bytes -= size
+        self.held.moved(-size)
         return item
 
     def _fill_read_behind(self) -> None:
@@ -400,7 +413,9 @@ class QueueCore:
             if item is None:
                 break
             _append(self.items, item)
-            self.mem_bytes += len(item.data)
+            size = len(item.data)
+            self.mem_bytes += size
+            self.held.moved(size)
         if self.metrics is not None:
             self.metrics.histogram("fill_readbehind_usec").add(int((_perf_counter() - started) * 1e6))
 

@@ -67,6 +67,9 @@ __all__ = ["Answer", "Disconnected", "Drain", "EndOfInput", "MonitorState", "Rec
 log = structlog.get_logger("kestrel_actors.connection")
 
 MAX_BATCH: Final = 256
+_NO_OPS: Final[list[Any]] = []
+"""``batch_ops`` between batches (never changed): a session keeps no operation, and so no
+item's bytes, after its batch is answered."""
 
 _perf_counter: Final = time.perf_counter
 _monotonic: Final = time.monotonic  # read through a C static, not the module (ADR 0015)
@@ -218,7 +221,9 @@ class SessionActor(GeventActor):
         self.batch: list[tuple[Any, int, p.Bad | None, bool]] = []
         """The batch in flight: per command, its operation count, preset reply, and whether
         its last operation opens an item."""
-        self.batch_ops: list[Any] = []
+        self.batch_ops: list[Any] = _NO_OPS
+        """The operations of the batch in flight (or of its unanswered rest): a SET's carries
+        its item's bytes, so it is let go as soon as the batch is answered (issue 53)."""
         self.batch_results: list[Any] | None = None
         """Results of a batch the queue answered in parts, kept until the rest comes."""
         self.batch_queue = ""
@@ -498,6 +503,7 @@ class SessionActor(GeventActor):
         entries = self.batch
         ops = self.batch_ops
         self.batch = []
+        self.batch_ops = _NO_OPS
         if self.session.closed:  # no item may stay with a client that has gone
             self._return_items(ops, results, 0, len(results), opened=True)
             return

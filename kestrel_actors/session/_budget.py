@@ -16,30 +16,25 @@ Shedding runs once per hub loop iteration at most (a callback), never inside a t
 read or send: the sum may go over the bound by what one iteration's reads and replies add.
 
 Freed is not always given back: glibc keeps freed heap memory for reuse (see ``_malloc``). So
-once the sum has fallen ``TRIM_STEP`` below its highest since the last trim, the heap's free
-pages are given back to the system, shortly after (once for a burst of closes).
+every change of the sum is told to ``_malloc.HELD`` too, which gives the heap's free pages back
+once what the server holds (these buffers and the queues' items) has fallen far enough.
 """
 
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Final, Protocol
+from typing import Protocol
 
 import gevent
 import structlog
 
-from .._malloc import give_back_free_memory
+from .._malloc import HELD, HeldMemory
 
 __all__ = ["BufferBudget", "BufferHolder"]
 
 log = structlog.get_logger("kestrel_actors.transport")
 
 _held = attrgetter("held")
-
-TRIM_STEP: Final = 32 * 1024 * 1024
-"""Bytes the sum must fall below its high-water mark before freed memory is given back."""
-TRIM_DELAY: Final = 0.2
-"""Seconds from that fall to the trim: the rest of a burst of closes is freed by then."""
 
 
 class BufferHolder(Protocol):
@@ -56,7 +51,7 @@ class BufferHolder(Protocol):
 class BufferBudget:
     """The sum of what every connection buffers, and the bound on it; see the module docstring."""
 
-    __slots__ = ("limit", "total", "members", "shed_connections", "_due", "_high", "_trim_due")
+    __slots__ = ("limit", "total", "members", "shed_connections", "_due", "held")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -67,9 +62,8 @@ class BufferBudget:
         self.shed_connections = 0
         """Connections closed by the bound since start-up."""
         self._due = False
-        self._high = 0
-        """The highest sum since the last trim."""
-        self._trim_due = False
+        self.held: HeldMemory = HELD
+        """Told of every change of the sum (see the module docstring)."""
 
     def join(self, holder: BufferHolder) -> None:
         """``holder`` is a connection from now on (holding nothing yet)."""
@@ -82,20 +76,10 @@ class BufferBudget:
     def moved(self, change: int) -> None:
         """A connection holds ``change`` bytes more (or fewer, if negative) than it last said."""
         total = self.total = self.total + change
-        if change > 0:
-            if total > self._high:
-                self._high = total
-            if total > self.limit and not self._due:
-                self._due = True
-                gevent.get_hub().loop.run_callback(self._shed)
-        elif self._high - total >= TRIM_STEP and not self._trim_due:
-            self._trim_due = True
-            gevent.get_hub().loop.timer(TRIM_DELAY).start(self._trim)
-
-    def _trim(self) -> None:
-        self._trim_due = False
-        self._high = self.total
-        give_back_free_memory()
+        self.held.moved(change)
+        if change > 0 and total > self.limit and not self._due:
+            self._due = True
+            gevent.get_hub().loop.run_callback(self._shed)
 
     def _shed(self) -> None:
         self._due = False

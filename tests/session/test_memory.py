@@ -28,7 +28,8 @@ import time
 
 import pytest
 
-from ..helpers import ServerProcess, read_rss_kib, stats_of, wait_for
+from ..helpers import ServerProcess, settled_rss, stats_of, wait_for
+from ..helpers import server_rss as rss
 
 MIB = 1024 * 1024
 SLACK = 64 * MIB
@@ -40,16 +41,6 @@ GET went unanswered for 5 s in 4 of 40 tries (it waited behind the burst in the 
 backlog)."""
 
 pytestmark = pytest.mark.slow
-
-
-def rss(server: ServerProcess) -> int:
-    return read_rss_kib(server.proc.pid) * 1024
-
-
-def settled_rss(server: ServerProcess, ceiling: int, timeout: float = 15.0) -> int:
-    """The server's resident set once it is at most ``ceiling``, or after ``timeout``."""
-    wait_for(lambda: rss(server) <= ceiling, timeout, 0.1)
-    return rss(server)
 
 
 def bytes_read(server: ServerProcess) -> int:
