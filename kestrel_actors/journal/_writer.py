@@ -99,7 +99,7 @@ for which rounds overlap: with fewer, each half of the sessions is too small a b
 requests run one at a time and cost the hub more than the overlap saves. Against rounds that
 wait for every session, overlapping measured 18–32% slower with 10 clients, 1–29% slower
 with 30, 15–22% slower in two runs of three with 50, 20% slower and 5% faster with 70, and
-11–16% faster with 100 (issue 24; docs/benchmarks.md, "durable rounds that overlap")."""
+11–16% faster with 100 (ADR 0016)."""
 MAX_WRITE_MARKS: Final = 1024
 """Written batches remembered between two fdatasyncs, for ``item_fsync_delay_usec``; past
 that (an fdatasync stalled for long), later batches are counted with the last one."""

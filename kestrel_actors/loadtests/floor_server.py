@@ -7,7 +7,7 @@ parsed, the item appended to one file with ``os.writev``, ``STORED`` sent; every
 gets ``END``. No actors, sessions, batches, stats or durability rules. Run ``put-many -c 1
 -F -p PORT`` against it to see what the interpreter, gevent and the kernel cost per request
 on this machine, against which kestrel-actors' CPU per request can be read
-(``docs/benchmarks.md``, "Issue 12: what the profiles show").
+(ADR 0007).
 
 With ``--sync-journal always`` it is the floor of the durable row (ADR 0018): a ``STORED``
 waits for an ``fdatasync`` covering its record, and the records that come while one runs share
