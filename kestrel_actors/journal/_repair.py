@@ -39,7 +39,7 @@ from typing import NamedTuple
 import structlog
 
 from ._files import TEMP_MARK, fsync_dir, open_regular, unique_file
-from ._format import ADD_OPS, OP_ADD_XID, OP_ADDX, OP_CONTINUE, TORN, Problem, RecordReader
+from ._format import ADD_OPS, NO_LIMIT, OP_ADD_XID, OP_ADDX, OP_CONTINUE, TORN, Problem, RecordReader
 
 __all__ = ["CORRUPT_DIR", "MIN_CHAIN", "SAVE_LIMIT", "Resync", "find_resync", "repair_file"]
 
@@ -72,14 +72,14 @@ class Resync(NamedTuple):
     """Of them, the add records (items)."""
 
 
-def _plausible_add(buf: bytes, i: int, offset: int, end: int, now_ms: int) -> bool:
+def _plausible_add(buf: bytes, i: int, offset: int, end: int, now_ms: int, max_item: int) -> bool:
     head = _HEADS[buf[i]]
     if i + head + 16 > len(buf):
         return False
     if head == 9 and _I32.unpack_from(buf, i + 1)[0] <= 0:
         return False
     (size,) = _I32.unpack_from(buf, i + head - 4)
-    if size < 16 or offset + head + size > end:
+    if size < 16 or offset + head + size > end or size - 16 > max_item:
         return False
     add_time, expiry = _TIMES.unpack_from(buf, i + head)
     if not MIN_TIME_MS <= add_time <= now_ms + FUTURE_MS:
@@ -87,8 +87,8 @@ def _plausible_add(buf: bytes, i: int, offset: int, end: int, now_ms: int) -> bo
     return expiry == 0 or expiry >= MIN_TIME_MS
 
 
-def _chain(fd: int, offset: int, end: int, now_ms: int) -> Resync | None:
-    reader = RecordReader(fd, offset, end, now_ms=now_ms)
+def _chain(fd: int, offset: int, end: int, now_ms: int, max_item_size: int | None) -> Resync | None:
+    reader = RecordReader(fd, offset, end, now_ms=now_ms, max_item_size=max_item_size)
     records = items = 0
     for record in reader:
         records += 1
@@ -114,10 +114,13 @@ def _candidates(chunk: bytes, limit: int) -> list[int]:
     return found
 
 
-def find_resync(fd: int, start: int, end: int, now_ms: int | None = None) -> Resync | None:
-    """The first place after ``start`` (the offset a reader stopped at) where records resume."""
+def find_resync(fd: int, start: int, end: int, now_ms: int | None = None,
+                max_item_size: int | None = None) -> Resync | None:
+    """The first place after ``start`` (the offset a reader stopped at) where records resume
+    (no add record there holds more than ``max_item_size`` bytes of data)."""
     if now_ms is None:
         now_ms = int(time.time() * 1000)
+    max_item = NO_LIMIT if max_item_size is None else max_item_size
     pos = start + 1
     while pos < end:
         chunk = os.pread(fd, min(SCAN_CHUNK + _LONGEST_HEAD, end - pos), pos)
@@ -125,16 +128,18 @@ def find_resync(fd: int, start: int, end: int, now_ms: int | None = None) -> Res
             return None
         limit = min(SCAN_CHUNK, len(chunk))
         for i in _candidates(chunk, limit):
-            if _plausible_add(chunk, i, pos + i, end, now_ms):
-                found = _chain(fd, pos + i, end, now_ms)
+            if _plausible_add(chunk, i, pos + i, end, now_ms, max_item):
+                found = _chain(fd, pos + i, end, now_ms, max_item_size)
                 if found is not None:
                     return found
         pos += limit
     return None
 
 
-def repair_file(data_dir: str, name: str, filename: str, problem: Problem, now_ms: int | None = None) -> int | None:
-    """Repair ``filename``, where a reader stopped with ``problem`` (see the module docstring).
+def repair_file(data_dir: str, name: str, filename: str, problem: Problem, now_ms: int | None = None,
+                max_item_size: int | None = None) -> int | None:
+    """Repair ``filename``, where a reader stopped with ``problem`` (see the module docstring);
+    ``max_item_size`` is the reader's (a record holding more data is damage).
 
     Returns the offset to read on from in the repaired file (the records after the damage
     now start there), or None if the file was cut at ``problem.offset``.
@@ -144,18 +149,18 @@ def repair_file(data_dir: str, name: str, filename: str, problem: Problem, now_m
     fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size
-        resync = find_resync(fd, offset, size, now_ms) if size > offset else None
+        resync = find_resync(fd, offset, size, now_ms, max_item_size) if size > offset else None
     finally:
         os.close(fd)
     if resync is None and problem.kind == TORN:
-        os.truncate(path, offset)
+        _truncate(path, offset)
         log.warning("journal ends inside a record (interrupted write); the partial record was cut",
                     queue=name, file=filename, offset=offset, dropped_bytes=size - offset, reason=problem.message)
         return None
     damage_end = size if resync is None else resync.offset
     saved, saved_bytes = _save_aside(data_dir, filename, path, offset, damage_end)
     if resync is None:
-        os.truncate(path, offset)
+        _truncate(path, offset)
     else:
         _cut_out(data_dir, name, path, offset, resync.offset, size)
     log.error("damaged journal record; DATA MAY HAVE BEEN LOST! The damaged bytes were copied aside and cut out",
@@ -165,6 +170,15 @@ def repair_file(data_dir: str, name: str, filename: str, problem: Problem, now_m
               items_after=0 if resync is None else resync.items,
               records_after=0 if resync is None else resync.records)
     return None if resync is None else offset
+
+
+def _truncate(path: str, size: int) -> None:
+    """Cut the file at ``path`` to ``size`` bytes, never through a symbolic link."""
+    fd = open_regular(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def _copy_range(src: int, dst: int, start: int, stop: int) -> None:
