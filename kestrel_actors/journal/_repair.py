@@ -6,13 +6,15 @@ of two things, and they are told apart here by looking past the stop:
 * **A torn tail**: the last record is incomplete, because a crash interrupted its append.
   Nothing follows it. The partial record is cut off with a warning, as Kestrel does; it
   was never acknowledged (an append is answered only after it is written).
-* **Damage in the middle**: an impossible opcode, a size too small for its record, or a
-  size that runs past records that follow it (the reader sees the last as "the data ends
+* **Damage in the middle**: an impossible opcode, a size too small for its record, a size
+  larger than the largest item the queue allows, or a size that runs past records that
+  follow it (the reader sees the last as "the data ends
   inside a record", like a torn tail). Whole records follow the damage.
 
-To tell them apart, :func:`find_resync` scans forward for the next place a record chain
-starts again: an add record (ADDX, ADD_XID or CONTINUE) whose header is plausible (a size
-that fits, an add time after 2000 and at most a year ahead, an expiry of 0 or after 2000)
+To tell them apart, :func:`find_resync` scans forward (skipping the holes of a sparse file)
+for the next place a record chain starts again: an add record (ADDX, ADD_XID or CONTINUE)
+whose header is plausible (a size that fits, an add time after 2000 and at most a year
+ahead, an expiry of 0 or after 2000)
 and from which the records read cleanly to the end of the file, or for at least
 :data:`MIN_CHAIN` records before the next damage. Found: the bytes from the stop to there
 are damage: they are copied to ``.corrupt/`` (at most :data:`SAVE_LIMIT` bytes of them),
@@ -31,6 +33,7 @@ Kestrel's format does not have.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import time
@@ -114,6 +117,18 @@ def _candidates(chunk: bytes, limit: int) -> list[int]:
     return found
 
 
+def _next_data(fd: int, pos: int, end: int) -> int:
+    """The first offset at or after ``pos`` that is not in a hole of a sparse file (``end`` if
+    none is). A hole reads as zeros, where no record chain can start: a file whose damaged
+    size points gigabytes into a hole is scanned in milliseconds, not read zero by zero."""
+    try:
+        return min(os.lseek(fd, pos, os.SEEK_DATA), end)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # only a hole from ``pos`` to the end of the file
+            return end
+        return pos  # a file system that cannot tell: read it all
+
+
 def find_resync(fd: int, start: int, end: int, now_ms: int | None = None,
                 max_item_size: int | None = None) -> Resync | None:
     """The first place after ``start`` (the offset a reader stopped at) where records resume
@@ -122,7 +137,7 @@ def find_resync(fd: int, start: int, end: int, now_ms: int | None = None,
         now_ms = int(time.time() * 1000)
     max_item = NO_LIMIT if max_item_size is None else max_item_size
     pos = start + 1
-    while pos < end:
+    while (pos := _next_data(fd, pos, end)) < end:
         chunk = os.pread(fd, min(SCAN_CHUNK + _LONGEST_HEAD, end - pos), pos)
         if not chunk:
             return None
