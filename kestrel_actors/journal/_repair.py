@@ -14,9 +14,8 @@ of two things, and they are told apart here by looking past the stop:
 To tell them apart, :func:`find_resync` scans forward (skipping the holes of a sparse file)
 for the next place a record chain starts again: an add record (ADDX, ADD_XID or CONTINUE)
 whose header is plausible (a size that fits, an add time after 2000 and at most a year
-ahead, an expiry of 0 or after 2000)
-and from which the records read cleanly to the end of the file, or for at least
-:data:`MIN_CHAIN` records before the next damage. Found: the bytes from the stop to there
+ahead, an expiry of 0 or after 2000) and from which the records read cleanly to the end of
+the file, or for at least :data:`MIN_CHAIN` records before the next damage. Found: the bytes from the stop to there
 are damage: they are copied to ``.corrupt/`` (at most :data:`SAVE_LIMIT` bytes of them),
 cut out of the file (a copy of the rest is renamed over it, so a crash leaves the old file
 whole), and the records after them are replayed. Not found and the reader saw a torn tail:
