@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
 import stat
 import struct
 import subprocess
@@ -61,20 +60,6 @@ def entries(directory: Path) -> dict[str, tuple[int, bytes | str | None]]:
 
 def events(server: ServerProcess, prefix: str) -> list[dict]:
     return [e for e in server.log_events() if str(e.get("event", "")).startswith(prefix)]
-
-
-@pytest.fixture
-def started():
-    servers: list[ServerProcess] = []
-
-    def start(data_dir: Path, *args: str, timeout: float = 20.0) -> ServerProcess:
-        server = ServerProcess(data_dir, args)
-        servers.append(server)
-        return server.start(timeout)
-
-    yield start
-    for server in servers:
-        server.stop(signal.SIGKILL)
 
 
 # -- point 3: nothing outside the data directory is ever written -------------------------------
