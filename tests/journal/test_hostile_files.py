@@ -146,6 +146,28 @@ def test_a_named_pipe_journal_stops_neither_serve_nor_the_offline_tools(tmp_path
     assert entries(data)["p"][0] == stat.S_IFIFO and entries(data)["q.1000"] == before["q.1000"]
 
 
+def test_the_status_file_is_neither_followed_nor_waited_on(tmp_path, started):
+    """The status file lives in the data directory too (``.kestrel/status``): a named pipe in
+    its place is not waited on, and a link where its new copy is written is not written
+    through."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    data = tmp_path / "data"
+    (data / ".kestrel").mkdir(parents=True)
+    os.mkfifo(data / ".kestrel" / "status")
+    os.symlink(victim, data / ".kestrel" / "status~~tmp")
+
+    server = started(data, timeout=30)
+    [unread] = events(server, "cannot read the stored status")
+    assert "not a regular file" in unread["error"], unread
+    c = server.client()
+    assert c.call(b"status ReadOnly") == b"END"
+    c.close()
+    assert victim.read_bytes() == b"precious\n"
+    assert (data / ".kestrel" / "status").read_text() == "ReadOnly\n"
+    assert not os.path.lexists(data / ".kestrel" / "status~~tmp")
+
+
 # -- point 4: a record claiming 2 GiB in a sparse 4 GiB file -------------------------------------
 
 def _sparse_journal(path: Path) -> tuple[bytes, int]:
