@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import struct
 import time
 from typing import NamedTuple
@@ -212,9 +213,11 @@ def _save_aside(data_dir: str, filename: str, path: str, start: int, stop: int) 
     stop = min(stop, start + SAVE_LIMIT)
     try:
         os.makedirs(target_dir, exist_ok=True)
+        if not stat.S_ISDIR(os.lstat(target_dir).st_mode):  # a link to a directory elsewhere
+            raise NotADirectoryError(f"{target_dir} is not a directory of the data directory")
         src = open_regular(path)
         try:
-            dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             try:
                 _copy_range(src, dst, start, stop)
                 os.fsync(dst)

@@ -146,6 +146,23 @@ def test_a_named_pipe_journal_stops_neither_serve_nor_the_offline_tools(tmp_path
     assert entries(data)["p"][0] == stat.S_IFIFO and entries(data)["q.1000"] == before["q.1000"]
 
 
+def test_damage_is_never_saved_through_a_linked_corrupt_directory(tmp_path, started):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
+    os.symlink(elsewhere, data / ".corrupt")
+    (data / "q").write_bytes(addx(b"before") + b"\xee" * 100 + addx(b"a") + addx(b"b") + addx(b"c") + addx(b"d"))
+
+    server = started(data)
+    c = server.client()
+    assert [c.get("q") for _ in range(6)] == [b"before", b"a", b"b", b"c", b"d", None]
+    c.close()
+    assert os.listdir(elsewhere) == []
+    [error] = events(server, "damaged journal record")
+    assert error["saved_to"] is None and error["damaged_bytes"] == 100
+
+
 def test_the_status_file_is_neither_followed_nor_waited_on(tmp_path, started):
     """The status file lives in the data directory too (``.kestrel/status``): a named pipe in
     its place is not waited on, and a link where its new copy is written is not written
