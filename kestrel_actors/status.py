@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -255,8 +256,7 @@ class ServerStatus:
         if self.path is None:
             return self._reported
         try:
-            with open(self.path, encoding="utf-8") as file:
-                first = file.readline()
+            first = _read_first_line(self.path)
         except FileNotFoundError:
             log.info("no stored status; using the default", path=str(self.path),
                      status=self.default.value)
@@ -307,11 +307,36 @@ class ServerStatus:
         tmp = self.path.with_name(self.path.name + "~~tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as file:
-                file.write(self._reported.value + "\n")
-                file.flush()
-                os.fsync(file.fileno())
+            _write_new(tmp, (self._reported.value + "\n").encode("utf-8"))
             os.replace(tmp, self.path)
         except OSError as exc:
             log.error("cannot store the status", path=str(self.path), error=str(exc),
                       status=self._reported.value)
+
+
+_NOT_FOLLOWED = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+"""The status file lives in the data directory: a symbolic link or a named pipe planted in its
+place is neither followed (nothing outside is read or written) nor waited on."""
+
+
+def _read_first_line(path: Path) -> str:
+    """The first line of the status file, which must be a regular file (``OSError`` if not)."""
+    fd = os.open(path, os.O_RDONLY | _NOT_FOLLOWED)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return file.readline(256).decode("utf-8")
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file at ``path`` (whatever was there is removed first, never
+    written through) and fsync it."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOT_FOLLOWED, 0o644)
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(fd)

@@ -7,7 +7,16 @@ only when it runs, so ``kestrel-actors --help`` stays fast and the Spark bridge 
 gevent.
 """
 
+import signal
 import sys
+
+# First, before any import that takes time: SIGHUP's default action kills, and the server
+# installs its reload handler only once its modules are imported (a second or more). Until
+# then a SIGHUP (a log rotation's, say) is ignored; only ``serve`` does this, so a client
+# command still ends with its terminal.
+if sys.argv[1:2] == ["serve"]:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
 from typing import Any
 
 import click

@@ -10,8 +10,11 @@
 (``REM`` remove, ``RSV`` tentative remove, ``ACK`` confirm, ``CAN`` abort/unremove, ``XID``
 saved xid, ``CON`` continue), then a summary. ``pack`` compacts a stopped server's queue into
 one file; it takes the data directory's lock first, so it refuses a directory a server is
-running in (``dump`` only reads the files it is given). Nothing heavy is imported until a
-command runs.
+running in (``dump`` only reads the files it is given). Both open journal files only as
+regular files, never through a symbolic link: anything else is one line on stderr and exit 1,
+and ``pack`` then changes nothing. A record holding more data than ``--max-item-bytes`` (the
+server's flag, 64 MiB by default) is damage, never read into memory. Nothing heavy is imported
+until a command runs.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ import click
 from ._errors import describe as describe_error
 from ._errors import fail
 
+MIB = 1024 * 1024
+
+_max_item_bytes = click.option(
+    "--max-item-bytes", default=64 * MIB, show_default=True, type=click.IntRange(min=0),
+    help="The server's --max-item-bytes: a record holding more data is damage.")
+
 
 @click.group()
 def journal() -> None:
@@ -37,17 +46,17 @@ def journal() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Only the summary, not every operation.")
 @click.option("-d", "--dump", "show_data", is_flag=True, help="Also print the data of each added item.")
 @click.option("-A", "--raw", is_flag=True, help="Print only the raw data of the added items.")
-def dump(paths: tuple[str, ...], quiet: bool, show_data: bool, raw: bool) -> None:
+@_max_item_bytes
+def dump(paths: tuple[str, ...], quiet: bool, show_data: bool, raw: bool, max_item_bytes: int) -> None:
     """Describe the contents of journal files (Kestrel's qdump), one file at a time."""
     failed = False
     for path in paths:
-        if not raw and not quiet:
-            click.echo(f"Queue: {path}")
-        failed |= not _dump_file(path, quiet or raw, show_data, raw)
+        failed |= not _dump_file(path, quiet or raw, show_data, raw, max_item_bytes, header=not (raw or quiet))
     sys.exit(1 if failed else 0)
 
 
-def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
+def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool, max_item_bytes: int, header: bool) -> bool:
+    from ..journal import NotRegularFile, open_regular
     from ..journal._format import (
         ADD_OPS,
         OP_CONFIRM_REMOVE,
@@ -63,11 +72,16 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
     from ..queue import Item, next_xid
 
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path)
+    except NotRegularFile as exc:
+        click.echo(f"{click.get_current_context().command_path}: Can't open journal file: {exc}", err=True)
+        return False
     except OSError as exc:
         click.echo(f"{click.get_current_context().command_path}: Can't open journal file: {path} "
                    f"({describe_error(exc)})", err=True)
         return False
+    if header:
+        click.echo(f"Queue: {path}")
     now = int(time.time() * 1000)
     queue: deque[int] = deque()
     open_sizes: dict[int, int] = {}
@@ -83,7 +97,7 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
         return text
 
     try:
-        reader = RecordReader(fd, now_ms=now)
+        reader = RecordReader(fd, now_ms=now, max_item_size=max_item_bytes)
         for record in reader:
             op = record.op
             if op in ADD_OPS or op == OP_CONTINUE:
@@ -121,6 +135,7 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
                     out.write(record.item.data)  # type: ignore[union-attr]
                 else:
                     click.echo("    " + record.item.data.decode("latin-1"))
+        size = os.fstat(fd).st_size
     finally:
         os.close(fd)
     if raw:
@@ -136,7 +151,7 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
     if problem is not None:
         what = "ends inside a record" if problem.kind == "torn" else "is corrupt"
         click.echo(f"{path}: journal {what} at offset {problem.offset} ({problem.message}); "
-                   f"{os.path.getsize(path) - problem.offset} bytes after it were not read.", err=True)
+                   f"{size - problem.offset} bytes after it were not read.", err=True)
         return False
     return True
 
@@ -145,14 +160,16 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool) -> bool:
 @click.argument("queue")
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False, exists=True),
               help="The server's data directory.")
-def pack(queue: str, data_dir: str) -> None:
+@_max_item_bytes
+def pack(queue: str, data_dir: str, max_item_bytes: int) -> None:
     """Compact every journal file of QUEUE into one (offline: it refuses a directory that a
     running server, or another pack, has locked).
 
-    The result holds the queue's open reads and its items; a broken tail is cut first, as the
-    server would do at startup.
+    The result holds the queue's open reads and its items; damage is set aside first, as the
+    server would do at startup. A file of QUEUE that is not a regular file (a symbolic link, a
+    named pipe, ...) is refused, and nothing is changed.
     """
-    from ..journal import DataDirLocked, lock_data_dir
+    from ..journal import DataDirLocked, NotRegularFile, lock_data_dir
     from ..logs import configure_logging
 
     configure_logging("console", "warning")
@@ -164,19 +181,22 @@ def pack(queue: str, data_dir: str) -> None:
     except (DataDirLocked, OSError) as exc:
         fail(str(exc) if isinstance(exc, DataDirLocked) else f"cannot lock {data_dir}: {describe_error(exc)}", 1)
     try:
-        _pack(queue, data_dir)
+        _pack(queue, data_dir, max_item_bytes)
+    except NotRegularFile as exc:
+        fail(f"{exc}; nothing was changed", 1)
     finally:
         os.close(lock)
 
 
-def _pack(queue: str, data_dir: str) -> None:
-    from ..journal._files import journal_files
+def _pack(queue: str, data_dir: str, max_item_bytes: int) -> None:
+    from ..journal import check_regular, journal_files
     from ..journal._pack import pack_queue
 
+    check_regular(data_dir, queue)  # before the listing below, which would skip such a file
     files = [f for f in journal_files(data_dir, queue) if os.path.exists(os.path.join(data_dir, f))]
     if not files:
         fail(f"no journal files for queue {queue!r} in {data_dir}", 1)
     before = sum(os.path.getsize(os.path.join(data_dir, f)) for f in files)
-    items, size = pack_queue(data_dir, queue)
+    items, size = pack_queue(data_dir, queue, max_item_bytes)
     click.echo(f"Packed {queue!r}: {len(files)} file(s), {before} bytes -> 1 file, {size} bytes "
                f"({items} items).")

@@ -92,7 +92,7 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
     try:
         server = Server(
             config,
-            opener=make_file_opener(config.data_dir, read_behind=True),
+            opener=make_file_opener(config.data_dir, read_behind=True, max_item_bytes=config.max_item_bytes),
             discover=lambda: queue_names(config.data_dir),
             data_dir_lock=data_dir_lock,
         )

@@ -3,8 +3,10 @@
 A :class:`ServerSetFollower` lists ``<path>``'s ``member_`` children and reads each one's
 ``ServiceInstance``, leaving a watch on the list and on every member; any change (a member
 joined, left, or changed its data) and every new session lists them again. Each listing is
-handed to ``on_change`` (only ALIVE members, in member order). While ZooKeeper cannot be
-reached the last listing stands: the client keeps using the servers it knew.
+handed to ``on_change`` (only ALIVE members, in member order). A member whose data cannot
+be read as a ``ServiceInstance`` (whatever its bytes: not JSON, nested 100,000 deep, ...) is
+skipped with one warning. While ZooKeeper cannot be reached the last listing stands: the
+client keeps using the servers it knew.
 
 On threads by default; with gevent in charge (:func:`kestrel_actors.client.cooperative`) it
 runs on kazoo's gevent handler.
@@ -43,6 +45,9 @@ class ServerSetFollower:
         self._lock = self._zk.handler.lock_object()
         self._listed = self._zk.handler.event_object()
         self._stopped = False
+        self._ignored: set[tuple[str, int]] = set()
+        """``(member path, data version's zxid)`` of each unreadable member already warned of:
+        a set is listed again at every change, and one bad member is one warning."""
         self._zk.add_listener(self._on_state)
 
     def start(self, timeout: float = 10.0) -> ServerSetFollower:
@@ -93,14 +98,17 @@ class ServerSetFollower:
                 for child in sorted(children):
                     if not child.startswith(MEMBER_PREFIX):
                         continue
+                    member = f"{path}/{child}"
                     try:
-                        data, _stat = self._zk.get(f"{path}/{child}", watch=self._changed)
+                        data, stat = self._zk.get(member, watch=self._changed)
                     except NoNodeError:
                         continue
                     try:
                         instance = decode_member(data)
                     except ValueError as exc:
-                        log.warning("server-set member ignored", member=f"{path}/{child}", error=str(exc))
+                        if (member, stat.mzxid) not in self._ignored:
+                            self._ignored.add((member, stat.mzxid))
+                            log.warning("server-set member ignored", member=member, error=str(exc)[:300])
                         continue
                     if instance.status == ALIVE:
                         members.append(instance)

@@ -51,7 +51,8 @@ WRITE = "write"
 RETRY_PAUSE = 1.0
 """Seconds before a failed ZooKeeper operation is tried again (the connection is up)."""
 CLOSE_TIMEOUT = 3.0
-"""Seconds shutdown gives ZooKeeper to take both memberships away before closing the session."""
+"""Seconds shutdown gives ZooKeeper, all told, to take both memberships away and close the
+session (it comes out of the server's drain bound, ``server.DRAIN_SECONDS``)."""
 
 _READABLE = (Status.UP, Status.WRITE_AVOID, Status.READ_ONLY)
 
@@ -159,7 +160,12 @@ class ZooKeeperMembership:
                         "when it is reachable", zookeeper=self.config.hosts)
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
-        """Shutdown: leave both sets (marked DEAD, deleted) and end the session."""
+        """Shutdown: leave both sets (marked DEAD, deleted) and end the session, in at most
+        ``timeout`` seconds whatever ZooKeeper does.
+
+        A ZooKeeper that stops or stalls meanwhile fails or never answers the requests; that
+        is logged once and shutdown goes on (the nodes are ephemeral: they go with the
+        session, at the latest when it times out)."""
         if self._later is not None:
             self._later.kill(block=False)
         self._target = Status.DOWN
@@ -167,14 +173,20 @@ class ZooKeeperMembership:
             self._leave(member)
         if self._keeper is not None:
             self._keeper.kill()
+        self._state = "CLOSED"
         # False: expire silently (gevent's documented value; its stub allows only exceptions)
         with gevent.Timeout(timeout, False):  # type: ignore[arg-type]
-            if self._zk.connected:
-                self._drop_leaving()
-        self._state = "CLOSED"
-        with gevent.Timeout(timeout, False):  # type: ignore[arg-type]
-            self._zk.stop()
-        self._zk.close()
+            try:
+                if self._zk.connected:
+                    self._drop_leaving()
+                self._zk.stop()
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper's trouble never stops a shutdown
+                log.warning("zookeeper did not take the server out of its sets; its nodes go "
+                            "with its session", error=repr(exc)[:300])
+        try:
+            self._zk.close()
+        except Exception as exc:  # noqa: BLE001 - as above
+            log.debug("zookeeper client close failed", error=repr(exc)[:300])
 
     def figures(self) -> MembershipFigures:
         return MembershipFigures(

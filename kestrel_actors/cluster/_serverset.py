@@ -94,11 +94,14 @@ def encode_member(instance: ServiceInstance) -> bytes:
 
 def decode_member(data: bytes) -> ServiceInstance:
     """Read a member's data as ``JsonCodec.deserialize`` does: ``serviceEndpoint`` and
-    ``status`` required, ``additionalEndpoints`` and ``shard`` optional. ValueError if not."""
+    ``status`` required, ``additionalEndpoints`` and ``shard`` optional. ValueError if not
+    (whatever the bytes: the data is written by anyone the set's ACL lets write)."""
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"a server-set member's data is not JSON: {exc}") from None
+    except RecursionError:  # anyone who may write a member can nest arrays 100,000 deep
+        raise ValueError("a server-set member's data is nested too deeply to be a ServiceInstance") from None
     if not isinstance(document, dict):
         raise ValueError("a server-set member's data is not a JSON object")
     if "serviceEndpoint" not in document:

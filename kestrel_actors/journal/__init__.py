@@ -5,6 +5,8 @@
   the ``sync_journal`` policy, rotated, rewritten and packed as Kestrel does (behaviour §6).
 * :func:`open_file_journal` / :func:`make_file_opener` — replay a queue at startup.
 * :func:`queue_names` — the queues found in a data directory (behaviour §7.1).
+* :func:`open_regular`, :func:`check_regular` — journal files are only ever regular files,
+  never opened through a symbolic link (:class:`NotRegularFile`).
 * :func:`lock_data_dir` — one process at a time in a data directory (:class:`DataDirLocked`).
 * The record format (:class:`RecordReader`, ``encode_*``) for tools such as the CLI.
 
@@ -14,7 +16,16 @@ The parts that need gevent are imported on first use, so offline tools stay ligh
 from typing import Any
 
 from ..queue import Item, Journal
-from ._files import NotRegularFile, archived_files, erase_files, fsync_dir, journal_files, queue_names
+from ._files import (
+    NotRegularFile,
+    archived_files,
+    check_regular,
+    erase_files,
+    fsync_dir,
+    journal_files,
+    open_regular,
+    queue_names,
+)
 from ._format import (
     CORRUPT,
     TORN,
@@ -61,6 +72,7 @@ __all__ = [
     "RecordReader",
     "ReplayResult",
     "archived_files",
+    "check_regular",
     "encode_add",
     "encode_confirm_remove",
     "encode_continue",
@@ -73,6 +85,7 @@ __all__ = [
     "lock_data_dir",
     "make_file_opener",
     "open_file_journal",
+    "open_regular",
     "pack_archives",
     "pack_queue",
     "queue_names",

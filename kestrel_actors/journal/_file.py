@@ -39,6 +39,7 @@ from ._files import (
     erase_files,
     file_timestamp,
     fsync_dir,
+    open_regular,
     total_size,
     unique_file,
 )
@@ -502,9 +503,9 @@ class FileJournal(Journal):
         sources = []
         try:
             for filename in later_files:
-                fd = os.open(os.path.join(self.data_dir, filename), os.O_RDONLY)
+                fd = open_regular(os.path.join(self.data_dir, filename))
                 sources.append((fd, os.fstat(fd).st_size))
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = open_regular(self.path)
             sources.append((fd, self._writer.file_written))
             budget = 2 * self.config.max_journal_size
             temp = run_blocking(functools.partial(prepare_pack, self.data_dir, self.name, upto, sources, budget))

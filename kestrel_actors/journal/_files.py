@@ -12,8 +12,11 @@
 Queue names never contain ``.``, ``/`` or ``~``, so the part of a file name before the first
 ``.`` (or ``~~``) is the queue's name. Unlike Kestrel, a stray ``<name>.<not-a-number>`` file
 does not stop the server: it is logged and ignored. So is anything that is not a regular file
-(a directory, a named pipe, a socket, a device), whatever its name: it is looked at with
-``stat`` only and never opened, since opening a named pipe waits for a writer for ever.
+(a symbolic link, a directory, a named pipe, a socket, a device), whatever its name: it is
+looked at with ``lstat`` only and never opened, since opening a named pipe waits for a writer
+for ever and writing through a symbolic link would write outside the data directory. Every
+journal file is opened with :func:`open_regular` (``O_NOFOLLOW``, then ``fstat``), so a file
+replaced by one of those after the listing is refused too.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
     "TEMP_MARK",
     "NotRegularFile",
     "archived_files",
+    "check_regular",
     "delete_temp_files",
     "erase_files",
     "file_size",
@@ -62,47 +66,86 @@ class NotRegularFile(OSError):
     """A journal's path names something other than a regular file (a directory, a pipe, ...)."""
 
 
-def _warn_not_regular(filename: str) -> None:
+def _warn_not_regular(data_dir: str, filename: str) -> None:
     if filename not in _warned:
         _warned.add(filename)
+        try:
+            kind = _kind(os.lstat(os.path.join(data_dir, filename)).st_mode)
+        except OSError:
+            kind = "gone"
         log.warning("ignoring something in the journal directory that is not a regular file",
-                    file=filename)
+                    file=filename, kind=kind)
 
 
 def is_regular(data_dir: str, filename: str) -> bool:
-    """True if ``filename`` is a regular file (a symlink is followed); never opens it."""
+    """True if ``filename`` is a regular file (a symbolic link is not); never opens it."""
     try:
-        return stat.S_ISREG(os.stat(os.path.join(data_dir, filename)).st_mode)
+        return stat.S_ISREG(os.lstat(os.path.join(data_dir, filename)).st_mode)
     except OSError:
         return False
 
 
-def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
-    """``os.open`` that never blocks on a named pipe and only ever hands back a regular file.
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a named pipe"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "a device"
 
-    ``O_NONBLOCK`` makes opening a pipe return at once (it has no effect on a regular file's
-    reads and writes); anything that is not a regular file is closed again and raises
-    :class:`NotRegularFile`. A missing file raises ``FileNotFoundError`` as ``os.open`` does.
+
+def _not_regular(path: str, mode: int) -> NotRegularFile:
+    return NotRegularFile(f"{path} is {_kind(mode)}, not a regular file")
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """``os.open`` that never follows a symbolic link, never blocks on a named pipe and only
+    ever hands back a regular file.
+
+    ``O_NOFOLLOW`` refuses a symbolic link in the last component (so nothing outside the data
+    directory is read or written through one); ``O_NONBLOCK`` makes opening a pipe return at
+    once (it has no effect on a regular file's reads and writes); anything that is not a
+    regular file is closed again and raises :class:`NotRegularFile`. A missing file raises
+    ``FileNotFoundError`` as ``os.open`` does.
     """
     try:
-        fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
     except FileNotFoundError:
         raise
-    except OSError as exc:  # a pipe without a reader (ENXIO), a directory (EISDIR), ...
+    except OSError as exc:  # a symlink (ELOOP), a pipe without a reader (ENXIO), a directory, ...
         try:
-            regular = stat.S_ISREG(os.stat(path).st_mode)
+            found = os.lstat(path).st_mode
         except OSError:
             raise exc from None
-        if regular:
+        if stat.S_ISREG(found):
             raise
-        raise NotRegularFile(f"{path} is not a regular file") from exc
+        raise _not_regular(path, found) from exc
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegularFile(f"{path} is not a regular file")
+        found = os.fstat(fd).st_mode
+        if not stat.S_ISREG(found):
+            raise _not_regular(path, found)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def check_regular(data_dir: str, name: str) -> None:
+    """Raise :class:`NotRegularFile` if any file named like one of queue ``name``'s journal
+    files (``<name>``, ``<name>.<ms>``, ``<name>.<ms>.pack``) is not a regular file.
+
+    The offline tools check this before changing anything: they refuse such a queue whole
+    rather than skip part of its journal (which would change what it replays to)."""
+    prefix = name + "."
+    for filename in _listdir(data_dir):
+        if filename != name and not (filename.startswith(prefix) and _parse_suffix(filename[len(prefix):])):
+            continue
+        try:
+            found = os.lstat(os.path.join(data_dir, filename)).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(found):
+            raise _not_regular(os.path.join(data_dir, filename), found)
 
 
 def _parse_suffix(rest: str) -> tuple[int, bool] | None:
@@ -156,7 +199,7 @@ def _timed_files(data_dir: str, name: str, listing: list[str] | None = None) -> 
             _warn_stray(name, filename)
             continue
         if not is_regular(data_dir, filename):
-            _warn_not_regular(filename)
+            _warn_not_regular(data_dir, filename)
             continue
         found.append((parsed[0], parsed[1], filename))
     found.sort()
@@ -220,7 +263,7 @@ def queue_names(data_dir: str) -> list[str]:
         if TEMP_MARK in filename or not filename or filename.startswith("."):
             continue
         if not is_regular(data_dir, filename):
-            _warn_not_regular(filename)
+            _warn_not_regular(data_dir, filename)
             continue
         name, dot, rest = filename.partition(".")
         if dot and _parse_suffix(rest) is None:

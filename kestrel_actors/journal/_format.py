@@ -13,7 +13,9 @@ The reader reports how it stopped through :attr:`RecordReader.problem`:
   normal way a journal ends badly, or a damaged size that runs past the records after it
   (replay looks past the stop to tell the two apart: see :mod:`._repair`);
 * kind :data:`CORRUPT` — bytes that cannot be a record: an unknown opcode, an add whose body is
-  too short to hold its header, or a negative size (the caller logs an error).
+  too short to hold its header, a negative size, or (given ``max_item_size``) an add whose
+  data is longer than the largest item the queue allows (the caller logs an error). Such a
+  size is never read into memory: a record claiming 2 GiB is damage, not an allocation.
 
 Either way :attr:`RecordReader.position` is the offset just after the last whole record, which
 is where Kestrel truncates the file (``lastValidPosition``).
@@ -28,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple
 
 from ..queue._journal import Item
+from ._files import open_regular
 
 __all__ = [
     "ADD_OPS",
@@ -223,6 +226,8 @@ ReadFn = Callable[[int, int, int], bytes]
 that runs on gevent's threadpool)."""
 
 CHUNK_SIZE = 1 << 20
+NO_LIMIT = 1 << 62
+"""No item is this long: a reader given no ``max_item_size`` stops only at the end."""
 
 
 class RecordReader:
@@ -232,11 +237,13 @@ class RecordReader:
     is untouched) or a bytes-like object. ``end`` defaults to the file size at construction
     (or the length of the bytes); a caller following a growing file may move it forward with
     :meth:`set_end` between records. ``now_ms`` is the add time given to legacy ADD records.
+    ``max_item_size``: an add record whose data is longer is CORRUPT (``None``: no limit but
+    the end).
     """
 
     def __init__(self, source: Source, start: int = 0, end: int | None = None, *,
                  now_ms: int | None = None, read: ReadFn | None = None,
-                 chunk_size: int = CHUNK_SIZE) -> None:
+                 chunk_size: int = CHUNK_SIZE, max_item_size: int | None = None) -> None:
         if isinstance(source, int):
             self._fd: int | None = source
             self._buf: bytes = b""
@@ -254,6 +261,7 @@ class RecordReader:
         self._read = read or os.pread
         self._chunk = chunk_size
         self._now_ms = now_ms
+        self._max_item: int = NO_LIMIT if max_item_size is None else max_item_size
         self.position = start
         """Offset just after the last whole record read."""
         self.problem: Problem | None = None
@@ -317,7 +325,7 @@ class RecordReader:
         if op == OP_ADDX and avail >= 21:
             size, add_time, expiry = _ADDX_BODY.unpack_from(buf, i + 1)
             total = 5 + size
-            if size >= 16 and total <= avail:
+            if size >= 16 and total <= avail and size - 16 <= self._max_item:
                 self._i = i + total
                 self.position = start + total
                 self.records += 1
@@ -367,6 +375,10 @@ class RecordReader:
             if size < minimum:
                 self._fail(CORRUPT, f"{OP_NAMES[op]} body of {size} bytes is shorter than {minimum}")
                 return None
+            if size - minimum > self._max_item:
+                self._fail(CORRUPT, f"a {OP_NAMES[op]} record claims {size - minimum} bytes of data, more "
+                                    f"than the largest item allowed ({self._max_item})")
+                return None
             total = head + size
             if not self._have(total):
                 self._fail(TORN, f"end of data inside a {OP_NAMES[op]} record of {total} bytes")
@@ -388,11 +400,12 @@ class RecordReader:
         return None
 
 
-def read_file_records(path: str, now_ms: int | None = None) -> tuple[list[Record], RecordReader]:
+def read_file_records(path: str, now_ms: int | None = None,
+                      max_item_size: int | None = None) -> tuple[list[Record], RecordReader]:
     """All records of the file at ``path`` and the reader (for ``position`` and ``problem``)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_regular(path)
     try:
-        reader = RecordReader(fd, now_ms=now_ms)
+        reader = RecordReader(fd, now_ms=now_ms, max_item_size=max_item_size)
         return list(reader), reader
     finally:
         os.close(fd)

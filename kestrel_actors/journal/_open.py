@@ -23,27 +23,39 @@ from ._memory import MemoryJournal
 from ._replay import ReplayResult, replay_queue
 from ._writer import run_blocking
 
-__all__ = ["FileOpener", "make_file_opener", "open_file_journal"]
+__all__ = ["FileOpener", "largest_item", "make_file_opener", "open_file_journal"]
 
 
 def open_file_journal(data_dir: str, name: str, config: QueueConfig, *, read_behind: bool = False,
-                      now_ms: int | None = None) -> tuple[FileJournal, ReplayResult]:
+                      now_ms: int | None = None, max_item_bytes: int | None = None
+                      ) -> tuple[FileJournal, ReplayResult]:
     """Replay queue ``name`` and open its journal; returns the journal and the queue state.
 
     With ``read_behind`` the replay keeps at most about ``max_memory_size`` bytes of items in
     memory and the journal resumes reading behind where replay left off (the queue must then
     refill its memory with :meth:`FileJournal.read_behind`). After this call
     ``state.open_items`` is empty and ``state.items`` starts with the backed-out items.
+    ``max_item_bytes``: the server's ``max_item_bytes``; a record holding more data than it or
+    than the queue's ``max_item_size`` is damage (:func:`largest_item`).
     """
-    replay = functools.partial(_replay, data_dir, name, config, read_behind, None, now_ms)
+    replay = functools.partial(_replay, data_dir, name, config, read_behind, None, now_ms, max_item_bytes)
     state: ReplayResult = run_blocking(replay)
     return _open_replayed(data_dir, name, config, state), state
 
 
+def largest_item(config: QueueConfig, max_item_bytes: int | None) -> int:
+    """The longest item queue ``config`` can hold: its ``max_item_size``, and no more than the
+    server's ``max_item_bytes`` (the most a SET may send). A journal record holding more was
+    not written by a server with these settings: replay treats it as damage rather than read
+    gigabytes a corrupt size field claims."""
+    return config.max_item_size if max_item_bytes is None else min(config.max_item_size, max_item_bytes)
+
+
 def _replay(data_dir: str, name: str, config: QueueConfig, read_behind: bool, listing: list[str] | None,
-            now_ms: int | None = None) -> ReplayResult:
+            now_ms: int | None = None, max_item_bytes: int | None = None) -> ReplayResult:
     return replay_queue(data_dir, name, now_ms=now_ms, listing=listing,
-                        max_memory_size=config.max_memory_size if read_behind else None)
+                        max_memory_size=config.max_memory_size if read_behind else None,
+                        max_item_size=largest_item(config, max_item_bytes))
 
 
 def _open_replayed(data_dir: str, name: str, config: QueueConfig, state: ReplayResult) -> FileJournal:
@@ -62,14 +74,15 @@ def _open_replayed(data_dir: str, name: str, config: QueueConfig, state: ReplayR
 
 
 def _replay_each(data_dir: str, requests: list[tuple[str, QueueConfig]],
-                 read_behind: bool) -> list[ReplayResult | Exception]:
+                 read_behind: bool, max_item_bytes: int | None) -> list[ReplayResult | Exception]:
     """Replay every queue of ``requests`` from one listing of ``data_dir``: a queue that
     fails gives its exception, the others are replayed all the same."""
     listings = files_by_queue(data_dir)
     results: list[ReplayResult | Exception] = []
     for name, config in requests:
         try:
-            results.append(_replay(data_dir, name, config, read_behind, listings.get(name, [])))
+            results.append(_replay(data_dir, name, config, read_behind, listings.get(name, []),
+                                   max_item_bytes=max_item_bytes))
         except Exception as exc:  # noqa: BLE001 - raised again where that queue is opened
             results.append(exc)
     return results
@@ -81,17 +94,20 @@ class FileOpener:
 
     ``keep_journal = false`` erases any files of the queue and uses a :class:`MemoryJournal`
     (Kestrel erases them when such a queue is created). Leave ``read_behind`` false until
-    ``QueueCore`` handles items that are only on disk.
+    ``QueueCore`` handles items that are only on disk. ``max_item_bytes``: the server's (see
+    :func:`largest_item`).
     """
 
-    def __init__(self, data_dir: str, read_behind: bool = False) -> None:
+    def __init__(self, data_dir: str, read_behind: bool = False, max_item_bytes: int | None = None) -> None:
         self.data_dir = data_dir
         self.read_behind = read_behind
+        self.max_item_bytes = max_item_bytes
 
     def __call__(self, name: str, config: QueueConfig) -> QueueCore:
         if not config.keep_journal:
             return self._memory_core(name, config)
-        journal, state = open_file_journal(self.data_dir, name, config, read_behind=self.read_behind)
+        journal, state = open_file_journal(self.data_dir, name, config, read_behind=self.read_behind,
+                                           max_item_bytes=self.max_item_bytes)
         return self._core(name, config, journal, state)
 
     def open_many(self, requests: list[tuple[str, QueueConfig]]) -> dict[str, QueueCore | Exception]:
@@ -103,7 +119,7 @@ class FileOpener:
         trip per queue.
         """
         journaled = [(name, config) for name, config in requests if config.keep_journal]
-        states = run_blocking(_replay_each, self.data_dir, journaled, self.read_behind)
+        states = run_blocking(_replay_each, self.data_dir, journaled, self.read_behind, self.max_item_bytes)
         opened: dict[str, QueueCore | Exception] = {}
         for (name, config), state in zip(journaled, states, strict=True):
             try:
@@ -125,6 +141,6 @@ class FileOpener:
         return core
 
 
-def make_file_opener(data_dir: str, *, read_behind: bool = False) -> FileOpener:
+def make_file_opener(data_dir: str, *, read_behind: bool = False, max_item_bytes: int | None = None) -> FileOpener:
     """A :class:`FileOpener` for ``QueueCollection``, journaling in ``data_dir``."""
-    return FileOpener(data_dir, read_behind)
+    return FileOpener(data_dir, read_behind, max_item_bytes)

@@ -41,6 +41,7 @@ from ..queue import Item, next_xid
 from ._files import (
     PACK_SUFFIX,
     archived_files,
+    check_regular,
     delete_temp_files,
     file_timestamp,
     fsync_dir,
@@ -104,7 +105,8 @@ def write_snapshot(path: str, open_items: list[tuple[int, Item]], items: list[It
     return size
 
 
-def _records(data_dir: str, name: str, files: list[str], repair: bool, now_ms: int) -> Iterator[Record]:
+def _records(data_dir: str, name: str, files: list[str], repair: bool, now_ms: int,
+             max_item_size: int | None = None) -> Iterator[Record]:
     for filename in files:
         path = os.path.join(data_dir, filename)
         start: int | None = 0
@@ -114,7 +116,7 @@ def _records(data_dir: str, name: str, files: list[str], repair: bool, now_ms: i
             except FileNotFoundError:
                 break
             try:
-                reader = RecordReader(fd, start, now_ms=now_ms)
+                reader = RecordReader(fd, start, now_ms=now_ms, max_item_size=max_item_size)
                 yield from reader
             finally:
                 os.close(fd)
@@ -123,7 +125,7 @@ def _records(data_dir: str, name: str, files: list[str], repair: bool, now_ms: i
                 break
             if not repair:
                 raise PackError(f"{filename}: {problem.message} at offset {problem.offset}")
-            start = repair_file(data_dir, name, filename, problem, now_ms)
+            start = repair_file(data_dir, name, filename, problem, now_ms, max_item_size)
 
 
 class _Plan:
@@ -215,7 +217,8 @@ def _later_records(later: list[LaterSource], now_ms: int) -> Iterator[Record]:
 
 
 def _pack_files(data_dir: str, name: str, files: list[str], out_path: str, repair: bool,
-                later: Sequence[LaterSource] = (), later_budget: int = 1 << 62) -> tuple[int, int, int]:
+                later: Sequence[LaterSource] = (), later_budget: int = 1 << 62,
+                max_item_size: int | None = None) -> tuple[int, int, int]:
     """Write the state at the end of ``files`` to ``out_path``.
 
     At most ``later_budget`` bytes of the ``later`` records are read (knowing fewer discarded
@@ -223,7 +226,7 @@ def _pack_files(data_dir: str, name: str, files: list[str], out_path: str, repai
     """
     now_ms = int(time.time() * 1000)
     plan = _Plan()
-    for record in _records(data_dir, name, files, repair, now_ms):
+    for record in _records(data_dir, name, files, repair, now_ms, max_item_size):
         plan.apply(record)
     plan.freeze()
     lo, hi, stack, open_ = plan.frozen  # type: ignore[misc]
@@ -266,7 +269,7 @@ def _pack_files(data_dir: str, name: str, files: list[str], out_path: str, repai
 
         index = 0
         prefix_done = False
-        for record in _records(data_dir, name, files, False, now_ms):
+        for record in _records(data_dir, name, files, False, now_ms, max_item_size):
             if record.op in ADD_OPS or record.op == OP_CONTINUE:
                 item = record.item
                 assert item is not None
@@ -341,12 +344,16 @@ def pack_archives(data_dir: str, name: str, upto: str, later: Sequence[LaterSour
     return upto
 
 
-def pack_queue(data_dir: str, name: str) -> tuple[int, int]:
+def pack_queue(data_dir: str, name: str, max_item_size: int | None = None) -> tuple[int, int]:
     """Compact every file of a *stopped* queue into one ``<name>``; returns (items, bytes).
 
-    Broken files are cut at their last whole record first, as replay would. Open reads are
-    kept as open (ADDX + REMOVE_TENTATIVE_XID); the server backs them out when it starts.
+    Broken files are repaired first, as replay would (a record holding more than
+    ``max_item_size`` bytes of data is damage). Open reads are kept as open (ADDX +
+    REMOVE_TENTATIVE_XID); the server backs them out when it starts. If one of the queue's
+    files is not a regular file (a symbolic link, a named pipe, ...) it raises
+    :class:`~._files.NotRegularFile` before anything is changed.
     """
+    check_regular(data_dir, name)
     delete_temp_files(data_dir, name)
     files = journal_files(data_dir, name)
     current = os.path.join(data_dir, name)
@@ -359,7 +366,8 @@ def pack_queue(data_dir: str, name: str) -> tuple[int, int]:
         os.replace(current, os.path.join(data_dir, rotated))
     temp = unique_file(data_dir, name, "~~")
     temp_path = os.path.join(data_dir, temp)
-    count, _empty, size = _pack_files(data_dir, name, [*archives, rotated], temp_path, repair=True)
+    count, _empty, size = _pack_files(data_dir, name, [*archives, rotated], temp_path, repair=True,
+                                      max_item_size=max_item_size)
     os.replace(temp_path, os.path.join(data_dir, rotated + ".pack"))
     fsync_dir(data_dir)
     archived_files(data_dir, name)

@@ -6,15 +6,16 @@ of two things, and they are told apart here by looking past the stop:
 * **A torn tail**: the last record is incomplete, because a crash interrupted its append.
   Nothing follows it. The partial record is cut off with a warning, as Kestrel does; it
   was never acknowledged (an append is answered only after it is written).
-* **Damage in the middle**: an impossible opcode, a size too small for its record, or a
-  size that runs past records that follow it (the reader sees the last as "the data ends
+* **Damage in the middle**: an impossible opcode, a size too small for its record, a size
+  larger than the largest item the queue allows, or a size that runs past records that
+  follow it (the reader sees the last as "the data ends
   inside a record", like a torn tail). Whole records follow the damage.
 
-To tell them apart, :func:`find_resync` scans forward for the next place a record chain
-starts again: an add record (ADDX, ADD_XID or CONTINUE) whose header is plausible (a size
-that fits, an add time after 2000 and at most a year ahead, an expiry of 0 or after 2000)
-and from which the records read cleanly to the end of the file, or for at least
-:data:`MIN_CHAIN` records before the next damage. Found: the bytes from the stop to there
+To tell them apart, :func:`find_resync` scans forward (skipping the holes of a sparse file)
+for the next place a record chain starts again: an add record (ADDX, ADD_XID or CONTINUE)
+whose header is plausible (a size that fits, an add time after 2000 and at most a year
+ahead, an expiry of 0 or after 2000) and from which the records read cleanly to the end of
+the file, or for at least :data:`MIN_CHAIN` records before the next damage. Found: the bytes from the stop to there
 are damage: they are copied to ``.corrupt/`` (at most :data:`SAVE_LIMIT` bytes of them),
 cut out of the file (a copy of the rest is renamed over it, so a crash leaves the old file
 whole), and the records after them are replayed. Not found and the reader saw a torn tail:
@@ -31,7 +32,9 @@ Kestrel's format does not have.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import struct
 import time
 from typing import NamedTuple
@@ -39,7 +42,7 @@ from typing import NamedTuple
 import structlog
 
 from ._files import TEMP_MARK, fsync_dir, open_regular, unique_file
-from ._format import ADD_OPS, OP_ADD_XID, OP_ADDX, OP_CONTINUE, TORN, Problem, RecordReader
+from ._format import ADD_OPS, NO_LIMIT, OP_ADD_XID, OP_ADDX, OP_CONTINUE, TORN, Problem, RecordReader
 
 __all__ = ["CORRUPT_DIR", "MIN_CHAIN", "SAVE_LIMIT", "Resync", "find_resync", "repair_file"]
 
@@ -72,14 +75,14 @@ class Resync(NamedTuple):
     """Of them, the add records (items)."""
 
 
-def _plausible_add(buf: bytes, i: int, offset: int, end: int, now_ms: int) -> bool:
+def _plausible_add(buf: bytes, i: int, offset: int, end: int, now_ms: int, max_item: int) -> bool:
     head = _HEADS[buf[i]]
     if i + head + 16 > len(buf):
         return False
     if head == 9 and _I32.unpack_from(buf, i + 1)[0] <= 0:
         return False
     (size,) = _I32.unpack_from(buf, i + head - 4)
-    if size < 16 or offset + head + size > end:
+    if size < 16 or offset + head + size > end or size - 16 > max_item:
         return False
     add_time, expiry = _TIMES.unpack_from(buf, i + head)
     if not MIN_TIME_MS <= add_time <= now_ms + FUTURE_MS:
@@ -87,8 +90,8 @@ def _plausible_add(buf: bytes, i: int, offset: int, end: int, now_ms: int) -> bo
     return expiry == 0 or expiry >= MIN_TIME_MS
 
 
-def _chain(fd: int, offset: int, end: int, now_ms: int) -> Resync | None:
-    reader = RecordReader(fd, offset, end, now_ms=now_ms)
+def _chain(fd: int, offset: int, end: int, now_ms: int, max_item_size: int | None) -> Resync | None:
+    reader = RecordReader(fd, offset, end, now_ms=now_ms, max_item_size=max_item_size)
     records = items = 0
     for record in reader:
         records += 1
@@ -114,27 +117,44 @@ def _candidates(chunk: bytes, limit: int) -> list[int]:
     return found
 
 
-def find_resync(fd: int, start: int, end: int, now_ms: int | None = None) -> Resync | None:
-    """The first place after ``start`` (the offset a reader stopped at) where records resume."""
+def _next_data(fd: int, pos: int, end: int) -> int:
+    """The first offset at or after ``pos`` that is not in a hole of a sparse file (``end`` if
+    none is). A hole reads as zeros, where no record chain can start: a file whose damaged
+    size points gigabytes into a hole is scanned in milliseconds, not read zero by zero."""
+    try:
+        return min(os.lseek(fd, pos, os.SEEK_DATA), end)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # only a hole from ``pos`` to the end of the file
+            return end
+        return pos  # a file system that cannot tell: read it all
+
+
+def find_resync(fd: int, start: int, end: int, now_ms: int | None = None,
+                max_item_size: int | None = None) -> Resync | None:
+    """The first place after ``start`` (the offset a reader stopped at) where records resume
+    (no add record there holds more than ``max_item_size`` bytes of data)."""
     if now_ms is None:
         now_ms = int(time.time() * 1000)
+    max_item = NO_LIMIT if max_item_size is None else max_item_size
     pos = start + 1
-    while pos < end:
+    while (pos := _next_data(fd, pos, end)) < end:
         chunk = os.pread(fd, min(SCAN_CHUNK + _LONGEST_HEAD, end - pos), pos)
         if not chunk:
             return None
         limit = min(SCAN_CHUNK, len(chunk))
         for i in _candidates(chunk, limit):
-            if _plausible_add(chunk, i, pos + i, end, now_ms):
-                found = _chain(fd, pos + i, end, now_ms)
+            if _plausible_add(chunk, i, pos + i, end, now_ms, max_item):
+                found = _chain(fd, pos + i, end, now_ms, max_item_size)
                 if found is not None:
                     return found
         pos += limit
     return None
 
 
-def repair_file(data_dir: str, name: str, filename: str, problem: Problem, now_ms: int | None = None) -> int | None:
-    """Repair ``filename``, where a reader stopped with ``problem`` (see the module docstring).
+def repair_file(data_dir: str, name: str, filename: str, problem: Problem, now_ms: int | None = None,
+                max_item_size: int | None = None) -> int | None:
+    """Repair ``filename``, where a reader stopped with ``problem`` (see the module docstring);
+    ``max_item_size`` is the reader's (a record holding more data is damage).
 
     Returns the offset to read on from in the repaired file (the records after the damage
     now start there), or None if the file was cut at ``problem.offset``.
@@ -144,18 +164,18 @@ def repair_file(data_dir: str, name: str, filename: str, problem: Problem, now_m
     fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size
-        resync = find_resync(fd, offset, size, now_ms) if size > offset else None
+        resync = find_resync(fd, offset, size, now_ms, max_item_size) if size > offset else None
     finally:
         os.close(fd)
     if resync is None and problem.kind == TORN:
-        os.truncate(path, offset)
+        _truncate(path, offset)
         log.warning("journal ends inside a record (interrupted write); the partial record was cut",
                     queue=name, file=filename, offset=offset, dropped_bytes=size - offset, reason=problem.message)
         return None
     damage_end = size if resync is None else resync.offset
     saved, saved_bytes = _save_aside(data_dir, filename, path, offset, damage_end)
     if resync is None:
-        os.truncate(path, offset)
+        _truncate(path, offset)
     else:
         _cut_out(data_dir, name, path, offset, resync.offset, size)
     log.error("damaged journal record; DATA MAY HAVE BEEN LOST! The damaged bytes were copied aside and cut out",
@@ -165,6 +185,15 @@ def repair_file(data_dir: str, name: str, filename: str, problem: Problem, now_m
               items_after=0 if resync is None else resync.items,
               records_after=0 if resync is None else resync.records)
     return None if resync is None else offset
+
+
+def _truncate(path: str, size: int) -> None:
+    """Cut the file at ``path`` to ``size`` bytes, never through a symbolic link."""
+    fd = open_regular(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def _copy_range(src: int, dst: int, start: int, stop: int) -> None:
@@ -184,9 +213,11 @@ def _save_aside(data_dir: str, filename: str, path: str, start: int, stop: int) 
     stop = min(stop, start + SAVE_LIMIT)
     try:
         os.makedirs(target_dir, exist_ok=True)
+        if not stat.S_ISDIR(os.lstat(target_dir).st_mode):  # a link to a directory elsewhere
+            raise NotADirectoryError(f"{target_dir} is not a directory of the data directory")
         src = open_regular(path)
         try:
-            dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             try:
                 _copy_range(src, dst, start, stop)
                 os.fsync(dst)

@@ -12,7 +12,8 @@ empty queue, exactly as Kestrel's ``PersistentQueue.replayJournal`` does:
 
 A file that ends inside a record (torn tail) is cut at its last whole record — the file that
 is actually broken, not the current one as Kestrel does. Damage in the middle of a file (an
-impossible opcode, a size that runs past the records after it) is copied to
+impossible opcode, a size that runs past the records after it, an item longer than the
+largest the queue allows) is copied to
 ``<data_dir>/.corrupt/`` (bounded) and cut out, and replay goes on with the whole records
 after it: see :mod:`._repair`, which tells the two apart. Anything in a file's place that is
 not a regular file is skipped with a warning, never opened (a named pipe would block).
@@ -189,13 +190,15 @@ class _Replay:
 
 
 def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None,
-                 now_ms: int | None = None, listing: list[str] | None = None) -> ReplayResult:
+                 now_ms: int | None = None, listing: list[str] | None = None,
+                 max_item_size: int | None = None) -> ReplayResult:
     """Replay every journal file of queue ``name`` (see the module docstring).
 
     Side effects, as in Kestrel: temporary ``~~`` files are deleted, a finished pack is moved
     into place, and broken files are truncated. Nothing else is written. ``listing``: the
     queue's files in ``data_dir`` as :func:`._files.files_by_queue` found them (else the
-    directory is listed).
+    directory is listed). ``max_item_size``: the largest item the queue allows; a record
+    holding more is damage, set aside as other damage is (see :mod:`._repair`).
     """
     if now_ms is None:
         now_ms = int(time.time() * 1000)
@@ -207,7 +210,7 @@ def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None
     for index, filename in enumerate(files):
         replay.index = index
         replay.position = 0
-        size = _replay_file(data_dir, name, filename, replay, now_ms, result)
+        size = _replay_file(data_dir, name, filename, replay, now_ms, result, max_item_size)
         if replay.behind is not None:
             replay.behind.file_finished(filename, size)  # where a torn tail was cut, if it was
         if filename == name:
@@ -225,7 +228,7 @@ def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None
 
 
 def _replay_file(data_dir: str, name: str, filename: str, replay: _Replay, now_ms: int,
-                 result: ReplayResult) -> int:
+                 result: ReplayResult, max_item_size: int | None) -> int:
     path = os.path.join(data_dir, filename)
     start = 0
     while True:
@@ -237,7 +240,7 @@ def _replay_file(data_dir: str, name: str, filename: str, replay: _Replay, now_m
             log.warning("a queue's journal is not a regular file; not read", queue=name, file=filename)
             return 0
         try:
-            reader = RecordReader(fd, start, now_ms=now_ms)
+            reader = RecordReader(fd, start, now_ms=now_ms, max_item_size=max_item_size)
             next_report = start + PROGRESS_BYTES
             read, apply = reader.next, replay.apply
             replay.position = start
@@ -257,7 +260,7 @@ def _replay_file(data_dir: str, name: str, filename: str, replay: _Replay, now_m
         if problem is None:
             return position
         result.problems.append((filename, problem))
-        resume = repair_file(data_dir, name, filename, problem, now_ms)
+        resume = repair_file(data_dir, name, filename, problem, now_ms, max_item_size)
         if resume is None:
             return position
         start = resume

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import struct
 import time
-from pathlib import Path
 
 import pytest
 
@@ -59,20 +57,6 @@ def get_raw(client: Client, name: bytes) -> bytes | None:
 def set_raw(client: Client, name: bytes, data: bytes) -> bytes:
     client.send(b"set %s 0 0 %d\r\n%s\r\n" % (name, len(data), data))
     return client.read_line()
-
-
-@pytest.fixture
-def started(tmp_path):
-    servers: list[ServerProcess] = []
-
-    def start(data_dir: Path, *args: str, timeout: float = 20.0) -> ServerProcess:
-        server = ServerProcess(data_dir, args)
-        servers.append(server)
-        return server.start(timeout)
-
-    yield start
-    for server in servers:
-        server.stop(signal.SIGKILL)
 
 
 # -- case 4: any bytes in a file name ----------------------------------------------------------
