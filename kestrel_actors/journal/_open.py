@@ -35,8 +35,8 @@ def open_file_journal(data_dir: str, name: str, config: QueueConfig, *, read_beh
     memory and the journal resumes reading behind where replay left off (the queue must then
     refill its memory with :meth:`FileJournal.read_behind`). After this call
     ``state.open_items`` is empty and ``state.items`` starts with the backed-out items.
-    ``max_item_bytes``: the server's ``max_item_bytes``; a record holding more data than it or
-    than the queue's ``max_item_size`` is damage (:func:`largest_item`).
+    ``max_item_bytes``: the server's ``max_item_bytes``; a record holding more data is damage
+    (:func:`largest_item`).
     """
     replay = functools.partial(_replay, data_dir, name, config, read_behind, None, now_ms, max_item_bytes)
     state: ReplayResult = run_blocking(replay)
@@ -44,11 +44,13 @@ def open_file_journal(data_dir: str, name: str, config: QueueConfig, *, read_beh
 
 
 def largest_item(config: QueueConfig, max_item_bytes: int | None) -> int:
-    """The longest item queue ``config`` can hold: its ``max_item_size``, and no more than the
-    server's ``max_item_bytes`` (the most a SET may send). A journal record holding more was
-    not written by a server with these settings: replay treats it as damage rather than read
-    gigabytes a corrupt size field claims."""
-    return config.max_item_size if max_item_bytes is None else min(config.max_item_size, max_item_bytes)
+    """The longest item a journal record of queue ``config`` may hold: the server's
+    ``max_item_bytes`` (the most a SET may send), or the queue's ``max_item_size`` when no server
+    limit is given. A record holding more was not written by a server with this setting: replay
+    treats it as damage rather than read the gigabytes a corrupt size field claims. Not the
+    queue's ``max_item_size`` as well: it is reloadable, and lowering it to refuse new large items
+    must not turn the large items already stored into damage at the next start."""
+    return config.max_item_size if max_item_bytes is None else max_item_bytes
 
 
 def _replay(data_dir: str, name: str, config: QueueConfig, read_behind: bool, listing: list[str] | None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import stat
 import struct
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 
 from kestrel_actors.journal._format import OP_ADDX
 
-from ..helpers import ServerProcess
+from ..helpers import ServerProcess, write_config
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -229,3 +230,25 @@ def test_a_record_claiming_2_gib_is_damage_set_aside_and_the_items_after_it_are_
     assert error["damaged_bytes"] == offset and "largest item allowed" in error["reason"]
     assert (data / "q").stat().st_size <= len(after) + 2 * (21 + len(b"later"))
 
+
+
+def test_lowering_a_queues_max_item_size_never_turns_stored_items_into_damage(tmp_path, started):
+    """Replay's bound is the server's ``max_item_bytes``, not the queue's reloadable
+    ``max_item_size``: an operator who lowers it to refuse new large items keeps the large items
+    already stored across a restart (they are served, nothing goes to ``.corrupt/``)."""
+    data = tmp_path / "data"
+    big = b"b" * 100_000
+    server = started(data)
+    c = server.client()
+    assert c.set("q", big) == b"STORED" and c.set("q", b"small") == b"STORED"
+    c.close()
+    server.stop(signal.SIGKILL)
+
+    config = write_config(tmp_path, '[queues."q"]\nmax_item_size = 1000\n')
+    server = started(data, "--config", config)
+    c = server.client()
+    assert c.set("q", big) == b"NOT_STORED"  # the lowered limit holds for new items
+    assert c.get("q") == big and c.get("q") == b"small" and c.get("q") is None
+    c.close()
+    assert not events(server, "damaged journal record")
+    assert not (data / ".corrupt").exists() or not os.listdir(data / ".corrupt")
