@@ -12,6 +12,7 @@ is in its queue's journal; a SIGKILL right after ``STORED`` never loses a copy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from thriftpy2.thrift import TApplicationException
 
 from kestrel_actors.journal import RecordReader
 
-from ..helpers import Client, ServerProcess, free_port, get_json, log_lines, request
+from ..helpers import Client, ServerProcess, free_port, get_json, log_lines, mounted_tmpfs, request
 
 REPLY_TIMEOUT = 5.0
 """Every reply must come within this (a hang fails the test instead of stalling it)."""
@@ -37,21 +38,8 @@ REPLY_TIMEOUT = 5.0
 def mount_tmpfs(tmp_path):
     """``mount_tmpfs(options)``: a tmpfs at ``tmp_path/data``, unmounted at teardown (the test
     skips, saying why, if mounting is refused: it needs root)."""
-    mounted: list[Path] = []
-
-    def mount(options: str) -> Path:
-        mount_point = tmp_path / "data"
-        mount_point.mkdir()
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
-        mounted.append(mount_point)
-        return mount_point
-
-    yield mount
-    for mount_point in mounted:
-        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+    with contextlib.ExitStack() as mounts:
+        yield lambda options: mounts.enter_context(mounted_tmpfs(tmp_path / "data", options))
 
 
 @pytest.fixture
