@@ -33,7 +33,10 @@ A write or fsync that fails (``ENOSPC``, ``EIO``) never blocks a caller: the wri
 record off the file, and retries them from its own greenlet with a back-off, leaving ``_io``
 free meanwhile. Callers that gave :meth:`after_durable` an ``on_error`` are answered with the
 error at once (a client gets ``SERVER_ERROR`` in bounded time); those without one wait until
-their bytes are durable. The first write that succeeds again ends the state (logged once).
+their bytes are durable. The first write that succeeds again ends the state (logged once);
+after a failed fdatasync (under ``always`` or a period alike) only an fdatasync that succeeds
+ends it, and the records it should have covered are cut off the file and written again first
+(:meth:`JournalWriter._distrust_unsynced`: Linux forgets a writeback error once reported).
 Since records are only ever written in order, the file is always a prefix of what the queue
 did: nothing after an unwritten record can reach the disk before it.
 
@@ -209,6 +212,9 @@ class JournalWriter:
         to be written again if it fails (:meth:`_distrust_unsynced`)."""
         self._unsynced_records = 0
         """Records in :attr:`_unsynced`."""
+        self._marked_again = 0
+        """Records at the head of the pending ones that are written again and were marked
+        (``_marks``) the first time: their wait runs from that first write."""
         self.appended = 0
         self.written = 0
         self.synced = 0
@@ -584,6 +590,7 @@ class JournalWriter:
         unsynced += self._chunks
         self._chunks = unsynced
         self._written_records -= self._unsynced_records
+        self._marked_again = self._unsynced_records
         self._unsynced_records = 0
         self.written = self.synced
         self.file_written = self._synced_file_size
@@ -605,7 +612,7 @@ class JournalWriter:
         (a rewrite; call inside :meth:`exclusive`, after :meth:`switch_file`)."""
         self._chunks = []
         self._unsynced = None
-        self._unsynced_records = 0
+        self._unsynced_records = self._marked_again = 0
         self._sync_failing = False
         self._written_records = self._records
         self.written = self.synced = self.appended
@@ -730,7 +737,11 @@ class JournalWriter:
                     unsynced += chunks
                 self._unsynced_records += records
             marks = self._marks
-            if marks is not None:
+            if marks is not None and self._marked_again:
+                again = min(records, self._marked_again)
+                self._marked_again -= again
+                records -= again
+            if marks is not None and records:
                 now = _perf_counter()
                 if marks and (now - marks[-1][0] < self._grain or len(marks) >= MAX_WRITE_MARKS):
                     marks[-1][1] += records
