@@ -135,10 +135,12 @@ def listening(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def spawn_logged(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start ``command`` with its stdout and stderr appended to ``log_path``."""
+def spawn_logged(command: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``command`` with its stdout and stderr appended to ``log_path`` (``env``: more
+    environment variables, beside this process's)."""
     with open(log_path, "ab") as log:
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                env=None if env is None else {**os.environ, **env})
 
 
 class ServerProcess:
@@ -146,11 +148,14 @@ class ServerProcess:
 
     The admin HTTP and thrift ports are off (``--admin-port 0``, ``--thrift-port 0``) unless
     ``admin_port``/``thrift_port`` names one (``True``: a free one, kept across restarts), so
-    that parallel servers never compete for the defaults 2223 and 2229.
+    that parallel servers never compete for the defaults 2223 and 2229. ``env``: environment
+    variables the server gets beside the test's (an ``LD_PRELOAD``, say).
     """
 
     def __init__(self, data_dir: Path, args: tuple[str, ...] = (), port: int | None = None,
-                 admin_port: int | bool | None = None, thrift_port: int | bool | None = None):
+                 admin_port: int | bool | None = None, thrift_port: int | bool | None = None,
+                 env: dict[str, str] | None = None):
+        self.env = env
         self.host = "127.0.0.1"
         self.admin_host = "127.0.0.1"
         """Where the admin port listens (``--admin-host``, whose default this is): a test that
@@ -176,7 +181,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = spawn_logged(self.command(), self.log_path)
+        self.proc = spawn_logged(self.command(), self.log_path, self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -494,6 +499,23 @@ def text_client(server: ServerProcess) -> TextClient:
 
 
 # -- journal files and restarts ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at ``mount_point`` (made here) for the block, lazily unmounted after it.
+    The calling test skips, saying why, if mounting is refused (it needs root)."""
+    import pytest
+
+    mount_point.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
 
 
 def write_config(tmp_path: Path, text: str) -> str:

@@ -8,10 +8,14 @@ queues, and expired items forwarded to ``expire_to_queue``. A handler never bloc
 Durability of what an answer covers: a batch is answered once its records are as durable as
 the queue's ``sync_journal`` says, and, if its adds made fanout copies, once every child has
 said the same of its copy (:class:`_CopyJoin`), so ``STORED`` covers every copy. If a journal
-cannot write (a full disk), adds are answered with a :class:`JournalFailure` (the client gets
-``SERVER_ERROR``) instead of waiting; while it fails, new adds are refused before they touch
-the queue. An expired item moved to ``expire_to_queue`` is removed from this queue's journal
-only after the target's ADD is durable (a journal hold).
+cannot write or sync (a full disk, an I/O error), the batches waiting for it are answered with a
+:class:`JournalFailure` for each add, confirm and removing fetch (the client gets
+``SERVER_ERROR``) instead of waiting, and the items those confirms and fetches took go back
+to the queue (:class:`_Unanswered`): nothing is answered as done that a crash could bring
+back. While it fails, new adds, confirms and removing fetches are refused before they touch
+the queue (a refused confirm's items go back to the head, as on a disconnect). An expired
+item moved to ``expire_to_queue`` is removed from this queue's journal only after the
+target's ADD is durable (a journal hold).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from ..messages import (
     QueueBatch,
     QueueStats,
     Remove,
+    RemoveMany,
     Session,
     SetChildren,
     SetConfig,
@@ -108,24 +113,51 @@ class _HeldReplies:
     Its bound methods are what the journal calls back. Closures would do the same, but two
     nested functions and their shared scope form a reference cycle, which only the cyclic
     collector frees, with every answer it holds: three collector-tracked objects per request
-    on the request path (ADR 0015).
+    on the request path (ADR 0015). ``confirmed_to`` counts the items the queue had confirmed
+    when these answers were held (:attr:`QueueActor._confirmed`).
     """
 
-    __slots__ = ("replies",)
+    __slots__ = ("replies", "queue", "confirmed_to")
 
-    def __init__(self, replies: list[tuple[Any, BatchDone | CopyDone]]) -> None:
+    def __init__(self, replies: list[tuple[Any, BatchDone | CopyDone]], queue: QueueActor | None,
+                 confirmed_to: int) -> None:
         self.replies = replies
+        self.queue = queue
+        self.confirmed_to = confirmed_to
 
     def send(self) -> None:
+        queue = self.queue
+        if queue is not None:
+            queue.confirms_durable(self.confirmed_to)
         _send_all(self.replies)
 
     def fail(self, error: OSError) -> None:
-        # the records stay pending and are written once the journal recovers; the adds among
-        # them are not acknowledged (an unacknowledged SET may or may not be kept): a batch's
-        # answer or a fanout copy's ack, each says how it reads unacknowledged
-        failure = JournalFailure(error)
-        self.replies = [(reply_to, reply.unacknowledged(failure)) for reply_to, reply in self.replies]
-        self.send()
+        # the records stay pending and are written once the journal recovers; the answers
+        # are not acknowledged: the queue takes back, on its own turn, what they took
+        queue = self.queue
+        if queue is not None:
+            try:
+                queue.actor_ref.tell(_Unanswered(self, error))
+                return
+            except ActorDeadError:  # closed meanwhile: nothing left to put back into
+                pass
+        self.unacknowledged(JournalFailure(error))
+
+    def unacknowledged(self, failure: JournalFailure) -> None:
+        """Send the answers as the failure makes them: a batch's answer or a fanout copy's
+        ack, each says how it reads unacknowledged (an unacknowledged SET may or may not be
+        kept; a confirm or a fetch answered so did not take its items)."""
+        _send_all([(reply_to, reply.unacknowledged(failure)) for reply_to, reply in self.replies])
+
+
+class _Unanswered:
+    """A queue's message to itself: the journal could not make ``held``'s records durable."""
+
+    __slots__ = ("held", "error")
+
+    def __init__(self, held: _HeldReplies, error: OSError) -> None:
+        self.held = held
+        self.error = error
 
 
 class _CopyJoin:
@@ -218,6 +250,11 @@ class QueueActor(GeventActor):
         self._replies: list[tuple[Any, BatchDone | CopyDone]] = []
         """Answers waiting for the journal: sent together at the end of the burst."""
         self._dispatcher = Dispatcher.current()
+        self._confirmed: list[Item] = []
+        """Items confirmed whose CONFIRM records are not known to be durable yet, oldest first:
+        they go back to the queue if those records cannot be made durable (:class:`_Unanswered`)."""
+        self._confirmed_count = 0
+        """Items ever appended to :attr:`_confirmed`."""
         self._flush_due = False
         self._maintaining = False
         self.is_master = not is_fanout_child(name)
@@ -246,6 +283,8 @@ class QueueActor(GeventActor):
         elif message is _FLUSH_REPLIES:
             self._flush_due = False
             self._send_replies()
+        elif type(message) is _Unanswered:
+            self._unanswered(message)
         elif message is _WAITERS_DUE:
             self._expire_due()
         elif message is _MAINTAIN:
@@ -319,10 +358,43 @@ class QueueActor(GeventActor):
         self._replies = []
         journal = self.core.journal
         if journal.durable_now():  # written at once (no fsync policy): no holder to make
+            if self._confirmed:
+                self._confirmed.clear()
             _send_all(replies)
             return
-        held = _HeldReplies(replies)
+        held = _HeldReplies(replies, self, self._confirmed_count)
         journal.after_durable(held.send, held.fail)
+
+    def confirms_durable(self, count: int) -> None:
+        """The CONFIRM records of the first ``count`` items ever confirmed are durable."""
+        confirmed = self._confirmed
+        if confirmed:
+            done = count - (self._confirmed_count - len(confirmed))
+            if done > 0:
+                del confirmed[:done]
+
+    def _unanswered(self, message: _Unanswered) -> None:
+        """The journal could not make the records of ``message.held``'s answers durable: what
+        their confirms and plain fetches took goes back to the queue (as an ADD: the journal
+        has no record that undoes a CONFIRM or a REMOVE), and they are answered with the
+        failure. The records stay pending: written once the journal recovers, they and the
+        ADDs after them leave the item in the queue, as a crash before then would."""
+        held = message.held
+        confirmed = self._confirmed
+        count = held.confirmed_to - (self._confirmed_count - len(confirmed))
+        if count > 0:
+            for item in confirmed[:count]:
+                self._put_back(item)
+            del confirmed[:count]
+        for _reply_to, reply in held.replies:
+            if type(reply) is BatchDone:
+                for item in reply.removed_items():
+                    self._put_back(item)
+        held.unacknowledged(JournalFailure(message.error))
+
+    def _put_back(self, item: Item) -> None:
+        if self.core.put_back(item) and self.waiters:
+            self._wake_one()
 
     def on_failure(self, *_exc_info: Any) -> None:
         """A handler raised (a bug, or a journal file gone): answer what is held and parked,
@@ -369,6 +441,9 @@ class QueueActor(GeventActor):
             elif kind in FETCH_OPS:
                 if fetched >= BATCH_FETCH_BYTES:
                     break  # answered in parts: the sender asks for the rest when it can send it
+                if (kind is Remove or kind is RemoveMany) and core.journal.failure is not None:
+                    results.append(self._refuse(batch, core.journal.failure))  # the items stay
+                    continue
                 result = self._fetch(op, kind, now_ms)
                 if result:
                     fetched += BATCH_FETCH_BYTES if kind in MANY_FETCHES else len(cast(Item, result).data)
@@ -385,9 +460,21 @@ class QueueActor(GeventActor):
                     stats.get_misses += 1
                 results.append(result)
             elif type(op) is Confirm:
+                failure = core.journal.failure
+                if failure is not None:
+                    # refused: the items go back to the head, as on a disconnect
+                    for xid in op.xids:
+                        if core.unremove(xid):
+                            self._wake_one()
+                    results.append(self._refuse(batch, failure))
+                    continue
                 confirmed = 0
                 for xid in op.xids:
-                    confirmed += core.confirm(xid)
+                    item = core.confirm(xid)
+                    if item is not None:
+                        confirmed += 1
+                        self._confirmed.append(item)
+                self._confirmed_count += confirmed
                 results.append(confirmed)
             elif type(op) is Unremove:
                 for xid in op.xids:
@@ -409,7 +496,15 @@ class QueueActor(GeventActor):
             else:
                 raise ValueError(f"unknown queue operation {op!r}")
         self._forward_expired()
-        self._replies.insert(first_answer, (_reply_to(batch), BatchDone(results)))
+        self._replies.insert(first_answer, (_reply_to(batch), BatchDone(results, ops, batch.failure)))
+
+    @staticmethod
+    def _refuse(batch: QueueBatch, error: OSError) -> JournalFailure:
+        """The result of an operation that takes items, refused while the journal fails."""
+        failure = batch.failure
+        if failure is None:
+            failure = batch.failure = JournalFailure(error)
+        return failure
 
     def _add(self, data: bytes, expiry: int, now_ms: int) -> Any:
         """Add to this queue: True, False (refused) or a :class:`JournalFailure`."""
@@ -530,9 +625,10 @@ class QueueActor(GeventActor):
 
     def _answer_with_a_miss(self, waiter: Waiter) -> None:
         """Answer a parked batch with a miss and nothing after it (its client has gone)."""
-        waiter.results.append(missed_result(waiter.batch.ops[waiter.index]))
+        batch = waiter.batch
+        waiter.results.append(missed_result(batch.ops[waiter.index]))
         try:
-            _reply_to(waiter.batch).tell(BatchDone(waiter.results))
+            _reply_to(batch).tell(BatchDone(waiter.results, batch.ops, batch.failure))
         except ActorDeadError:  # its session ended (a failed handler stops it at once)
             pass
 

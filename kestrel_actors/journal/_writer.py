@@ -33,7 +33,10 @@ A write or fsync that fails (``ENOSPC``, ``EIO``) never blocks a caller: the wri
 record off the file, and retries them from its own greenlet with a back-off, leaving ``_io``
 free meanwhile. Callers that gave :meth:`after_durable` an ``on_error`` are answered with the
 error at once (a client gets ``SERVER_ERROR`` in bounded time); those without one wait until
-their bytes are durable. The first write that succeeds again ends the state (logged once).
+their bytes are durable. The first write that succeeds again ends the state (logged once);
+after a failed fdatasync (under ``always`` or a period alike) only an fdatasync that succeeds
+ends it, and the records it should have covered are cut off the file and written again first
+(:meth:`JournalWriter._distrust_unsynced`: Linux forgets a writeback error once reported).
 Since records are only ever written in order, the file is always a prefix of what the queue
 did: nothing after an unwritten record can reach the disk before it.
 
@@ -202,6 +205,16 @@ class JournalWriter:
         self._fd = self._open(path)
         self.file_written = os.fstat(self._fd).st_size
         """Bytes of the current file that have reached the OS."""
+        self._synced_file_size = self.file_written
+        """Bytes of the current file that the last good fdatasync covered (or that were there)."""
+        self._unsynced: list[bytes] | None = None
+        """With a sync policy: the chunks written since the last good fdatasync, in order, kept
+        to be written again if it fails (:meth:`_distrust_unsynced`)."""
+        self._unsynced_records = 0
+        """Records in :attr:`_unsynced`."""
+        self._marked_again = 0
+        """Records at the head of the pending ones that are written again and were marked
+        (``_marks``) the first time: their wait runs from that first write."""
         self.appended = 0
         self.written = 0
         self.synced = 0
@@ -408,7 +421,7 @@ class JournalWriter:
             if self.sync_stats is not None:
                 self.sync_stats.fsync_failed(exc)
             if isinstance(exc, OSError):
-                self._failing(exc)  # the writer greenlet retries, with a back-off
+                self._sync_failed(exc)  # the writer greenlet retries, with a back-off
             else:
                 self._loop_failures.failed(exc)
                 self._wake.set()
@@ -528,6 +541,8 @@ class JournalWriter:
             except Exception as exc:
                 if self.sync_stats is not None:
                     self.sync_stats.fsync_failed(exc)
+                if isinstance(exc, OSError):
+                    self._sync_failed(exc)
                 raise
             self._synced(target, started)
 
@@ -546,6 +561,41 @@ class JournalWriter:
                 marks.clear()
         self.fsyncs += 1
         self.synced = target
+        self._synced_file_size = self.file_written - (self.written - target)
+        self._unsynced = None
+        self._unsynced_records = 0
+        self._sync_failing = False
+
+    def _sync_failed(self, exc: OSError) -> None:
+        """An fdatasync failed: the writer is failing until one succeeds, and what it should
+        have covered is written again first (:meth:`_distrust_unsynced`)."""
+        self._distrust_unsynced()
+        self._sync_failing = True
+        self._failing(exc)
+
+    def _distrust_unsynced(self) -> None:
+        """Treat the bytes written since the last good fdatasync as never written.
+
+        Linux reports a writeback error to one fdatasync and then forgets it: the dirty pages
+        may have been dropped (marked clean, their bytes never on the disk), and the next
+        fdatasync succeeds without writing them (PostgreSQL's "fsyncgate", 2018). Retrying the
+        fdatasync proves nothing; so the file is cut back to what the last good one covered
+        and those records go back in front of the pending ones, to be written (new pages,
+        dirty again) and synced before anything after them is answered. A cut that fails is
+        retried before the next write (``_torn``), so nothing is written after a gap."""
+        unsynced = self._unsynced
+        if unsynced is None:
+            return
+        self._unsynced = None
+        unsynced += self._chunks
+        self._chunks = unsynced
+        self._written_records -= self._unsynced_records
+        self._marked_again = self._unsynced_records
+        self._unsynced_records = 0
+        self.written = self.synced
+        self.file_written = self._synced_file_size
+        self._torn = True
+        self._undo_partial_write()
 
     def switch_file(self, path: str) -> None:
         """Append to ``path`` from now on (inside :meth:`exclusive`). If it cannot be opened
@@ -554,13 +604,16 @@ class JournalWriter:
         os.close(self._fd)
         self.path = path
         self._fd = fd
-        self.file_written = os.fstat(fd).st_size
+        self.file_written = self._synced_file_size = os.fstat(fd).st_size
         self._torn = False
 
     def discard_unwritten(self) -> None:
         """Drop the unwritten records: a snapshot just made durable holds what they say
         (a rewrite; call inside :meth:`exclusive`, after :meth:`switch_file`)."""
         self._chunks = []
+        self._unsynced = None
+        self._unsynced_records = self._marked_again = 0
+        self._sync_failing = False
         self._written_records = self._records
         self.written = self.synced = self.appended
         self._recovered()
@@ -613,7 +666,8 @@ class JournalWriter:
                 if self._chunks and self._held_at != self.written:
                     with self._io:
                         ok = self._write_pending()
-                if ok and self.mode == ALWAYS and self.synced < self.written:
+                if ok and (self.mode == ALWAYS or self._sync_failing) and self.synced < self.written:
+                    # a sync period that failed is retried here, as always is, with the back-off
                     with self._io:
                         ok = self._sync_once()
                 elif ok and self.mode == PERIODIC and self.synced < self.written and self._timer is None:
@@ -675,14 +729,25 @@ class JournalWriter:
             self.file_written += target - self.written
             self.written = target
             self._written_records += records
+            if self.mode != NEVER:  # kept until an fdatasync covers them (a reference, no copy)
+                unsynced = self._unsynced
+                if unsynced is None:
+                    self._unsynced = chunks
+                else:
+                    unsynced += chunks
+                self._unsynced_records += records
             marks = self._marks
-            if marks is not None:
+            if marks is not None and self._marked_again:
+                again = min(records, self._marked_again)
+                self._marked_again -= again
+                records -= again
+            if marks is not None and records:
                 now = _perf_counter()
                 if marks and (now - marks[-1][0] < self._grain or len(marks) >= MAX_WRITE_MARKS):
                     marks[-1][1] += records
                 else:
                     marks.append([now, records])
-            if self.error is not None and self._held_at is None and self.mode != ALWAYS:
+            if self.error is not None and self._held_at is None and self.mode != ALWAYS and not self._sync_failing:
                 self._recovered()
         return True
 
@@ -699,9 +764,8 @@ class JournalWriter:
     def _sync_once(self) -> bool:
         try:
             self.sync_now()
-        except OSError as exc:
-            self._failing(exc)
-            return False
+        except OSError:
+            return False  # sync_now has made the writer failing
         if self.error is not None and not self._chunks and self._held_at is None:
             self._recovered()
         return True
@@ -718,16 +782,20 @@ class JournalWriter:
         waiters = self._waiters
         if any(on_error is not None for _t, _c, on_error in waiters):
             kept: deque[tuple[int, Callable[[], None], Callable[[OSError], None] | None]] = deque()
+            told: list[Callable[[OSError], None]] = []
             for waiter in waiters:
                 on_error = waiter[2]
                 if on_error is None:
                     kept.append(waiter)
-                    continue
+                else:
+                    told.append(on_error)
+            # kept first: a callback may run its queue at once, which waits again
+            self._waiters = kept
+            for on_error in told:
                 try:
                     on_error(exc)
                 except Exception:
                     log.exception("journal failure callback failed", queue=self.queue)
-            self._waiters = kept
         self._wake.set()  # the writer greenlet retries, with a back-off
 
     def _recovered(self) -> None:
@@ -741,22 +809,20 @@ class JournalWriter:
             self._on_state(None)
 
     def _periodic_sync(self) -> None:
-        """One run of the periodic fsync; reschedules itself while writes keep coming."""
+        """One run of the periodic fsync; reschedules itself while writes keep coming.
+
+        One that fails makes the writer failing, as with ``always`` (``/health``, the
+        ``journal_failing`` gauge, adds refused): the writer greenlet then writes the records
+        again and retries the fdatasync with its back-off, and the timer waits for it."""
         try:
             with self._io:
-                if not self.closed:
+                if not self.closed and not self._sync_failing:
                     self.sync_now()
-            if self._sync_failing:
-                self._sync_failing = False
-                log.warning("periodic journal fsync recovered", queue=self.queue)
-        except OSError as exc:
-            # replies never wait for a periodic fsync: nothing to fail, one line per change
-            if not self._sync_failing:
-                self._sync_failing = True
-                log.error("periodic journal fsync failing", queue=self.queue, **error_fields(exc))
+        except OSError:
+            pass  # sync_now has made the writer failing; its greenlet retries
         finally:
             self._timer = None
-        if not self.closed and self.synced < self.appended:
+        if not self.closed and not self._sync_failing and self.synced < self.appended:
             self._timer = gevent.spawn_later(self.period, self._periodic_sync)
 
     def _fire(self) -> None:

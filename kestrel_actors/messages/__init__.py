@@ -56,6 +56,7 @@ from ._session_queue import (
     Session,
     Unremove,
     closed_result,
+    failed_result,
     first_failure,
     missed_result,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "Swept",
     "Unremove",
     "closed_result",
+    "failed_result",
     "first_failure",
     "missed_result",
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "Session",
     "Unremove",
     "closed_result",
+    "failed_result",
     "first_failure",
     "missed_result",
 ]
@@ -209,6 +210,21 @@ def first_failure(results: Any) -> JournalFailure | None:
     return None
 
 
+CONSUMING_OPS: Final = frozenset((Remove, RemoveMany, Confirm))
+"""Operations that take items from the queue for good: answered as done only once their
+records are as durable as ``sync_journal`` says, else with a :class:`JournalFailure`."""
+
+
+def failed_result(ops: list[Any], results: list[Any], start: int, end: int) -> JournalFailure | None:
+    """The :class:`JournalFailure` of an operation of ``ops[start:end]`` that takes items (a
+    confirm, a removing fetch), if a journal could not make one durable (adds say their own)."""
+    for index in range(start, min(end, len(results))):
+        result = results[index]
+        if type(result) is JournalFailure and type(ops[index]) in CONSUMING_OPS:
+            return result
+    return None
+
+
 def closed_result(op: Any) -> Any:
     """What a closed (deleted) queue answers to ``op``."""
     kind = type(op)
@@ -237,7 +253,7 @@ class QueueBatch:
     ``copies`` is the queue's: the fanout copies its adds are waiting for.
     """
 
-    __slots__ = ("ops", "session", "reply_to", "copies", "parked")
+    __slots__ = ("ops", "session", "reply_to", "copies", "parked", "failure")
 
     def __init__(self, ops: list[Any], session: Session | None, reply_to: Any, copies: Any = None) -> None:
         self.ops = ops
@@ -246,20 +262,57 @@ class QueueBatch:
         self.copies = copies
         self.parked = False
         """Set by the queue when the batch waited in its wait-list (latency figures)."""
+        self.failure: JournalFailure | None = None
+        """Set by the queue when it refused an operation that takes items (a failing journal)."""
 
 
 class BatchDone:
-    """The results of a batch's operations, one each, in order."""
+    """The results of a batch's operations, one each, in order.
 
-    __slots__ = ("results",)
+    ``ops`` are the operations (the queue's answers carry them: a journal failure reads the
+    results by them); ``failure`` is set when a result of an operation that takes items (a
+    confirm, a removing fetch) is a :class:`JournalFailure`, so that a session looks for one
+    only then."""
 
-    def __init__(self, results: list[Any]) -> None:
+    __slots__ = ("results", "ops", "failure")
+
+    def __init__(self, results: list[Any], ops: list[Any] | None = None,
+                 failure: JournalFailure | None = None) -> None:
         self.results = results
+        self.ops = ops
+        self.failure = failure
+
+    def removed_items(self) -> list[Any]:
+        """The items this answer hands out for good (plain fetches): what must go back to the
+        queue if the answer cannot say so (:meth:`unacknowledged`)."""
+        ops = self.ops
+        items: list[Any] = []
+        if ops is None:
+            return items
+        for index, result in enumerate(self.results):
+            kind = type(ops[index])
+            if kind is Remove and result is not None and type(result) is not JournalFailure:
+                items.append(result)
+            elif kind is RemoveMany and type(result) is list:
+                items.extend(result)
+        return items
 
     def unacknowledged(self, failure: JournalFailure) -> BatchDone:
         """This answer once the journal write it waited for has failed: each add it
-        acknowledged (``True``) becomes ``failure``."""
-        self.results = [failure if result is True else result for result in self.results]
+        acknowledged (``True``), each confirm and each plain fetch that took an item becomes
+        ``failure`` (the queue puts their items back: :meth:`removed_items`)."""
+        ops = self.ops
+        results = self.results
+        converted = []
+        for index, result in enumerate(results):
+            kind = None if ops is None else type(ops[index])
+            if result is True and (kind is None or kind is Add):
+                result = failure
+            elif kind in CONSUMING_OPS and result and type(result) is not JournalFailure:
+                result = failure  # a count confirmed, an item or items removed
+                self.failure = failure
+            converted.append(result)
+        self.results = converted
         return self
 
 

@@ -257,14 +257,15 @@ class QueueCore:
         self.discard_expired(now_ms)
         return self._head()
 
-    def confirm(self, xid: int) -> bool:
-        """Drop open item ``xid`` for good; ``False`` (nothing journaled) if it is unknown."""
+    def confirm(self, xid: int) -> Item | None:
+        """Drop open item ``xid`` for good and return it; ``None`` (nothing journaled) if it is
+        unknown."""
         item = self.open_reads.pop(xid, None)
         if item is None:
-            return False
+            return None
         del self._open_since[xid]
         self.journal.confirm_remove(xid)
-        return True
+        return item
 
     def unremove(self, xid: int) -> bool:
         """Put open item ``xid`` back at the head; ``False`` if it is unknown."""

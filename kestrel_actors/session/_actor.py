@@ -42,6 +42,7 @@ from ..messages import (
     Delete,
     ForAll,
     ForAllKind,
+    JournalFailure,
     Open,
     OpenMany,
     Peek,
@@ -54,6 +55,7 @@ from ..messages import (
     Session,
     Unremove,
     closed_result,
+    failed_result,
 )
 from ..queue import Item
 from ..runtime import GeventActor, GeventRef
@@ -226,6 +228,8 @@ class SessionActor(GeventActor):
         its item's bytes, so it is let go as soon as the batch is answered (issue 53)."""
         self.batch_results: list[Any] | None = None
         """Results of a batch the queue answered in parts, kept until the rest comes."""
+        self.batch_failure: JournalFailure | None = None
+        """The ``failure`` of the parts of that batch answered so far."""
         self.batch_queue = ""
         self.sent: QueueBatch | None = None
         self.sent_at = 0.0
@@ -492,14 +496,19 @@ class SessionActor(GeventActor):
         self.waiting = None
         results = done.results
         if self.sent is not None:
-            record_batch(self.context.stats, self.batch_queue, self.sent, results, self.sent_at)
+            if done.failure is None:  # a batch a journal failed is not timed: it took nothing
+                record_batch(self.context.stats, self.batch_queue, self.sent, results, self.sent_at)
             self.sent = None
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
             return
+        failure = done.failure
         if self.batch_results is not None:  # the next part of a batch answered in parts
             results = self.batch_results + results
             self.batch_results = None
+            if failure is None:
+                failure = self.batch_failure
+            self.batch_failure = None
         entries = self.batch
         ops = self.batch_ops
         self.batch = []
@@ -524,6 +533,15 @@ class SessionActor(GeventActor):
                 if preset.close:
                     self.closing = True
                 continue
+            if failure is not None:
+                failed = failed_result(ops, results, position, end)
+                if failed is not None:
+                    # its confirm or fetch was not made durable: an error, and what else it
+                    # opened or took goes back, since the client is not told of it
+                    out.append(handler.failed_reply(command, failed.message))
+                    self._return_items(ops, results, position, end, opened=True)
+                    position = end
+                    continue
             # a batch of one command (the usual case) is answered by every result: no copy
             mine = results if position == 0 and end == total else results[position:end]
             if opens:
@@ -537,6 +555,7 @@ class SessionActor(GeventActor):
             self.batch = entries[answered:]
             self.batch_ops = ops[position:]
             self.batch_results = results[position:]
+            self.batch_failure = failure
             self.waiting = _MORE
         if out and not self._flush():
             # the client is gone and these replies with it: their plain GETs' items go back
@@ -547,6 +566,7 @@ class SessionActor(GeventActor):
         self.waiting = None
         self.batch = []
         self.batch_results = None
+        self.batch_failure = None
 
     def _send_rest(self) -> None:
         """Ask the queue for the rest of a batch it answered in parts."""
@@ -565,8 +585,8 @@ class SessionActor(GeventActor):
         xids = []
         for index in range(start, min(end, len(results))):
             item = results[index]
-            if item is None:
-                continue
+            if item is None or type(item) is JournalFailure:
+                continue  # nothing taken (a refused operation took nothing either)
             kind = type(ops[index])
             if kind is Remove:
                 plain.append(item)

@@ -74,6 +74,11 @@ class Handler:
         """The reply to a request the server could not carry out (a full disk)."""
         raise NotImplementedError
 
+    def failed_reply(self, command: Any, message: str) -> bytes:
+        """The reply to ``command`` whose confirm or removing fetch a journal could not make
+        durable (behaviour §1): the protocol's server error."""
+        return self.server_error_reply(message)
+
     def alias_request(self, command: Any, resolved: Any) -> None:
         """A request on an alias (behaviour §5.10)."""
         raise NotImplementedError

@@ -43,6 +43,7 @@ from ..messages import (
     Confirm,
     ForAllKind,
     Gather,
+    JournalFailure,
     OpenMany,
     Peek,
     PutBack,
@@ -277,6 +278,18 @@ class ThriftHandler(Handler):
     def item_reply(self, queue: str, data: bytes) -> bytes:
         raise AssertionError("a thrift session runs no monitor stream")
 
+    def failed_reply(self, command: Any, message: str) -> bytes:
+        kind = type(command)
+        if kind is th.ThriftGet or kind is _GetStep:
+            # a step's items went back to the queue; those of earlier steps are answered
+            get = self.get
+            assert get is not None
+            if get.items:
+                return self._answer_get()
+            self.get = None
+            return self._server_error(get.call, message)
+        return self._server_error(command, message)
+
     def server_error_reply(self, message: str) -> bytes:
         call = self.current
         if type(call) is _GetStep:  # the queue failed during the get: answer what it has
@@ -363,7 +376,14 @@ class ThriftHandler(Handler):
         self.answering = command
         reply_to = self.s.reply_to(Answer.CLOSE_READS)
         known = len(closed)
-        gather = Gather(len(by_queue), lambda _answers: reply_to.tell(known))
+
+        def answered(answers: list[Any]) -> None:
+            # a confirm a journal could not make durable is an error: its items went back
+            failure = next((done.failure for done in answers if done is not None and done.failure is not None),
+                           None)
+            reply_to.tell(known if failure is None else failure)
+
+        gather = Gather(len(by_queue), answered)
         for ref, xids in by_queue.values():
             try:
                 ref.tell(QueueBatch([op(tuple(xids))], None, gather))
@@ -374,7 +394,10 @@ class ThriftHandler(Handler):
         call = self.answering
         self.answering = None
         if tag is Answer.CLOSE_READS:
-            self.s.out.append(th.encode_thrift_result(call, value))
+            if type(value) is JournalFailure:
+                self.s.out.append(self._server_error(call, value.message))
+            else:
+                self.s.out.append(th.encode_thrift_result(call, value))
         elif tag is Answer.ALIAS_PUT:
             failure = first_failure(result for results in value for result in results)
             if failure is not None:

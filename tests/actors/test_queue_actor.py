@@ -354,6 +354,9 @@ def test_a_failed_journal_refuses_adds_and_says_why(failing):
     opener.journals["disk"].failure = OSError(5, "Input/output error")
     (refused,) = run(ref, Add(b"no", 0))
     assert type(refused) is JournalFailure and "Input/output error" in refused.message
+    (taken,) = run(ref, Remove(None))  # a GET is refused too: it would take an item for good
+    assert type(taken) is JournalFailure
+    opener.journals["disk"].failure = None
     assert data(run(ref, Remove(None), Remove(None))) == [b"ok", None]  # the refused add left no item
 
 

@@ -12,6 +12,7 @@ is in its queue's journal; a SIGKILL right after ``STORED`` never loses a copy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from thriftpy2.thrift import TApplicationException
 
 from kestrel_actors.journal import RecordReader
 
-from ..helpers import Client, ServerProcess, free_port, get_json, log_lines, request
+from ..helpers import Client, ServerProcess, free_port, get_json, log_lines, mounted_tmpfs, request
 
 REPLY_TIMEOUT = 5.0
 """Every reply must come within this (a hang fails the test instead of stalling it)."""
@@ -37,21 +38,8 @@ REPLY_TIMEOUT = 5.0
 def mount_tmpfs(tmp_path):
     """``mount_tmpfs(options)``: a tmpfs at ``tmp_path/data``, unmounted at teardown (the test
     skips, saying why, if mounting is refused: it needs root)."""
-    mounted: list[Path] = []
-
-    def mount(options: str) -> Path:
-        mount_point = tmp_path / "data"
-        mount_point.mkdir()
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
-        mounted.append(mount_point)
-        return mount_point
-
-    yield mount
-    for mount_point in mounted:
-        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+    with contextlib.ExitStack() as mounts:
+        yield lambda options: mounts.enter_context(mounted_tmpfs(tmp_path / "data", options))
 
 
 @pytest.fixture
@@ -240,8 +228,9 @@ def _full_disk_scenario(server: ServerProcess, disk: Path, text_port: int) -> No
 
 
 def test_full_disk_reads_succeed_and_replay_matches(small_disk):
-    """Reads on a full disk are served from memory; their records are written once space is
-    back, so after a restart the journal agrees with what clients saw (at least once)."""
+    """On a full disk a read that would take an item for good (a plain GET, a close) is refused
+    and leaves it (issue 53); an open is served from memory. Their records are written once
+    space is back, so after a restart the journal agrees with what clients saw."""
     server = ServerProcess(small_disk, ("--text-port", "0"))
     server.start()
     try:
@@ -251,24 +240,26 @@ def test_full_disk_reads_succeed_and_replay_matches(small_disk):
         filler = fill(small_disk, leave=0)
         while client.set("reads", item(999, 1000)) == b"STORED":  # until the disk is full
             pass
-        seen = [client.get("reads") for _ in range(5)]  # REMOVE records cannot be written
-        assert [number(data) for data in seen] == [0, 1, 2, 3, 4]
+        for _ in range(3):  # REMOVE records cannot be written: nothing is handed out
+            assert client.call(b"get reads").startswith(b"SERVER_ERROR journal write failed: ")
         client.send(b"get reads/open\r\n")
-        assert number(client.read_value()) == 5
-        assert client.call(b"get reads/close") == b"END"
+        assert number(client.read_value()) == 0
+        # its CONFIRM could not be written: refused, the item goes back to the head
+        assert client.call(b"get reads/close").startswith(b"SERVER_ERROR journal write failed: ")
         assert client.stats()["queue_reads_items"] != ""
         filler.unlink()
         deadline = time.monotonic() + 10
         while client.set("reads", item(1000, 1000)) != b"STORED":
             assert time.monotonic() < deadline, "writes did not resume"
             time.sleep(0.1)
+        assert [number(client.get("reads")) for _ in range(2)] == [0, 1]
         client.close()
 
         server.stop(signal.SIGKILL)
         server.start()
         client = server.client(REPLY_TIMEOUT)
         first = client.get("reads")
-        assert first is not None and number(first) == 6, "the removes made on a full disk were lost"
+        assert first is not None and number(first) == 2, "the journal does not agree with the answers"
         client.close()
     finally:
         server.stop(signal.SIGKILL)
@@ -346,7 +337,14 @@ def test_full_disk_with_small_journals_logs_once_per_change(small_disk, tmp_path
                 reply = client.set(queue, item(999, 1000))
                 refused += reply != b"STORED"
                 assert reply == b"STORED" or reply.startswith(b"SERVER_ERROR journal write failed: "), reply
-            client.get("rw")  # packed keeps its backlog: still in read-behind when space is back
+            # packed keeps its backlog: still in read-behind when space is back; a GET of rw
+            # is refused while its journal fails (it would take an item for good), or served
+            reply = client.call(b"get rw")
+            if reply.startswith(b"VALUE"):
+                client.read_line()  # its data
+                assert client.read_line() == b"END"
+            else:
+                assert reply == b"END" or reply.startswith(b"SERVER_ERROR journal write failed: "), reply
             assert client.stats()["queue_packed_items"]  # stats answers all along
             time.sleep(0.01)
         assert refused
