@@ -739,7 +739,7 @@ def test_health_and_the_journal_failing_gauge_follow_a_full_disk(small_disk):
         client = server.client(REPLY_TIMEOUT)
         assert client.set("other", b"small") == b"STORED"
         assert client.set("jobs", item(0)) == b"STORED"
-        assert request(server.admin_url + "/health") == (200, "text/plain; charset=utf-8", b"ok")
+        assert request(server.admin_url + "/health")[:3] == (200, "text/plain; charset=utf-8", b"ok")
         assert journal_failing(server) == ({"other": 0, "jobs": 0}, {"other": 0, "jobs": 0})
 
         filler = fill(small_disk, leave=200_000)
@@ -755,7 +755,7 @@ def test_health_and_the_journal_failing_gauge_follow_a_full_disk(small_disk):
 
         filler.unlink()
         _queue_stored(client, "jobs", item(n + 1), time.monotonic() + 10)
-        assert request(server.admin_url + "/health") == (200, "text/plain; charset=utf-8", b"ok")
+        assert request(server.admin_url + "/health")[:3] == (200, "text/plain; charset=utf-8", b"ok")
         assert journal_failing(server) == ({"other": 0, "jobs": 0}, {"other": 0, "jobs": 0})
         client.close()
     finally:
