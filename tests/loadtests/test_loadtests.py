@@ -478,7 +478,8 @@ def test_bench_redis_row_is_judged_by_its_ratio_to_redis():
                                                          if line.startswith("| put-many, 1 client"))) + 1]
     assert sub.startswith("| ↳ Redis (no persistence) |")
     assert "| Redis: 100 | 40 (30) | 0.90 | ≥ 0.9× Redis | yes |" in sub and "`cmd --resp`" in sub
-    slower = Row(one, "cmd", ours=Side(records=[{**record, "rate": 89.0}]), redis=Side(records=[{**record, "rate": 100.0}]))
+    slower = Row(one, "cmd", ours=Side(records=[{**record, "rate": 89.0}]),
+                 redis=Side(records=[{**record, "rate": 100.0}]))
     assert slower.redis_met is False and "| 0.89 | ≥ 0.9× Redis | no |" in render([slower], 1, redis="redis-server")
 
 
