@@ -549,6 +549,9 @@ Throughput of kestrel-actors under the load tests in `kestrel_actors/loadtests/`
   letters. Every scenario prints Kestrel's report lines and then one JSON line of figures,
   and exits 1 on a correctness failure (lost, duplicated, reordered or corrupted items, an
   unexpected reply).
+* With Debian's `redis-server` on PATH (or `--redis PATH`), rows whose scenario has `--resp`
+  also run against Redis lists (`RPUSH`/`LPOP`), each with a "↳ Redis" row under it;
+  `--no-redis` leaves them out.
 """
 
 
