@@ -2,12 +2,13 @@
 
 A role run on a greenlet of its own pays, for every reply it waits for, a read watcher started
 and stopped, a switch to gevent's hub and one back, and the hub's dispatch of that one socket.
-At 100 clients of one request in flight each, that made the Python load generator spend 24–43
-µs of CPU per request, more than either server it measured, and on two vCPUs the generator
-then set the pace of the 100-client rows and the durable row. Here every connection of a process is registered with one ``epoll`` object, and one
-greenlet waits on that (one watcher, one switch there and back per loop turn, however many
-replies came) and feeds each reply to its client's :class:`LeanClient`: the same requests on
-the wire, one in flight per connection as in Kestrel's tools, at about half the CPU.
+At 100 clients of one request in flight each, that made the Python load generator spend 24–43 µs
+of CPU per request, more than either server it measured, and on two vCPUs the generator then set
+the pace of the 100-client rows and the durable row. Here every connection of a process is
+registered with one ``epoll`` object, and one greenlet waits on that (one watcher, one switch
+there and back per loop turn, however many replies came) and feeds each reply to its client's
+:class:`LeanClient`: the same requests on the wire, one in flight per connection as in Kestrel's
+tools, at about half the CPU.
 
 A role offers a lean form by :func:`lean_form`; the runner drives a process's clients whose
 roles all have one this way, unless ``--greenlets`` asks for the old way (kept to compare with,
