@@ -2,7 +2,7 @@
 # needs (`pip install -e '.[build]'`: the server, the client, the CLI and mypyc to compile them) and
 # the compiled build; `make test` installs every extra (spark, load, test) and the Debian packages
 # the tests drive (chromium and chromium-driver, thrift-compiler, libmemcached-tools, netcat-openbsd,
-# systemd) when they are
+# systemd, redis-server) when they are
 # missing, so a fresh clone with Python 3.11 and Java 17 is enough.
 # The interpreter of .venv (ADR 0017): the distribution's CPython 3.11 when it can make a venv and
 # has its headers (mypyc compiles against them), else python3.11 on PATH. Debian builds its own
@@ -30,7 +30,7 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
 .PHONY: run test test-pure compiled lint bench install clean memcached-tools netcat thrift-compiler browser node-clients \
-	zookeeper systemd-analyze
+	zookeeper systemd-analyze redis
 
 # The compiled build (ADR 0015): the request path's modules compiled with mypyc in place (`.so`
 # beside each `.py`), profile-guided with gcc (PGO=1: compiled instrumented, trained by
@@ -93,6 +93,17 @@ thrift-compiler:
 		$$sudo apt-get update -qq >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq thrift-compiler >/dev/null; }
 
+# Redis, the peer of `make bench`'s Redis rows and of the load tests' --resp tests: Debian's
+# redis-server (and redis-tools), installed only when redis-server is missing. The bench and the
+# tests run the binary themselves, on a free loopback port with a fresh data directory; they never
+# use the package's own service (which Debian starts on 6379 where systemd runs).
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "installing redis-server"; \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq redis-server >/dev/null; }
+
 # node's memcached 2.2.2, whose behaviour README's clients table states: Debian's nodejs and npm
 # when node is missing, then the package into .venv/node_modules.
 node-clients:
@@ -149,15 +160,18 @@ compiled: $(COMPILED_STAMP)
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -rfE -n $(TEST_WORKERS) --dist loadfile
 
-test: $(STAMP) $(COMPILED_STAMP) memcached-tools netcat thrift-compiler browser node-clients zookeeper systemd-analyze
+test: $(STAMP) $(COMPILED_STAMP) memcached-tools netcat thrift-compiler browser node-clients zookeeper systemd-analyze \
+	redis
 	KESTREL_ACTORS_EXPECT_COMPILED=1 KESTREL_ACTORS_EXPECT_PROFILE=$(PGO) KESTREL_ACTORS_EXPECT_PYTHON=$(PYTHON) $(PYTEST)
 
 # the same tests on the pure-Python source, the compiled build left in place (KESTREL_ACTORS_PURE)
 test-pure: $(STAMP) memcached-tools netcat thrift-compiler
 	KESTREL_ACTORS_PURE=1 $(PYTEST) $(PURE_TESTS)
 
-bench: $(STAMP) $(COMPILED_STAMP)
-	PEER=$(PEER) $(BIN)/python -m kestrel_actors.loadtests.bench --write docs/benchmarks.md
+# PEER=path/to/darner adds darner's columns; REDIS=path/to/redis-server picks the Redis of the
+# Redis rows (default: redis-server on PATH), REDIS=none leaves them out.
+bench: $(STAMP) $(COMPILED_STAMP) $(if $(filter none,$(REDIS)),,redis)
+	PEER=$(PEER) REDIS=$(REDIS) $(BIN)/python -m kestrel_actors.loadtests.bench --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info *__mypyc*.so

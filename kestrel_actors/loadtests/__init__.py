@@ -8,7 +8,8 @@ Modules: ``client`` (the one memcache client), ``items`` (payloads), ``figures``
 histogram, throughput timeline), ``runner`` (greenlets and worker processes), ``admin``
 (flush, stats, -M), ``output`` (report lines, progress bar), ``report`` (verdict, JSON line,
 exit code), ``plot``, ``command`` and ``cli`` (click), and one module per scenario in
-``scenarios``. ``actor_hop_bench`` and ``spark_bridge_bench`` are separate micro-benchmarks.
+``scenarios``; ``dialect`` picks a scenario's requests and reply readers, memcache or (``--resp``)
+Redis's RESP (``resp``). ``actor_hop_bench`` and ``spark_bridge_bench`` are separate micro-benchmarks.
 """
 
 __all__: list[str] = []

@@ -14,6 +14,7 @@ import gevent
 
 from kestrel_actors.client import Connection, KestrelError
 
+from . import resp
 from .harness import HarnessError
 from .output import say
 
@@ -42,7 +43,7 @@ def _thrift_client(options) -> Iterator[Any]:
 
 def flush_queues(options, queues: list[str]) -> None:
     """Kestrel's default first step: ``flush`` each queue, expecting ``END`` (with
-    ``--thrift``: ``flush_queue``, as Kestrel's thrift tools do)."""
+    ``--thrift``: ``flush_queue``, as Kestrel's thrift tools do; with ``--resp``: ``DEL``)."""
     say("Flushing queues first.")
     if options.thrift_port is not None:
         with _thrift_client(options) as client:
@@ -52,6 +53,10 @@ def flush_queues(options, queues: list[str]) -> None:
     conn = admin_conn(options.host, options.port, options.io_timeout)
     try:
         for queue in queues:
+            if options.resp:
+                conn.send(resp.delete_request(queue))
+                resp.parse_integer(conn.read_line())
+                continue
             conn.exchange(b"flush %s\r\n" % queue.encode(), b"END\r\n")
     finally:
         conn.close()
@@ -59,7 +64,8 @@ def flush_queues(options, queues: list[str]) -> None:
 
 def queue_stats(options, queue: str) -> dict[str, int]:
     """The ``queue_<q>_*`` STATS of one queue, as integers (absent ones are left out; with
-    ``--thrift``, the figures ``peek``'s ``QueueInfo`` has, under their STATS names)."""
+    ``--thrift``, the figures ``peek``'s ``QueueInfo`` has, under their STATS names; with
+    ``--resp``, only ``items``: the list's ``LLEN``)."""
     if options.thrift_port is not None:
         with _thrift_client(options) as client:
             info = client.peek(queue)
@@ -68,6 +74,9 @@ def queue_stats(options, queue: str) -> dict[str, int]:
                 "open_transactions": info.open_transactions}
     conn = admin_conn(options.host, options.port, options.io_timeout)
     try:
+        if options.resp:
+            conn.send(resp.length_request(queue))
+            return {"items": resp.parse_integer(conn.read_line())}
         conn.send(b"stats\r\n")
         stats = conn.read_stats()
     finally:

@@ -1,7 +1,7 @@
 """``make bench``: run the standard load tests against fresh servers, write docs/benchmarks.md.
 
     python -m kestrel_actors.loadtests.bench [--write docs/benchmarks.md] [--runs 5] [--quick] [--only NAME]
-                              [--peer /tmp/peers/bin/darner]
+                              [--peer /tmp/peers/bin/darner] [--redis PATH | --no-redis]
 
 Each run of a benchmark gets a fresh ``python -m kestrel_actors.cli serve`` on a free loopback
 port with a fresh temporary data directory and runs its scenario as a subprocess
@@ -12,7 +12,17 @@ followed by one against that binary (darner's command line: ``-p PORT -d DIR``),
 table gets the peer's figures and the ratio. A row with ``floor`` (the durable one: darner
 cannot fsync every write) is compared instead with the floor server
 (``python -m kestrel_actors.loadtests.floor_server``) given the row's ``serve`` options, its runs
-interleaved with ours whether or not a peer is given (ADR 0018). The rows are issue 12's: Kestrel's load-test
+interleaved with ours whether or not a peer is given (ADR 0018).
+
+Redis's lists are the queue users would pick instead (issue 56): every row whose scenario has
+a ``--resp`` mode is also run against Debian's ``redis-server`` (``--redis PATH`` or ``REDIS=``;
+default: ``redis-server`` on PATH; ``--no-redis`` or ``REDIS=none`` leaves it out), the same
+load test speaking RESP (``RPUSH``/``LPOP``), each run on a fresh ``redis-server`` and data
+directory on a free loopback port (never the system service), its runs interleaved with ours,
+its CPU per request read from /proc as ours is. Without persistence (``--save ''
+--appendonly no``) for the plain rows; the durable row against ``--appendonly yes
+--appendfsync always``. Each such row gets a sub-row "↳ Redis" with Redis's figures, the ratio
+and the row's Redis goal. The rows are issue 12's: Kestrel's load-test
 defaults (one request in flight per client) first, then the concurrent and pipelined rows;
 variants that are not Kestrel's defaults are labelled "extra". Client and server share the
 machine, so the figures are for the pair, not for the server alone.
@@ -31,6 +41,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -52,7 +63,8 @@ class Benchmark:
 
     ``goal`` is the ratio to the peer (darner) that the row must reach when a peer is given, or
     with ``floor`` to the floor server, always measured; ``target`` an absolute rate (items/s)
-    used only when no peer is measured.
+    used only when no peer is measured. ``redis_goal`` is the ratio to Redis (issue 56), which
+    runs the row with ``redis_args`` unless ``redis`` is False (a scenario without ``--resp``).
     """
 
     name: str
@@ -65,6 +77,9 @@ class Benchmark:
     quick_args: tuple[str, ...] = ()  # replaces -n for --quick
     peer: bool = True             # whether the peer can run it (darner has no fsync knob)
     floor: bool = False           # compared with the floor server instead of the peer (ADR 0018)
+    redis: bool = True            # whether Redis runs it (the scenario has a --resp mode)
+    redis_goal: float | None = None
+    redis_args: tuple[str, ...] = ()  # redis-server's options beyond port, bind and dir
 
     def load_args(self, quick: bool = False, scale: float = 1.0) -> list[str]:
         """The load-test command; with ``quick``, its ``--quick`` count times ``scale``."""
@@ -75,51 +90,56 @@ class Benchmark:
         return args
 
 
+REDIS_PLAIN = ("--save", "", "--appendonly", "no")
+"""Redis without persistence, for the rows whose server journals without fsync."""
+REDIS_DURABLE = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+"""Redis with every write fsynced before its reply, for the durable row."""
+
 LATENCY_BOUND = (
     Benchmark("put-many, 1 client, one SET in flight", ("put-many", "-c", "1", "-n", "20000"),
-              "SET/s", goal=0.7, quick_args=("-n", "2000")),
+              "SET/s", goal=0.7, quick_args=("-n", "2000"), redis_goal=0.9, redis_args=REDIS_PLAIN),
     Benchmark("get-many (drain), 1 client", ("get-many", "-c", "1", "-n", "20000"),
-              "GET/s", goal=0.7, quick_args=("-n", "2000")),
+              "GET/s", goal=0.7, quick_args=("-n", "2000"), redis_args=REDIS_PLAIN),
     Benchmark("flood, 1 producer + 1 consumer", ("flood", "-n", "50000"), "items/s",
-              goal=0.7, quick_args=("-n", "5000")),
+              goal=0.7, quick_args=("-n", "5000"), redis_args=REDIS_PLAIN),
     Benchmark("flood, consumer blocking get q/t=1000", ("flood", "-n", "50000", "-B"), "items/s",
-              goal=0.7, quick_args=("-n", "5000")),
+              goal=0.7, quick_args=("-n", "5000"), redis_args=REDIS_PLAIN),
     Benchmark("many-clients, 500 consumers get q/t=1000, producer one SET at a time",
               ("many-clients", "-c", "500", "-n", "50000", "-s", "0"), "items/s",
-              goal=0.8, quick_args=("-n", "5000")),
+              goal=0.8, quick_args=("-n", "5000"), redis=False),
     Benchmark("many-clients, transactional, 10% of connections dropped",
               ("many-clients", "-c", "500", "-n", "50000", "-s", "0", "-x", "-k", "10"), "items/s",
-              goal=0.8, quick_args=("-n", "5000")),
+              goal=0.8, quick_args=("-n", "5000"), redis=False),
 )
 """Kestrel's defaults: every client has one request in flight (issue 12's table; goals from issue 24,
 after ADR 0007 showed that a one-client row cannot pass darner in CPython)."""
 
 CONCURRENT = (
     Benchmark("put-many, 100 clients, one SET in flight each", ("put-many", "-c", "100", "-n", "100000"),
-              "SET/s", target=30_000, quick_args=("-n", "10000")),
+              "SET/s", target=30_000, quick_args=("-n", "10000"), redis_args=REDIS_PLAIN),
     Benchmark("get-many, 100 clients, one GET in flight each", ("get-many", "-c", "100", "-n", "100000"),
-              "GET/s", target=50_000, quick_args=("-n", "10000")),
+              "GET/s", target=50_000, quick_args=("-n", "10000"), redis_args=REDIS_PLAIN),
     Benchmark("mixed, 100 clients each alternating a SET and a GET", ("mixed", "-c", "100", "-n", "50000"),
-              "requests/s", quick_args=("-n", "5000")),
+              "requests/s", quick_args=("-n", "5000"), redis_args=REDIS_PLAIN),
     Benchmark("put-many, 10 clients x 32 SETs per write", ("put-many", "-c", "10", "-r", "32", "-n", "320000"),
-              "SET/s", goal=2.0, target=100_000, quick_args=("-n", "32000")),
+              "SET/s", goal=2.0, target=100_000, quick_args=("-n", "32000"), redis_args=REDIS_PLAIN),
     Benchmark("get-many, 10 clients x 32 GETs per write", ("get-many", "-c", "10", "-r", "32", "-n", "320000"),
-              "GET/s", goal=2.0, quick_args=("-n", "32000")),
+              "GET/s", goal=2.0, quick_args=("-n", "32000"), redis_goal=0.8, redis_args=REDIS_PLAIN),
 )
 """Where concurrency (or pipelining, ``-r``) lets the server batch."""
 
 EXTRA = (
     Benchmark("extra: many-clients, transactional, 10% kills, producer pipelines 16 SETs (-r 16)",
               ("many-clients", "-c", "500", "-n", "50000", "-s", "0", "-k", "10", "-x", "-r", "16"),
-              "items/s", goal=None, quick_args=("-n", "5000")),
+              "items/s", goal=None, quick_args=("-n", "5000"), redis=False),
     Benchmark("durable put-many (fsync every write), 100 clients",
               ("put-many", "-c", "100", "-n", "20000"), "SET/s", goal=0.9,
               serve_args=("--sync-journal", "always"), requires="--sync-journal",
-              quick_args=("-n", "2000"), peer=False, floor=True),
+              quick_args=("-n", "2000"), peer=False, floor=True, redis_goal=1.0, redis_args=REDIS_DURABLE),
 )
 """Not Kestrel's defaults: labelled "extra". The durable row is measured against the floor server
 with a group commit (darner cannot fsync every write; ADR 0018 replaced issue 24's absolute
-35,000 SET/s with this ratio)."""
+35,000 SET/s with this ratio), and against Redis with ``appendfsync always`` (issue 56)."""
 
 BENCHMARKS = LATENCY_BOUND + CONCURRENT + EXTRA
 
@@ -155,6 +175,7 @@ class Row:
     command: str
     ours: Side = field(default_factory=Side)
     peer: Side | None = None
+    redis: Side | None = None
     failures: list[str] = field(default_factory=list)
     skipped: str | None = None
 
@@ -180,6 +201,21 @@ class Row:
         if self.bench.target is not None and self.peer is None:
             return self.median("rate") >= self.bench.target
         return None
+
+    def redis_ratio(self) -> float | None:
+        if self.redis is None or not self.redis.records or not self.ours.records:
+            return None
+        return self.ours.median("rate") / max(self.redis.median("rate"), 1e-9)
+
+    @property
+    def redis_met(self) -> bool | None:
+        """The Redis goal: None when the row has none or Redis was not measured."""
+        ratio = self.redis_ratio()
+        if self.bench.redis_goal is None or self.redis is None:
+            return None
+        if ratio is None or self.failures:
+            return False
+        return ratio >= self.bench.redis_goal
 
 
 def free_port() -> int:
@@ -216,16 +252,21 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 class Server:
     """A server subprocess on a free port with a fresh temporary data directory: ours
-    (``kestrel-actors serve``), with ``peer`` that binary (darner's command line), or with
-    ``floor`` the floor server; ``extra`` goes to ours and the floor."""
+    (``kestrel-actors serve``), with ``peer`` that binary (darner's command line), with
+    ``floor`` the floor server, or with ``redis`` that ``redis-server`` (in the foreground,
+    loopback only, its data in the fresh directory); ``extra`` goes to ours, the floor or Redis."""
 
-    def __init__(self, extra: tuple[str, ...] = (), peer: str | None = None, floor: bool = False) -> None:
+    def __init__(self, extra: tuple[str, ...] = (), peer: str | None = None, floor: bool = False,
+                 redis: str | None = None) -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="kestrel-bench-")
         self.port = free_port()
         self.log = Path(self.tmp.name) / "server.log"
         data = Path(self.tmp.name) / "data"
         data.mkdir()
-        if peer:
+        if redis:
+            command = [redis, "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "no",
+                       "--protected-mode", "yes", "--dir", str(data), "--logfile", "", *extra]
+        elif peer:
             command = [peer, "-p", str(self.port), "-d", str(data)]
         elif floor:
             command = [sys.executable, "-m", "kestrel_actors.loadtests.floor_server", str(self.port),
@@ -277,10 +318,13 @@ def handled(record: dict) -> int:
 
 
 def run_once(args: list[str], side: Side, serve_args: tuple[str, ...], peer: str | None,
-             label: str, failures: list[str], floor: bool = False) -> None:
-    """One run on a fresh server and data directory; appends to ``side`` or ``failures``."""
+             label: str, failures: list[str], floor: bool = False, redis: str | None = None) -> None:
+    """One run on a fresh server and data directory (with ``redis``, a fresh ``redis-server``
+    and the load test's ``--resp``); appends to ``side`` or ``failures``."""
+    if redis:
+        args = [*args, "--resp"]
     try:
-        server = Server(serve_args, peer, floor)
+        server = Server(serve_args, peer, floor, redis)
     except RuntimeError as exc:
         failures.append(f"{label}: server did not start: {exc}"[:500])
         return
@@ -309,9 +353,9 @@ def run_once(args: list[str], side: Side, serve_args: tuple[str, ...], peer: str
 
 
 def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: str,
-              peer: str | None = None) -> Row:
+              peer: str | None = None, redis: str | None = None) -> Row:
     """``runs`` runs of ``bench``; with ``peer`` (or the row's ``floor``), the peer's (the floor
-    server's) runs interleaved with ours."""
+    server's) runs interleaved with ours, and with ``redis`` (where the row has a Redis run) Redis's."""
     args = bench.load_args(quick)
     if procs > 1:
         args += ["--procs", str(procs)]
@@ -321,14 +365,16 @@ def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: s
         return row
     with_peer = peer if bench.peer else None
     peer_side = row.peer = Side() if with_peer or bench.floor else None
+    redis_side = row.redis = Side() if redis and bench.redis else None
     for number in range(runs):
         run_once(args, row.ours, bench.serve_args, None, f"run {number + 1}", row.failures)
-        if peer_side is None:
-            continue
-        if bench.floor:
+        if peer_side is not None and bench.floor:
             run_once(args, peer_side, bench.serve_args, None, f"floor run {number + 1}", row.failures, floor=True)
-        else:
+        elif peer_side is not None:
             run_once(args, peer_side, (), with_peer, f"peer run {number + 1}", row.failures)
+        if redis_side is not None:
+            run_once(args, redis_side, bench.redis_args, None, f"Redis run {number + 1}", row.failures,
+                     redis=redis)
     return row
 
 
@@ -374,7 +420,46 @@ def _ratio(ratio: float) -> str:
     return f"{math.floor(ratio * 100 + 1e-9) / 100:.2f}"
 
 
-def render(rows: list[Row], runs: int, load: float | None = None, peer: str | None = None) -> str:
+def redis_version(redis: str) -> str:
+    """``redis-server --version``'s ``v=…``, or "unknown"."""
+    try:
+        out = subprocess.run([redis, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except OSError:
+        return "unknown"
+    return next((word[2:] for word in out.split() if word.startswith("v=")), "unknown")
+
+
+def _goal(goal: float | None, against: str = "") -> str:
+    return "—" if goal is None else f"≥ {goal:.1f}×" + (f" {against}" if against else "")
+
+
+def _met(met: bool | None) -> str:
+    return {True: "yes", False: "no", None: "—"}[met]
+
+
+def _redis_row(row: Row) -> str:
+    """The sub-row under a benchmark with Redis's runs: its figures in the peer's columns, the
+    ratio of our median to its, the Redis goal; latencies, lost/dup and client CPU of its runs."""
+    side, bench = row.redis, row.bench
+    assert side is not None
+    durable = "appendfsync always" if "always" in bench.redis_args else "no persistence"
+    name = f"↳ Redis ({durable})"
+    goal = _goal(bench.redis_goal, "Redis")
+    command = f"`{row.command} --resp`"
+    if not side.records:
+        return f"| {name} | | | | failed | | | {goal} | {_met(row.redis_met)} | | | | | {command} |"
+    rates = [r["rate"] for r in side.records]
+    ratio = row.redis_ratio()
+    lost = sum(r["lost"] for r in side.records)
+    dup = sum(r["duplicated"] for r in side.records)
+    return (f"| {name} | | {min(rates):,.0f}–{max(rates):,.0f} | | Redis: {_rate(side)} | {_cpu(side)} "
+            f"| {'—' if ratio is None else _ratio(ratio)} | {goal} | {_met(row.redis_met)} "
+            f"| {side.median('latency_usec', 'p50'):,.0f} | {side.median('latency_usec', 'p99'):,.0f} "
+            f"| {lost} / {dup} | {side.client_busy():.0f}% | {command} |")
+
+
+def render(rows: list[Row], runs: int, load: float | None = None, peer: str | None = None,
+           redis: str | None = None) -> str:
     """The markdown that goes between the markers (``load``: 1-min load average at start)."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     busy = f" Load average before the runs: {load:.2f} (other work on the machine skews figures)." \
@@ -382,6 +467,12 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
     peer_text = (f" Peer: `{peer}` (darner), run on the same machine, its runs interleaved with ours, "
                  "each on a fresh server and data directory." if peer else
                  " No peer was given (`make bench PEER=/tmp/peers/bin/darner` adds darner's columns).")
+    peer_text += (f" Redis: `{redis}` {redis_version(redis)}, run by the same load tests with `--resp` "
+                  "(`RPUSH`/`LPOP`, `BLPOP` for the blocking GET), without persistence (`--save '' "
+                  "--appendonly no`) and for the durable row with `--appendonly yes --appendfsync always`, "
+                  "its runs interleaved with ours, each on a fresh server and data directory; its "
+                  "figures are in the \"↳ Redis\" row under ours." if redis else
+                  " Redis was left out (`--no-redis`, or no `redis-server`).")
     out = [
         f"Measured {now} on {machine()}; commit {git_commit()}.{busy}{peer_text}",
         (f"Client and server share the machine. Median of {runs} runs each, a fresh server and data "
@@ -391,24 +482,27 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
          "is one SET and one GET); in brackets its system (kernel) part, which shows the VM's "
          "regime (about 5 µs per one-client request in the fast one, 25 in the slow one: compare "
          "rows only inside one run). p50/p99 are our "
-         "latencies in microseconds per request (per burst for rollups). Produced by `make bench` "
+         "latencies in microseconds per request (per burst for rollups; on a Redis row, Redis's, as "
+         "are its runs' range, lost/dup and client CPU). Produced by `make bench` "
          "(`python -m kestrel_actors.loadtests.bench`)."),
         "",
         ("Goals (issue 24): the 100-client rows at ≥ 1.0× darner, the pipelined rows at ≥ 2.0×, "
          "many-clients (plain and transactional) at ≥ 0.8×, one client and flood at ≥ 0.7×, the "
          "durable row at ≥ 0.9× the floor server with a group commit (`floor_server.py "
          "--sync-journal always`, its runs interleaved with ours; ADR 0018: darner cannot fsync every "
-         "write, and issue 24's absolute 35,000 SET/s measured the VM's phase). Rows marked "
-         "\"extra\" are not Kestrel's defaults."),
+         "write, and issue 24's absolute 35,000 SET/s measured the VM's phase). Against Redis "
+         "(issue 56): the one-client put-many at ≥ 0.9×, the pipelined get-many at ≥ 0.8×, the "
+         "durable row at ≥ 1.0× Redis with `appendfsync always`; the other Redis rows are "
+         "reported without a goal. Rows marked \"extra\" are not Kestrel's defaults."),
         "",
-        ("| Benchmark | kestrel-actors | Runs (min–max) | CPU µs (sys) | darner | darner CPU µs (sys) | Ratio "
+        ("| Benchmark | kestrel-actors | Runs (min–max) | CPU µs (sys) | Peer | Peer CPU µs (sys) | Ratio "
          "| Goal | Met | p50 | p99 | Lost / dup | Client CPU | Command |"),
         "|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         bench = row.bench
         if bench.goal is not None:
-            goal = f"≥ {bench.goal:.1f}×" + (" floor" if bench.floor else "")
+            goal = _goal(bench.goal, "floor" if bench.floor else "")
         elif bench.target is not None:
             goal = f"≥ {bench.target:,.0f}"
         else:
@@ -419,8 +513,10 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
         if not row.records:
             peer_cells = f"{_rate(row.peer, bench.floor)} | {_cpu(row.peer)}"
             out.append(f"| {bench.name} | failed | | | {peer_cells} | | {goal} | no | | | | | `{row.command}` |")
+            if row.redis is not None:
+                out.append(_redis_row(row))
             continue
-        met = {True: "yes", False: "no", None: "—"}[row.met]
+        met = _met(row.met)
         lost = sum(r["lost"] for r in row.records)
         dup = sum(r["duplicated"] for r in row.records)
         rates = [r["rate"] for r in row.records]
@@ -431,6 +527,8 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
             f"| {'—' if ratio is None else _ratio(ratio)} | {goal} | {met} "
             f"| {row.median('latency_usec', 'p50'):,.0f} | {row.median('latency_usec', 'p99'):,.0f} "
             f"| {lost} / {dup} | {row.ours.client_busy():.0f}% | `{row.command}` |")
+        if row.redis is not None:
+            out.append(_redis_row(row))
     failures = [f"* {row.bench.name}: {f}" for row in rows for f in row.failures]
     if failures:
         out += ["", "Failed runs:", "", *failures]
@@ -451,6 +549,9 @@ Throughput of kestrel-actors under the load tests in `kestrel_actors/loadtests/`
   letters. Every scenario prints Kestrel's report lines and then one JSON line of figures,
   and exits 1 on a correctness failure (lost, duplicated, reordered or corrupted items, an
   unexpected reply).
+* With Debian's `redis-server` on PATH (or `--redis PATH`), rows whose scenario has `--resp`
+  also run against Redis lists (`RPUSH`/`LPOP`), each with a "↳ Redis" row under it;
+  `--no-redis` leaves them out.
 """
 
 
@@ -477,7 +578,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strict", action="store_true", help="exit 1 if a goal is missed")
     parser.add_argument("--peer", metavar="BINARY", default=os.environ.get("PEER") or None,
                         help="a darner binary to measure side by side (env PEER)")
+    parser.add_argument("--redis", metavar="PATH", default=os.environ.get("REDIS") or None,
+                        help="the redis-server to measure beside us (env REDIS; default: redis-server "
+                             "on PATH, if any; REDIS=none leaves it out)")
+    parser.add_argument("--no-redis", action="store_true", help="no Redis rows")
     opts = parser.parse_args(argv)
+    redis = None if opts.no_redis or opts.redis == "none" else (opts.redis or shutil.which("redis-server"))
+    if redis is not None and shutil.which(redis) is None:
+        print(f"bench: no redis-server at {redis} (make redis installs Debian's; --no-redis leaves it out)",
+              file=sys.stderr)
+        return 3
+    if redis is None and not opts.no_redis and opts.redis != "none":
+        print("bench: no redis-server on PATH: the Redis rows are left out (make redis installs it)", flush=True)
     help_text = serve_help()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     rows = []
@@ -485,11 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         if opts.only and not any(word in bench.name for word in opts.only):
             continue
         print(f"{bench.name}:", flush=True)
-        row = run_bench(bench, max(1, opts.runs), opts.quick, opts.procs, help_text, opts.peer)
+        row = run_bench(bench, max(1, opts.runs), opts.quick, opts.procs, help_text, opts.peer, redis)
         if row.skipped:
             print(f"  skipped: {row.skipped}", flush=True)
         rows.append(row)
-    table = render(rows, max(1, opts.runs), load, opts.peer)
+    table = render(rows, max(1, opts.runs), load, opts.peer, redis)
     print()
     print(table)
     if opts.write:
@@ -499,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwrote {path}")
     if any(row.failures for row in rows):
         return 1
-    if opts.strict and any(row.met is False for row in rows):
+    if opts.strict and any(row.met is False or row.redis_met is False for row in rows):
         return 1
     return 0
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-__all__ = ["common_options", "scenario_entry"]
+__all__ = ["common_options", "resp_option", "scenario_entry"]
 
 
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -50,6 +50,14 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def resp_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--resp``: the scenarios a Redis list can run (put-many, get-many, mixed, flood)."""
+    return click.option("--resp", "resp", is_flag=True,
+                        help="Speak Redis's protocol (RESP) to a Redis server on -p, a list as the "
+                             "queue: RPUSH for SET, LPOP (BLPOP when waiting) for GET, DEL for the "
+                             "flush; the checks are the same.")(func)
 
 
 DEFAULT_THRIFT_PORT = 2229
@@ -91,12 +99,13 @@ def scenario_entry(body: Callable[..., Any]) -> Callable[..., None]:
         except HarnessError as exc:
             click.echo(f"{where}: {exc}", err=True)
             sys.exit(EXIT_HARNESS)
+        resp = bool(args.pop("resp", False))
         thrift_port = None
         if args.get("thrift"):
             thrift_port = args["thrift_port"] = _thrift_port(args["thrift_port"], port)
         options = Options(host=host, port=port, procs=procs, timeout=timeout,
                           io_timeout=io_timeout, progress=progress, monitor=monitor,
-                          thrift_port=thrift_port, greenlets=greenlets)
+                          thrift_port=thrift_port, resp=resp, greenlets=greenlets)
         name = body.__name__.replace("_", "-")
         try:
             outcome = body(options, not no_flush, epoch=time.monotonic_ns(), **args)

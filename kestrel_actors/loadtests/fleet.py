@@ -30,6 +30,8 @@ import gevent
 
 from kestrel_actors.client import END, Connection, ConnectionLost, UnexpectedReply, get_reply_size
 
+from .resp import NILS, check_lengths, pop_item, reply_end
+
 __all__ = ["Connected", "LeanClient", "MakeLean", "drive", "lean_form", "lean_form_of"]
 
 _RECV = 64 * 1024
@@ -90,6 +92,46 @@ class LeanClient:
                 return None
             replies.append(None if size == len(END) else bytes(buf[at:at + size]))
             at += size
+        if at != len(buf):
+            raise UnexpectedReply(f"more than {count} replies: {bytes(buf[at:at + 60])!r}")
+        buf.clear()
+        return replies
+
+    def lengths(self, chunk: bytes, count: int) -> bool:
+        """``feed`` for ``count`` pipelined ``RPUSH``es (``--resp``): whether all their integer
+        replies have come (:func:`.resp.check_lengths`)."""
+        buf = self.buf
+        if not buf:
+            if count == 1 and chunk[:1] == b":" and chunk[-2:] == b"\r\n" and chunk[1:-2].isdigit():
+                return True
+            if check_lengths(chunk, count):
+                return True
+            buf += chunk
+            return False
+        buf += chunk
+        if not check_lengths(buf, count):
+            return False
+        buf.clear()
+        return True
+
+    def pops(self, chunk: bytes, count: int, hit_len: int) -> list[bytes | None] | None:
+        """``get_replies`` for ``count`` pipelined pops (``--resp``): each whole reply (a hit is
+        ``hit_len`` bytes, which the caller's checker reads), None for a nil."""
+        buf = self.buf
+        if not buf and count == 1:  # the usual case: one whole reply in one chunk
+            if len(chunk) == hit_len and chunk[:1] in (b"$", b"*"):
+                return [chunk]
+            if chunk in NILS:
+                return [None]
+        buf += chunk
+        replies: list[bytes | None] = []
+        at = 0
+        while len(replies) < count:
+            end = reply_end(buf, at)
+            if end < 0:
+                return None
+            replies.append(pop_item(bytes(buf[at:end])))
+            at = end
         if at != len(buf):
             raise UnexpectedReply(f"more than {count} replies: {bytes(buf[at:at + 60])!r}")
         buf.clear()

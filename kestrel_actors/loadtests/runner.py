@@ -58,6 +58,9 @@ class Options:
     thrift_port: int | None = None
     """``--thrift``: the run speaks only thrift, on this port (set-up and checks too), as
     Kestrel's thrift load tools do; the memcache port is not used."""
+    resp: bool = False
+    """``--resp``: the run speaks Redis's protocol to a Redis list (:mod:`.resp`), set-up and
+    checks too, on the port ``-p`` names."""
     greenlets: bool = False
     """``--greenlets``: every client on a greenlet of its own, even where its role has a lean
     form (:mod:`.fleet`): the generator as it was, to compare with."""

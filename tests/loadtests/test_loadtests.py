@@ -10,6 +10,8 @@ data directly.
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import subprocess
 import sys
 
@@ -206,6 +208,124 @@ def test_thrift_load_tests_speak_only_thrift_with_p_as_the_thrift_port(thrift_se
     assert stats["queue_pmp_items"] == "0"
 
 
+# -- --resp: the same load tests against Redis's lists (issue 56) -------------------------
+
+def _redis_server() -> str:
+    path = shutil.which("redis-server")
+    if path is None:
+        pytest.skip("redis-server is not installed (make redis installs Debian's)")
+    return path
+
+
+class RedisServer:
+    """A redis-server on a free loopback port, without persistence, its data in ``data``."""
+
+    def __init__(self, data) -> None:
+        from ..helpers import free_port, wait_for
+
+        self.port = free_port()
+        self.proc = subprocess.Popen([_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
+                                      "--daemonize", "no", "--save", "", "--appendonly", "no",
+                                      "--dir", str(data)], stdout=subprocess.DEVNULL)
+        assert wait_for(lambda: _accepts(self.port), timeout=20), "redis-server did not listen"
+
+    def call(self, *words: bytes) -> bytes:
+        """One command (RESP written out here, not by the code under test); its first reply line."""
+        request = b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as sock:
+            sock.sendall(request)
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                reply += sock.recv(4096)
+        return reply.split(b"\r\n")[0]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+@pytest.fixture
+def redis(tmp_path):
+    server = RedisServer(tmp_path)
+    yield server
+    server.stop()
+
+
+@LOOPS
+def test_resp_mode_puts_and_gets_through_a_redis_list(redis, loop):
+    """``--resp``: put-many (pipelined, with -g), get-many and mixed speak RESP to a real
+    redis-server, on the lean loop and on greenlets, and every item comes back once."""
+    code, record, out = run_load(redis, "put-many", "--resp", "-c", "4", "-n", "200", "-r", "4", "-g",
+                                 "-q", "rpm", *loop_args(loop))
+    assert_clean(code, record, out, 200)
+    assert record["protocol"] == "resp" and record["get"]["items"] == 200
+    code, record, out = run_load(redis, "get-many", "--resp", "-c", "5", "-n", "300", "-r", "8", "-q", "rgm",
+                                 *loop_args(loop))
+    assert_clean(code, record, out, 300)
+    assert record["fill"]["items"] == 300 and "Got 300 items" in out
+    code, record, out = run_load(redis, "get-many", "--resp", "-c", "1", "-n", "50", "-q", "rg1")
+    assert_clean(code, record, out, 50)
+    code, record, out = run_load(redis, "mixed", "--resp", "-c", "5", "-n", "200", "-q", "rmx", *loop_args(loop))
+    assert code == 0, out
+    assert record["items"] == 400 and record["lost"] == 0 and record["duplicated"] == 0
+    for queue in (b"rpm", b"rgm", b"rg1", b"rmx"):
+        assert redis.call(b"LLEN", queue) == b":0"
+
+
+def test_resp_mode_floods_in_order(redis):
+    """flood --resp: producers RPUSH, consumers LPOP (BLPOP with -B); FIFO order is checked."""
+    code, record, out = run_load(redis, "flood", "--resp", "-n", "300", "-P", "20", "-R", "2", "-C", "2",
+                                 "-q", "rfl")
+    assert code == 0, out
+    assert record["protocol"] == "resp"
+    assert record["items"] >= 300 and record["lost"] == 0 and record["duplicated"] == 0
+    code, record, out = run_load(redis, "flood", "--resp", "-n", "200", "-B", "-q", "rfb")
+    assert code == 0, out
+    assert record["lost"] == 0 and record["duplicated"] == 0
+    assert redis.call(b"LLEN", b"rfb") == b":0"  # (rfl keeps what is left of its backlog, as Kestrel's does)
+
+
+@LOOPS
+def test_resp_mode_detects_wrong_replies(redis, loop):
+    """A foreign item in the list, a key that is no list (``-WRONGTYPE``), items out of order:
+    each fails the run (exit 1), as the memcache checks do."""
+    bad = bytearray(make_item(3, 1024))
+    bad[500] ^= 1
+    assert redis.call(b"RPUSH", b"rgf", bytes(bad)) == b":1"
+    code, record, out = run_load(redis, "get-many", "--resp", "-c", "2", "-n", "20", "-q", "rgf", "-F",
+                                 *loop_args(loop))
+    assert code == EXIT_FAILED, out
+    assert any("not an item this run put" in f for f in record["failures"])
+    assert redis.call(b"SET", b"rwt", b"a string") == b"+OK"
+    code, record, out = run_load(redis, "put-many", "--resp", "-c", "2", "-n", "10", "-q", "rwt", "-F",
+                                 *loop_args(loop))
+    assert code == EXIT_FAILED, out
+    assert any("WRONGTYPE" in f for f in record["failures"]), record
+    assert redis.call(b"RPUSH", b"rfo", make_item(5, 1024), make_item(2, 1024)) == b":2"
+    code, record, out = run_load(redis, "flood", "--resp", "-n", "10", "-q", "rfo", "-F")
+    assert code == EXIT_FAILED, out
+    assert any("order violation: item 2 after item 5" in f for f in record["failures"]), record
+
+
+def test_resp_replies_are_cut_and_checked_whole():
+    """The sans-I/O scanner: a reply is complete only with all its bytes; integer replies of
+    pipelined pushes are counted; an error among them is a wrong reply."""
+    from kestrel_actors.client import UnexpectedReply
+    from kestrel_actors.loadtests.resp import check_lengths, pop_item, reply_end
+
+    hit = b"$5\r\nhello\r\n"
+    assert reply_end(hit) == len(hit) and reply_end(hit[:-1]) == -1 and reply_end(b"$-1\r\n") == 5
+    blpop = b"*2\r\n$1\r\nq\r\n" + hit
+    assert reply_end(blpop + b":1\r\n") == len(blpop) and reply_end(blpop[:-3]) == -1
+    assert pop_item(b"$-1\r\n") is None and pop_item(b"*-1\r\n") is None and pop_item(hit) == hit
+    with pytest.raises(UnexpectedReply, match="WRONGTYPE"):
+        pop_item(b"-WRONGTYPE Operation against a key\r\n")
+    assert check_lengths(b":1\r\n:2\r\n", 2) and not check_lengths(b":1\r\n:", 2)
+    for wrong in (b":1\r\n-ERR x\r\n", b":1\r\n:2\r\n:3\r\n", b":1\r\n:\r\n", b"+OK\r\n:1\r\n"):
+        with pytest.raises(UnexpectedReply):
+            check_lengths(wrong, 2)
+
+
 # -- the harness must detect a misbehaving server ----------------------------------------
 
 def test_packing_detects_an_out_of_order_item(server):
@@ -310,6 +430,57 @@ def test_bench_quick_run_writes_the_table(tmp_path):
     # measured against the floor server's group commit, interleaved (ADR 0018): its rate and a ratio
     assert "| floor: " in durable and "| ≥ 0.9× floor |" in durable, durable
     assert "floor run 1:" in proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_quick_run_has_redis_rows(tmp_path):
+    """Issue 56: with redis-server on PATH the bench runs the same load test with ``--resp``
+    against a fresh Redis per run, interleaved with ours, and each row gets a Redis sub-row with
+    its rate, CPU, the ratio and the Redis goal (the durable row against ``appendfsync always``)."""
+    _redis_server()
+    doc = tmp_path / "benchmarks.md"
+    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.bench", "--quick", "--runs", "1",
+                           "--only", "get-many, 10 clients", "--only", "durable", "--write", str(doc)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Redis run 1:" in proc.stdout
+    lines = doc.read_text().splitlines()
+    plain = next(i for i, line in enumerate(lines) if line.startswith("| get-many, 10 clients x 32"))
+    assert lines[plain + 1].startswith("| ↳ Redis (no persistence) |"), lines[plain + 1]
+    assert "| Redis: " in lines[plain + 1] and "| ≥ 0.8× Redis |" in lines[plain + 1]
+    assert "--resp` |" in lines[plain + 1]
+    durable = next(i for i, line in enumerate(lines) if line.startswith("| durable put-many"))
+    assert lines[durable + 1].startswith("| ↳ Redis (appendfsync always) |"), lines[durable + 1]
+    assert "| ≥ 1.0× Redis |" in lines[durable + 1]
+    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.bench", "--quick", "--runs", "1",
+                           "--only", "get-many, 10 clients", "--no-redis"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Redis run" not in proc.stdout and "↳ Redis" not in proc.stdout
+
+
+def test_bench_redis_row_is_judged_by_its_ratio_to_redis():
+    """The Redis goals (issue 56) are ratios of medians, shown in the sub-row under ours."""
+    from kestrel_actors.loadtests.bench import BENCHMARKS, Row, Side, render
+
+    goals = {bench.name: bench.redis_goal for bench in BENCHMARKS if bench.redis_goal is not None}
+    assert goals == {"put-many, 1 client, one SET in flight": 0.9,
+                     "get-many, 10 clients x 32 GETs per write": 0.8,
+                     "durable put-many (fsync every write), 100 clients": 1.0}
+    assert not any(bench.redis for bench in BENCHMARKS if bench.args[0] == "many-clients")
+    one = next(bench for bench in BENCHMARKS if bench.name.startswith("put-many, 1 client"))
+    record = {"rate": 90.0, "lost": 0, "duplicated": 0, "latency_usec": {"p50": 1, "p99": 2}}
+    row = Row(one, "cmd", ours=Side(records=[record], server_cpu=[50.0], server_sys=[12.0]),
+              redis=Side(records=[{**record, "rate": 100.0}], server_cpu=[40.0], server_sys=[30.0]))
+    assert row.redis_ratio() == 0.9 and row.redis_met is True
+    table = render([row], 1, redis="/usr/bin/redis-server")
+    sub = table.splitlines()[table.splitlines().index(next(line for line in table.splitlines()
+                                                         if line.startswith("| put-many, 1 client"))) + 1]
+    assert sub.startswith("| ↳ Redis (no persistence) |")
+    assert "| Redis: 100 | 40 (30) | 0.90 | ≥ 0.9× Redis | yes |" in sub and "`cmd --resp`" in sub
+    slower = Row(one, "cmd", ours=Side(records=[{**record, "rate": 89.0}]),
+                 redis=Side(records=[{**record, "rate": 100.0}]))
+    assert slower.redis_met is False and "| 0.89 | ≥ 0.9× Redis | no |" in render([slower], 1, redis="redis-server")
 
 
 def test_path_bench_drives_the_real_actors_and_reports_each_scenario():

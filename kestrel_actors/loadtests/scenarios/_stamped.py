@@ -9,13 +9,16 @@ or (for ``flood``) reordered items.
 from __future__ import annotations
 
 import bisect
+import functools
 import time
+from collections.abc import Callable
 
 import gevent
 
-from kestrel_actors.client import STORED, UnexpectedReply, set_request, value_reply
+from kestrel_actors.client import UnexpectedReply, value_reply
 
-from ..items import ID_WIDTH, filler, make_item
+from ..dialect import Dialect, dialect_of
+from ..items import ID_WIDTH, make_item
 from ..runner import ClientContext, ClientSpec
 
 __all__ = ["HitChecker", "OrderChecker", "producer", "producer_specs"]
@@ -29,14 +32,16 @@ def producer(ctx: ClientContext) -> None:
     size, rollup = ctx.args["size"], ctx.args.get("rollup", 1)
     sleep = ctx.args.get("sleep_ms", 0) / 1000.0
     rec = ctx.recorder(ctx.args.get("recorder", "put"))
-    send, expect, now = ctx.conn.send, ctx.conn.expect, time.monotonic_ns
+    dialect = dialect_of(ctx.options)
+    put, stored = dialect.put_request, dialect.stored
+    send, expect, now = ctx.conn.send, dialect.expect_stored(ctx.conn), time.monotonic_ns
     end = first + count
     for start in range(first, end, rollup):
         stop = min(start + rollup, end)
-        burst = b"".join([set_request(queue, make_item(i, size)) for i in range(start, stop)])
+        burst = b"".join([put(queue, make_item(i, size)) for i in range(start, stop)])
         t0 = now()
         send(burst)
-        expect(STORED * (stop - start))
+        expect(stored(stop - start))
         rec.done(t0, stop - start)
         if sleep:
             gevent.sleep(sleep)
@@ -57,17 +62,27 @@ def producer_specs(queue: str, total: int, producers: int, size: int, first: int
 
 
 class HitChecker:
-    """Checks a ``VALUE`` block for a stamped item of a known size and returns its id."""
+    """Checks a hit (a ``VALUE`` block, or with ``--resp`` a pop's reply) for a stamped item of a
+    known size and returns its id. ``reply(queue, data)`` is the whole reply that returns
+    ``data``; the bytes before the item and after its id must be exactly that reply's."""
 
     __slots__ = ("hit_len", "header", "ending", "size", "limit")
 
-    def __init__(self, queue: str, size: int, limit: int) -> None:
-        sample = value_reply(queue, make_item(0, size))
+    def __init__(self, queue: str, size: int, limit: int,
+                 reply: Callable[[str, bytes], bytes] = value_reply) -> None:
+        item = make_item(0, size)
+        sample = reply(queue, item)
         self.hit_len = len(sample)
-        self.header = sample[:sample.index(b"\r\n") + 2]
-        self.ending = filler(size)[ID_WIDTH:] + b"\r\nEND\r\n"  # all after the id
+        start = sample.index(item)
+        self.header = sample[:start]
+        self.ending = sample[start + ID_WIDTH:]  # all after the id
         self.size = size
         self.limit = limit  # ids must be below this
+
+    @classmethod
+    def of(cls, dialect: Dialect, queue: str, size: int, limit: int, waiting: bool = False) -> HitChecker:
+        """The checker of ``dialect``'s hits (``waiting``: of its blocking take)."""
+        return cls(queue, size, limit, functools.partial(dialect.hit_reply, waiting=waiting))
 
     def item(self, reply: bytes) -> int:
         """The id in ``reply``; UnexpectedReply if any byte is not what was put."""

@@ -17,10 +17,11 @@ import time
 
 import click
 
-from kestrel_actors.client import END, UnexpectedReply, confirm_request, get_request, monitor_request
+from kestrel_actors.client import END, UnexpectedReply, confirm_request, monitor_request
 
 from ..admin import flush_queues, queue_stats
-from ..command import common_options, scenario_entry
+from ..command import common_options, resp_option, scenario_entry
+from ..dialect import dialect_of
 from ..output import say
 from ..report import Outcome, tally
 from ..runner import ClientContext, ClientSpec, Options, Plan, run
@@ -34,18 +35,18 @@ def consumer(ctx: ClientContext) -> None:
     """Read until ``total`` items were received run-wide, checking bytes and FIFO order."""
     queue, total, rollup = ctx.args["queue"], ctx.args["total"], ctx.args["rollup"]
     limit, size = ctx.args["limit"], ctx.args["size"]
-    check, order = HitChecker(queue, size, limit), OrderChecker(ctx.args["starts"])
+    dialect, blocking = dialect_of(ctx.options), ctx.args["blocking"]
+    check, order = HitChecker.of(dialect, queue, size, limit, blocking), OrderChecker(ctx.args["starts"])
     rec, shared, conn, now = ctx.recorder("get"), ctx.shared, ctx.conn, time.monotonic_ns
-    if rollup > 1:
-        request = monitor_request(queue, 1, rollup)
-    else:
-        request = get_request(queue, "/t=1000" if ctx.args["blocking"] else "")
+    read = dialect.read_take(conn)
+    wait_ms = 1000 if blocking else 0
+    request = monitor_request(queue, 1, rollup) if rollup > 1 else dialect.take_request(queue, wait_ms)
     while shared.total() < total:
         t0 = now()
         conn.send(request)
         opened = got = 0
         for _ in range(rollup + 1 if rollup > 1 else 1):
-            reply = conn.read_get(check.hit_len)
+            reply = read(check.hit_len)
             if reply is None:
                 break
             opened += 1
@@ -70,6 +71,9 @@ def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int,
           prefill: int, producers: int, consumers: int, rollup: int, blocking: bool, thrift: bool = False,
           thrift_port: int = 2229) -> Outcome:
     size = 1024 * kilobytes
+    if options.resp and (thrift or rollup > 1):
+        raise click.UsageError("--resp takes one item per request (a Redis list has no monitor/confirm), "
+                               "and not --thrift")
     if flush:
         flush_queues(options, [queue])
     if prefill:
@@ -111,7 +115,7 @@ def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int,
                       series={"get": fig, "put": result.get("put")},
                       extra={"producers": producers, "consumers": consumers, "rollup": rollup,
                              "kilobytes": kilobytes, "prefill": prefill, "procs": options.procs,
-                             "protocol": "thrift" if thrift else "memcache",
+                             "protocol": "thrift" if thrift else dialect_of(options).name,
                              "put": result.get("put").summary()})
     outcome.absorb(result)
     if not result.errors:
@@ -138,6 +142,7 @@ def flood(options: Options, flush: bool, epoch: int, total: int, kilobytes: int,
 @click.option("-B", "blocking", is_flag=True, help="Blocking reads (get <q>/t=1000).")
 @click.option("-M", "monitor", is_flag=True, help="Print the queue's stats every second.")
 @_thrift.thrift_options
+@resp_option
 @common_options
 def command(monitor, **kwargs) -> None:
     """Producers and consumers flood items through one queue; FIFO order is checked."""

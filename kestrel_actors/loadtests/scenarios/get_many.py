@@ -13,10 +13,9 @@ import time
 
 import click
 
-from kestrel_actors.client import get_request
-
 from ..admin import flush_queues, queue_stats
-from ..command import common_options, scenario_entry
+from ..command import common_options, resp_option, scenario_entry
+from ..dialect import dialect_of
 from ..fleet import LeanClient, lean_form
 from ..output import say
 from ..report import Outcome, tally
@@ -32,13 +31,15 @@ FILL_ROLLUP = 32
 class LeanDrainer(LeanClient):
     """:func:`drainer` for the lean loop: the same GETs, checks and counts."""
 
-    __slots__ = ("check", "request_bytes", "rollup", "total", "rec", "shared", "empty", "t0")
+    __slots__ = ("check", "request_bytes", "rollup", "total", "rec", "shared", "empty", "t0", "replies")
 
     def __init__(self, ctx: ClientContext) -> None:
         super().__init__(ctx.conn.buf)
         queue, self.total, self.rollup = ctx.args["queue"], ctx.args["total"], ctx.args["rollup"]
-        self.check = HitChecker(queue, ctx.args["size"], self.total)
-        self.request_bytes = get_request(queue) * self.rollup
+        dialect = dialect_of(ctx.options)
+        self.check = HitChecker.of(dialect, queue, ctx.args["size"], self.total)
+        self.request_bytes = dialect.take_request(queue) * self.rollup
+        self.replies = dialect.lean_takes(self)
         self.rec, self.shared = ctx.recorder("get"), ctx.shared
         self.empty = False
         self.t0 = 0
@@ -50,7 +51,7 @@ class LeanDrainer(LeanClient):
         return self.request_bytes
 
     def feed(self, chunk: bytes) -> bool:
-        replies = self.get_replies(chunk, self.rollup, self.check.hit_len)
+        replies = self.replies(chunk, self.rollup, self.check.hit_len)
         if replies is None:
             return False
         rec, mark, item = self.rec, self.shared.mark, self.check.item
@@ -71,17 +72,18 @@ class LeanDrainer(LeanClient):
 def drainer(ctx: ClientContext) -> None:
     """GET (``rollup`` per write) until a miss or until the run has all ``total`` items."""
     queue, total, rollup = ctx.args["queue"], ctx.args["total"], ctx.args["rollup"]
-    check = HitChecker(queue, ctx.args["size"], total)
-    request = get_request(queue) * rollup
+    dialect = dialect_of(ctx.options)
+    check = HitChecker.of(dialect, queue, ctx.args["size"], total)
+    request = dialect.take_request(queue) * rollup
     rec, shared, conn, now = ctx.recorder("get"), ctx.shared, ctx.conn, time.monotonic_ns
-    hit_len, mark = check.hit_len, shared.mark
+    hit_len, mark, read = check.hit_len, shared.mark, dialect.read_take(conn)
     empty = False
     while not empty and shared.total() < total:
         t0 = now()
         conn.send(request)
         hits = 0
         for _ in range(rollup):
-            reply = conn.read_get(hit_len)
+            reply = read(hit_len)
             if reply is None:
                 rec.miss()
                 empty = True
@@ -103,7 +105,8 @@ def get_many(options: Options, flush: bool, epoch: int, clients: int, total: int
     filled = run(fill, options, epoch)
     fill_fig = filled.get("fill")
     outcome = Outcome("get-many", fill_fig, extra={"clients": clients, "rollup": rollup,
-                                                   "bytes": size, "procs": options.procs})
+                                                   "bytes": size, "procs": options.procs,
+                                                   "protocol": dialect_of(options).name})
     outcome.absorb(filled, headline=False)
     say("Filled %d items in %d msec (%.0f SET/s)." % (fill_fig.items, filled.wall_seconds * 1000,
                                                      fill_fig.rate))
@@ -142,6 +145,7 @@ def get_many(options: Options, flush: bool, epoch: int, clients: int, total: int
 @click.option("-r", "rollup", default=1, show_default=True, type=click.IntRange(1),
               help="GETs per write.")
 @click.option("-q", "queue", default="spam", show_default=True, help="Queue name.")
+@resp_option
 @common_options
 def command(**kwargs) -> None:
     """Read throughput: fill -n items, then -c clients drain them with plain GETs."""

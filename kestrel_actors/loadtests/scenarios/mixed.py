@@ -16,10 +16,9 @@ import time
 
 import click
 
-from kestrel_actors.client import STORED, get_request, set_request
-
 from ..admin import flush_queues, queue_stats
-from ..command import common_options, scenario_entry
+from ..command import common_options, resp_option, scenario_entry
+from ..dialect import dialect_of
 from ..fleet import LeanClient, lean_form
 from ..items import make_item
 from ..output import say
@@ -33,13 +32,17 @@ __all__ = ["command", "mixer"]
 class LeanMixer(LeanClient):
     """:func:`mixer` for the lean loop: the same SETs and GETs in turn, checks and counts."""
 
-    __slots__ = ("queue", "size", "check", "get", "next_item", "end", "rec", "shared", "getting", "t0")
+    __slots__ = ("queue", "size", "check", "get", "next_item", "end", "rec", "shared", "getting", "t0",
+                 "put", "stored", "stored_replies", "take_replies")
 
     def __init__(self, ctx: ClientContext) -> None:
         super().__init__(ctx.conn.buf)
         self.queue, self.size = ctx.args["queue"], ctx.args["size"]
-        self.check = HitChecker(self.queue, self.size, ctx.args["total"])
-        self.get = get_request(self.queue)
+        dialect = dialect_of(ctx.options)
+        self.check = HitChecker.of(dialect, self.queue, self.size, ctx.args["total"])
+        self.get = dialect.take_request(self.queue)
+        self.put, self.stored = dialect.put_request, dialect.stored(1)
+        self.stored_replies, self.take_replies = dialect.lean_stored(self), dialect.lean_takes(self)
         self.next_item = ctx.args["first"]
         self.end = self.next_item + ctx.args["count"]
         self.rec, self.shared = ctx.recorder("mixed"), ctx.shared
@@ -53,14 +56,14 @@ class LeanMixer(LeanClient):
         if self.next_item == self.end:
             return None
         self.next_item += 1
-        return set_request(self.queue, make_item(self.next_item - 1, self.size))
+        return self.put(self.queue, make_item(self.next_item - 1, self.size))
 
     def feed(self, chunk: bytes) -> bool:
         if not self.getting:
-            if not self.fixed(chunk, STORED):
+            if not self.stored_replies(chunk, self.stored):
                 return False
         else:
-            replies = self.get_replies(chunk, 1, self.check.hit_len)
+            replies = self.take_replies(chunk, 1, self.check.hit_len)
             if replies is None:
                 return False
             reply = replies[0]
@@ -78,17 +81,19 @@ def mixer(ctx: ClientContext) -> None:
     """For ids ``first … first+count-1``: SET the item, then one GET; each request counts."""
     queue, first, count = ctx.args["queue"], ctx.args["first"], ctx.args["count"]
     size, total = ctx.args["size"], ctx.args["total"]
-    check = HitChecker(queue, size, total)
-    get = get_request(queue)
+    dialect = dialect_of(ctx.options)
+    check = HitChecker.of(dialect, queue, size, total)
+    get, put, stored = dialect.take_request(queue), dialect.put_request, dialect.stored(1)
     rec, shared, conn, now = ctx.recorder("mixed"), ctx.shared, ctx.conn, time.monotonic_ns
+    expect, read = dialect.expect_stored(conn), dialect.read_take(conn)
     for item in range(first, first + count):
         t0 = now()
-        conn.send(set_request(queue, make_item(item, size)))
-        conn.expect(STORED)
+        conn.send(put(queue, make_item(item, size)))
+        expect(stored)
         rec.done(t0)
         t0 = now()
         conn.send(get)
-        reply = conn.read_get(check.hit_len)
+        reply = read(check.hit_len)
         if reply is None:
             rec.miss()
         elif not shared.mark(check.item(reply)):
@@ -116,7 +121,8 @@ def mixed(options: Options, flush: bool, epoch: int, clients: int, total: int, s
                  options, epoch)
     fig = result.get("mixed")
     outcome = Outcome("mixed", fig, wall_seconds=result.wall_seconds, series={"mixed": fig},
-                      extra={"clients": clients, "bytes": size, "procs": options.procs})
+                      extra={"clients": clients, "bytes": size, "procs": options.procs,
+                             "protocol": dialect_of(options).name})
     outcome.absorb(result)
     ms = int(result.wall_seconds * 1000)
     say("Finished %d requests in %d msec (%.1f usec/request throughput)." % (
@@ -149,6 +155,7 @@ def mixed(options: Options, flush: bool, epoch: int, clients: int, total: int, s
 @click.option("-b", "size", default=1024, show_default=True, type=click.IntRange(8),
               help="Bytes per item.")
 @click.option("-q", "queue", default="spam", show_default=True, help="Queue name.")
+@resp_option
 @common_options
 def command(**kwargs) -> None:
     """Writes and reads together: -c clients each alternate one SET and one GET."""

@@ -13,10 +13,11 @@ import time
 
 import click
 
-from kestrel_actors.client import STORED, UnexpectedReply, get_request, set_request, value_reply
+from kestrel_actors.client import UnexpectedReply
 
 from ..admin import flush_queues
-from ..command import common_options, scenario_entry
+from ..command import common_options, resp_option, scenario_entry
+from ..dialect import dialect_of
 from ..fleet import LeanClient, lean_form
 from ..items import filler
 from ..output import say
@@ -37,13 +38,15 @@ def queue_names(queue: str, queues: int) -> list[str]:
 class LeanPutter(LeanClient):
     """:func:`putter` for the lean loop: the same bursts, the same check, the same recorder."""
 
-    __slots__ = ("one", "burst", "stored", "items", "bursts", "rest", "rec", "t0")
+    __slots__ = ("one", "burst", "stored", "items", "bursts", "rest", "rec", "t0", "replies", "dialect")
 
     def __init__(self, ctx: ClientContext) -> None:
         super().__init__(ctx.conn.buf)
         queue, count, rollup = ctx.args["queue"], ctx.args["count"], ctx.args["rollup"]
-        self.one = set_request(queue, filler(ctx.args["size"]))
-        self.burst, self.stored, self.items = self.one * rollup, STORED * rollup, rollup
+        self.dialect = dialect = dialect_of(ctx.options)
+        self.one = dialect.put_request(queue, filler(ctx.args["size"]))
+        self.burst, self.stored, self.items = self.one * rollup, dialect.stored(rollup), rollup
+        self.replies = dialect.lean_stored(self)
         self.bursts, self.rest = divmod(count, rollup)
         self.rec = ctx.recorder("put")
         self.t0 = 0
@@ -53,14 +56,14 @@ class LeanPutter(LeanClient):
             self.bursts -= 1
         elif self.rest:  # the last, shorter burst
             self.items, self.rest = self.rest, 0
-            self.burst, self.stored = self.one * self.items, STORED * self.items
+            self.burst, self.stored = self.one * self.items, self.dialect.stored(self.items)
         else:
             return None
         self.t0 = t0
         return self.burst
 
     def feed(self, chunk: bytes) -> bool:
-        if not self.fixed(chunk, self.stored):
+        if not self.replies(chunk, self.stored):
             return False
         self.rec.done(self.t0, self.items)
         return True
@@ -70,11 +73,12 @@ class LeanPutter(LeanClient):
 def putter(ctx: ClientContext) -> None:
     """Put ``count`` copies of the filler in bursts of ``rollup``; require STORED for each."""
     queue, count, rollup = ctx.args["queue"], ctx.args["count"], ctx.args["rollup"]
-    one = set_request(queue, filler(ctx.args["size"]))
+    dialect = dialect_of(ctx.options)
+    one = dialect.put_request(queue, filler(ctx.args["size"]))
     rec = ctx.recorder("put")
-    send, expect, now = ctx.conn.send, ctx.conn.expect, time.monotonic_ns
+    send, expect, now = ctx.conn.send, dialect.expect_stored(ctx.conn), time.monotonic_ns
     bursts, rest = divmod(count, rollup)
-    burst, stored = one * rollup, STORED * rollup
+    burst, stored = one * rollup, dialect.stored(rollup)
     for _ in range(bursts):
         t0 = now()
         send(burst)
@@ -83,17 +87,18 @@ def putter(ctx: ClientContext) -> None:
     if rest:
         t0 = now()
         send(one * rest)
-        expect(STORED * rest)
+        expect(dialect.stored(rest))
         rec.done(t0, rest)
 
 
 def getter(ctx: ClientContext) -> None:
     """GET ``count`` items in batches of ``rollup``; every reply must be the exact hit."""
     queue, count, rollup = ctx.args["queue"], ctx.args["count"], ctx.args["rollup"]
-    hit = value_reply(queue, filler(ctx.args["size"]))
-    request = get_request(queue)
+    dialect = dialect_of(ctx.options)
+    hit = dialect.hit_reply(queue, filler(ctx.args["size"]))
+    request = dialect.take_request(queue)
     rec = ctx.recorder("get")
-    conn, now = ctx.conn, time.monotonic_ns
+    conn, read, now = ctx.conn, dialect.read_take(ctx.conn), time.monotonic_ns
     left = count
     while left > 0:
         batch = min(rollup, left)
@@ -101,7 +106,7 @@ def getter(ctx: ClientContext) -> None:
         conn.send(request * batch)
         hits = 0
         for _ in range(batch):
-            reply = conn.read_get(len(hit))
+            reply = read(len(hit))
             if reply is None:
                 rec.miss()
             elif reply != hit:
@@ -134,6 +139,8 @@ def put_many(options: Options, flush: bool, epoch: int, clients: int, total: int
              rollup: int, queue: str, queues: int, also_get: bool, thrift: bool = False,
              thrift_port: int = 2229) -> Outcome:
     names = queue_names(queue, queues)
+    if thrift and options.resp:
+        raise click.UsageError("--thrift and --resp are two protocols: give one")
     port = thrift_port if thrift else options.port
     via = thrift_port if thrift else None
     per_client = total // clients
@@ -145,7 +152,7 @@ def put_many(options: Options, flush: bool, epoch: int, clients: int, total: int
     result = run(_plan("putter", "put", clients, per_client, size, rollup, names, via), options, epoch)
     outcome = Outcome("put-many", result.get("put"), wall_seconds=result.wall_seconds,
                       extra={"clients": clients, "rollup": rollup, "bytes": size,
-                             "procs": options.procs, "protocol": "thrift" if thrift else "memcache"})
+                             "procs": options.procs, "protocol": "thrift" if thrift else dialect_of(options).name})
     outcome.absorb(result)
     outcome.series["put"] = result.get("put")
     _report("put", result, per_client * clients)
@@ -178,6 +185,7 @@ def put_many(options: Options, flush: bool, epoch: int, clients: int, total: int
               help="Number of queues.")
 @click.option("-g", "also_get", is_flag=True, help="Also GET every item back and check it.")
 @_thrift.thrift_options
+@resp_option
 @common_options
 def command(**kwargs) -> None:
     """Write throughput: -c clients each SET n/c items of -b bytes, -r per write."""
