@@ -218,8 +218,8 @@ def test_the_last_timeout_option_wins(module_server, qname):
     assert time.monotonic() - start >= 0.19
 
 
-@pytest.mark.parametrize("options", ["/abort/t=%d" % LONG_WAIT_MS, "/close/t=%d" % LONG_WAIT_MS,
-                                     "/t=%d/close" % LONG_WAIT_MS])
+@pytest.mark.parametrize("options", [f"/abort/t={LONG_WAIT_MS}", f"/close/t={LONG_WAIT_MS}",
+                                     f"/t={LONG_WAIT_MS}/close"])
 def test_abort_or_close_alone_never_waits(module_server, qname, options):
     """END long before the minute-long deadline: the read never waited."""
     c = module_server.client()
