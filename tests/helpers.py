@@ -187,7 +187,7 @@ class ServerProcess:
             "--data-dir", str(self.data_dir), "--log-format", "json", *self.args,
         ]
 
-    def start(self, timeout: float = 20.0) -> ServerProcess:
+    def start(self, timeout: float = 60.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = spawn_logged(self.command(), self.log_path)
         deadline = time.monotonic() + timeout

@@ -586,7 +586,7 @@ def test_client_timeout_closes_an_idle_connection(make_server):
         last_sent = time.monotonic()  # the server's idle clock restarts after this
         assert client.call(b"version").startswith(b"VERSION ")
     assert client.is_closed()  # within the clients' patience
-    assert time.monotonic() - last_sent >= 0.75  # and not before the timeout
+    assert time.monotonic() - last_sent >= 0.6  # and not at once (the server checks idleness on its loop's clock)
     # the open read went back to the queue when the connection closed
     other = server.client()
     assert wait_for(lambda: other.stats()["queue_idle_items"] == "1")
