@@ -156,9 +156,11 @@ compiled: $(COMPILED_STAMP)
 
 # Two pytest-xdist workers, one per core: most tests wait on servers, JVMs and sockets, so two
 # at a time take the suite from ~33 to ~19 minutes on 2 cores. A module stays on one worker
-# (--dist loadfile); TEST_WORKERS=0 runs everything in this one process.
+# (--dist loadfile), and so do the Spark tests and the browser tests, each as one group
+# (tests/conftest.py); TEST_WORKERS=0 runs everything in this one process. --durations=15:
+# the slowest 15 tests, printed at the end.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -rfE -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -q -rfE -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test: $(STAMP) $(COMPILED_STAMP) memcached-tools netcat thrift-compiler browser node-clients zookeeper systemd-analyze \
 	redis

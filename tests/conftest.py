@@ -3,13 +3,48 @@ names. The Spark fixtures are the bridge room's (``tests/bridge/conftest.py``).
 
 ``make test`` runs the suite on two pytest-xdist workers (``--dist loadfile``): a module's
 tests stay on one worker, so its module-scoped fixtures (a shared server, a ZooKeeper) start
-once. A test that serves on the default ports holds :func:`tests.helpers.default_ports_held`."""
+once. Two groups of modules stay on one worker too (:func:`pytest_xdist_make_scheduler`). A
+test that serves on the default ports holds :func:`tests.helpers.default_ports_held`."""
 
 from __future__ import annotations
 
 import pytest
 
 from .helpers import ServerProcess, World, unique
+
+WORKER_GROUPS = {
+    "tests/bridge/": "spark",
+    "tests/admin/test_page.py": "browser",
+    "tests/admin/test_access.py": "browser",
+}
+"""Modules that run on one worker, one after another, as one group: the Spark tests (one
+SparkSession for the room, and never a second Spark JVM, a spark-submit driver or a standalone
+cluster beside it on two cores) and the browser tests (one Chromium at a time). Keys are paths,
+a folder's ending in ``/``."""
+
+
+def worker_group(nodeid: str) -> str:
+    """The unit ``--dist loadfile`` keeps on one worker: the test's module, or its group."""
+    module = nodeid.split("::", 1)[0]
+    for path, group in WORKER_GROUPS.items():
+        if module == path or (path.endswith("/") and module.startswith(path)):
+            return group
+    return module
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with :data:`WORKER_GROUPS`. (pytest-xdist's own ``--dist loadgroup``
+    cannot group under pytest 9: it renames a test by an attribute pytest 9 no longer reads.)
+    Groups go out largest first (pytest-xdist's default order), so the Spark group starts early."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupedFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return GroupedFileScheduling(config, log)
 
 
 @pytest.fixture

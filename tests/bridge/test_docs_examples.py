@@ -35,7 +35,7 @@ def test_the_data_source_examples_run_as_written(server, tmp_path):
     env["PYTHONPATH"] = str(REPO)  # what `make install` gives: kestrel_actors importable
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+                          capture_output=True, text=True, timeout=1200, check=False)  # 575 s at load 11-15
     assert done.returncode == 0, done.stderr[-4000:]
     # the word count's console output: "the" is in two of the three lines, three times
     assert re.search(r"\|\s*the\s*\|\s*3\s*\|", done.stdout), done.stdout[-3000:]

@@ -39,7 +39,7 @@ def test_driver_sigkill_mid_query_then_restart_from_checkpoint_loses_nothing(ser
         # planner process that holds the source's connections.
         kill_group(first)
     # The dead driver's connections are gone: its open items are back in the queue.
-    wait_for(lambda: queue_stats(server, "feed")[1] == 0, 15, "the open items back")
+    wait_for(lambda: queue_stats(server, "feed")[1] == 0, 60, "the open items back")
     assert queue_stats(server, "feed")[0] > 0
 
     second = start_stream(server, checkpoint, log)

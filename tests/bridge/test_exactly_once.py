@@ -145,7 +145,7 @@ def test_driver_sigkill_between_the_write_ahead_file_and_the_confirm(server, tmp
                  first, run.log)
     finally:
         kill_group(first)
-    wait_for(lambda: queue_stats(server, "feed")[1] == 0, 15, "the open items back")
+    wait_for(lambda: queue_stats(server, "feed")[1] == 0, 60, "the open items back")
     assert queue_stats(server, "feed")[0] == ITEMS - 2 * PER_BATCH
     os.unlink(wal / "paused-3")
     assert run.until_drained(run.start()) == (0, PER_BATCH)

@@ -126,15 +126,17 @@ class HangingUp:
 def test_a_failed_server_is_skipped_until_its_backoff_ends(make_server):
     server, broken = make_server(), HangingUp()
     try:
-        with Client([broken.address, server.address], timeout=2.0, retry_after=1.5) as pool:
+        with Client([broken.address, server.address], timeout=2.0, retry_after=3.0) as pool:
             start = time.monotonic()
             assert all(pool.put("backoff", b"%d" % i) for i in range(10))  # the broken one failed ...
             assert pool.get("backoff") == b"0" and pool.get("backoff", timeout=0.3) == b"1"
             assert pool.peek("backoff") == b"2" and pool.stats() and pool.version()
-            assert broken.accepted == 1 and time.monotonic() - start < 1.5  # ... and was left alone
-            time.sleep(1.6)
+            if time.monotonic() - start < 3.0:  # (a machine so loaded that they took longer proves nothing)
+                assert broken.accepted == 1  # ... and was left alone for its backoff
+            tried = broken.accepted
+            time.sleep(3.1)
             assert pool.put("backoff", b"x") and pool.put("backoff", b"y")
-            assert broken.accepted == 2  # tried again once its backoff was over
+            assert broken.accepted == tried + 1  # tried again once its backoff was over, then left alone
         assert items_on(server, "backoff") == 10
     finally:
         broken.close()

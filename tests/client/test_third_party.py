@@ -15,6 +15,8 @@ import pytest
 
 from kestrel_actors.client import Client
 
+from ..helpers import PATIENCE
+
 
 def queue_items(server, queue: str) -> int:
     with Client(server.address) as client:
@@ -26,7 +28,7 @@ def queue_items(server, queue: str) -> int:
 
 def test_pymemcache_plain_use(module_server):
     base = pytest.importorskip("pymemcache.client.base")
-    client = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=5)
+    client = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=PATIENCE)
     try:
         assert client.set("pm", b"a") is True and client.set("pm", b"b") is True
         assert client.get("pm") == b"a"
@@ -40,7 +42,7 @@ def test_pymemcache_plain_use(module_server):
 
 def test_pymemcache_default_noreply_desynchronises(module_server):
     base = pytest.importorskip("pymemcache.client.base")
-    client = base.Client((module_server.host, module_server.port), timeout=5)  # noreply=True
+    client = base.Client((module_server.host, module_server.port), timeout=PATIENCE)  # noreply=True
     try:
         assert client.set("pm_noreply", b"x") is True  # sent without reading STORED
         with pytest.raises(Exception, match="STORED"):
@@ -51,7 +53,7 @@ def test_pymemcache_default_noreply_desynchronises(module_server):
 
 def test_pymemcache_get_with_options_raises_after_the_item_was_removed(module_server):
     base = pytest.importorskip("pymemcache.client.base")
-    client = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=5)
+    client = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=PATIENCE)
     try:
         assert client.set("pm_opt", b"lost")
         with pytest.raises(KeyError):
@@ -72,7 +74,7 @@ def test_pymemcache_timeout_must_exceed_the_wait(module_server):
     finally:
         short.close()
     assert base.Client((module_server.host, module_server.port)).timeout is None  # its default
-    patient = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=3)
+    patient = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=PATIENCE)
     try:
         start = time.monotonic()
         assert patient.get("pm_wait/t=1500") is None and time.monotonic() - start >= 1.4
@@ -85,7 +87,7 @@ def test_pymemcache_timeout_must_exceed_the_wait(module_server):
 
 def test_python_memcached_blocking_and_reliable_reads(module_server):
     memcache = pytest.importorskip("memcache")
-    client = memcache.Client([module_server.address], socket_timeout=3)
+    client = memcache.Client([module_server.address], socket_timeout=PATIENCE)
     assert client.set("pym", b"a") and client.set("pym", b"b")
     assert client.get("pym/open") == b"a"
     assert client.get("pym/close") is None
@@ -99,7 +101,7 @@ def test_python_memcached_wait_longer_than_its_socket_timeout_marks_the_server_d
     short = memcache.Client([module_server.address], socket_timeout=0.5)
     assert short.get("pym_wait/t=1500") is None  # gave up after 0.5 s ...
     assert not short.set("pym_wait", b"x")  # ... and now treats the server as dead
-    long = memcache.Client([module_server.address], socket_timeout=3)
+    long = memcache.Client([module_server.address], socket_timeout=PATIENCE)
     start = time.monotonic()
     assert long.get("pym_wait/t=1500") is None and time.monotonic() - start >= 1.4
     assert long.set("pym_wait", b"x")
@@ -177,7 +179,7 @@ def test_gets_removes_the_item_then_fails_in_pymemcache_and_python_memcached(mod
     VALUE line without a cas field, which both clients fail to parse: the item is lost."""
     base = pytest.importorskip("pymemcache.client.base")
     memcache = pytest.importorskip("memcache")
-    client = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=5)
+    client = base.Client((module_server.host, module_server.port), default_noreply=False, timeout=PATIENCE)
     try:
         assert client.set("gets_pm", b"x")
         with pytest.raises(ValueError):
@@ -185,7 +187,7 @@ def test_gets_removes_the_item_then_fails_in_pymemcache_and_python_memcached(mod
     finally:
         client.close()
     assert queue_items(module_server, "gets_pm") == 0
-    other = memcache.Client([module_server.address], socket_timeout=3)
+    other = memcache.Client([module_server.address], socket_timeout=PATIENCE)
     assert other.set("gets_pym", b"x")
     with pytest.raises(ValueError):
         other.gets("gets_pym")
@@ -214,14 +216,14 @@ def test_flush_all_flushes_but_every_client_reports_a_failure(server):
             assert client.put("fa", b"x")
 
     fill()
-    pm = base.Client((server.host, server.port), default_noreply=False, timeout=5)
+    pm = base.Client((server.host, server.port), default_noreply=False, timeout=PATIENCE)
     try:
         assert pm.flush_all() is False
     finally:
         pm.close()
     assert queue_items(server, "fa") == 0
     fill()
-    pym = memcache.Client([server.address], socket_timeout=3)
+    pym = memcache.Client([server.address], socket_timeout=PATIENCE)
     assert pym.flush_all() is None  # it returns nothing, whatever the answer
     pym.disconnect_all()
     assert queue_items(server, "fa") == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import deque
 
 import gevent
@@ -280,14 +279,27 @@ def test_always_holds_the_callback_until_fdatasync_returns(data_dir, monkeypatch
 
 
 def test_periodic_sync_replies_after_the_write_and_syncs_later(data_dir):
-    journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=0.05))
+    """The reply comes once the record is written, before any fdatasync (what the durability
+    callback sees, in the writer's own turn, the turn that starts the period); the fdatasync
+    comes later, and never while the hub's clock (the one the writer's timer runs on, so load
+    cannot move one against the other) is short of the period after that turn; then, idle,
+    no more."""
+    period = 0.5  # long beside an fdatasync's own time: one started early ends inside it
+    loop = gevent.get_hub().loop
+    journal = FileJournal(data_dir, "q", QueueConfig(sync_journal=period))
     journal.add(Item(b"a", 1))
-    durable(journal)
-    assert journal.writer.fsyncs == 0 and journal.writer.written == journal.writer.appended
-    started = time.monotonic()
-    while journal.writer.fsyncs == 0 and time.monotonic() - started < 10:
-        gevent.sleep(0.01)
-    assert time.monotonic() - started >= 0.04  # not before the period
+    replied = []
+    journal.after_durable(lambda: replied.append(
+        (journal.writer.fsyncs, journal.writer.written == journal.writer.appended, loop.now())))
+    durable(journal)  # (its callback comes after the one above)
+    [(fsyncs_at_reply, all_written_at_reply, replied_at)] = replied
+    assert fsyncs_at_reply == 0 and all_written_at_reply
+    period_ends = replied_at + period - 0.01  # (a margin for the clock's rounding)
+    while journal.writer.fsyncs == 0:
+        assert loop.now() < replied_at + 10, "no fdatasync within 10 s"
+        gevent.sleep(0.001)
+        if loop.now() < period_ends:
+            assert journal.writer.fsyncs == 0, "an fdatasync before the period"
     assert journal.writer.fsyncs == 1 and journal.writer.synced == journal.writer.appended
     gevent.sleep(0.2)
     assert journal.writer.fsyncs == 1  # idle: the timer stopped

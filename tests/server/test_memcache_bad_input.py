@@ -261,8 +261,8 @@ def test_client_hang_up_mid_data_block_is_harmless(server):
 
 
 def test_pipelined_reads_never_read_back_neither_stall_others_nor_grow_the_server(module_server, qname):
-    """Replies the client does not take stay bounded (reading pauses), and all of them arrive
-    once it reads."""
+    """Replies the client does not take stay bounded (reading pauses), another client is
+    answered meanwhile, and all of them arrive once it reads."""
     import socket
 
     item = bytes(range(256)) * 512  # 128 KiB
@@ -274,11 +274,10 @@ def test_pipelined_reads_never_read_back_neither_stall_others_nor_grow_the_serve
     greedy.sendall(b"get %s/peek\r\n" % qname.encode() * count)
     time.sleep(1.0)
     other = module_server.client()
-    started = time.monotonic()
     other_queue = unique("other")
+    # answered while the greedy client's replies wait unsent (it reads nothing until below)
     assert other.set(other_queue, b"x") == b"STORED"
     assert other.get(other_queue) == b"x"
-    assert time.monotonic() - started < 1.0
     assert rss_kib(module_server) < before + 100 * 1024
     reply = b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (qname.encode(), len(item), item)
     expected = len(reply) * count

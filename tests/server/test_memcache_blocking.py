@@ -8,9 +8,13 @@ import time
 import pytest
 
 from ..helpers import (
-    ServerProcess, assert_dropped, assert_silent, assert_still_open, drain_queue, expect, fill,
-    queue_stat, stats_of, unique, value, wait_for, wait_queue_stat,
+    LONG_WAIT_MS, PATIENCE, ServerProcess, assert_dropped, assert_silent, assert_still_open, drain_queue,
+    expect, fill, queue_stat, stats_of, unique, value, wait_for, wait_queue_stat,
 )
+
+LONG = b"%d" % LONG_WAIT_MS
+"""The ``/t=`` of a read that must end for another reason than its deadline: far beyond the
+clients' patience, so a read that waited for it fails the test."""
 
 
 @pytest.fixture
@@ -26,7 +30,7 @@ def wide_server(tmp_path_factory):
     server.stop()
 
 
-def wait_waiters(server, queue, n, timeout=3.0):
+def wait_waiters(server, queue, n, timeout=PATIENCE):
     wait_queue_stat(server, queue, "waiters", str(n), timeout)
 
 
@@ -44,61 +48,60 @@ def readable(clients, timeout):
 
 
 def test_blocking_get_returns_as_soon_as_another_client_sets(module_server, qname):
+    """The set wakes the waiter: it answers long before its minute-long deadline."""
     reader, writer = module_server.client(), module_server.client()
-    reader.send(b"get %s/t=3000\r\n" % qname.encode())
+    reader.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
     fill(writer, qname, b"wake")
-    start = time.monotonic()
     expect(reader, value(qname, b"wake"))
-    assert time.monotonic() - start < 0.5
     assert queue_stat(module_server, qname, "waiters") == "0"
     assert queue_stat(module_server, qname, "items") == "0"
 
 
 def test_blocking_get_with_an_item_present_returns_at_once(module_server, qname):
+    """An item already there answers the read long before its minute-long deadline."""
     c = module_server.client()
     fill(c, qname, b"ready")
-    start = time.monotonic()
-    c.send(b"get %s/t=5000\r\n" % qname.encode())
+    c.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
     expect(c, value(qname, b"ready"))
-    assert time.monotonic() - start < 0.5
 
 
 def test_blocking_get_times_out_with_end_after_about_one_second(module_server, qname):
+    """``/t=1000`` ends with END no sooner than a second after the request was sent (load only
+    makes it later), and within the clients' patience (milliseconds, not seconds)."""
     c = module_server.client()
     start = time.monotonic()
     c.send(b"get %s/t=1000\r\n" % qname.encode())
     expect(c, b"END\r\n")
-    elapsed = time.monotonic() - start
-    assert 0.9 <= elapsed <= 1.6, elapsed
+    assert time.monotonic() - start >= 0.95
     assert queue_stat(module_server, qname, "waiters") == "0"
     assert_still_open(c)
 
 
 def test_waits_end_at_their_own_deadlines_whatever_order_they_began_in(module_server, qname):
-    # one timer per queue serves every waiter: a later, shorter wait must not be held up by
-    # an earlier, longer one, and a waiter woken by an item leaves the others' timing alone
-    long_wait, short_wait, woken = (module_server.client() for _ in range(3))
+    """One timer per queue serves every waiter: a later, shorter wait is not held up by an
+    earlier, longer one, and a waiter woken by an item leaves the others' timing alone. Checked
+    by order: the short wait ends while the older, longer ones still wait; the item then goes to
+    the oldest, and the middle one ends at its own deadline, not before."""
+    long_wait, middle_wait, short_wait = (module_server.client() for _ in range(3))
     start = time.monotonic()
-    long_wait.send(b"get %s/t=2500\r\n" % qname.encode())
+    long_wait.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
-    woken.send(b"get %s/t=2000\r\n" % qname.encode())
+    middle_wait.send(b"get %s/t=3000\r\n" % qname.encode())
     wait_waiters(module_server, qname, 2)
     short_wait.send(b"get %s/t=400\r\n" % qname.encode())
-    wait_waiters(module_server, qname, 3)
+    expect(short_wait, b"END\r\n")
+    assert readable([long_wait, middle_wait], 0) == []  # the older, longer waits still wait
     fill(module_server.client(), qname, b"first")
     expect(long_wait, value(qname, b"first"))  # the oldest waiter takes the item
-    expect(short_wait, b"END\r\n")
-    assert time.monotonic() - start < 1.5
-    assert readable([woken], 0.1) == []
-    expect(woken, b"END\r\n")
-    assert 1.9 <= time.monotonic() - start <= 3.0
+    expect(middle_wait, b"END\r\n")
+    assert time.monotonic() - start >= 2.95  # its own deadline, not the short one's
     assert queue_stat(module_server, qname, "waiters") == "0"
 
 
 def test_blocking_open_read_is_woken_and_opens_the_item(module_server, qname):
     reader, writer = module_server.client(), module_server.client()
-    reader.send(b"get %s/open/t=3000\r\n" % qname.encode())
+    reader.send(b"get %s/open/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
     fill(writer, qname, b"job")
     expect(reader, value(qname, b"job"))
@@ -111,7 +114,7 @@ def test_blocking_open_read_is_woken_and_opens_the_item(module_server, qname):
 
 def test_blocking_peek_is_woken_and_leaves_the_item(module_server, qname):
     reader, writer = module_server.client(), module_server.client()
-    reader.send(b"get %s/peek/t=3000\r\n" % qname.encode())
+    reader.send(b"get %s/peek/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
     fill(writer, qname, b"look")
     expect(reader, value(qname, b"look"))
@@ -122,12 +125,12 @@ def test_one_set_wakes_exactly_one_of_several_waiters(module_server, qname):
     readers = []
     for n in range(1, 4):
         reader = module_server.client()
-        reader.send(b"get %s/t=4000\r\n" % qname.encode())
+        reader.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
         wait_waiters(module_server, qname, n)
         readers.append(reader)
     writer = module_server.client()
     fill(writer, qname, b"only-one")
-    woken = readable(readers, 1.0)
+    woken = readable(readers, PATIENCE)
     assert len(woken) == 1
     expect(woken[0], value(qname, b"only-one"))
     assert woken[0] is readers[0], "the oldest waiter is woken first (behaviour §5.4)"
@@ -149,8 +152,8 @@ def test_one_set_wakes_exactly_one_of_several_waiters(module_server, qname):
 def test_fifty_blocked_readers_each_get_a_distinct_item(module_server, qname):
     readers = [module_server.client() for _ in range(50)]
     for r in readers:
-        r.send(b"get %s/t=8000\r\n" % qname.encode())
-    wait_waiters(module_server, qname, 50, timeout=5.0)
+        r.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
+    wait_waiters(module_server, qname, 50)
     items = [b"item-%02d" % i for i in range(50)]
     writer = module_server.client()
     fill(writer, qname, *items)
@@ -181,17 +184,16 @@ def test_hung_up_waiter_does_not_swallow_the_next_item(module_server, qname):
 
 
 def test_hung_up_waiter_passes_the_item_to_the_next_waiter(module_server, qname):
+    """The item goes to the waiter still there, long before its minute-long deadline."""
     gone, stays = module_server.client(), module_server.client()
-    gone.send(b"get %s/t=5000\r\n" % qname.encode())
+    gone.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
-    stays.send(b"get %s/t=5000\r\n" % qname.encode())
+    stays.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 2)
     gone.close()
     wait_waiters(module_server, qname, 1)
-    start = time.monotonic()
     fill(module_server.client(), qname, b"for-the-living")
     expect(stays, value(qname, b"for-the-living"))
-    assert time.monotonic() - start < 0.5
 
 
 def test_hung_up_waiter_then_immediate_set_keeps_the_item(module_server, qname):
@@ -207,20 +209,22 @@ def test_hung_up_waiter_then_immediate_set_keeps_the_item(module_server, qname):
 
 
 def test_the_last_timeout_option_wins(module_server, qname):
+    """``/t=<a minute>/t=200`` waits 200 ms: END no sooner (a wait happened at all), and within
+    the clients' patience, not the minute of the first option."""
     c = module_server.client()
     start = time.monotonic()
-    c.send(b"get %s/t=5000/t=200\r\n" % qname.encode())
+    c.send(b"get %s/t=%s/t=200\r\n" % (qname.encode(), LONG))
     expect(c, b"END\r\n")
-    assert 0.15 <= time.monotonic() - start <= 0.8
+    assert time.monotonic() - start >= 0.19
 
 
-@pytest.mark.parametrize("options", ["/abort/t=2000", "/close/t=2000", "/t=2000/close"])
+@pytest.mark.parametrize("options", [f"/abort/t={LONG_WAIT_MS}", f"/close/t={LONG_WAIT_MS}",
+                                     f"/t={LONG_WAIT_MS}/close"])
 def test_abort_or_close_alone_never_waits(module_server, qname, options):
+    """END long before the minute-long deadline: the read never waited."""
     c = module_server.client()
-    start = time.monotonic()
     c.send(b"get %s%s\r\n" % (qname.encode(), options.encode()))
     expect(c, b"END\r\n")
-    assert time.monotonic() - start < 0.5
 
 
 def test_close_open_with_timeout_confirms_then_waits(module_server, qname):
@@ -228,7 +232,7 @@ def test_close_open_with_timeout_confirms_then_waits(module_server, qname):
     fill(writer, qname, b"A")
     c.send(b"get %s/open\r\n" % qname.encode())
     expect(c, value(qname, b"A"))
-    c.send(b"get %s/close/open/t=3000\r\n" % qname.encode())
+    c.send(b"get %s/close/open/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
     assert queue_stat(module_server, qname, "open_transactions") == "0"  # A confirmed before waiting
     fill(writer, qname, b"B")
@@ -236,24 +240,28 @@ def test_close_open_with_timeout_confirms_then_waits(module_server, qname):
 
 
 def test_blocking_get_holds_up_later_pipelined_commands(module_server, qname):
+    """The pipelined VERSION answers only after the wait's END (order), which comes no sooner
+    than its deadline."""
     c = module_server.client()
     start = time.monotonic()
     c.send(b"get %s/t=500\r\nversion\r\nget %s\r\n" % (qname.encode(), qname.encode()))
     assert_silent(c, 0.35)
     expect(c, b"END\r\n")
-    assert time.monotonic() - start >= 0.45
+    assert time.monotonic() - start >= 0.49
     assert c.read_line().startswith(b"VERSION ")
     expect(c, b"END\r\n")
 
 
 def test_blocked_connection_does_not_block_other_connections(module_server, qname):
+    """Another connection is answered while the first still waits (its minute-long deadline
+    far off): the waiter is still counted after the other's reply."""
     blocked, other = module_server.client(), module_server.client()
-    blocked.send(b"get %s/t=2000\r\n" % qname.encode())
+    blocked.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
-    start = time.monotonic()
     other.send(b"version\r\n")
     assert other.read_line().startswith(b"VERSION ")
-    assert time.monotonic() - start < 0.3
+    assert queue_stat(module_server, qname, "waiters") == "1"
+    assert readable([blocked], 0) == []
 
 
 def test_abort_wakes_a_waiter(module_server, qname):
@@ -261,7 +269,7 @@ def test_abort_wakes_a_waiter(module_server, qname):
     fill(holder, qname, b"A")
     holder.send(b"get %s/open\r\n" % qname.encode())
     expect(holder, value(qname, b"A"))
-    waiter.send(b"get %s/t=3000\r\n" % qname.encode())
+    waiter.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
     holder.send(b"get %s/abort\r\n" % qname.encode())
     expect(holder, b"END\r\n")
@@ -273,26 +281,22 @@ def test_disconnect_with_open_item_wakes_a_waiter(module_server, qname):
     fill(holder, qname, b"A")
     holder.send(b"get %s/open\r\n" % qname.encode())
     expect(holder, value(qname, b"A"))
-    waiter.send(b"get %s/t=3000\r\n" % qname.encode())
+    waiter.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
     holder.close()
-    start = time.monotonic()
-    expect(waiter, value(qname, b"A"))
-    assert time.monotonic() - start < 1.0
+    expect(waiter, value(qname, b"A"))  # long before the waiter's minute-long deadline
 
 
 def test_delete_wakes_all_waiters_with_end(module_server, qname):
     waiters = [module_server.client() for _ in range(3)]
     for n, w in enumerate(waiters, 1):
-        w.send(b"get %s/t=5000\r\n" % qname.encode())
+        w.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
         wait_waiters(module_server, qname, n)
-    start = time.monotonic()
     c = module_server.client()
     c.send(b"delete %s\r\n" % qname.encode())
     expect(c, b"DELETED\r\n")
     for w in waiters:
-        expect(w, b"END\r\n")
-    assert time.monotonic() - start < 1.0
+        expect(w, b"END\r\n")  # long before their minute-long deadlines
 
 
 # -- behaviour §2.7 / behaviour §10.14 MONITOR and CONFIRM ----------------------------------------------------------
@@ -301,10 +305,9 @@ def test_delete_wakes_all_waiters_with_end(module_server, qname):
 def test_monitor_streams_n_items_then_a_final_end(wide_server, qname):
     c = wide_server.client()
     fill(c, qname, b"A", b"B", b"C")
-    start = time.monotonic()
-    c.send(b"monitor %s 1 2\r\n" % qname.encode())
+    c.send(b"monitor %s 60 2\r\n" % qname.encode())
+    # stopped by the count, not the minute-long deadline
     expect(c, value(qname, b"A") + value(qname, b"B") + b"END\r\n")
-    assert time.monotonic() - start < 0.6  # stopped by the count, not the deadline
     stats = stats_of(wide_server)
     assert (stats[f"queue_{qname}_items"], stats[f"queue_{qname}_open_transactions"]) == ("1", "2")
     c.send(b"confirm %s 2\r\n" % qname.encode())
@@ -332,11 +335,9 @@ def test_monitor_with_fewer_items_waits_until_the_deadline(wide_server, qname):
     start = time.monotonic()
     c.send(b"monitor %s 1 3\r\nversion\r\n" % qname.encode())
     expect(c, value(qname, b"only"))
-    assert time.monotonic() - start < 0.5
     assert_silent(c, 0.5)
     expect(c, b"END\r\n")
-    elapsed = time.monotonic() - start
-    assert 0.8 <= elapsed <= 2.1, elapsed
+    assert time.monotonic() - start >= 0.95  # the deadline, not before
     assert c.read_line().startswith(b"VERSION ")  # held up until the final END
 
 
@@ -345,21 +346,18 @@ def test_monitor_on_an_empty_queue_ends_at_the_deadline(wide_server, qname):
     start = time.monotonic()
     c.send(b"monitor %s 1 2\r\n" % qname.encode())
     expect(c, b"END\r\n")
-    elapsed = time.monotonic() - start
-    assert 0.8 <= elapsed <= 2.1, elapsed
+    assert time.monotonic() - start >= 0.95  # the deadline, not before
     assert queue_stat(wide_server, qname, "items") == "0"  # monitor created the queue
 
 
 def test_monitor_streams_items_set_while_it_runs(wide_server, qname):
     c, writer = wide_server.client(), wide_server.client()
-    start = time.monotonic()
-    c.send(b"monitor %s 3 3\r\n" % qname.encode())
+    c.send(b"monitor %s 60 3\r\n" % qname.encode())
     wait_waiters(wide_server, qname, 1)
     for data in (b"X", b"Y", b"Z"):
         fill(writer, qname, data)
         expect(c, value(qname, data))
-    expect(c, b"END\r\n")
-    assert time.monotonic() - start < 2.0  # count reached before the 3 s deadline
+    expect(c, b"END\r\n")  # the count reached, long before the minute-long deadline
     assert queue_stat(wide_server, qname, "open_transactions") == "3"
 
 
@@ -391,10 +389,8 @@ def test_monitor_counts_reads_already_open_against_max_items(module_server, qnam
     fill(c, qname, b"A", b"B", b"C")
     c.send(b"get %s/open\r\n" % qname.encode())
     expect(c, value(qname, b"A"))
-    start = time.monotonic()
-    c.send(b"monitor %s 1 2\r\n" % qname.encode())
-    expect(c, value(qname, b"B") + b"END\r\n")
-    assert time.monotonic() - start < 0.6
+    c.send(b"monitor %s 60 2\r\n" % qname.encode())
+    expect(c, value(qname, b"B") + b"END\r\n")  # the count reached, not the deadline
     assert queue_stat(module_server, qname, "items") == "1"
 
 
@@ -402,10 +398,8 @@ def test_monitor_max_items_is_capped_by_the_server(make_server, qname):
     server = make_server("--monitor-max-items", "2")
     c = server.client()
     fill(c, qname, b"A", b"B", b"C")
-    start = time.monotonic()
-    c.send(b"monitor %s 1 10\r\n" % qname.encode())
-    expect(c, value(qname, b"A") + value(qname, b"B") + b"END\r\n")
-    assert time.monotonic() - start < 0.6
+    c.send(b"monitor %s 60 10\r\n" % qname.encode())
+    expect(c, value(qname, b"A") + value(qname, b"B") + b"END\r\n")  # the cap reached, not the deadline
     assert queue_stat(server, qname, "items") == "1"
 
 
@@ -437,10 +431,8 @@ def test_monitor_items_confirmed_one_by_one_oldest_first(wide_server, qname):
 def test_monitor_with_zero_items_sends_only_end(wide_server, qname):
     c = wide_server.client()
     fill(c, qname, b"A")
-    start = time.monotonic()
-    c.send(b"monitor %s 1 0\r\n" % qname.encode())
-    expect(c, b"END\r\n")
-    assert time.monotonic() - start < 0.6
+    c.send(b"monitor %s 60 0\r\n" % qname.encode())
+    expect(c, b"END\r\n")  # at once, not at the minute-long deadline
     stats = stats_of(wide_server)
     assert (stats[f"queue_{qname}_items"], stats[f"queue_{qname}_open_transactions"]) == ("1", "0")
 

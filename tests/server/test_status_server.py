@@ -199,19 +199,30 @@ def test_default_status_from_the_config(make_server, tmp_path):
 
 
 def test_grace_period_reports_at_once_and_enforces_later(make_server, tmp_path):
+    """A stricter status is reported at once and enforced only after the grace period. The
+    checks of "not yet enforced" mean something only when all were answered within the grace
+    period, counted from before the change was sent; when load held them back longer, the
+    change is undone (a loosening change applies at once) and tried again."""
+    grace = 1.0
     config = tmp_path / "grace.toml"
-    config.write_text('status_change_grace_period = "600ms"\n')
+    config.write_text(f'status_change_grace_period = "{grace}s"\n')
     server = make_server("--config", str(config))
     admin = server.client()
-    assert admin.call(b"status readonly") == b"END"
-    changed = time.monotonic()
-    assert admin.call(b"status") == b"READONLY"  # reported at once
-    assert admin.set("grace", b"early") == b"STORED"  # not enforced yet
-    # while the change is pending, a further stricter change is rejected silently
-    assert admin.call(b"status quiescent") == b"END"
-    assert admin.call(b"status") == b"READONLY"
-    assert time.monotonic() - changed < 0.5, "the checks above took too long to mean anything"
-    time.sleep(max(0.0, 0.8 - (time.monotonic() - changed)))
+    for _attempt in range(5):
+        changed = time.monotonic()
+        assert admin.call(b"status readonly") == b"END"
+        assert admin.call(b"status") == b"READONLY"  # reported at once
+        assert admin.set("grace", b"early") == b"STORED"  # not enforced yet
+        # while the change is pending, a further stricter change is rejected silently
+        assert admin.call(b"status quiescent") == b"END"
+        assert admin.call(b"status") == b"READONLY"
+        if time.monotonic() - changed < grace:
+            break
+        assert admin.call(b"status up") == b"END"
+        assert admin.get("grace") == b"early"
+    else:
+        pytest.fail("five tries at the checks above each took longer than the grace period")
+    time.sleep(max(0.0, grace + 0.2 - (time.monotonic() - changed)))
     writer = fresh(server)
     assert writer.set("grace", b"late") == b"SERVER_ERROR"
     assert writer.is_closed()

@@ -16,16 +16,7 @@ import pytest
 
 from kestrel_actors import KESTREL_VERSION
 
-from ..helpers import start_text_server, text_client
-
-
-def wait_until(predicate, timeout: float = 3.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
+from ..helpers import start_text_server, text_client, wait_for
 
 
 TEXT_CONFIG = """\
@@ -118,10 +109,12 @@ def test_peek_returns_the_head_without_removing_it(t, m):
 
 
 def test_get_with_a_timeout_waits_for_an_item(text_server, t):
+    """``get q 300`` answers ``*`` no sooner than 300 ms; a longer wait takes the item put
+    meanwhile."""
     started = time.monotonic()
     assert t.call(b"get twait 300") == b"*"
-    assert 0.25 <= time.monotonic() - started < 2.0
-    t.send(b"get twait 3000\n")
+    assert time.monotonic() - started >= 0.29
+    t.send(b"get twait 60000\n")
     other = text_client(text_server)
     time.sleep(0.1)
     assert other.put("twait", b"late") == b"+1"
@@ -147,17 +140,16 @@ def test_confirm(t, m):
 def test_monitor_streams_opened_items_then_star(t, m):
     """The stream stops at ``max_open_transactions`` (2 here) items, then ``*``."""
     assert t.put("tmon", b"A", b"B", b"C") == b"+3"
-    started = time.monotonic()
-    t.send(b"monitor tmon 2000\n")
+    t.send(b"monitor tmon 60000\n")
+    # stopped at the limit, not the minute-long deadline (the client's patience is shorter)
     assert [t.read_line() for _ in range(3)] == [b":A", b":B", b"*"]
-    assert time.monotonic() - started < 1.5  # stopped at the limit, not the deadline
     assert m.stats()["queue_tmon_open_transactions"] == "2"
     assert t.call(b"confirm tmon 2") == b"+2"
+    started = time.monotonic()
     t.send(b"monitor tmon 300\n")  # one item, then the deadline
     assert t.read_line() == b":C"
-    started = time.monotonic()
     assert t.read_line() == b"*"
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started >= 0.29
     assert t.call(b"monitor tmon") == b"-Queue name & timeout required."
     assert t.call(b"monitor tmon 100") == b"*"  # confirms C, then nothing arrives
     stats = m.stats()
@@ -237,7 +229,7 @@ def test_disconnect_returns_the_open_item_to_the_head(text_server, m):
     assert first.put("tdisc", b"A", b"B") == b"+2"
     assert first.call(b"get tdisc") == b":A"
     first.close()
-    assert wait_until(lambda: m.stats()["queue_tdisc_open_transactions"] == "0")
+    assert wait_for(lambda: m.stats()["queue_tdisc_open_transactions"] == "0")
     second = text_client(text_server)
     assert second.call(b"get tdisc") == b":A"
     second.close()

@@ -217,11 +217,10 @@ def test_auto_abort_returns_the_item_after_its_time(server):
         opened = time.monotonic()
         [item] = client.get("leak", max_items=1, auto_abort_msec=800)
         assert item.id >= 1
-        time.sleep(0.4)
         half_way = client.peek("leak")
-        assert half_way.items == 0 and half_way.open_transactions == 1  # not before its time
-        back = wait_for(lambda: client.peek("leak").items == 1, timeout=10)
-        assert back
+        if time.monotonic() - opened < 0.8:  # answered before the abort was due (load may delay it)
+            assert half_way.items == 0 and half_way.open_transactions == 1  # not before its time
+        assert wait_for(lambda: client.peek("leak").items == 1)
         assert time.monotonic() - opened >= 0.8  # its timer, not an earlier one, returned it
         assert client.peek("leak").open_transactions == 0
         assert client.confirm("leak", {item.id}) == 0  # aborted: the id is unknown now
@@ -230,10 +229,21 @@ def test_auto_abort_returns_the_item_after_its_time(server):
 
 
 def test_confirm_cancels_the_auto_abort(server):
+    """A confirm that came before the auto-abort was due leaves nothing for its timer to do.
+    When load held the confirm back past that (measured from before the get), the round proves
+    nothing and is tried again."""
     with server.thrift_client() as client:
-        client.put("kept", [b"x"])
-        [item] = client.get("kept", max_items=1, auto_abort_msec=300)
-        assert client.confirm("kept", {item.id}) == 1
+        for _attempt in range(5):
+            client.put("kept", [b"x"])
+            opened = time.monotonic()
+            [item] = client.get("kept", max_items=1, auto_abort_msec=300)
+            confirmed = client.confirm("kept", {item.id})
+            if time.monotonic() - opened < 0.3:
+                break
+            client.get("kept", max_items=1)  # the item, if the abort came first
+        else:
+            pytest.fail("five confirms each came after their auto-abort was due")
+        assert confirmed == 1
         time.sleep(0.6)
         info = client.peek("kept")
         assert info.items == 0 and info.open_transactions == 0

@@ -7,7 +7,6 @@ needs a socket: drops and closes, stats over the wire, third-party clients, disc
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -153,6 +152,6 @@ def test_get_missing_key_is_client_error_and_stays_open(client):
 
 
 def test_zero_or_negative_timeout_does_not_wait(client):
-    started = time.monotonic()
+    """Both ENDs are there once the session has run to quiet: neither read waited (a waiting
+    read would have answered nothing yet)."""
     assert client.send(b"get q/t=0\r\nget q/t=-500\r\n") == b"END\r\nEND\r\n"
-    assert time.monotonic() - started < 0.3
