@@ -225,10 +225,8 @@ class Server:
             raise StartupError(f"cannot lock data directory {path}: {exc}") from exc
 
     def load(self, names: list[str]) -> None:
-        """Create (and replay) the queues found on disk, then read the saved status (behaviour §7.1).
-
-        Any failure here is a :class:`StartupError`: the server never serves half-loaded.
-        """
+        """Start loading the queues found on disk (they are replayed in the background), then
+        read the saved status (behaviour §7.1). Any failure here is a :class:`StartupError`."""
         try:
             self.collection.ask(Load(names))
             self.status.load()
@@ -237,7 +235,8 @@ class Server:
             raise StartupError(f"cannot load the queues in {self.config.data_dir}: {exc}") from exc
 
     def start(self) -> None:
-        """Replay the queues on disk, then listen (behaviour §7.1: nothing is served half-loaded)."""
+        """Start loading the queues on disk, then listen at once (behaviour §7.1: a request
+        naming a queue still loading waits for it; the others are served meanwhile)."""
         self.load(self._discover())
         if self._shutting_down:
             return  # a signal during the replay: the queues close, no listener opens
@@ -259,7 +258,7 @@ class Server:
         log.info("listening", protocol="memcache", host=self.config.host, port=listener.server_port,
                  data_dir=str(self.config.data_dir), open_file_limit=self.open_file_limit,
                  compiled=compiled_state(), profile_guided=profile_guided())
-        # the journals are replayed (load, above) and every port takes connections
+        # every port takes connections (the journals may still be replaying: load, above)
         self.service.ready()
 
     def _open_ports(self) -> tuple[StreamServer, StreamServer | None, StreamServer | None]:

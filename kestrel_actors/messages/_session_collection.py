@@ -83,7 +83,8 @@ class ForAll:
 
 @dataclass(slots=True, eq=False)
 class Load:
-    """Create the queues found on disk (asked, before the listeners start)."""
+    """Start loading the queues found on disk (asked before the listeners start; it answers
+    at once, and each queue is replayed in the background: behaviour §7.1)."""
 
     names: list[str]
 
