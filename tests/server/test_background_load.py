@@ -13,7 +13,7 @@ import socket
 from collections import deque
 
 from kestrel_actors.journal import Item, encode_add, encode_confirm_remove, encode_remove, encode_remove_tentative
-from tests.helpers import assert_numbered, drain_pipelined, number_of, numbered, wait_for, write_config
+from ..helpers import assert_numbered, drain_pipelined, number_of, numbered, wait_for, write_config
 
 BIG = 400_000
 """Items in the big queue's journal: a replay of seconds in the pure-Python build."""
