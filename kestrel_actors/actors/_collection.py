@@ -103,6 +103,7 @@ class QueueCollection(GeventActor):
         self._held: list[Any] = []
         """Messages that name a queue still loading, handled again as each batch is loaded."""
         self._collecting = False
+        self._when_loaded: Callable[[], None] | None = None
 
     def on_receive(self, message: Any) -> Any:
         kind = type(message)
@@ -118,6 +119,7 @@ class QueueCollection(GeventActor):
         elif kind is AliasAdd:
             self._alias_add(message)
         elif kind is Load:
+            self._when_loaded = message.loaded
             self.load(message.names)
         elif kind is _Loaded:
             self._loaded(message)
@@ -236,6 +238,9 @@ class QueueCollection(GeventActor):
             gc.enable()
         self._collecting = False
         log.info("queues loaded", queues=len(self.queues))
+        if self._when_loaded is not None:
+            self._when_loaded()
+            self._when_loaded = None
 
     def _must_wait(self, kind: type, message: Any) -> bool:
         """Whether ``message`` names a queue still loading (and must wait until it is loaded)."""

@@ -87,6 +87,8 @@ class Load:
     at once, and each queue is replayed in the background: behaviour §7.1)."""
 
     names: list[str]
+    loaded: Any = None
+    """Called (no arguments, on the collection's greenlet) once every queue is loaded."""
 
 
 @dataclass(slots=True, eq=False)

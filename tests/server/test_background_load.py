@@ -13,6 +13,7 @@ import socket
 from collections import deque
 
 from kestrel_actors.journal import Item, encode_add, encode_confirm_remove, encode_remove, encode_remove_tentative
+
 from ..helpers import assert_numbered, drain_pipelined, number_of, numbered, wait_for, write_config
 
 BIG = 400_000
