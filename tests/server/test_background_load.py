@@ -14,7 +14,7 @@ from collections import deque
 
 from kestrel_actors.journal import Item, encode_add, encode_confirm_remove, encode_remove, encode_remove_tentative
 
-from ..helpers import assert_numbered, drain_pipelined, number_of, numbered, wait_for, write_config
+from ..helpers import ServerProcess, assert_numbered, drain_pipelined, number_of, numbered, wait_for, write_config
 
 BIG = 400_000
 """Items in the big queue's journal: a replay of seconds in the pure-Python build."""
@@ -54,13 +54,20 @@ def _reply(sock: socket.socket, end: bytes = b"END\r\n") -> bytes:
     return data
 
 
-def test_other_queues_are_served_while_a_big_queue_loads(make_server, tmp_path):
+def test_other_queues_are_served_while_a_big_queue_loads(tmp_path):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     expected = _write_big_journal(data_dir / "big")
     (data_dir / "small").write_bytes(encode_add(Item(b"small item", 1_700_000_000_000)))
     config = write_config(tmp_path, '[queues.big]\nmax_memory_size = "4MiB"\n')
-    server = make_server("--config", config, data_dir=data_dir)
+    server = ServerProcess(data_dir, ("--config", config)).start(timeout=120, loaded=False)
+    try:
+        _check_served_while_loading(server, expected)
+    finally:
+        server.stop()
+
+
+def _check_served_while_loading(server: ServerProcess, expected: list[int]) -> None:
 
     # asked first: it waits for the big queue's replay, then answers the true head
     waiting = _line_client(server.port)
