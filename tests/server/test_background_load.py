@@ -4,12 +4,15 @@ and every other queue is served meanwhile (issue 56, point 3).
 
 The big queue's journal is written here directly in the journal format (fast to set up): adds
 with removes between them, two reads opened and one of them confirmed, so that the head after
-the restart is only known once the whole journal is read.
+the restart is only known once the whole journal is read. The admin port's ``/stats.json``
+(the page) has the gauge ``q/<name>/loading``.
 """
 
 from __future__ import annotations
 
+import json
 import socket
+import urllib.request
 from collections import deque
 
 from kestrel_actors.journal import Item, encode_add, encode_confirm_remove, encode_remove, encode_remove_tentative
@@ -60,7 +63,7 @@ def test_other_queues_are_served_while_a_big_queue_loads(tmp_path):
     expected = _write_big_journal(data_dir / "big")
     (data_dir / "small").write_bytes(encode_add(Item(b"small item", 1_700_000_000_000)))
     config = write_config(tmp_path, '[queues.big]\nmax_memory_size = "4MiB"\n')
-    server = ServerProcess(data_dir, ("--config", config)).start(timeout=120, loaded=False)
+    server = ServerProcess(data_dir, ("--config", config), admin_port=True).start(timeout=120, loaded=False)
     try:
         _check_served_while_loading(server, expected)
     finally:
@@ -79,6 +82,9 @@ def _check_served_while_loading(server: ServerProcess, expected: list[int]) -> N
     stats = _reply(other)
     assert b"STAT queue_big_loading 1\r\n" in stats
     assert b"STAT queue_small_items 0\r\n" in stats
+    with urllib.request.urlopen(server.admin_url + "/stats.json", timeout=60) as answer:
+        gauges = json.load(answer)["gauges"]
+    assert gauges["q/big/loading"] == 1 and "q/big/items" not in gauges and gauges["q/small/items"] == 0
     other.sendall(b"dump_stats\r\n")
     assert b"queue 'big' {\r\n  loading=1\r\n}" in _reply(other)
 
