@@ -177,6 +177,8 @@ class Server:
         self.stats = ServerStats()
         self.status = ServerStatus.from_config(config)
         self._stopped = gevent.event.Event()
+        self._loaded = gevent.event.Event()
+        """Set once every queue found on disk is loaded (the listeners open before)."""
         self._listeners: list[StreamServer] = []
         self._sweeper: Any = None
         self._admin: Any = None
@@ -225,19 +227,18 @@ class Server:
             raise StartupError(f"cannot lock data directory {path}: {exc}") from exc
 
     def load(self, names: list[str]) -> None:
-        """Create (and replay) the queues found on disk, then read the saved status (behaviour §7.1).
-
-        Any failure here is a :class:`StartupError`: the server never serves half-loaded.
-        """
+        """Start loading the queues found on disk (they are replayed in the background), then
+        read the saved status (behaviour §7.1). Any failure here is a :class:`StartupError`."""
         try:
-            self.collection.ask(Load(names))
+            self.collection.ask(Load(names, loaded=self._loaded.set))
             self.status.load()
         except Exception as exc:
             log.exception("exception during startup")
             raise StartupError(f"cannot load the queues in {self.config.data_dir}: {exc}") from exc
 
     def start(self) -> None:
-        """Replay the queues on disk, then listen (behaviour §7.1: nothing is served half-loaded)."""
+        """Start loading the queues on disk, then listen at once (behaviour §7.1: a request
+        naming a queue still loading waits for it; the others are served meanwhile)."""
         self.load(self._discover())
         if self._shutting_down:
             return  # a signal during the replay: the queues close, no listener opens
@@ -259,8 +260,13 @@ class Server:
         log.info("listening", protocol="memcache", host=self.config.host, port=listener.server_port,
                  data_dir=str(self.config.data_dir), open_file_limit=self.open_file_limit,
                  compiled=compiled_state(), profile_guided=profile_guided())
-        # the journals are replayed (load, above) and every port takes connections
-        self.service.ready()
+        # every port takes connections; systemd hears READY once every journal is replayed too
+        gevent.spawn(self._ready_when_loaded)
+
+    def _ready_when_loaded(self) -> None:
+        self._loaded.wait()
+        if not self._shutting_down:
+            self.service.ready()
 
     def _open_ports(self) -> tuple[StreamServer, StreamServer | None, StreamServer | None]:
         """Listen on every configured port (memcache, text, thrift, admin); the listeners

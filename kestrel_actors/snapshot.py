@@ -108,6 +108,9 @@ class StatsSnapshot:
     data_dir: DiskSpace | None = None
     """The data directory's free and whole bytes: read by :func:`gather_snapshot` (the admin
     port's scrapes) only, never by memcache ``stats``, whose snapshot is on the request path."""
+    loading: list[str] = field(default_factory=list)
+    """Queues found on disk whose journals are still being replayed (behaviour §7.1): not in
+    :attr:`queues`; memcache ``stats`` shows each as ``queue_<name>_loading 1``."""
     _by_name: dict[str, QueueStats] | None = field(default=None, repr=False, compare=False)
     _totals: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
@@ -136,6 +139,7 @@ class StatsSnapshot:
             lines.extend((f"zookeeper_{name}", value) for name, value in self.zookeeper_figures().items())
         for queue in self.queues:
             lines.extend((f"queue_{queue.name}_{stat}", value) for stat, value in queue.lines)
+        lines.extend((f"queue_{name}_loading", 1) for name in self.loading)
         return lines
 
     def total(self, stat: str) -> int:
@@ -304,14 +308,15 @@ def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = Tr
             **{name: getattr(stats, name) for name in ServerStats.COUNTERS},
             **{f"fsync_error_{name}": count for name, count in stats.fsync_errors.items()},
         },
-        queues=list(queues),
+        queues=[queue for queue in queues if not queue.loading],
         reserved_memory=0,
+        loading=[queue.name for queue in queues if queue.loading],
         zookeeper=server.membership.figures() if getattr(server, "membership", None) is not None else None,
     )
     whole = stats.retired.copy()
     items = size = reserved = 0
     config = server.config
-    for done, queue in enumerate(queues, 1):
+    for done, queue in enumerate(snapshot.queues, 1):
         if queue.extra is not None:
             lines = _figures(queue)
             items += lines["items"]

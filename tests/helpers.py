@@ -192,7 +192,9 @@ class ServerProcess:
             "--data-dir", str(self.data_dir), "--log-format", "json", *self.args,
         ]
 
-    def start(self, timeout: float = 60.0) -> ServerProcess:
+    def start(self, timeout: float = 60.0, loaded: bool = True) -> ServerProcess:
+        """Start the server and wait until every port listens and, with ``loaded``, until
+        every queue found on disk is replayed (the ports open before: behaviour §7.1)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = spawn_logged(self.command(), self.log_path, self.env)
         deadline = time.monotonic() + timeout
@@ -204,10 +206,29 @@ class ServerProcess:
                 for host, other in ((self.admin_host, self.admin_port), (self.host, self.thrift_port)):
                     if other:  # listening by now, but be sure
                         socket.create_connection((host, other), timeout=0.2).close()
+                if loaded:
+                    self.wait_loaded(deadline - time.monotonic())
                 return self
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError(f"server did not listen within {timeout}s: {self.log()}")
+
+    def wait_loaded(self, timeout: float) -> None:
+        """Wait until memcache ``stats`` shows no queue still loading (``queue_<name>_loading``)."""
+        deadline = time.monotonic() + max(timeout, 1.0)
+        while time.monotonic() < deadline:
+            with socket.create_connection((self.host, self.port), timeout=max(1.0, timeout)) as sock:
+                sock.sendall(b"stats\r\n")
+                reply = b""
+                while not reply.endswith(b"END\r\n"):
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    reply += chunk
+            if not re.search(rb"STAT queue_\S+_loading 1\r\n", reply) and reply.endswith(b"END\r\n"):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the server's queues did not load within {timeout:.0f}s: {self.log()}")
 
     def log(self) -> str:
         try:

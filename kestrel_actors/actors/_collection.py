@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import gevent
 import structlog
@@ -55,8 +55,17 @@ log = structlog.get_logger("kestrel_actors.collection")
 QueueOpener = Callable[[str, Any], QueueCore]
 """``opener(name, queue_config)`` builds a queue's core, replaying its journal if it has one.
 An opener may also have ``open_many([(name, queue_config), ...])``, answering each name's core
-or the exception opening it raised: start-up opens the queues found on disk with it at once
-(``journal.FileOpener``: one replay job for them all)."""
+or the exception opening it raised, and ``plan(requests)``, splitting the requests into the
+batches to open in turn (smallest journals first): start-up opens the queues found on disk
+with them in the background (``journal.FileOpener``: one replay job per batch)."""
+
+
+class _Loaded(NamedTuple):
+    """The background loader's answer for one batch: each queue's core or the exception
+    opening it raised; ``last`` when no batch is left."""
+
+    opened: dict[str, QueueCore | Exception]
+    last: bool
 
 
 def memory_opener(name: str, config: Any) -> QueueCore:
@@ -86,9 +95,21 @@ class QueueCollection(GeventActor):
         self.shutting_down = False
         self._opened: dict[str, QueueCore | Exception] = {}
         """Start-up only: the cores ``opener.open_many`` made, until each queue's actor starts."""
+        self.loading: set[str] = set()
+        """Queues found on disk whose journals are still being replayed (behaviour §7.1)."""
+        self._loading_children: dict[str, int] = {}
+        """Master → its fanout children still loading: the master waits for them, so that
+        every child gets a copy of the master's first SET."""
+        self._held: list[Any] = []
+        """Messages that name a queue still loading, handled again as each batch is loaded."""
+        self._collecting = False
+        self._when_loaded: Callable[[], None] | None = None
 
     def on_receive(self, message: Any) -> Any:
         kind = type(message)
+        if self.loading and self._must_wait(kind, message):
+            self._held.append(message)
+            return None
         if kind is Resolve:
             message.reply_to.tell(self._resolve(message.name, message.create))
         elif kind is Delete:
@@ -98,7 +119,10 @@ class QueueCollection(GeventActor):
         elif kind is AliasAdd:
             self._alias_add(message)
         elif kind is Load:
+            self._when_loaded = message.loaded
             self.load(message.names)
+        elif kind is _Loaded:
+            self._loaded(message)
         elif kind is Reconfigure:
             self._reconfigure(message.config)
             message.reply_to.tell(True)
@@ -109,10 +133,15 @@ class QueueCollection(GeventActor):
     # -- names ----------------------------------------------------------------------------
 
     def load(self, names: list[str]) -> None:
-        """Create the queues found on disk, and the fanout children the config names.
+        """Start loading the queues found on disk; create the fanout children the config names.
 
-        Both happen before the listeners start: a child named in the config must receive
-        copies of the very first SET to its master (Kestrel users were caught out otherwise).
+        The journals are replayed in the background, in batches, smallest first, and each
+        queue's actor starts as soon as its batch is replayed: the server listens at once, and
+        a request naming a queue still loading waits for it (behaviour §7.1) while every other
+        queue is served. A fanout master also waits for its children still loading, and the
+        children the config names (not on disk) exist before anything is served: a child must
+        receive copies of the very first SET to its master (Kestrel users were caught out
+        otherwise).
         """
         legal = []
         for name in names:
@@ -120,27 +149,114 @@ class QueueCollection(GeventActor):
                 legal.append(name)
             else:
                 log.warning("skipping journal with an illegal queue name", queue=name)
+        background = []
+        if hasattr(self.opener, "open_many"):  # else each queue is opened as it is created
+            requests = [(name, self.config.queue_config(name)) for name in legal]
+            background = [(name, config) for name, config in requests if config.keep_journal]
+        for name, _config in background:
+            self.loading.add(name)
+            master = fanout_master(name)
+            if master is not None:
+                self._loading_children[master] = self._loading_children.get(master, 0) + 1
         # Everything made here lives as long as its queue: the cyclic collector's passes over
         # it, growing with every queue made, were a sixth of a 5,000-queue start-up.
-        collecting = gc.isenabled()
+        self._collecting = gc.isenabled()
         gc.disable()
-        try:
-            open_many = getattr(self.opener, "open_many", None)
-            if open_many is not None:
-                self._opened = open_many([(name, self.config.queue_config(name)) for name in legal])
-            for name in legal:
-                try:
-                    self._queue(name)
-                except NotRegularFile as exc:
-                    # its archives stay untouched on disk; a stray in the journal's place must
-                    # not stop the server (a crash loop under a supervisor)
-                    log.error("cannot open a queue: its journal's path is not a regular file", queue=name,
-                              error=str(exc))
-        finally:
-            self._opened = {}
-            if collecting:
-                gc.enable()
+        for name in legal:
+            if name not in self.loading:
+                self._create_loaded(name)
         self._create_configured_children()
+        if background:
+            gevent.spawn(self._load_in_background, background)
+        else:
+            self._finish_loading()
+
+    def _load_in_background(self, requests: list[tuple[str, Any]]) -> None:
+        """Replay ``requests`` batch by batch (on the threadpool: ``open_many``), telling the
+        collection each batch's cores. Runs on a greenlet of its own, never the collection's."""
+        plan = getattr(self.opener, "plan", None)
+        batches = plan(requests) if plan is not None else [requests]
+        for index, batch in enumerate(batches):
+            try:
+                opened = self.opener.open_many(batch)  # type: ignore[attr-defined]
+            except Exception as exc:  # noqa: BLE001 - each queue of the batch reports it
+                opened = {name: exc for name, _config in batch}
+            self.ref.tell(_Loaded(opened, index == len(batches) - 1))
+
+    def _loaded(self, message: _Loaded) -> None:
+        self._opened.update(message.opened)
+        # a queue whose ``expire_to_queue`` is still loading waits for it (its actor is
+        # started with its target's); the last batch starts every queue left
+        waiting = [name for name in self._opened if name in self.loading]
+        progress = True
+        while waiting and progress:
+            progress = False
+            for name in list(waiting):
+                if not message.last and self._target_loading(name):
+                    continue
+                waiting.remove(name)
+                self._done_loading(name)
+                self._create_loaded(name)
+                progress = True
+        if message.last:
+            self._finish_loading()
+        held, self._held = self._held, []
+        for waiting_message in held:
+            self.on_receive(waiting_message)
+
+    def _target_loading(self, name: str) -> bool:
+        target = self.config.queue_config(name).expire_to_queue
+        return bool(target) and target != name and target in self.loading and target not in self._opened
+
+    def _done_loading(self, name: str) -> None:
+        self.loading.discard(name)
+        master = fanout_master(name)
+        if master is not None and master in self._loading_children:
+            self._loading_children[master] -= 1
+            if not self._loading_children[master]:
+                del self._loading_children[master]
+
+    def _create_loaded(self, name: str) -> None:
+        try:
+            self._queue(name)
+        except NotRegularFile as exc:
+            # its archives stay untouched on disk; a stray in the journal's place must
+            # not stop the server (a crash loop under a supervisor)
+            log.error("cannot open a queue: its journal's path is not a regular file", queue=name,
+                      error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - the other queues are served all the same
+            log.error("cannot load a queue found on disk; it is opened again when next named", queue=name,
+                      error=str(exc))
+        finally:
+            self._opened.pop(name, None)
+
+    def _finish_loading(self) -> None:
+        self.loading.clear()
+        self._loading_children.clear()
+        self._opened = {}
+        if self._collecting:
+            gc.enable()
+        self._collecting = False
+        log.info("queues loaded", queues=len(self.queues))
+        if self._when_loaded is not None:
+            self._when_loaded()
+            self._when_loaded = None
+
+    def _must_wait(self, kind: type, message: Any) -> bool:
+        """Whether ``message`` names a queue still loading (and must wait until it is loaded)."""
+        if kind is Resolve:
+            return message.name not in self.config.aliases and self._is_loading(message.name)
+        if kind is Delete:
+            return message.name in self.loading
+        if kind is AliasAdd:
+            return any(self._is_loading(name) for name in self._destinations(message.name, set()))
+        if kind is ForAll:
+            # flush_all and shutdown apply to every queue, the ones still loading too
+            return message.kind in (ForAllKind.FLUSH, ForAllKind.CLOSE)
+        return False
+
+    def _is_loading(self, name: str) -> bool:
+        return name in self.loading or name in self._loading_children
 
     def _note_aliases(self) -> None:
         now = int(time.time())
@@ -149,7 +265,7 @@ class QueueCollection(GeventActor):
 
     def _create_configured_children(self) -> None:
         for name in self.config.queues:
-            if is_fanout_child(name) and is_queue_name(name):
+            if is_fanout_child(name) and is_queue_name(name) and name not in self.loading:
                 self._queue(name)
 
     def _reconfigure(self, config: ServerConfig) -> None:
@@ -290,6 +406,10 @@ class QueueCollection(GeventActor):
             result.append(QueueStats(name, lines, None, self.alias_created.get(name)))
         return result
 
+    def _loading_stats(self, names: tuple[str, ...] | None) -> list[QueueStats]:
+        chosen = sorted(self.loading) if names is None else [name for name in names if name in self.loading]
+        return [QueueStats(name, [("loading", 1)], None, loading=True) for name in chosen]
+
     def _for_all(self, message: ForAll) -> None:
         kind = message.kind
         reply_to = message.reply_to
@@ -306,7 +426,7 @@ class QueueCollection(GeventActor):
             self.queues.clear()
         live = [ref for ref in refs if ref is not None]
         if kind is ForAllKind.STATS:
-            aliases = self.alias_stats(message.names)
+            aliases = self.alias_stats(message.names) + self._loading_stats(message.names)
             _InWaves(live, GetStats,
                      lambda answers: reply_to.tell([a for a in answers if a is not None] + aliases))
         elif kind is ForAllKind.SWEEP:

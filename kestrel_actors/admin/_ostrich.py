@@ -105,6 +105,8 @@ def ostrich_stats(current: StatsSnapshot, earlier: StatsSnapshot | None = None,
             gauges[_scoped(scope, name)] = gauge
         if done % CHUNK == 0:
             pause()
+    for name in current.loading:  # a queue still replaying its journal (behaviour §7.1)
+        gauges[_scoped(name, "loading")] = 1
     return {"counters": counters, "gauges": gauges, "labels": current.labels(), "metrics": metrics}
 
 

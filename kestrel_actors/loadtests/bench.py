@@ -555,6 +555,46 @@ Throughput of kestrel-actors under the load tests in `kestrel_actors/loadtests/`
 """
 
 
+RESTART_ITEMS = 4_000_000
+"""Items of 100 B in the restart benchmark's big queue (issue 56 point 3); ``--quick``: a tenth."""
+
+
+def _restart_figures(quick: bool) -> dict[str, object] | str:
+    """``restart_bench``'s figures, or why there are none."""
+    items = RESTART_ITEMS // 10 if quick else RESTART_ITEMS
+    command = [sys.executable, "-m", "kestrel_actors.loadtests.restart_bench", "--items", str(items)]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    if proc.returncode != 0:
+        return f"failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def render_restart(figures: dict[str, object] | str) -> str:
+    """The restart benchmark's table (``restart_bench``): seconds from the second start."""
+    out = [
+        "### Restart with a backlog",
+        "",
+        ("`python -m kestrel_actors.loadtests.restart_bench`: one queue's backlog of 100 B items, "
+        "SIGKILL, restart; seconds from the restart's exec."),
+        "",
+    ]
+    if isinstance(figures, str):
+        return "\n".join([*out, f"Not measured: {figures}."])
+    out += [
+        ("| items | journal MiB | ports answer (s) | other queue serves (s) | big queue's first item (s) "
+        "| big queue loaded (s) | RSS MiB (peak) |"),
+        "|---:|---:|---:|---:|---:|---:|---:|",
+        (f"| {figures['items']:,} | {figures['journal_mib']} "
+        f"| {max(float(figures[f'{name}_port_s']) for name in ('memcache', 'text', 'thrift', 'admin')):.2f} "  # type: ignore[arg-type]
+        f"| {figures['other_queue_s']} | {figures['big_first_item_s']} | {figures['big_loaded_s']} "
+        f"| {figures['rss_mib']} ({figures['peak_rss_mib']}) |"),
+    ]
+    return "\n".join(out)
+
+
 def splice(text: str, table: str) -> str:
     """Put ``table`` between the markers of ``text`` (appending the markers if missing)."""
     block = f"{START}\n{table}\n{END}"
@@ -602,6 +642,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  skipped: {row.skipped}", flush=True)
         rows.append(row)
     table = render(rows, max(1, opts.runs), load, opts.peer, redis)
+    if not opts.only or any(word in "restart" for word in opts.only):
+        print("restart with a backlog:", flush=True)
+        table += "\n\n" + render_restart(_restart_figures(opts.quick))
     print()
     print(table)
     if opts.write:

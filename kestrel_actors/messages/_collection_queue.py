@@ -23,6 +23,9 @@ class QueueStats(NamedTuple):
     ``journal_size``, ``put_bytes``); ``None`` for an alias."""
     alias_created: int | None = None
     """An alias's ``create_time`` (Unix seconds): the one gauge ostrich showed for an alias."""
+    loading: bool = False
+    """A queue found on disk whose journal is still being replayed (its only line is
+    ``loading``, 1): the collection answers for it until its actor exists."""
 
 
 class Swept(NamedTuple):

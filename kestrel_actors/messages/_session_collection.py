@@ -83,9 +83,12 @@ class ForAll:
 
 @dataclass(slots=True, eq=False)
 class Load:
-    """Create the queues found on disk (asked, before the listeners start)."""
+    """Start loading the queues found on disk (asked before the listeners start; it answers
+    at once, and each queue is replayed in the background: behaviour §7.1)."""
 
     names: list[str]
+    loaded: Any = None
+    """Called (no arguments, on the collection's greenlet) once every queue is loaded."""
 
 
 @dataclass(slots=True, eq=False)
