@@ -424,7 +424,7 @@ class Server:
         reply_to = _ReadyAfter(reply_to, self.service)
         path = self.config.config_file
         if path:
-            from .config_file import ConfigError, load_config
+            from .config import ConfigError, load_config
 
             try:
                 new = load_config(path)

@@ -7,7 +7,7 @@ unchecked. Two limits Kestrel lacks guard the server: a line longer than ``max_l
 a declared length over ``max_item_bytes`` gets ``CLIENT_ERROR`` and a close, before anything of
 that size is buffered.
 
-Queue names (and the other tokens) are decoded by :func:`kestrel_actors._names.name_from_wire`
+Queue names (and the other tokens) are decoded by :func:`kestrel_actors.queue_name.name_from_wire`
 and every reply that carries one is encoded back by its inverse, ``name_bytes``: a name is the
 same bytes in a request, in a reply and as a file name (Kestrel decodes ISO-8859-1).
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from .._names import name_bytes, name_from_wire
+from ..queue_name import name_bytes, name_from_wire
 from ._commands import (
     Bad,
     Confirm,

@@ -20,9 +20,9 @@ from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TMemoryBuffer
 
 from kestrel_actors import protocol as p
-from kestrel_actors._names import name_from_wire
-from kestrel_actors.protocol import ThriftDecoder, encode_thrift_exception, encode_thrift_result
 from kestrel_actors.client.thrift import Item, QueueInfo, Status, decode_reply, encode_call
+from kestrel_actors.protocol import ThriftDecoder, encode_thrift_exception, encode_thrift_result
+from kestrel_actors.queue_name import name_from_wire
 
 KESTREL_GIT = "/work/.mirror/twitter-archive+kestrel/repo"
 
@@ -162,7 +162,7 @@ def test_unknown_fields_are_skipped():
 
 
 def test_binary_queue_name_is_decoded_by_the_one_name_rule():
-    # the same str a memcache or text client sending these bytes names (kestrel_actors._names)
+    # the same str a memcache or text client sending these bytes names (kestrel_actors.queue_name)
     body = header("peek") + string_field(1, b"q\xff") + STOP
     assert ThriftDecoder().feed(frame(body)) == [p.ThriftPeek(7, name_from_wire(b"q\xff"))]
 

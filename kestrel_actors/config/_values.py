@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ._names import name_problem
-from .config import INT_MAX, LONG_MAX
+from ..queue_name import name_problem
+from ._settings import INT_MAX, LONG_MAX
 
 __all__ = [
     "BadValue",
@@ -213,7 +213,7 @@ def _describe_secret(value: Any) -> str:
 
 
 def queue_name(value: Any) -> str:
-    """A legal queue name (behaviour §5.2, plus the limits of :func:`~kestrel_actors._names.name_problem`)."""
+    """A legal queue name (behaviour §5.2, plus the limits of :func:`~kestrel_actors.queue_name.name_problem`)."""
     if not isinstance(value, str):
         raise BadValue(f"expected a queue name (a string); got {_describe(value)}")
     check_queue_name(value)

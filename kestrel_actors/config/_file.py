@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
-from . import _config_values as v
-from ._names import fanout_master, is_fanout_child
+from ..queue_name import fanout_master, is_fanout_child
+from . import _values as v
+from ._settings import QueueConfig, ServerConfig, ZooKeeperConfig, ZooKeeperCredentials
 from ._toml_lines import KeyLines, format_key
-from .config import QueueConfig, ServerConfig, ZooKeeperConfig, ZooKeeperCredentials
 
 __all__ = [
     "QUEUE_SETTINGS",
