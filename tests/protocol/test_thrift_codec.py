@@ -391,13 +391,13 @@ def test_the_package_imports_the_thrift_codec_only_when_a_thrift_name_is_used():
     """``kestrel_actors.protocol`` offers the codec's names without importing it (Kestrel's IDL
     costs ~0.1 s to load): the Python client, and every Spark process that reads a queue
     through it, never load it; the first thrift name does."""
-    from kestrel_actors.protocol import _thrift
+    from kestrel_actors.protocol import thrift as _thrift
 
     assert all(getattr(p, name) is getattr(_thrift, name) for name in _thrift.__all__)
     with pytest.raises(AttributeError):
         p.NoSuchName  # noqa: B018
     probe = ("import sys, kestrel_actors.client\n"
-             "assert 'kestrel_actors.protocol._thrift' not in sys.modules, 'loaded at import'\n"
+             "assert 'kestrel_actors.protocol.thrift' not in sys.modules, 'loaded at import'\n"
              "from kestrel_actors.protocol import ThriftItem\n"
-             "assert 'kestrel_actors.protocol._thrift' in sys.modules\n")
+             "assert 'kestrel_actors.protocol.thrift' in sys.modules\n")
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)
