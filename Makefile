@@ -43,7 +43,7 @@ COMPILED_SOURCES := $(shell sed -n 's/^    "\(kestrel_actors\.[a-z_.]*\)",$$/\1/
 COMPILED_STAMP := $(VENV)/.compiled
 # What `test-pure` runs against the pure-Python source: the rooms whose modules are compiled and the
 # server tests (the whole suite is too long to run twice in CI).
-PURE_TESTS := tests/protocol tests/queue tests/journal tests/session tests/actors tests/runtime \
+PURE_TESTS := tests/protocol tests/queue tests/journal tests/session tests/actors tests/runtime tests/messages tests/stats \
 	tests/test_compiled_build.py
 
 $(BIN)/python:

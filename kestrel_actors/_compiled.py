@@ -25,7 +25,7 @@ from types import ModuleType
 __all__ = ["COMPILED_MODULES", "PROFILE_MARKER", "PURE_ENV", "compiled_state", "install_guard", "profile_guided"]
 
 COMPILED_MODULES = (
-    "kestrel_actors._names",
+    "kestrel_actors.queue_name",
     "kestrel_actors._malloc",
     "kestrel_actors.protocol._lines",
     "kestrel_actors.protocol._replies",

@@ -26,14 +26,12 @@ from pykka import ActorRegistry
 
 from . import KESTREL_VERSION
 from ._compiled import compiled_state, profile_guided
-from .actors import QueueCollection, ServerStats
-from .actors._collection import QueueOpener, memory_opener
+from .actors import QueueCollection, QueueOpener, ServerStats, memory_opener
 from .config import ServerConfig
 from .journal import DataDirLocked, lock_data_dir
 from .messages import IGNORE, ForAll, ForAllKind, Load, Reconfigure, ReloadFailed
-from .protocol import MemcacheDecoder
-from .protocol._text import TextDecoder
-from .protocol._thrift import ThriftDecoder
+from .protocol import MemcacheDecoder, TextDecoder
+from .protocol.thrift import ThriftDecoder
 from .runtime import ReplyFuture
 from .service import ServiceNotifier
 from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
@@ -430,7 +428,7 @@ class Server:
         reply_to = _ReadyAfter(reply_to, self.service)
         path = self.config.config_file
         if path:
-            from .config_file import ConfigError, load_config
+            from .config import ConfigError, load_config
 
             try:
                 new = load_config(path)

@@ -64,6 +64,22 @@ def make_server(tmp_path):
         server.stop()
 
 
+@pytest.fixture
+def make_admin_server(make_server):
+    """Factory: ``make_admin_server(*serve_args)`` starts a server with its admin port on
+    (a free port: never the default 2223)."""
+
+    def start(*args: str) -> ServerProcess:
+        return make_server(*args, admin_port=True)
+
+    return start
+
+
+@pytest.fixture
+def admin_server(make_admin_server):
+    return make_admin_server()
+
+
 @pytest.fixture(scope="module")
 def module_server(tmp_path_factory):
     """One server for a whole test module (tests must use distinct queue names)."""

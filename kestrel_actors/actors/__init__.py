@@ -2,7 +2,7 @@
 
 from ..messages import BatchDone, QueueBatch, Session
 from ..stats import ServerStats
-from ._collection import QueueCollection
+from ._collection import QueueCollection, QueueOpener, memory_opener
 from ._queue import QueueActor
 
 __all__ = [
@@ -10,6 +10,8 @@ __all__ = [
     "QueueActor",
     "QueueBatch",
     "QueueCollection",
+    "QueueOpener",
     "ServerStats",
     "Session",
+    "memory_opener",
 ]

@@ -24,7 +24,7 @@ import structlog
 from pykka import ActorDeadError
 
 from ..messages import ReloadFailed
-from ..protocol._replies import config_settings
+from ..protocol import config_settings
 from ..runtime import ReplyFuture
 from ..snapshot import gather_snapshot
 from ._builds import SharedBuilds

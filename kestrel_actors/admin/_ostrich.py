@@ -28,7 +28,7 @@ from typing import Any
 import gevent
 import structlog
 
-from .._names import name_text
+from ..queue_name import name_text
 from ..snapshot import CHUNK, StatsSnapshot
 from ..stats import Histogram
 
@@ -175,7 +175,7 @@ JSON_CHUNK = 500
 
 def json_bytes(document: Any) -> bytes:
     """``document`` as compact JSON in UTF-8, keys sorted; a name that is not UTF-8 is
-    written as ``\\xNN`` (:func:`~kestrel_actors._names.name_text`)."""
+    written as ``\\xNN`` (:func:`~kestrel_actors.queue_name.name_text`)."""
     text = json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
     try:
         return text.encode("utf-8")

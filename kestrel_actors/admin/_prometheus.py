@@ -35,8 +35,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
-from .._names import name_text
 from ..config import INT_MAX, LONG_MAX
+from ..queue_name import name_text
 from ..snapshot import StatsSnapshot
 from ..stats import BOUNDS, LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram
 

@@ -19,7 +19,7 @@ class _Duration(click.ParamType):
     name = "duration"
 
     def convert(self, value, param, ctx):
-        from ..spark_bridge._config import parse_duration
+        from ..spark_bridge import parse_duration
 
         try:
             return parse_duration(value)

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from .._names import MAX_NAME_BYTES, name_problem
+from ..queue_name import MAX_NAME_BYTES, name_problem
 from ._errors import EXIT_INTERRUPTED, EXIT_PIPE, describe, fail
 
 __all__ = ["QUEUE", "QueueName", "get", "peek", "put", "tail"]

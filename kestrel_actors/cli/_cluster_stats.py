@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._errors import describe, fail
+from ._table import fitted_table
 
 __all__ = ["show_cluster"]
 
@@ -18,7 +19,6 @@ _COLUMNS = {"uptime": "uptime", "curr_items": "items", "curr_connections": "conn
 def show_cluster(console: Any, servers: tuple[str, ...]) -> None:
     from ..client import Client, KestrelError
     from ._client import logs_to_stderr
-    from ._stats import fitted_table
 
     logs_to_stderr()
     try:

@@ -56,8 +56,7 @@ def dump(paths: tuple[str, ...], quiet: bool, show_data: bool, raw: bool, max_it
 
 
 def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool, max_item_bytes: int, header: bool) -> bool:
-    from ..journal import NotRegularFile, open_regular
-    from ..journal._format import (
+    from ..journal import (
         ADD_OPS,
         OP_CONFIRM_REMOVE,
         OP_CONTINUE,
@@ -66,8 +65,10 @@ def _dump_file(path: str, quiet: bool, show_data: bool, raw: bool, max_item_byte
         OP_REMOVE_TENTATIVE_XID,
         OP_SAVE_XID,
         OP_UNREMOVE,
+        NotRegularFile,
         Record,
         RecordReader,
+        open_regular,
     )
     from ..queue import Item, next_xid
 
@@ -189,8 +190,7 @@ def pack(queue: str, data_dir: str, max_item_bytes: int) -> None:
 
 
 def _pack(queue: str, data_dir: str, max_item_bytes: int) -> None:
-    from ..journal import check_regular, journal_files
-    from ..journal._pack import pack_queue
+    from ..journal import check_regular, journal_files, pack_queue
 
     check_regular(data_dir, queue)  # before the listing below, which would skip such a file
     files = [f for f in journal_files(data_dir, queue) if os.path.exists(os.path.join(data_dir, f))]

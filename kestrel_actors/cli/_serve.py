@@ -71,7 +71,7 @@ def serve(ctx: click.Context, config_path: str | None, log_format: str, log_leve
     if config_path is None:
         config = ServerConfig(**flags)
     else:
-        from ..config_file import ConfigError, load_config
+        from ..config import ConfigError, load_config
 
         try:
             config = load_config(config_path)
@@ -117,8 +117,8 @@ def _lock_data_dir(data_dir: str) -> int | None:
 
 
 def _token(value: str | None) -> str | None:
-    from .._config_values import BadValue
-    from .._config_values import token as parse_token
+    from ..config import BadValue
+    from ..config import token as parse_token
 
     if value is None:
         return None
@@ -129,7 +129,7 @@ def _token(value: str | None) -> str | None:
 
 
 def _size(param: click.Parameter, value: str | int) -> int:
-    from .._config_values import BadValue, positive_size
+    from ..config import BadValue, positive_size
 
     try:
         return positive_size(value)
@@ -139,8 +139,8 @@ def _size(param: click.Parameter, value: str | int) -> int:
 
 def _with_sync_journal(config, value: str):
     """Apply ``--sync-journal`` to the queue defaults and every configured queue."""
-    from .._config_values import BadValue
-    from .._config_values import sync_journal as parse_sync_journal
+    from ..config import BadValue
+    from ..config import sync_journal as parse_sync_journal
 
     try:
         policy = parse_sync_journal(value)

@@ -43,8 +43,7 @@ def zookeeper_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def with_zookeeper(config: Any, flags: dict[str, Any]) -> Any:
     """``config`` with the ZooKeeper flags given (``None``: not given) applied."""
-    from .._config_values import BadValue, zookeeper_path
-    from ..config import ZooKeeperConfig, ZooKeeperCredentials
+    from ..config import BadValue, ZooKeeperConfig, ZooKeeperCredentials, zookeeper_path
 
     grace = flags.get("status_change_grace_period")
     if grace is not None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from ..cluster._serverset import ServerSetAddress
+from ..cluster import ServerSetAddress
 from ._connection import Connection, cooperative
 from ._errors import ConnectFailed, ConnectionLost, KestrelError, ServerError
 from ._wire import (
@@ -257,7 +257,7 @@ class Client:
         return server
 
     def _follow(self, address: ServerSetAddress, writes_only: bool) -> None:
-        from ..cluster._follower import ServerSetFollower
+        from ..cluster import ServerSetFollower
 
         def changed(members: list[Any]) -> None:
             found = [member.endpoint(self._endpoint) for member in members]

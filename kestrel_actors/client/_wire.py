@@ -13,8 +13,8 @@ import sys
 from array import array
 from dataclasses import dataclass
 
-from .._names import is_queue_name, name_from_wire
 from ..protocol import DELETED, END, NOT_STORED, STORED, value_reply
+from ..queue_name import is_queue_name, name_from_wire
 from ._errors import UnexpectedReply, reply_error
 
 __all__ = [

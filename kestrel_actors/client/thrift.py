@@ -22,7 +22,7 @@ from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TClient, TMessageType
 from thriftpy2.transport import TFramedTransport, TMemoryBuffer, TSocket, TTransportException
 
-from ..protocol._thrift import KESTREL_IDL, ThriftItem, ThriftQueueInfo, ThriftStatus
+from ..protocol.thrift import KESTREL_IDL, ThriftItem, ThriftQueueInfo, ThriftStatus
 
 __all__ = [
     "Item",

@@ -8,7 +8,7 @@
 * :func:`open_regular`, :func:`check_regular` — journal files are only ever regular files,
   never opened through a symbolic link (:class:`NotRegularFile`).
 * :func:`lock_data_dir` — one process at a time in a data directory (:class:`DataDirLocked`).
-* The record format (:class:`RecordReader`, ``encode_*``) for tools such as the CLI.
+* The record format (:class:`RecordReader`, ``encode_*``, the ``OP_*`` opcodes) for tools such as the CLI.
 
 The parts that need gevent are imported on first use, so offline tools stay light.
 """
@@ -27,7 +27,15 @@ from ._files import (
     queue_names,
 )
 from ._format import (
+    ADD_OPS,
     CORRUPT,
+    OP_CONFIRM_REMOVE,
+    OP_CONTINUE,
+    OP_REMOVE,
+    OP_REMOVE_TENTATIVE,
+    OP_REMOVE_TENTATIVE_XID,
+    OP_SAVE_XID,
+    OP_UNREMOVE,
     TORN,
     Problem,
     Record,
@@ -55,8 +63,16 @@ _LAZY = {
 }
 
 __all__ = [
+    "ADD_OPS",
     "CORRUPT",
     "LOCK_FILE",
+    "OP_CONFIRM_REMOVE",
+    "OP_CONTINUE",
+    "OP_REMOVE",
+    "OP_REMOVE_TENTATIVE",
+    "OP_REMOVE_TENTATIVE_XID",
+    "OP_SAVE_XID",
+    "OP_UNREMOVE",
     "TORN",
     "DataDirLocked",
     "FileJournal",

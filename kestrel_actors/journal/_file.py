@@ -31,8 +31,7 @@ import structlog
 from greenlet import getcurrent
 
 from ..config import QueueConfig
-from ..queue import QueueCore, QueueLimits
-from ..queue._journal import Item, Journal
+from ..queue import Item, Journal, QueueCore, QueueLimits
 from ._failures import FailureLog
 from ._files import (
     archived_files,

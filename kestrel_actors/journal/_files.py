@@ -255,7 +255,7 @@ def queue_names(data_dir: str) -> list[str]:
     """The queues that have journal files in ``data_dir`` (sorted), as Kestrel finds them at startup.
 
     Only regular files count; temporary ``~~`` files and strays are skipped. A name may hold
-    any bytes (see :mod:`kestrel_actors._names`); whether it can name a queue is the
+    any bytes (see :mod:`kestrel_actors.queue_name`); whether it can name a queue is the
     collection's call.
     """
     names = set()

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple
 
-from ..queue._journal import Item
+from ..queue import Item
 from ._files import open_regular
 
 __all__ = [

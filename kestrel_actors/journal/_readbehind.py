@@ -24,7 +24,7 @@ from typing import NamedTuple, Protocol
 
 import structlog
 
-from ..queue._journal import Item
+from ..queue import Item
 from ._files import NotRegularFile, open_regular
 from ._format import ADD_OPS, OP_CONTINUE, ReadFn, RecordReader
 

@@ -7,7 +7,7 @@ unchecked. Two limits Kestrel lacks guard the server: a line longer than ``max_l
 a declared length over ``max_item_bytes`` gets ``CLIENT_ERROR`` and a close, before anything of
 that size is buffered.
 
-Queue names (and the other tokens) are decoded by :func:`kestrel_actors._names.name_from_wire`
+Queue names (and the other tokens) are decoded by :func:`kestrel_actors.queue_name.name_from_wire`
 and every reply that carries one is encoded back by its inverse, ``name_bytes``: a name is the
 same bytes in a request, in a reply and as a file name (Kestrel decodes ISO-8859-1).
 
@@ -18,9 +18,10 @@ before a bad one still go out before the connection closes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Final
 
-from .._names import name_bytes, name_from_wire
+from ..queue_name import name_bytes, name_from_wire
 from ._commands import (
     Bad,
     Confirm,
@@ -138,62 +139,86 @@ def parse_get_key(key: str) -> Get | Bad:
     return Get(name, timeout_ms, is_open, is_close, is_abort, is_peek)
 
 
+def _get(tokens: list[bytes]) -> object:
+    if len(tokens) < 2:
+        return CLIENT_ERROR_OPEN
+    return parse_get_key(name_from_wire(tokens[1]))
+
+
+def _delete(tokens: list[bytes]) -> object:
+    return Delete(name_from_wire(tokens[1])) if len(tokens) >= 2 else CLIENT_ERROR_OPEN
+
+
+def _flush(tokens: list[bytes]) -> object:
+    return Flush(name_from_wire(tokens[1])) if len(tokens) >= 2 else CLIENT_ERROR_OPEN
+
+
+def _monitor(tokens: list[bytes]) -> object:
+    argc = len(tokens)
+    if argc < 2:
+        return CLIENT_ERROR_OPEN
+    seconds = int32(tokens[2]) if argc > 2 else None
+    max_items = int32(tokens[3]) if argc > 3 else None
+    if seconds is None or (argc > 3 and max_items is None):
+        return DROP
+    return Monitor(name_from_wire(tokens[1]), seconds, max_items)
+
+
+def _confirm(tokens: list[bytes]) -> object:
+    if len(tokens) < 3:
+        return CLIENT_ERROR_OPEN
+    count = int32(tokens[2])
+    if count is None:
+        return DROP
+    return Confirm(name_from_wire(tokens[1]), count)
+
+
+def _dump_stats(tokens: list[bytes]) -> object:
+    return DumpStats(tuple(name_from_wire(token) for token in tokens[1:]))
+
+
+def _flush_expired(tokens: list[bytes]) -> object:
+    return FlushExpired(name_from_wire(tokens[1])) if len(tokens) >= 2 else DROP
+
+
+def _status(tokens: list[bytes]) -> object:
+    if len(tokens) < 2:
+        return Status(None)
+    name = name_from_wire(tokens[1]).lower()
+    return Status(name) if name in STATUS_NAMES else CLIENT_ERROR_CLOSE
+
+
+def _alone(kind: Callable[[], object]) -> Callable[[list[bytes]], object]:
+    """A command that takes no arguments (any given are ignored), made anew for each request."""
+    return lambda _tokens: kind()
+
+
+_REQUESTS: Final[dict[bytes, Callable[[list[bytes]], object]]] = {
+    b"get": _get,
+    b"gets": _get,
+    b"delete": _delete,
+    b"flush": _flush,
+    b"monitor": _monitor,
+    b"confirm": _confirm,
+    b"stats": _alone(Stats),
+    b"dump_stats": _dump_stats,
+    b"version": _alone(Version),
+    b"flush_all": _alone(FlushAll),
+    b"flush_expired": _flush_expired,
+    b"flush_all_expired": _alone(FlushAllExpired),
+    b"status": _status,
+    b"shutdown": _alone(Shutdown),
+    b"reload": _alone(Reload),
+    b"dump_config": _alone(DumpConfig),
+    b"quit": _alone(Quit),
+}
+"""Each non-storage command (its first token, lower case), and what turns its tokens into a command."""
+
+
 def parse_request_line(tokens: list[bytes]) -> object:
     """Turn the tokens of a non-storage request line into a command (behaviour §2.3)."""
-    command = tokens[0].lower()
-    argc = len(tokens)
-    if command == b"get" or command == b"gets":
-        if argc < 2:
-            return CLIENT_ERROR_OPEN
-        return parse_get_key(name_from_wire(tokens[1]))
-    if command == b"delete" or command == b"flush":
-        if argc < 2:
-            return CLIENT_ERROR_OPEN
-        name = name_from_wire(tokens[1])
-        return Delete(name) if command == b"delete" else Flush(name)
-    if command == b"monitor":
-        if argc < 2:
-            return CLIENT_ERROR_OPEN
-        seconds = int32(tokens[2]) if argc > 2 else None
-        max_items = int32(tokens[3]) if argc > 3 else None
-        if seconds is None or (argc > 3 and max_items is None):
-            return DROP
-        return Monitor(name_from_wire(tokens[1]), seconds, max_items)
-    if command == b"confirm":
-        if argc < 3:
-            return CLIENT_ERROR_OPEN
-        count = int32(tokens[2])
-        if count is None:
-            return DROP
-        return Confirm(name_from_wire(tokens[1]), count)
-    if command == b"stats":
-        return Stats()
-    if command == b"dump_stats":
-        return DumpStats(tuple(name_from_wire(token) for token in tokens[1:]))
-    if command == b"version":
-        return Version()
-    if command == b"flush_all":
-        return FlushAll()
-    if command == b"flush_expired":
-        if argc < 2:
-            return DROP
-        return FlushExpired(name_from_wire(tokens[1]))
-    if command == b"flush_all_expired":
-        return FlushAllExpired()
-    if command == b"status":
-        if argc < 2:
-            return Status(None)
-        name = name_from_wire(tokens[1]).lower()
-        return Status(name) if name in STATUS_NAMES else CLIENT_ERROR_CLOSE
-    if command == b"shutdown":
-        return Shutdown()
-    if command == b"reload":
-        return Reload()
-    if command == b"dump_config":
-        return DumpConfig()
-    if command == b"quit":
-        return Quit()
-    return CLIENT_ERROR_CLOSE
+    parse = _REQUESTS.get(tokens[0].lower())
+    return CLIENT_ERROR_CLOSE if parse is None else parse(tokens)
 
 
 def _storage_header(tokens: list[bytes]) -> tuple[str, int] | Bad:

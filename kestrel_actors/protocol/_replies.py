@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._names import name_bytes
+from ..queue_name import name_bytes
 from ._memcache import END
 
 __all__ = ["compose_dump_config", "compose_dump_stats", "config_settings"]

@@ -2,7 +2,7 @@
 
 Framing follows Kestrel's ``TextCodec`` (behaviour §3): a request is a line ending at ``\\n``
 (a ``\\r`` before it is dropped), decoded as queue names are (UTF-8, any bytes kept:
-:func:`kestrel_actors._names.name_from_wire`) and split on single spaces, with the command
+:func:`kestrel_actors.queue_name.name_from_wire`) and split on single spaces, with the command
 lower-cased. A first line ending in ``:`` collects the following lines as items until
 an empty line or until ``MAX_PUT_BUFFER`` items have been read; after that many, the next line
 is taken as the terminator whatever it holds (Kestrel's quirk: the line is lost). Each item is
@@ -18,7 +18,7 @@ One limit Kestrel lacks guards the server: a line longer than ``max_line_bytes``
 
 from __future__ import annotations
 
-from .._names import name_from_wire
+from ..queue_name import name_from_wire
 from ._commands import Bad
 from ._decoder import Decoder
 from ._lines import STATUS_NAMES, TOO_LONG, int32_text, next_line

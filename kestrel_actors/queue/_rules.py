@@ -2,7 +2,7 @@
 
 Transaction ids (behaviour §6.3: positive 32-bit, wrapping past an id still open) and the clock items
 are stamped with; the name rules, the fanout ``+`` split among them (behaviour §5.9), are
-``kestrel_actors._names`` (a name is bytes on the wire and on disk too), handed on here. The config file, the
+``kestrel_actors.queue_name`` (a name is bytes on the wire and on disk too), handed on here. The config file, the
 collection, the journal replay and the offline tools all use these.
 """
 
@@ -12,7 +12,7 @@ import time
 from collections.abc import Container
 from typing import Final
 
-from .._names import MAX_NAME_BYTES, fanout_master, is_fanout_child, is_queue_name, name_problem
+from ..queue_name import MAX_NAME_BYTES, fanout_master, is_fanout_child, is_queue_name, name_problem
 
 __all__ = [
     "MAX_NAME_BYTES", "XID_MAX", "epoch_ms", "fanout_master", "is_fanout_child", "is_queue_name", "name_problem",

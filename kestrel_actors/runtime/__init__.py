@@ -1,8 +1,18 @@
 """A gevent runtime for pykka: actors are greenlets, a dispatcher makes the hub's tells (ADR 0001, 0002)."""
 
-from ._actor import GeventActor, GeventFuture, GeventRef, ReplyFuture, of_this_hub, on_own_greenlet, tell
+from ._actor import (
+    GeventActor,
+    GeventFuture,
+    GeventRef,
+    ReplyFuture,
+    of_this_hub,
+    on_own_greenlet,
+    tell,
+    tell_quietly,
+)
 from ._dispatcher import Dispatcher
 
 __all__ = [
     "Dispatcher", "GeventActor", "GeventFuture", "GeventRef", "ReplyFuture", "of_this_hub", "on_own_greenlet", "tell",
+    "tell_quietly",
 ]

@@ -66,6 +66,7 @@ from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr
 
 __all__ = [
     "GeventActor", "GeventFuture", "GeventRef", "ReplyFuture", "of_this_hub", "on_own_greenlet", "tell",
+    "tell_quietly",
 ]
 
 T = TypeVar("T")
@@ -505,10 +506,22 @@ def tell(receiver: Any, message: Any) -> None:
     """``receiver.tell(message)``, for code that tells whoever it was handed (a ``reply_to``):
     one of this runtime's refs (nearly always) by a direct call in the compiled build, anything
     else (a gather, a future, a test's stand-in) by name."""
-    if type(receiver) is GeventRef:
-        receiver.tell(message)  # narrowed by the test above: a direct call when compiled
-    else:
+    if type(receiver) is not GeventRef:
         receiver.tell(message)
+        return
+    ref: GeventRef = receiver  # typed: the compiled build calls its method directly
+    ref.tell(message)
+
+
+def tell_quietly(receiver: Any, message: Any) -> None:
+    """:func:`tell` for a teller that carries on whatever becomes of the message: a receiver that
+    has stopped is passed over (the message has no one to reach), any other failure is logged."""
+    try:
+        tell(receiver, message)
+    except ActorDeadError:
+        pass
+    except Exception:
+        log.exception("tell failed", receiver=str(receiver))
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

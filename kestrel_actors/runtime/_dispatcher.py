@@ -7,15 +7,12 @@ from collections import deque
 from typing import Any, ClassVar, Final
 
 import gevent
-import structlog
 from greenlet import getcurrent
-from pykka import ActorDeadError
 
-from ._actor import of_this_hub, tell
+from ._actor import of_this_hub, tell_quietly
 
 __all__ = ["Dispatcher"]
 
-log = structlog.get_logger("kestrel_actors.runtime")
 _getcurrent: Final = getcurrent
 """``getcurrent`` as a ``Final``: compiled code calls it through a C static rather than a lookup in
 the module's dict (a tell asks it; ADR 0015)."""
@@ -66,12 +63,7 @@ class Dispatcher:
         if self.due or self.loop.pendingcnt:
             self.deliver(ref, message)
             return
-        try:
-            tell(ref, message)
-        except ActorDeadError:
-            pass
-        except Exception:
-            log.exception("tell failed", receiver=str(ref))
+        tell_quietly(ref, message)
 
     def deliver(self, ref: Any, message: Any) -> None:
         """``ref.tell(message)`` soon, from a dispatcher greenlet, after what is already due.
@@ -109,12 +101,7 @@ class Dispatcher:
                 self.woken = False
                 while due:
                     ref, message = _popleft(due)
-                    try:
-                        tell(ref, message)
-                    except ActorDeadError:
-                        pass
-                    except Exception:
-                        log.exception("tell failed", receiver=str(ref))
+                    tell_quietly(ref, message)
                 if len(self.parked) >= self.MAX_PARKED:
                     return
                 running.discard(me)

@@ -12,10 +12,9 @@ from typing import Any
 
 import gevent.event
 import structlog
-from pykka import ActorDeadError
 
 from ..messages import Session
-from ..runtime import Dispatcher
+from ..runtime import Dispatcher, tell_quietly
 from ..status import session_refusals
 from ._actor import Disconnected, Drain, EndOfInput, Received, SessionActor
 from ._budget import BufferBudget
@@ -104,21 +103,14 @@ class Connections:
         if self.live:
             self._none_live.clear()
             for _session, ref in list(self.live.values()):
-                _tell(ref, Drain())
+                tell_quietly(ref, Drain())
             self._none_live.wait(timeout)
         if self.live:
             log.warning("connections still busy at the end of the shutdown drain; cut off",
                         connections=len(self.live), seconds=timeout)
         for session, ref in list(self.live.values()):
             session.closed = True  # at once, as a hang-up: its replies are dropped from now on
-            _tell(ref, Disconnected())
-
-
-def _tell(ref: Any, message: Any) -> None:
-    try:
-        ref.tell(message)
-    except ActorDeadError:  # finished meanwhile
-        pass
+            tell_quietly(ref, Disconnected())
 
 
 def peer_name(address: Any) -> str:

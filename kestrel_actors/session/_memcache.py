@@ -30,13 +30,21 @@ from ..messages import (
     Unremove,
     first_failure,
 )
-from ..protocol import END, NOT_STORED, STORED, count_reply, expiry_from_exptime, server_error
+from ..protocol import (
+    END,
+    NOT_STORED,
+    STORED,
+    compose_dump_config,
+    compose_dump_stats,
+    count_reply,
+    expiry_from_exptime,
+    server_error,
+)
 from ..protocol import Confirm as ConfirmCommand
 from ..protocol import Flush as FlushCommand
 from ..protocol import FlushExpired as FlushExpiredCommand
 from ..protocol import Get as GetCommand
 from ..protocol import Set as SetCommand
-from ..protocol._replies import compose_dump_config, compose_dump_stats
 from ..queue import Item
 from ..snapshot import take_snapshot
 from ._actor import Answer, SessionActor, take_oldest

@@ -53,7 +53,7 @@ from ..messages import (
     Unremove,
     first_failure,
 )
-from ..protocol import _thrift as th
+from ..protocol import thrift as th
 from ..queue import epoch_ms
 from ..status import Status
 from ._actor import Answer

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..client import ServerAddress
+from ..config import duration
 
 __all__ = [
     "BridgeConfig",
@@ -31,20 +31,12 @@ __all__ = [
 
 OUTPUT_FORMATS = ("json", "parquet")
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
-
 
 def parse_duration(text: str | float) -> float:
-    """``"1s"``, ``"250ms"``, ``"2m"``, ``"1.5"`` (seconds) → seconds as a float."""
-    if isinstance(text, int | float):
-        if text < 0:
-            raise ValueError("a duration cannot be negative")
-        return float(text)
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"bad duration {text!r} (use e.g. 500ms, 1s, 2m)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    """``"1s"``, ``"250ms"``, ``"2m"``, ``"1d"``, ``"1.5"`` (seconds) → seconds as a float: a
+    duration as the config file takes one (docs/configuration.md), where a number alone in a
+    string is seconds too. Raises ``ValueError``."""
+    return duration(text, bare_seconds=True)
 
 
 def parse_key_values(pairs: Any, what: str = "option") -> dict[str, str]:

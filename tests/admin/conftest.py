@@ -1,5 +1,4 @@
-"""Servers with their admin HTTP port on (on a free port: never the default 2223), a real
-headless Chromium (Debian's chromium and chromium-driver, which ``make test`` installs), and
+"""A real headless Chromium (Debian's chromium and chromium-driver, which ``make test`` installs), and
 pages of another origin for it to load."""
 
 from __future__ import annotations
@@ -10,22 +9,7 @@ import threading
 
 import pytest
 
-from ..helpers import ServerProcess, free_port
-
-
-@pytest.fixture
-def make_admin_server(make_server):
-    """Factory: ``make_admin_server(*serve_args)`` starts a server with an admin port."""
-
-    def start(*args: str) -> ServerProcess:
-        return make_server(*args, admin_port=True)
-
-    return start
-
-
-@pytest.fixture
-def admin_server(make_admin_server):
-    return make_admin_server()
+from ..helpers import free_port
 
 
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -10,12 +10,11 @@ from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from kestrel_actors.admin import _prometheus
-from kestrel_actors.admin._prometheus import PROMETHEUS_BOUNDS, exposition
+from kestrel_actors.admin._prometheus import PROMETHEUS_BOUNDS, QUEUE_COUNTERS, QUEUE_GAUGES, exposition
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
 from kestrel_actors.messages import QueueStats
 from kestrel_actors.queue import QueueCore
-from kestrel_actors.admin._prometheus import QUEUE_COUNTERS, QUEUE_GAUGES
 from kestrel_actors.snapshot import take_snapshot
 from kestrel_actors.stats import QUEUE_METRICS, ServerStats
 from kestrel_actors.status import ServerStatus
@@ -48,8 +47,8 @@ def _snapshot(every_name: tuple[str, ...] = NAMES):
 
 def _families_as_prometheus_client_writes_them(snapshot) -> bytes:
     """The per-queue part of the scrape, as the families the old collector yielded."""
-    from kestrel_actors._names import name_text
     from kestrel_actors.admin._prometheus import _PROMETHEUS_NAMES, scope_samples
+    from kestrel_actors.queue_name import name_text
 
     counters, gauges = {}, {}
     histograms = {metric: HistogramMetricFamily(f"kestrel_queue_{_PROMETHEUS_NAMES[metric][0]}",

@@ -177,7 +177,7 @@ def test_the_source_imports_neither_structlog_nor_the_thrift_codec_until_it_need
 
     probe = ("import sys\n"
              "from kestrel_actors.spark_bridge import _source\n"
-             "late = [m for m in ('structlog', 'kestrel_actors.protocol._thrift') if m in sys.modules]\n"
+             "late = [m for m in ('structlog', 'kestrel_actors.protocol.thrift') if m in sys.modules]\n"
              "assert not late, late\n"
              "_source.log.info('first_message')\n"
              "assert 'structlog' in sys.modules\n")

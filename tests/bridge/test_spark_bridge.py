@@ -86,6 +86,8 @@ def test_durations_and_servers():
     assert parse_duration("2m") == 120.0 and parse_duration("1.5") == 1.5
     with pytest.raises(ValueError):
         parse_duration("soon")
+    # one rule with the config file's durations (docs/configuration.md), "1d" and any case too
+    assert parse_duration("1d") == 86400.0 and parse_duration(" 10 MS ") == pytest.approx(0.01)
     assert ServerAddress.parse("h1") == ServerAddress("h1", 22133)
     assert str(ServerAddress.parse("[::1]:9")) == "[::1]:9"
     cfg = BridgeConfig(queue="q", job="m:f", servers="a:1,b:2,a:1", job_args=["k=v=w"])

@@ -10,8 +10,7 @@ import sys
 import pytest
 
 from kestrel_actors.cluster import Endpoint, ServerSetAddress, ServiceInstance, decode_member, encode_member
-from kestrel_actors.config import ZooKeeperConfig, ZooKeeperCredentials
-from kestrel_actors.config_file import ConfigError, parse_config
+from kestrel_actors.config import ConfigError, ZooKeeperConfig, ZooKeeperCredentials, parse_config
 
 
 def test_the_zookeeper_block_with_kestrel_defaults():

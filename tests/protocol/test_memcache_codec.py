@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kestrel_actors._names import name_bytes
 from kestrel_actors import protocol as p
 from kestrel_actors.protocol import MemcacheDecoder, ValueReplies, parse_get_key, value_reply
+from kestrel_actors.queue_name import name_bytes
 
 DROP = p.Bad(None, close=True)
 CLIENT_ERROR_CLOSE = p.Bad(p.CLIENT_ERROR, close=True)

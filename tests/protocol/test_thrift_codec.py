@@ -20,9 +20,9 @@ from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TMemoryBuffer
 
 from kestrel_actors import protocol as p
-from kestrel_actors._names import name_from_wire
-from kestrel_actors.protocol import ThriftDecoder, encode_thrift_exception, encode_thrift_result
 from kestrel_actors.client.thrift import Item, QueueInfo, Status, decode_reply, encode_call
+from kestrel_actors.protocol import ThriftDecoder, encode_thrift_exception, encode_thrift_result
+from kestrel_actors.queue_name import name_from_wire
 
 KESTREL_GIT = "/work/.mirror/twitter-archive+kestrel/repo"
 
@@ -162,7 +162,7 @@ def test_unknown_fields_are_skipped():
 
 
 def test_binary_queue_name_is_decoded_by_the_one_name_rule():
-    # the same str a memcache or text client sending these bytes names (kestrel_actors._names)
+    # the same str a memcache or text client sending these bytes names (kestrel_actors.queue_name)
     body = header("peek") + string_field(1, b"q\xff") + STOP
     assert ThriftDecoder().feed(frame(body)) == [p.ThriftPeek(7, name_from_wire(b"q\xff"))]
 
@@ -391,13 +391,13 @@ def test_the_package_imports_the_thrift_codec_only_when_a_thrift_name_is_used():
     """``kestrel_actors.protocol`` offers the codec's names without importing it (Kestrel's IDL
     costs ~0.1 s to load): the Python client, and every Spark process that reads a queue
     through it, never load it; the first thrift name does."""
-    from kestrel_actors.protocol import _thrift
+    from kestrel_actors.protocol import thrift as _thrift
 
     assert all(getattr(p, name) is getattr(_thrift, name) for name in _thrift.__all__)
     with pytest.raises(AttributeError):
         p.NoSuchName  # noqa: B018
     probe = ("import sys, kestrel_actors.client\n"
-             "assert 'kestrel_actors.protocol._thrift' not in sys.modules, 'loaded at import'\n"
+             "assert 'kestrel_actors.protocol.thrift' not in sys.modules, 'loaded at import'\n"
              "from kestrel_actors.protocol import ThriftItem\n"
-             "assert 'kestrel_actors.protocol._thrift' in sys.modules\n")
+             "assert 'kestrel_actors.protocol.thrift' in sys.modules\n")
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kestrel_actors.config_file import load_config
+from kestrel_actors.config import load_config
 
 from ..helpers import REPO, ServerProcess, act, free_port, request, spawn_logged
 

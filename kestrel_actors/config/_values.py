@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ._names import name_problem
-from .config import INT_MAX, LONG_MAX
+from ..queue_name import name_problem
+from ._settings import INT_MAX, LONG_MAX
 
 __all__ = [
     "BadValue",
@@ -46,7 +46,7 @@ class BadValue(ValueError):
     """A value of the wrong type or out of range; the message says what was expected."""
 
 
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h|d)\s*\Z", re.IGNORECASE)
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h|d)?\s*\Z", re.IGNORECASE)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?:([kmgt])(?:i?b)?|b)?\s*\Z", re.IGNORECASE)
 _SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -64,16 +64,20 @@ def _describe(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
-def duration(value: Any) -> float:
-    """Seconds, from a non-negative number or a string with a unit (ms, s, m, h, d)."""
+def duration(value: Any, bare_seconds: bool = False) -> float:
+    """Seconds, from a non-negative number or a string with a unit (ms, s, m, h, d).
+
+    ``bare_seconds``: a string that is a number alone is seconds too, as on a command line, where
+    every value is a string; in a config file a number is written as a number.
+    """
     if _is_number(value):
         if value < 0 or value != value:
             raise BadValue(f"expected {_DURATION_HINT}, not a negative number")
         return float(value)
     if isinstance(value, str):
         match = _DURATION.match(value)
-        if match:
-            return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+        if match and (match.group(2) or bare_seconds):
+            return float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
     raise BadValue(f"expected {_DURATION_HINT}; got {_describe(value)}")
 
 
@@ -213,7 +217,7 @@ def _describe_secret(value: Any) -> str:
 
 
 def queue_name(value: Any) -> str:
-    """A legal queue name (behaviour §5.2, plus the limits of :func:`~kestrel_actors._names.name_problem`)."""
+    """A legal queue name (behaviour §5.2, plus the limits of :func:`~kestrel_actors.queue_name.name_problem`)."""
     if not isinstance(value, str):
         raise BadValue(f"expected a queue name (a string); got {_describe(value)}")
     check_queue_name(value)

@@ -7,19 +7,21 @@ import textwrap
 
 import pytest
 
-from kestrel_actors import _config_values as values
-from kestrel_actors._toml_lines import KeyLines, format_key
-from kestrel_actors.config import INT_MAX, LONG_MAX, QueueConfig, ServerConfig
-from kestrel_actors.config_file import (
+from kestrel_actors.config import (
+    INT_MAX,
+    LONG_MAX,
     QUEUE_SETTINGS,
     SERVER_SETTINGS,
     ConfigError,
+    QueueConfig,
     ServerConfig,
     effective_queue_config,
     load_config,
     parse_config,
     resolve_queue_configs,
 )
+from kestrel_actors.config import _values as values
+from kestrel_actors.config._toml_lines import KeyLines, format_key
 
 from ..helpers import REPO
 

@@ -42,7 +42,7 @@ from thriftpy2 import protocol as _protocol
 from thriftpy2 import transport as _transport
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 
-from .._names import name_from_wire
+from ..queue_name import name_from_wire
 from ._commands import Bad
 from ._decoder import Decoder
 from ._lines import bytes_between

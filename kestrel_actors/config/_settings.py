@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._names import fanout_master
+from ..queue_name import fanout_master
 
 __all__ = ["INT_MAX", "LONG_MAX", "QueueConfig", "ServerConfig", "ZooKeeperConfig", "ZooKeeperCredentials"]
 
@@ -44,7 +44,7 @@ class QueueConfig:
     open_transaction_timeout: float | None = None
 
     # ``Any``: the fields changed are chosen at run time (a config file's keys, the flags given), so
-    # each value is checked where it is parsed (config_file, cli), not here.
+    # each value is checked where it is parsed (``_file``, cli), not here.
     def replace(self, **changes: Any) -> QueueConfig:
         return dataclasses.replace(self, **changes)
 
