@@ -443,7 +443,7 @@ def test_missing_file(tmp_path):
 
 def test_the_example_in_the_docs_loads():
     docs = DOCS.read_text()
-    example = docs.split("```toml\n", 1)[1].split("```", 1)[0]
+    example = docs.split("## Example", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     config = parse_config(example, "docs")
     assert config.queue_config("jobs_pending").expire_to_queue == "jobs_ready"
 
