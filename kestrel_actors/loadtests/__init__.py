@@ -4,7 +4,7 @@
 against a running server; ``python -m kestrel_actors.loadtests.bench`` (``make bench``) starts a server and
 runs the standard benchmark set into docs/benchmarks.md.
 
-Modules: ``kill_soak`` (a real server SIGKILLed and SIGTERMed under mixed load; docs/durability.md), ``client`` (the one memcache client), ``items`` (payloads), ``figures`` (latency
+Modules: ``client`` (the one memcache client), ``items`` (payloads), ``figures`` (latency
 histogram, throughput timeline), ``runner`` (greenlets and worker processes), ``admin``
 (flush, stats, -M), ``output`` (report lines, progress bar), ``report`` (verdict, JSON line,
 exit code), ``plot``, ``command`` and ``cli`` (click), and one module per scenario in
