@@ -60,6 +60,8 @@ from kestrel_actors.client import (
 )
 from kestrel_actors.client.thrift import ThriftClient
 
+from .bench import free_port
+
 __all__ = ["Ledger", "SoakOptions", "SoakResult", "main", "run_soak"]
 
 RELIABLE_QUEUES = ("rel", "fan", "fan+a", "fan+b")
@@ -236,12 +238,6 @@ class SoakOptions:
     seed: int = 53
     serve_args: tuple[str, ...] = ("--sync-journal", "always")
     verbose: bool = False
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class SoakServer:
