@@ -22,8 +22,9 @@ have been confirmed, so it is not lost), and no item was delivered after its con
 answered (**confirmed again**). An item delivered, not confirmed before a kill and delivered
 again is allowed and counted (redelivered-unconfirmed). For ``plain``, a consuming read whose
 answer never came may have taken its item (at most once, by design, behaviour §5.3): losses up
-to the number of such reads are allowed and reported apart. Exit 1 on any loss beyond that or
-any confirmed item delivered again, 3 when the run itself could not be carried out.
+to the number of such reads are allowed and reported apart. Exit 1 on any loss beyond that, any
+confirmed item delivered again, a SIGTERM whose exit status is not 0 or a server that does not
+start again on its data directory; 3 when the run itself could not be carried out.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from kestrel_actors.client import (
 from kestrel_actors.client.thrift import ThriftClient
 
 from .bench import free_port
+from .harness import HarnessError
 
 __all__ = ["Ledger", "SoakOptions", "SoakResult", "main", "run_soak"]
 
@@ -75,6 +77,10 @@ REPLY_TIMEOUT = 10.0
 BLOCKING_MS = 500
 AUTO_ABORT_MS = 60_000
 DRAIN_BATCH = 500
+
+class ServerFailed(Exception):
+    """The server did not come back on its data directory after a stop: a verdict (exit 1)."""
+
 
 class NotSent(Exception):
     """A request that could not be sent (the connection was already gone)."""
@@ -268,14 +274,14 @@ class SoakServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.tail()}")
+                raise ServerFailed(f"server exited with {self.proc.returncode} while starting: {self.tail()}")
             try:
                 for port in (self.port, self.thrift_port):
                     socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 return
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError(f"server did not listen within {timeout} s: {self.tail()}")
+        raise HarnessError(f"server did not listen within {timeout} s: {self.tail()}")
 
     def stop(self, sig: int, timeout: float = 120.0) -> int:
         """Send ``sig`` and wait for the exit: the exit status (-9 for a SIGKILL)."""
@@ -502,7 +508,7 @@ def drain(server: SoakServer, ledger: Ledger, deadline_seconds: float = 120.0) -
                 if not busy:
                     break
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{queue} did not drain: {busy} items or open reads left")
+                    raise HarnessError(f"{queue} did not drain: {busy} items or open reads left")
                 time.sleep(0.1)
     finally:
         conn.close()
@@ -554,7 +560,7 @@ def run_soak(options: SoakOptions, log: Callable[[str], None] = lambda line: Non
                 thread.join(REPLY_TIMEOUT * 3)
         try:
             if any(thread.is_alive() for thread in threads):
-                raise RuntimeError("a load thread did not stop")
+                raise HarnessError("a load thread did not stop")
             draining = time.monotonic()
             drain(server, ledger)
             log(f"drained in {time.monotonic() - draining:.1f} s")
@@ -609,7 +615,10 @@ def main(argv: list[str] | None = None) -> int:
                           tuple(args.serve_arg) if args.serve_arg else SoakOptions.serve_args, args.verbose)
     try:
         result = run_soak(options, (lambda line: print(line, flush=True)) if args.verbose else (lambda line: None))
-    except (RuntimeError, OSError, KestrelError) as exc:
+    except ServerFailed as exc:
+        print(f"kill soak FAILED: {exc}", file=sys.stderr)
+        return 1
+    except (HarnessError, OSError, KestrelError) as exc:
         print(f"kill soak could not run: {exc}", file=sys.stderr)
         return 3
     print(render(result))
