@@ -182,6 +182,8 @@ class QueueSummary:
     confirmed_again: int
     redelivered_unconfirmed: int
     confirm_unanswered: int
+    unanswered_confirms_done: int
+    """Of those, how many the drain did not find: the confirm was done, its answer lost."""
     unanswered_takes: int
     """Plain queue only: consuming reads that may have taken an item unseen (loss allowed)."""
 
@@ -224,7 +226,7 @@ def summarize(ledger: Ledger) -> list[QueueSummary]:
         rows.append(QueueSummary(
             queue, QUEUE_KINDS[queue], len(q.acked), len(q.confirmed), len(q.left), len(gone),
             len(q.confirmed_again) + (len(q.left) - len(left)), redelivered,
-            len(q.confirm_unanswered), q.unanswered_takes))
+            len(q.confirm_unanswered), len(q.confirm_unanswered - left), q.unanswered_takes))
     return rows
 
 
@@ -577,10 +579,11 @@ def render(result: SoakResult) -> str:
     lines = [(f"kill soak: {result.kills} SIGKILLs, {result.terms} SIGTERMs in {result.seconds:.0f} s; "
              f"SIGTERM exit codes {sorted(set(result.term_exit_codes))}"),
              (f"{'queue':8} {'kind':14} {'acked':>8} {'confirmed':>9} {'left':>6} {'lost':>5} "
-             f"{'conf-again':>10} {'redeliv-unconf':>14} {'conf-unanswered':>15} {'takes-unanswered':>16}")]
+             f"{'conf-again':>10} {'redeliv-unconf':>14} {'conf-unanswered(done)':>21} {'takes-unanswered':>16}")]
     for q in result.queues:
         lines.append(f"{q.queue:8} {q.kind:14} {q.acknowledged:>8} {q.confirmed:>9} {q.left:>6} {q.lost:>5} "
-                     f"{q.confirmed_again:>10} {q.redelivered_unconfirmed:>14} {q.confirm_unanswered:>15} "
+                     f"{q.confirmed_again:>10} {q.redelivered_unconfirmed:>14} "
+                     f"{f'{q.confirm_unanswered}({q.unanswered_confirms_done})':>21} "
                      f"{q.unanswered_takes:>16}")
     lines.append("confirmed per reader: " + ", ".join(f"{k} {v}" for k, v in sorted(result.by_reader.items())))
     if result.server_errors:

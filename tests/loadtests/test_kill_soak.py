@@ -64,5 +64,5 @@ def test_checker_counts_a_loss_and_a_confirmed_item_delivered_again():
     ledger.take_unanswered(PLAIN_QUEUE, 1)
     rows = {row.queue: row for row in summarize(ledger)}
     assert (rows["rel"].lost, rows["rel"].confirmed_again, rows["rel"].redelivered_unconfirmed) == (1, 1, 1)
-    assert rows["rel"].confirm_unanswered == 1
+    assert (rows["rel"].confirm_unanswered, rows["rel"].unanswered_confirms_done) == (1, 1)
     assert (rows[PLAIN_QUEUE].lost, rows[PLAIN_QUEUE].unanswered_takes) == (1, 1)
