@@ -9,7 +9,9 @@ histogram, throughput timeline), ``runner`` (greenlets and worker processes), ``
 (flush, stats, -M), ``output`` (report lines, progress bar), ``report`` (verdict, JSON line,
 exit code), ``plot``, ``command`` and ``cli`` (click), and one module per scenario in
 ``scenarios``; ``dialect`` picks a scenario's requests and reply readers, memcache or (``--resp``)
-Redis's RESP (``resp``). ``actor_hop_bench`` and ``spark_bridge_bench`` are separate micro-benchmarks.
+Redis's RESP (``resp``). ``actor_hop_bench`` and ``spark_bridge_bench`` are separate micro-benchmarks;
+``kill_soak`` SIGKILLs and SIGTERMs a server it starts, under mixed load, and checks that no
+acknowledged item is lost and no confirmed one delivered again (docs/durability.md).
 """
 
 __all__: list[str] = []

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from kestrel_actors.client import KestrelError
+from kestrel_actors.loadtests.kill_soak import Ledger, summarize
 
 from ..helpers import Client, ServerProcess, drain_queue
 
@@ -80,109 +81,65 @@ SIGTERMS, SIGKILLS = 15, 50
 WORKER_TIMEOUT = 3.0
 
 
-class _Ledger:
-    """What the clients were told, across every cycle: acknowledged items, confirmed ones (or
-    consumed by a read that answers at most once), confirmed ones delivered again."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.acked: dict[str, set[bytes]] = {}
-        self.confirmed: dict[str, set[bytes]] = {}
-        self.again: list[tuple[str, bytes]] = []
-        self.seen: dict[str, set[bytes]] = {}
-        self.confirming: dict[str, set[bytes]] = {}
-        """Items whose confirm was sent: done or not, unknown until its answer comes."""
-        self.unanswered_takes = 0
-        """Items consuming reads may have taken without their answer arriving (at most once)."""
-        self.serial = 0
-
-    def payloads(self, tag: str, count: int) -> list[bytes]:
-        with self.lock:
-            first = self.serial
-            self.serial += count
-        return [b"%s-%d" % (tag.encode(), first + i) for i in range(count)]
-
-    def ack(self, queues: tuple[str, ...], items: list[bytes]) -> None:
-        with self.lock:
-            for queue in queues:
-                self.acked.setdefault(queue, set()).update(items)
-
-    def received(self, queue: str, items: list[bytes]) -> None:
-        with self.lock:
-            self.seen.setdefault(queue, set()).update(items)
-            done = self.confirmed.get(queue, set())
-            self.again += [(queue, item) for item in items if item in done]
-
-    def sending_confirm(self, queue: str, items: list[bytes]) -> None:
-        with self.lock:
-            self.confirming.setdefault(queue, set()).update(items)
-
-    def confirm(self, queue: str, items: list[bytes]) -> None:
-        with self.lock:
-            self.confirmed.setdefault(queue, set()).update(items)
-
-
-def _memcache_sets(server: ServerProcess, ledger: _Ledger, stop: threading.Event, queue: str,
+def _memcache_sets(server: ServerProcess, ledger: Ledger, stop: threading.Event, queue: str,
                    copies: tuple[str, ...]) -> None:
     client = Client(server.host, server.port, WORKER_TIMEOUT)
     while not stop.is_set():
         [item] = ledger.payloads(queue, 1)
         if client.set(queue, item) == b"STORED":
-            ledger.ack((queue, *copies), [item])
+            ledger.acked((queue, *copies), [item])
 
 
-def _close_open(server: ServerProcess, ledger: _Ledger, stop: threading.Event, queue: str, wait: str) -> None:
+def _close_open(server: ServerProcess, ledger: Ledger, stop: threading.Event, queue: str, wait: str) -> None:
     """``get q/close/open`` in a loop: each answer confirms the item the previous one opened."""
     client = Client(server.host, server.port, WORKER_TIMEOUT)
     held: bytes | None = None
     while not stop.is_set():
+        with ledger.confirming(queue, [held] if held is not None else []):
+            client.send(b"get %s%s/close/open\r\n" % (queue.encode(), wait.encode()))
+            item = client.read_value(queue.encode())
         if held is not None:
-            ledger.sending_confirm(queue, [held])
-        client.send(b"get %s%s/close/open\r\n" % (queue.encode(), wait.encode()))
-        item = client.read_value(queue.encode())
-        if held is not None:
-            ledger.confirm(queue, [held])
+            ledger.confirmed(queue, [held], time.monotonic(), "close/open")
         held = item
         if item is not None:
-            ledger.received(queue, [item])
+            ledger.delivered(queue, [item], time.monotonic())
 
 
-def _monitor_confirm(server: ServerProcess, ledger: _Ledger, stop: threading.Event, queue: str) -> None:
+def _monitor_confirm(server: ServerProcess, ledger: Ledger, stop: threading.Event, queue: str) -> None:
     client = Client(server.host, server.port, WORKER_TIMEOUT)
     while not stop.is_set():
         client.send(b"monitor %s 1 2\r\n" % queue.encode())
         items = client.read_values(queue.encode(), 2)
-        ledger.received(queue, items)
+        ledger.delivered(queue, items, time.monotonic())
         if items:
-            ledger.sending_confirm(queue, items)
-            assert client.call(b"confirm %s %d" % (queue.encode(), len(items))) == b"END"
-            ledger.confirm(queue, items)
+            with ledger.confirming(queue, items):
+                assert client.call(b"confirm %s %d" % (queue.encode(), len(items))) == b"END"
+            ledger.confirmed(queue, items, time.monotonic(), "monitor+confirm")
 
 
-def _plain_gets(server: ServerProcess, ledger: _Ledger, stop: threading.Event, queue: str) -> None:
+def _plain_gets(server: ServerProcess, ledger: Ledger, stop: threading.Event, queue: str) -> None:
     """Blocking plain GETs: an item read is consumed (confirmed) by the answer itself."""
     client = Client(server.host, server.port, WORKER_TIMEOUT)
     while not stop.is_set():
-        with ledger.lock:
-            ledger.unanswered_takes += 1
+        ledger.take_unanswered(queue, 1)
         client.send(b"get %s/t=20\r\n" % queue.encode())
         item = client.read_value(queue.encode())
-        with ledger.lock:
-            ledger.unanswered_takes -= 1
+        ledger.take_unanswered(queue, -1)
         if item is not None:
-            ledger.received(queue, [item])
-            ledger.confirm(queue, [item])
+            now = time.monotonic()
+            ledger.delivered(queue, [item], now)
+            ledger.confirmed(queue, [item], now, "plain get")
 
 
-def _thrift_puts(server: ServerProcess, ledger: _Ledger, stop: threading.Event, queue: str) -> None:
+def _thrift_puts(server: ServerProcess, ledger: Ledger, stop: threading.Event, queue: str) -> None:
     thrift = server.thrift_client(WORKER_TIMEOUT)
     while not stop.is_set():
         items = ledger.payloads(queue + "-thrift", 3)
         stored = thrift.put(queue, items)
-        ledger.ack((queue,), items[:stored])
+        ledger.acked((queue,), items[:stored])
 
 
-def _thrift_reads(server: ServerProcess, ledger: _Ledger, stop: threading.Event, queue: str,
+def _thrift_reads(server: ServerProcess, ledger: Ledger, stop: threading.Event, queue: str,
                   reliable: bool) -> None:
     """Reliable: get with ``auto_abort_msec`` and confirm the ids. Not: the get consumes."""
     thrift = server.thrift_client(WORKER_TIMEOUT)
@@ -190,19 +147,18 @@ def _thrift_reads(server: ServerProcess, ledger: _Ledger, stop: threading.Event,
         if reliable:
             got = thrift.get(queue, 1, 20, auto_abort_msec=30_000)
             items = [item.data for item in got]
-            ledger.received(queue, items)
+            ledger.delivered(queue, items, time.monotonic())
             if got:
-                ledger.sending_confirm(queue, items)
-                assert thrift.confirm(queue, [item.id for item in got]) == len(got)
-                ledger.confirm(queue, items)
+                with ledger.confirming(queue, items):
+                    assert thrift.confirm(queue, [item.id for item in got]) == len(got)
+                ledger.confirmed(queue, items, time.monotonic(), "thrift get+confirm")
         else:
-            with ledger.lock:
-                ledger.unanswered_takes += 3
+            ledger.take_unanswered(queue, 3)
             items = [item.data for item in thrift.get(queue, 3, 20)]
-            with ledger.lock:
-                ledger.unanswered_takes -= 3
-            ledger.received(queue, items)
-            ledger.confirm(queue, items)
+            ledger.take_unanswered(queue, -3)
+            now = time.monotonic()
+            ledger.delivered(queue, items, now)
+            ledger.confirmed(queue, items, now, "thrift plain get")
 
 
 def _run_quietly(work, *args) -> None:
@@ -237,7 +193,7 @@ def test_mixed_load_across_sigterms_and_sigkills(tmp_path):
     config = tmp_path / "kestrel.toml"
     config.write_text(MIXED_CONFIG)
     server = ServerProcess(tmp_path / "data", (*ALWAYS, "--config", str(config)), thrift_port=True)
-    ledger = _Ledger()
+    ledger = Ledger()
     signals = [signal.SIGTERM] * SIGTERMS + [signal.SIGKILL] * SIGKILLS
     random.Random(21).shuffle(signals)
     pace = random.Random(2)
@@ -260,13 +216,14 @@ def test_mixed_load_across_sigterms_and_sigkills(tmp_path):
     finally:
         server.kill()
     for queue, items in left.items():
-        ledger.received(queue, items)
-    assert ledger.again == [], f"{len(ledger.again)} confirmed items delivered again"
+        ledger.delivered(queue, items, time.monotonic())
+        ledger.queues[queue].left.extend(items)
+    rows = {row.queue: row for row in summarize(ledger)}
+    for queue in ("rel", "fan", "fan+a", "plain"):
+        assert rows[queue].confirmed_again == 0, f"{queue}: confirmed items delivered again: {rows[queue]}"
     for queue in ("rel", "fan", "fan+a"):
-        # a confirm whose answer never came may have been done
-        lost = ledger.acked[queue] - ledger.confirmed[queue] - ledger.confirming[queue] - set(left[queue])
-        assert not lost, f"{queue}: {len(lost)} acknowledged items lost"
-        assert len(ledger.confirmed[queue]) > 50, f"{queue}: too little traffic to prove anything"
+        # a confirm whose answer never came may have been done (summarize counts it not lost)
+        assert rows[queue].lost == 0, f"{queue}: acknowledged items lost: {rows[queue]}"
+        assert rows[queue].confirmed > 50, f"{queue}: too little traffic to prove anything"
     # a consuming read whose answer never came may have taken its item: at most once
-    lost = ledger.acked["plain"] - ledger.confirmed["plain"] - set(left["plain"])
-    assert len(lost) <= ledger.unanswered_takes, f"plain: {len(lost)} acknowledged items lost"
+    assert rows["plain"].lost <= rows["plain"].unanswered_takes, f"plain: acknowledged items lost: {rows['plain']}"
