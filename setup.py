@@ -30,6 +30,8 @@ PROFILE_DIR = os.path.join(HERE, "build", "pgo")
 TRAINING_SECONDS = 900
 PROGRESS_SECONDS = 10.0
 """How often a long step of the build says how far it is: never more than this without a line."""
+
+
 def say(what: str) -> None:
     print(f"kestrel-actors: {what}", file=sys.stderr, flush=True)
 
@@ -152,7 +154,7 @@ def one_file_per_call(compile_sources: Callable[..., list[str]], jobs: int) -> C
     """``compile_sources`` (a compiler's public ``compile``) called once per C file, ``jobs`` calls
     at a time, each waiting on its gcc process. distutils compiles one extension's files one after
     another, and ``build_ext --parallel`` only builds whole extensions side by side; mypyc's group
-    is one extension of 46 files (split into several groups, mypyc 2.4.1's multi-file build does
+    is one extension of 47 files (split into several groups, mypyc 2.4.1's multi-file build does
     not link: ADR 0015)."""
 
     def compile_each(sources: list[str], *args: Any, **kwargs: Any) -> list[str]:
@@ -164,7 +166,8 @@ def one_file_per_call(compile_sources: Callable[..., list[str]], jobs: int) -> C
 
 
 class BuildExt(build_ext):
-    """``build_ext`` that can build profile-guided (``KESTREL_ACTORS_PGO=1``, above) and that gives
+    """``build_ext`` that can build profile-guided (``KESTREL_ACTORS_PGO=1``, docs/build.md), that
+    compiles C files in parallel and says how far it is, and that gives
     every extension it outputs the build's time: mypyc rewrites only the C files whose code
     changed, so an extension can come out older than a ``.py`` edited before the build, and the
     package's stale-build guard (``_compiled.py``) compares the two."""
@@ -177,8 +180,12 @@ class BuildExt(build_ext):
             self.compiler.compile = one_file_per_call(self.compiler.compile, jobs)
 
         def how_far() -> str:
-            compiled = sum(1 for path in glob.glob(os.path.join(self.build_temp, "**", "*.o"), recursive=True)
-                           if os.stat(path).st_mtime >= started)
+            compiled = 0
+            for path in glob.glob(os.path.join(self.build_temp, "**", "*.o"), recursive=True):
+                try:
+                    compiled += os.stat(path).st_mtime >= started
+                except OSError:  # being written
+                    pass
             return f"{compiled} of {len(sources)} C files compiled"
 
         with Progress(f"gcc: compiling {len(sources)} C files into {len(self.extensions)} extensions, "
