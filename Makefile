@@ -52,12 +52,6 @@ FULL_BUILD = $(if $(filter 0,$(PGO)),$(COMPILED_STAMP),$(PGO_STAMP))
 PURE_TESTS := tests/protocol tests/queue tests/journal tests/session tests/actors tests/runtime \
 	tests/test_compiled_build.py
 
-comma := ,
-
-$(BIN)/python:
-	@echo "make: creating $(VENV) with $(PYTHON)"
-	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-
 # pip installs the package pure (KESTREL_ACTORS_MYPYC=0); $(COMPILED_STAMP) then compiles it in
 # place, which the profile-guided build needs (it trains the server). Each step says what it does;
 # `step` adds a line every 10 s while pip runs (pip -q prints nothing for tens of seconds), and
@@ -65,6 +59,11 @@ $(BIN)/python:
 step = @echo "make: $(1)"; started=$$(date +%s); \
 	( while sleep 10; do echo "make: ... $(1): $$(( $$(date +%s) - started )) s"; done ) & ticker=$$!; \
 	$(2); status=$$?; kill $$ticker; echo "make: done in $$(( $$(date +%s) - started )) s: $(1)"; exit $$status
+
+comma := ,
+
+$(BIN)/python:
+	$(call step,creating $(VENV) with $(PYTHON),$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV))
 
 $(SERVE_STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(call step,installing what serving needs into $(VENV) (pip install -e '.[build]'),KESTREL_ACTORS_MYPYC=0 $(BIN)/python -m pip install -q -e '.[build]')
