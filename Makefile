@@ -29,41 +29,55 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 	$(if $(THRIFT_PORT),--thrift-port $(THRIFT_PORT)) $(if $(ADMIN_PORT),--admin-port $(ADMIN_PORT)) \
 	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
-.PHONY: run test test-pure compiled lint bench install clean memcached-tools netcat thrift-compiler browser node-clients \
-	zookeeper systemd-analyze redis
+.PHONY: run test test-pure compiled pgo lint bench install clean memcached-tools netcat thrift-compiler browser \
+	node-clients zookeeper systemd-analyze redis
 
-# The compiled build (ADR 0015): the request path's modules compiled with mypyc in place (`.so`
-# beside each `.py`), profile-guided with gcc (PGO=1: compiled instrumented, trained by
-# `kestrel_actors.loadtests.training`, compiled again; PGO=0 compiles once, plainly). It is rebuilt
-# whenever one of its sources is newer, so no target runs a stale build (the package would fall
-# back to pure Python). MYPYC=1, which the test targets set, makes a missing C compiler an error,
-# not a silent pure run; `make run` leaves it unset: compiled when possible, else pure Python.
+# The compiled build (ADR 0015; its switches and the fall-back to pure Python: docs/build.md): the
+# request path's modules compiled with mypyc in place (`.so` beside each `.py`). `make run` compiles
+# it plainly (about a minute on 2 cores), so that a first start is quick; the profile-guided build
+# (gcc compiles it instrumented, `kestrel_actors.loadtests.training` runs it, gcc compiles it again:
+# about twice as long) is what `make pgo`, `make test`, `make bench` and `make install` build, and
+# `make run PGO=1`. `make test PGO=0` tests the plain one. Either is rebuilt whenever one of its
+# sources is newer, so no target runs a stale build (the package would fall back to pure Python);
+# a plain rebuild removes the profile-guided stamp. MYPYC=1, which every target but `make run`
+# sets, makes a missing C compiler an error, not a silent pure run; `make run` leaves it unset:
+# compiled when possible, else pure Python.
 COMPILED_SOURCES := $(shell sed -n 's/^    "\(kestrel_actors\.[a-z_.]*\)",$$/\1/p' kestrel_actors/_compiled.py \
 	| tr . / | sed 's/$$/.py/')
 COMPILED_STAMP := $(VENV)/.compiled
+PGO_STAMP := $(VENV)/.compiled-pgo
+PGO ?=
+RUN_BUILD = $(if $(filter 1,$(PGO)),$(PGO_STAMP),$(COMPILED_STAMP))
+FULL_BUILD = $(if $(filter 0,$(PGO)),$(COMPILED_STAMP),$(PGO_STAMP))
 # What `test-pure` runs against the pure-Python source: the rooms whose modules are compiled and the
 # server tests (the whole suite is too long to run twice in CI).
 PURE_TESTS := tests/protocol tests/queue tests/journal tests/session tests/actors tests/runtime tests/messages tests/stats \
 	tests/test_compiled_build.py
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-
 # pip installs the package pure (KESTREL_ACTORS_MYPYC=0); $(COMPILED_STAMP) then compiles it in
-# place, profile-guided, which needs the server's dependencies installed first.
+# place, which the profile-guided build needs (it trains the server). Each step says what it does;
+# `step` adds a line every 10 s while pip runs (pip -q prints nothing for tens of seconds), and
+# setup.py says how far its compile is every 10 s.
+step = @echo "make: $(1)"; started=$$(date +%s); \
+	( while sleep 10; do echo "make: ... $(1): $$(( $$(date +%s) - started )) s"; done ) & ticker=$$!; \
+	$(2); status=$$?; kill $$ticker; echo "make: done in $$(( $$(date +%s) - started )) s: $(1)"; exit $$status
+
+comma := ,
+
+$(BIN)/python:
+	$(call step,creating $(VENV) with $(PYTHON),$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV))
+
 $(SERVE_STAMP): $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/python -m pip install -q --upgrade pip
-	KESTREL_ACTORS_MYPYC=0 $(BIN)/python -m pip install -q -e '.[build]'
-	touch $(SERVE_STAMP)
+	$(call step,installing what serving needs into $(VENV) (pip install -e '.[build]'),KESTREL_ACTORS_MYPYC=0 $(BIN)/python -m pip install -q -e '.[build]')
+	@touch $(SERVE_STAMP)
 
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/python -m pip install -q --upgrade pip
-	KESTREL_ACTORS_MYPYC=0 $(BIN)/python -m pip install -q -e '.[build,test,spark,load]'
-	touch $(STAMP) $(SERVE_STAMP)
+	$(call step,installing every extra into $(VENV) (pip install -e '.[build$(comma)test$(comma)spark$(comma)load]'),KESTREL_ACTORS_MYPYC=0 $(BIN)/python -m pip install -q -e '.[build$(comma)test$(comma)spark$(comma)load]')
+	@touch $(STAMP) $(SERVE_STAMP)
 
-install: $(STAMP) $(COMPILED_STAMP)
+install: $(STAMP) $(FULL_BUILD)
 
-run: $(SERVE_STAMP) $(COMPILED_STAMP)
+run: $(SERVE_STAMP) $(RUN_BUILD)
 	$(BIN)/kestrel-actors serve $(RUN_FLAGS)
 
 # libmemcached's memcstat/memcping, which the client tests run against the server: Debian's
@@ -144,15 +158,21 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check kestrel_actors
 	$(BIN)/python -m mypy
 
-PGO ?= 1
 MYPYC ?=
-test bench install compiled: MYPYC := 1
+test bench install compiled pgo: MYPYC := 1
 
 $(COMPILED_STAMP): $(SERVE_STAMP) setup.py $(COMPILED_SOURCES)
-	KESTREL_ACTORS_MYPYC=$(MYPYC) KESTREL_ACTORS_PGO=$(PGO) $(BIN)/python setup.py -q build_ext --inplace
-	touch $(COMPILED_STAMP)
+	@echo "make: compiling the request path with mypyc, plainly (make pgo: profile-guided); it says how far every 10 s"
+	KESTREL_ACTORS_MYPYC=$(MYPYC) KESTREL_ACTORS_PGO=0 $(BIN)/python setup.py -q build_ext --inplace
+	@rm -f $(PGO_STAMP); touch $(COMPILED_STAMP)
 
-compiled: $(COMPILED_STAMP)
+$(PGO_STAMP): $(SERVE_STAMP) setup.py $(COMPILED_SOURCES)
+	@echo "make: compiling the request path with mypyc, profile-guided; it says how far every 10 s"
+	KESTREL_ACTORS_MYPYC=$(MYPYC) KESTREL_ACTORS_PGO=1 $(BIN)/python setup.py -q build_ext --inplace
+	@touch $(COMPILED_STAMP) $(PGO_STAMP)
+
+compiled: $(RUN_BUILD)
+pgo: $(PGO_STAMP)
 
 # Two pytest-xdist workers, one per core: most tests wait on servers, JVMs and sockets, so two
 # at a time take the suite from ~33 to ~19 minutes on 2 cores. A module stays on one worker
@@ -162,9 +182,9 @@ compiled: $(COMPILED_STAMP)
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -rfE -n $(TEST_WORKERS) --dist loadfile --durations=15
 
-test: $(STAMP) $(COMPILED_STAMP) memcached-tools netcat thrift-compiler browser node-clients zookeeper systemd-analyze \
+test: $(STAMP) $(FULL_BUILD) memcached-tools netcat thrift-compiler browser node-clients zookeeper systemd-analyze \
 	redis
-	KESTREL_ACTORS_EXPECT_COMPILED=1 KESTREL_ACTORS_EXPECT_PROFILE=$(PGO) KESTREL_ACTORS_EXPECT_PYTHON=$(PYTHON) $(PYTEST)
+	KESTREL_ACTORS_EXPECT_COMPILED=1 KESTREL_ACTORS_EXPECT_PROFILE=$(if $(filter 0,$(PGO)),0,1) KESTREL_ACTORS_EXPECT_PYTHON=$(PYTHON) $(PYTEST)
 
 # the same tests on the pure-Python source, the compiled build left in place (KESTREL_ACTORS_PURE)
 test-pure: $(STAMP) memcached-tools netcat thrift-compiler
@@ -172,7 +192,7 @@ test-pure: $(STAMP) memcached-tools netcat thrift-compiler
 
 # PEER=path/to/darner adds darner's columns; REDIS=path/to/redis-server picks the Redis of the
 # Redis rows (default: redis-server on PATH), REDIS=none leaves them out.
-bench: $(STAMP) $(COMPILED_STAMP) $(if $(filter none,$(REDIS)),,redis)
+bench: $(STAMP) $(FULL_BUILD) $(if $(filter none,$(REDIS)),,redis)
 	PEER=$(PEER) REDIS=$(REDIS) $(BIN)/python -m kestrel_actors.loadtests.bench --write docs/benchmarks.md
 
 clean:

@@ -1,19 +1,11 @@
-"""The build: metadata is in setup.cfg; this file only decides whether the request path is compiled.
-
-``KESTREL_ACTORS_MYPYC``: ``1`` compiles the modules of ``kestrel_actors/_compiled.py`` with mypyc
-and fails if it cannot; ``0`` installs pure Python; unset compiles when a C compiler works and mypy
-(which ships mypyc) is importable, else installs pure Python and says so in one line. ADR 0015.
-
-``KESTREL_ACTORS_PGO=1`` (what ``make run`` and ``make test`` set) makes an in-place build
-(``setup.py build_ext --inplace``) profile-guided with gcc: compile instrumented, run the training
-load (``kestrel_actors.loadtests.training``, which needs the server's dependencies installed),
-compile again from its profile. Any failure on the way falls back to the plain compile, and the
-instrumented build is never left in place. ``pip install .`` compiles plainly: its isolated build
-environment has no server to train.
+"""The build: metadata is in setup.cfg; this file only decides whether and how the request path is
+compiled. Its switches (``KESTREL_ACTORS_MYPYC``, ``KESTREL_ACTORS_PGO``) and the package's
+fall-back to pure Python are stated in docs/build.md; the decision is ADR 0015.
 """
 
 from __future__ import annotations
 
+import gc
 import glob
 import importlib.util
 import os
@@ -22,7 +14,11 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from typing import Any
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Self
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -33,6 +29,39 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROFILE_DIR = os.path.join(HERE, "build", "pgo")
 """Where the instrumented build writes its counts (``.gcda``), emptied before each training."""
 TRAINING_SECONDS = 900
+PROGRESS_SECONDS = 10.0
+"""How often a long step of the build says how far it is: never more than this without a line."""
+
+
+def say(what: str) -> None:
+    print(f"kestrel-actors: {what}", file=sys.stderr, flush=True)
+
+
+class Progress:
+    """One line on stderr when a step starts, then one every :data:`PROGRESS_SECONDS` saying how
+    long it has run and, given ``how_far``, how far it is, then one when it ends: a build that
+    prints nothing for minutes looks hung."""
+
+    def __init__(self, step: str, how_far: Callable[[], str] | None = None) -> None:
+        self.step = step
+        self.how_far = how_far
+        self.done = threading.Event()
+        self.started = time.monotonic()
+
+    def __enter__(self) -> Self:
+        say(self.step)
+        threading.Thread(target=self.tick, daemon=True).start()
+        return self
+
+    def tick(self) -> None:
+        while not self.done.wait(PROGRESS_SECONDS):
+            far = f", {self.how_far()}" if self.how_far is not None else ""
+            say(f"... {self.step}: {time.monotonic() - self.started:.0f} s{far}")
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        self.done.set()
+        if kind is None:
+            say(f"done in {time.monotonic() - self.started:.0f} s: {self.step}")
 
 
 def compiled_settings() -> Any:
@@ -52,9 +81,10 @@ PROFILE_MARKER = os.path.join(HERE, "kestrel_actors", SETTINGS.PROFILE_MARKER)
 
 
 def configured_compiler() -> Any:
-    """The C compiler setuptools would use here, with the interpreter's settings."""
-    from setuptools._distutils.ccompiler import new_compiler
-    from setuptools._distutils.sysconfig import customize_compiler
+    """The C compiler setuptools would use here, with the interpreter's settings (``distutils``
+    is setuptools' own copy once setuptools is imported, as it is above)."""
+    from distutils.ccompiler import new_compiler
+    from distutils.sysconfig import customize_compiler
 
     compiler = new_compiler()
     customize_compiler(compiler)
@@ -90,7 +120,7 @@ def ext_modules() -> list[Any]:
     if reason is not None:
         if switch == "1":
             sys.exit(f"kestrel-actors: {SWITCH}=1 but {reason}")
-        print(f"kestrel-actors: installing pure Python: {reason}", file=sys.stderr)
+        say(f"installing pure Python: {reason}")
         return []
     from mypyc.build import mypycify
 
@@ -101,11 +131,14 @@ def ext_modules() -> list[Any]:
     # group_name: the group's shared library is then kestrel_actors/_native__mypyc.*.so, inside
     # the package, where an editable install that was made pure (the Makefile's) still finds it;
     # by default it is named by a hash and sits beside the package, outside the editable mapping.
-    # multi_file: one C file per module, not one 12 MB file, so that gcc runs on both cores
-    # (compile_in_parallel) and a build takes half the time, for no measured loss at run time
-    # (ADR 0015, eighth pass).
-    extensions = mypycify(["--config-file=", "--follow-imports=silent", "--ignore-missing-imports", *paths],
-                          opt_level="3", group_name="kestrel_actors._native", multi_file=True)
+    # multi_file: one C file per module, not one 12 MB file, so that gcc runs on every core
+    # (BuildExt.build_extensions) for no measured loss at run time (ADR 0015, eighth pass).
+    with Progress(f"mypyc: type-checking the {len(paths)} compiled modules and writing their C"):
+        extensions = mypycify(["--config-file=", "--follow-imports=silent", "--ignore-missing-imports", *paths],
+                              opt_level="3", group_name="kestrel_actors._native", multi_file=True)
+    # mypy's build (millions of objects) stays alive to the end of the process, and the collector's
+    # passes over it at exit took 27 s, silent, on a loaded machine: frozen, it skips them (0.4 s)
+    gc.freeze()
     for ext in extensions:
         # mypyc 2.4.1 writes a dotted group's headers into build/kestrel_actors/ but includes them
         # from the modules' C files in build/ as if they sat beside them
@@ -121,43 +154,47 @@ def c_compiler_is_gcc(command: list[str]) -> bool:
     return "Free Software Foundation" in version
 
 
-def compile_in_parallel(compiler: Any, jobs: int) -> None:
-    """Make ``compiler.compile`` run ``jobs`` C files at a time: distutils compiles one extension's
-    sources one after another (``build_ext --parallel`` runs whole extensions side by side), and
-    mypyc's group is one extension of many files. The body is distutils' ``CCompiler.compile``
-    (setuptools 65–80) with its loop handed to threads, each of which waits on a gcc process."""
-    from concurrent.futures import ThreadPoolExecutor
+def one_file_per_call(compile_sources: Callable[..., list[str]], jobs: int) -> Callable[..., list[str]]:
+    """``compile_sources`` (a compiler's public ``compile``) called once per C file, ``jobs`` calls
+    at a time, each waiting on its gcc process. distutils compiles one extension's files one after
+    another, and ``build_ext --parallel`` only builds whole extensions side by side; mypyc's group
+    is one extension of 47 files (split into several groups, mypyc 2.4.1's multi-file build does
+    not link: ADR 0015)."""
 
-    if jobs < 2 or not all(hasattr(compiler, name) for name in ("_setup_compile", "_get_cc_args", "_compile")):
-        return  # one core, or a distutils without these steps: its own loop
-
-    def compile_sources(sources: list[str], output_dir: str | None = None, macros: Any = None,
-                        include_dirs: Any = None, debug: bool = False, extra_preargs: Any = None,
-                        extra_postargs: Any = None, depends: Any = None) -> list[str]:
-        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
-            output_dir, macros, include_dirs, sources, depends, extra_postargs)
-        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
-
-        def one(obj: str) -> None:
-            src, ext = build[obj]
-            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
-
+    def compile_each(sources: list[str], *args: Any, **kwargs: Any) -> list[str]:
         with ThreadPoolExecutor(jobs) as pool:
-            list(pool.map(one, [obj for obj in objects if obj in build]))
-        return list(objects)
+            batches = list(pool.map(lambda source: compile_sources([source], *args, **kwargs), sources))
+        return [obj for batch in batches for obj in batch]
 
-    compiler.compile = compile_sources
+    return compile_each
 
 
 class BuildExt(build_ext):
-    """``build_ext`` that can build profile-guided (``KESTREL_ACTORS_PGO=1``, above) and that gives
+    """``build_ext`` that can build profile-guided (``KESTREL_ACTORS_PGO=1``, docs/build.md), that
+    compiles C files in parallel and says how far it is, and that gives
     every extension it outputs the build's time: mypyc rewrites only the C files whose code
     changed, so an extension can come out older than a ``.py`` edited before the build, and the
     package's stale-build guard (``_compiled.py``) compares the two."""
 
     def build_extensions(self) -> None:
-        compile_in_parallel(self.compiler, os.cpu_count() or 1)
-        super().build_extensions()
+        sources = [source for ext in self.extensions for source in ext.sources]
+        started = time.time()
+        jobs = os.cpu_count() or 1
+        if jobs > 1:
+            self.compiler.compile = one_file_per_call(self.compiler.compile, jobs)
+
+        def how_far() -> str:
+            compiled = 0
+            for path in glob.glob(os.path.join(self.build_temp, "**", "*.o"), recursive=True):
+                try:
+                    compiled += os.stat(path).st_mtime >= started
+                except OSError:  # being written
+                    pass
+            return f"{compiled} of {len(sources)} C files compiled"
+
+        with Progress(f"gcc: compiling {len(sources)} C files into {len(self.extensions)} extensions, "
+                      f"{jobs} at a time", how_far):
+            super().build_extensions()
 
     def run(self) -> None:
         if self.extensions and os.path.exists(PROFILE_MARKER):  # whatever is compiled now has no profile yet
@@ -204,19 +241,23 @@ class BuildExt(build_ext):
                 profile = f"-fprofile-dir={PROFILE_DIR}"
                 # -fprofile-update=single: the counters of the one thread that runs Python (the
                 # others only wait on the disk); -fprofile-correction mends what a race costs.
+                say("profile-guided build, step 1 of 3: compiling instrumented")
                 self.compile_with(["-fprofile-generate", profile, "-fprofile-update=single"], ["-fprofile-generate"])
-                self.train()
+                with Progress("profile-guided build, step 2 of 3: the training load "
+                              "(python -m kestrel_actors.loadtests.training)"):
+                    self.train()
+                say("profile-guided build, step 3 of 3: compiling from the profile")
                 # -fprofile-partial-training: what the training did not run (the text and thrift
                 # protocols, the admin's calls) stays optimised for speed, not for size.
                 self.compile_with(["-fprofile-use", profile, "-fprofile-correction", "-fprofile-partial-training",
                                    "-Wno-missing-profile"], [])
                 with open(PROFILE_MARKER, "w") as marker:
                     marker.write("profile-guided (gcc): trained by python -m kestrel_actors.loadtests.training\n")
-                print("kestrel-actors: compiled profile-guided", file=sys.stderr)
+                say("compiled profile-guided")
                 return
             except Exception as exc:  # noqa: BLE001 - any failure falls back to the plain compile
                 reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
-        print(f"kestrel-actors: compiled without a profile: {reason}", file=sys.stderr)
+        say(f"compiled without a profile: {reason}")
         try:
             self.compile_with([], [])
         except BaseException:

@@ -7,7 +7,8 @@ the package is imported. The guard decides once per process, from file times onl
 * no compiled module is present (a pure install): nothing to do, ``compiled=no``;
 * ``KESTREL_ACTORS_PURE=1``: the whole compiled set is imported from its ``.py`` source;
 * any compiled module older than its ``.py`` (the source was edited, or another branch checked
-  out, after the build): the same, with one line on stderr saying which and how to rebuild.
+  out, after the build): the same, with one line on stderr saying which and how to rebuild, and
+  :func:`fallback` saying it for the admin port's ``/health`` and page (docs/build.md).
 
 The set falls back as a whole, never a mix of a stale and a fresh build. ADR 0015 explains the
 choice of modules; the Python source is the one source of truth (docs/design.md, "Compiled build").
@@ -22,7 +23,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["COMPILED_MODULES", "PROFILE_MARKER", "PURE_ENV", "compiled_state", "install_guard", "profile_guided"]
+__all__ = ["COMPILED_MODULES", "PROFILE_MARKER", "PURE_ENV", "compiled_state", "fallback", "install_guard",
+           "profile_guided"]
 
 COMPILED_MODULES = (
     "kestrel_actors.queue_name",
@@ -70,6 +72,7 @@ not an edit."""
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 _state = "no"
+_fallback: str | None = None
 
 
 def _source_path(module: str) -> str:
@@ -114,7 +117,7 @@ class _SourceFirst:
 
 def install_guard() -> str:
     """Decide once whether the compiled build is used; returns :func:`compiled_state`."""
-    global _state
+    global _state, _fallback
     if any(isinstance(finder, _SourceFirst) for finder in sys.meta_path):
         return _state
     if not any(_extension_path(module) for module in COMPILED_MODULES):
@@ -122,16 +125,20 @@ def install_guard() -> str:
         return _state
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         _state = f"no ({PURE_ENV}=1)"
+        _fallback = f"pure-python ({PURE_ENV}=1)"
     else:
         stale = _stale(COMPILED_MODULES)
         if not stale:
             _state = "mypyc"
             return _state
         _state = "no (stale build)"
+        sources = [os.path.relpath(_source_path(module), os.path.dirname(_PACKAGE_DIR)) for module in stale]
+        named = ", ".join(sources[:3]) + (", ..." if len(sources) > 3 else "")
+        _fallback = f"pure-python (compiled build stale: {named} newer)"
         sys.stderr.write(
             f"kestrel-actors: the compiled build is older than its source ({', '.join(stale[:3])}"
             f"{', ...' if len(stale) > 3 else ''}); running pure Python: rebuild it "
-            f"(pip install ., or python setup.py build_ext --inplace)\n")
+            f"(make compiled, pip install ., or python setup.py build_ext --inplace)\n")
     sys.meta_path.insert(0, _SourceFirst(COMPILED_MODULES))
     return _state
 
@@ -140,6 +147,14 @@ def compiled_state() -> str:
     """``mypyc`` when the compiled build is in use, else ``no`` and why: what the memcache port's
     "listening" log line reports as ``compiled=``."""
     return _state
+
+
+def fallback() -> str | None:
+    """Why the package runs pure Python although a compiled build is installed (``pure-python
+    (compiled build stale: kestrel_actors/queue/_rules.py newer)``, ``pure-python
+    (KESTREL_ACTORS_PURE=1)``), or None: the compiled build is in use, or none is installed. What
+    the admin port's ``/health`` body and page say beside the stderr line (docs/build.md)."""
+    return _fallback
 
 
 def profile_guided() -> bool:

@@ -8,6 +8,7 @@ Each case imports the package in a fresh interpreter: the guard decides once, at
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import json
 import os
@@ -23,7 +24,7 @@ import pytest
 import kestrel_actors
 from kestrel_actors._compiled import COMPILED_MODULES, PROFILE_MARKER, PURE_ENV
 
-from .helpers import ServerProcess, wait_for
+from .helpers import ServerProcess, request, wait_for
 
 PACKAGE = Path(kestrel_actors.__file__).parent
 SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
@@ -118,6 +119,47 @@ def test_the_server_says_whether_it_runs_compiled(tmp_path):
     finally:
         server.stop()
     assert [(line["compiled"], line["profile_guided"]) for line in listening] == [(expected, guided)]
+
+
+def test_the_server_names_a_fall_back_to_pure_python_in_health_and_the_page(tmp_path, monkeypatch):
+    """A build older than an edited module runs pure Python (above); beside the one stderr line,
+    ``/health``'s body and the admin page name it. The build here is a copy of the source with an
+    empty extension file for each compiled module: the guard only compares file times, and a
+    stale build's extensions are never loaded."""
+    copy = tmp_path / "kestrel_actors"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so", PROFILE_MARKER))
+    for name in COMPILED_MODULES:
+        copy.joinpath(*name.split(".")[1:-1], name.rsplit(".", 1)[1] + SUFFIXES[0]).touch()
+    edited = copy / "queue" / "_rules.py"
+    later = time.time() + 60
+    os.utime(edited, (later, later))
+    monkeypatch.delenv(PURE_ENV, raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # ``python -m`` puts the working directory first on the path
+    server = ServerProcess(tmp_path / "data", admin_port=True).start()
+    try:
+        health = request(f"http://127.0.0.1:{server.admin_port}/health")
+        page = request(f"http://127.0.0.1:{server.admin_port}/")
+    finally:
+        server.stop()
+    said = "pure-python (compiled build stale: kestrel_actors/queue/_rules.py newer)"
+    assert health == (200, "text/plain; charset=utf-8", f"ok\nbuild: {said}\n".encode())
+    assert page.status == 200 and f'<div id="build">build: {said}</div>'.encode() in page.body
+    listening = [json.loads(line) for line in server.log().splitlines()
+                 if '"listening"' in line and '"memcache"' in line]
+    assert [line["compiled"] for line in listening] == ["no (stale build)"]
+
+
+def test_setup_py_calls_no_private_member_of_setuptools_or_distutils():
+    """The build uses setuptools' and distutils' public API only: no ``_name`` reached on another
+    object (such as a compiler's ``_compile``) and no import from a private module."""
+    tree = ast.parse((PACKAGE.parent / "setup.py").read_text())
+    private = [f"line {node.lineno}: .{node.attr}" for node in ast.walk(tree)
+               if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")]
+    private += [f"line {node.lineno}: from {node.module}" for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom)
+                and any(part.startswith("_") and not part.startswith("__") for part in (node.module or "").split("."))]
+    assert private == []
 
 
 def probe_compiled(code: str) -> dict:

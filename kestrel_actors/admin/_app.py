@@ -13,6 +13,7 @@ who may ask at all is :mod:`._guard`'s (403, or 401 without the token).
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
@@ -23,6 +24,7 @@ import gevent
 import structlog
 from pykka import ActorDeadError
 
+from .._compiled import fallback
 from ..messages import ReloadFailed
 from ..protocol import config_settings
 from ..runtime import ReplyFuture
@@ -212,12 +214,15 @@ class AdminApp:
 
     def _health(self, _params: dict[str, str], _text: bool) -> tuple[str, bytes]:
         """``ok`` (200) while every journal writes; 503 naming the queues whose journal write
-        is failing (a full disk), until they recover. ``/ping`` only says the port answers."""
+        is failing (a full disk), until they recover. ``/ping`` only says the port answers. A
+        server that runs pure Python although a compiled build is installed (a stale build,
+        ``KESTREL_ACTORS_PURE=1``) says so on a second line: ``build: pure-python (...)``."""
         snapshot = self._snapshot()
         failing = snapshot.failing_journals()
         if failing:
             raise _HttpError("503 Service Unavailable", "journal write failing: " + ", ".join(failing))
-        return _TEXT, b"ok"
+        build = fallback()
+        return _TEXT, b"ok" if build is None else f"ok\nbuild: {build}\n".encode()
 
     def _metrics(self, params: dict[str, str], _text: bool) -> tuple[str, Body]:
         series = params.get("queue_series", "default")
@@ -235,7 +240,11 @@ class AdminApp:
             initial = b"null"
         for raw, escaped in _SCRIPT_ESCAPES:  # JSON inside <script>: no "</script>" can end it early
             initial = initial.replace(raw, escaped)
-        return "text/html; charset=utf-8", PAGE.replace(_INITIAL_STATS, initial, 1)
+        build = fallback()
+        notice = "" if build is None else f"build: {html.escape(build)}"
+        # the notice first: it stands in the page's header, before the stats' <script>
+        page = PAGE.replace(_BUILD, notice.encode(), 1)
+        return "text/html; charset=utf-8", page.replace(_INITIAL_STATS, initial, 1)
 
     def _queue(self, params: dict[str, str], _text: bool) -> tuple[str, bytes]:
         """One queue's effective configuration (the page's detail view), as ``dump_config``."""
@@ -300,4 +309,6 @@ def _respond(document: dict[str, Any], text: bool) -> tuple[str, bytes]:
 PAGE = resources.files(__package__).joinpath("page.html").read_bytes()
 """The live page: one self-contained file (no external assets), refreshing from /stats.json."""
 _INITIAL_STATS = b"__INITIAL_STATS__"
+_BUILD = b"__BUILD__"
+"""The page's build notice: empty, or the fall-back to pure Python (:func:`.._compiled.fallback`)."""
 _SCRIPT_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"))
