@@ -118,7 +118,7 @@ redis:
 		$$sudo apt-get update -qq >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq redis-server >/dev/null; }
 
-# node's memcached 2.2.2, whose behaviour README's clients table states: Debian's nodejs and npm
+# node's memcached 2.2.2, whose behaviour docs/protocols.md's clients table states: Debian's nodejs and npm
 # when node is missing, then the package into .venv/node_modules.
 node-clients:
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \

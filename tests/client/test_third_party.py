@@ -1,6 +1,6 @@
-"""What third-party memcache clients do against the server: the facts README's "Clients"
-section states, measured here (pymemcache, python-memcached, pylibmc, libmemcached's tools,
-node's memcached)."""
+"""What third-party memcache clients do against the server: the facts that docs/protocols.md's
+"Third-party memcache clients" section states, measured here (pymemcache, python-memcached,
+pylibmc, libmemcached's tools, node's memcached)."""
 
 from __future__ import annotations
 
@@ -165,13 +165,13 @@ def test_memcping(module_server):
 
 
 def test_memcdump_fails(module_server):
-    """memcdump asks for ``stats cachedump``, which Kestrel does not have (README's table)."""
+    """memcdump asks for ``stats cachedump``, which Kestrel does not have (docs/protocols.md's table)."""
     proc = subprocess.run([tool("memcdump"), f"--servers={module_server.address}"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode != 0 and "Failed to dump keys" in proc.stdout + proc.stderr
 
 
-# -- gets and flush_all: what README's table warns about -----------------------------------------
+# -- gets and flush_all: what docs/protocols.md's table warns about -----------------------------------------
 
 
 def test_gets_removes_the_item_then_fails_in_pymemcache_and_python_memcached(module_server):
