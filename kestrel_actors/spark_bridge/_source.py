@@ -242,17 +242,6 @@ def _server_set(text: str) -> ServerSetAddress:
         raise ValueError(f"must be zk://host:port/path, got {text!r} ({exc})") from None
 
 
-def _first_line(error: Exception) -> Exception:
-    """``error`` as it should reach the user through Spark: PySpark's worker sends the JVM a
-    formatted traceback, whose first line would be ``Traceback (most recent call last):``. A
-    cause that was never raised has no traceback and is printed first, as its one line, so
-    what the user reads first is ``ValueError: kestrel source: option X ...``."""
-    shown = next(t for t in type(error).__mro__ if t.__module__ == "builtins")
-    raised = type(error)(*error.args)
-    raised.__cause__ = shown(*error.args)
-    return raised
-
-
 class KestrelDataSource(DataSource):
     """``format("kestrel")``: stream source (``readStream``), batch and stream sink."""
 
@@ -263,10 +252,7 @@ class KestrelDataSource(DataSource):
     def schema(self) -> str:
         # Spark asks for the schema only to read (in ``load()``, unless the user gave one), so
         # a bad source option fails there, before ``start()``, on the line that called it.
-        try:
-            SourceOptions.parse(self.options)
-        except OptionError as exc:
-            raise _first_line(exc) from None
+        SourceOptions.parse(self.options)
         return SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
@@ -316,7 +302,7 @@ class _RefusedReader(DataSourceStreamReader):
         self.error = error
 
     def _refuse(self) -> Any:
-        raise _first_line(self.error)
+        raise self.error
 
     def initialOffset(self) -> dict:
         return self._refuse()
@@ -571,7 +557,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 break
             left_to_try = started + self.options.server_retry_timeout - time.monotonic()
             if left_to_try <= 0:
-                raise _first_line(self._unreachable(sorted(waiting), "availableNow"))
+                raise self._unreachable(sorted(waiting), "availableNow")
             time.sleep(min(_RECONNECT_AFTER, left_to_try))
         live.available_now = left
         live.backlog = dict(left)
@@ -693,7 +679,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not servers or any(name not in live.failing_since for name in servers):
             return
         if time.monotonic() - min(live.failing_since.values()) >= self.options.server_retry_timeout:
-            raise _first_line(self._unreachable(servers, "the stream"))
+            raise self._unreachable(servers, "the stream")
 
     def _unreachable(self, servers: list[str], what: str) -> ConnectionError:
         options = self.options

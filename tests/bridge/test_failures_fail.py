@@ -71,17 +71,38 @@ def test_available_now_with_a_server_that_cannot_be_reached_fails(server, spark,
         query.awaitTermination(300)
 
 
+HIDE_TRACEBACK = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+
+
+def error_line(error: Exception) -> str:
+    """The line of a Python worker's error that says what was raised: the first one after
+    Spark's header and the worker's traceback frames (which are indented)."""
+    lines = str(error).splitlines()
+    return next(line for line in lines[1:] if line and not line[0].isspace())
+
+
 @pytest.mark.parametrize("option, value, fix", [
     ("maxItemsPerBatch", "lots", "must be a whole number >= 1, got 'lots'"),
     ("connectTimeout", "5 seconds", "must be a duration such as 500ms, 5s or 2m"),
 ])
-def test_a_bad_option_fails_load_with_the_option_and_the_fix_on_the_first_line(
-        spark, option, value, fix):
-    with pytest.raises(Exception) as refused:
-        (spark.readStream.format("kestrel").option("queue", "q").option("walLocation", "/tmp/w")
-         .option(option, value).load())
-    first = str(refused.value).splitlines()[0]
-    assert f"kestrel source: option {option} {fix}" in first, str(refused.value)
+def test_a_bad_option_fails_load_naming_the_option_and_the_fix(spark, option, value, fix):
+    """load() fails, before start(); the worker's error line is the option's, and with
+    Spark's tracebacks hidden it is the first line."""
+    said = f"kestrel source: option {option} {fix}"
+
+    def refused() -> Exception:
+        with pytest.raises(Exception) as caught:
+            (spark.readStream.format("kestrel").option("queue", "q")
+             .option("walLocation", "/tmp/w").option(option, value).load())
+        return caught.value
+
+    assert said in error_line(refused()), str(refused())
+    spark.conf.set(HIDE_TRACEBACK, "true")
+    try:
+        error = refused()
+    finally:
+        spark.conf.unset(HIDE_TRACEBACK)
+    assert said in str(error).splitlines()[0], str(error)
 
 
 def test_a_bad_option_with_a_given_schema_fails_the_query_without_unbound_local_error(
@@ -92,7 +113,7 @@ def test_a_bad_option_with_a_given_schema_fails_the_query_without_unbound_local_
     with pytest.raises(Exception) as refused:
         query.awaitTermination(300)
     message = str(refused.value)
-    assert "kestrel source: option readAhead must be true or false" in message.splitlines()[0]
+    assert "kestrel source: option readAhead must be true or false" in message, message
     assert "UnboundLocalError" not in message, message
 
 
