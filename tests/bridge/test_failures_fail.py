@@ -165,12 +165,15 @@ def test_the_bridge_word_count_example_runs_as_written(tmp_path):
     env = {k: v for k, v in env.items() if not k.startswith("PYSPARK_")}
     env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"
     script = script.replace("/tmp/kq", str(tmp_path / "kq"))
-    with default_ports_held():
+    log = tmp_path / "example.log"
+    with default_ports_held(), open(log, "wb") as sink:
+        # (output to a file: the server the example starts with & keeps a pipe open)
         shell = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path,
-                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, start_new_session=True)
+                                 env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
         try:
-            output, _ = shell.communicate(timeout=600)
+            shell.wait(600)
+            output = log.read_text(errors="replace")
             assert shell.returncode == 0, output[-4000:]
             counted: dict[str, int] = {}
             with client_on_default_port() as c:
@@ -183,6 +186,7 @@ def test_the_bridge_word_count_example_runs_as_written(tmp_path):
             except ProcessLookupError:
                 pass
             shell.wait(30)
+    output = log.read_text(errors="replace")
     assert counted == {"A": 2000, "B": 1000}, output[-4000:]
 
 
