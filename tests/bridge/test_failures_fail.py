@@ -29,7 +29,7 @@ def test_a_stream_whose_server_cannot_be_reached_fails_naming_it(spark, tmp_path
              .option("serverRetryTimeout", "2s").load())
     query = memory_query(frame, "gone_rows", tmp_path)
     with pytest.raises(Exception) as failed:
-        query.awaitTermination(300)  # fails after 1 s + 2 s; the deadline is for a busy machine
+        query.awaitTermination(240)  # fails after 1 s + 2 s; the deadline is for a busy machine
     message = str(failed.value)
     assert f"cannot reach {dead}" in message and "serverRetryTimeout" in message, message
     assert not query.isActive
@@ -43,12 +43,17 @@ def test_with_one_server_reachable_the_stream_goes_on_and_progress_names_both(
              .option("queue", "half").option("walLocation", str(tmp_path / "wal"))
              .option("connectTimeout", "1s").option("serverRetryTimeout", "1s").load())
     query = memory_query(frame, "half_rows", tmp_path)
+
+    def rows(count: int):
+        def arrived() -> bool:
+            assert query.isActive, query.exception()
+            return spark.sql("select count(*) from half_rows").first()[0] >= count
+        return arrived
+
     try:
-        wait_for(lambda: spark.sql("select count(*) from half_rows").first()[0] >= 50, 300,
-                 "the reachable server's items")
+        wait_for(rows(50), 240, "the reachable server's items")
         load(server, "half", [b"later"])  # a second batch, after serverRetryTimeout has passed
-        wait_for(lambda: spark.sql("select count(*) from half_rows").first()[0] >= 51, 300,
-                 "an item loaded later")
+        wait_for(rows(51), 240, "an item loaded later")
         assert query.isActive and query.exception() is None
         latest = [json.loads(p["sources"][0]["latestOffset"]) for p in query.recentProgress
                   if p["sources"][0]["latestOffset"]]
@@ -68,7 +73,7 @@ def test_available_now_with_a_server_that_cannot_be_reached_fails(server, spark,
     query = (frame.writeStream.format("memory").queryName("drain_rows").trigger(availableNow=True)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     with pytest.raises(Exception, match=f"cannot reach 127.0.0.1:{dead}"):
-        query.awaitTermination(300)
+        query.awaitTermination(240)
 
 
 HIDE_TRACEBACK = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
@@ -111,7 +116,7 @@ def test_a_bad_option_with_a_given_schema_fails_the_query_without_unbound_local_
              .option("walLocation", str(tmp_path / "wal")).option("readAhead", "maybe").load())
     query = memory_query(frame, "badopt_rows", tmp_path)
     with pytest.raises(Exception) as refused:
-        query.awaitTermination(300)
+        query.awaitTermination(240)
     message = str(refused.value)
     assert "kestrel source: option readAhead must be true or false" in message, message
     assert "UnboundLocalError" not in message, message
