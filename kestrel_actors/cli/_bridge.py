@@ -12,7 +12,10 @@ import click
 
 from ._errors import fail
 
-__all__ = ["bridge"]
+__all__ = ["EXIT_NEVER_HAD_ITEMS", "bridge"]
+
+EXIT_NEVER_HAD_ITEMS = 6
+"""``--until-empty`` (or ``--once``) on a queue that has never held an item on any server."""
 
 
 class _Duration(click.ParamType):
@@ -103,8 +106,11 @@ def run(servers, queue, job, job_args, batch_size, batch_wait, partitions, maste
         max_failures, dead_letter_queue, job_timeout, keep_alive, py_files, retry_max,
         log_format, log_level) -> None:
     """Run the bridge in the foreground until stopped (SIGINT/SIGTERM finish the batch in
-    flight; a second signal exits at once, leaving unconfirmed items to the server). Exit code
-    1 if some batch was moved to the dead-letter queue."""
+    flight; a second signal exits at once, leaving unconfirmed items to the server).
+
+    Exit codes: 0 done, 1 some batch was moved to the dead-letter queue, 2 usage error or
+    another bridge holds the batch ledger, 6 --until-empty/--once found a queue that has never
+    held an item on any server (nothing was loaded: Spark is not started)."""
     import logging
 
     from ..logs import configure_logging
@@ -136,4 +142,8 @@ def run(servers, queue, job, job_args, batch_size, batch_wait, partitions, maste
         report = run_bridge(config, progress=ProgressLine(sys.stderr), handle_signals=True)
     except LedgerLockedError as exc:
         fail(str(exc), 2)
+    if report.never_had_items:
+        fail(f"queue {queue} has never held an item on {', '.join(report.never_had_items)}: "
+             f"nothing to process (load it first; was the name or --servers mistyped?)",
+             EXIT_NEVER_HAD_ITEMS)
     sys.exit(0 if report.ok else 1)

@@ -94,6 +94,15 @@ class BatchRunner:
         self.sink.discard(batch_id)
         return batch_id, len(items)
 
+    def never_had_items(self) -> bool:
+        """Whether the server has never stored an item in the queue: none waiting or open,
+        and none ever added (``total_items``, which a restart rebuilds from the journal).
+        Raises :class:`KestrelError` if the server cannot be asked."""
+        queue = self.config.queue
+        stats = self.connection.stats()
+        return not any(int(stats.get(f"queue_{queue}_{name}", 0))
+                       for name in ("items", "open_transactions", "total_items"))
+
     @property
     def _session(self) -> SparkSession:
         assert self.spark is not None, "run_bridge gives each runner the session before it runs"

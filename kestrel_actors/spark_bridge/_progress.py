@@ -31,6 +31,10 @@ class BridgeReport:
     parked: list[str] = field(default_factory=list)
     results: list[BatchResult] = field(default_factory=list)
     seconds: float = 0.0
+    never_had_items: list[str] = field(default_factory=list)
+    """``until_empty`` found the queue had never held an item on any server (these): the run
+    stopped before starting Spark, having nothing to do. Usually the queue was never loaded
+    (a load that failed, a misspelt name)."""
 
     @property
     def ok(self) -> bool:

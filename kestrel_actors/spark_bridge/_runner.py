@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from ..client import KestrelError
 from ._actor import BridgeActor
 from ._batch import BatchRunner
 from ._config import BridgeConfig, load_job
@@ -58,6 +59,12 @@ def run_bridge(config: BridgeConfig, *, spark: SparkSession | None = None,
         for runner in runners:
             runner.close()
         raise
+    if config.until_empty:
+        never = _never_had_items(runners)
+        if never:
+            for runner in runners:
+                runner.close()
+            return BridgeReport(never_had_items=never)
     own_session = spark is None
     refs = []
     try:
@@ -98,6 +105,17 @@ def run_bridge(config: BridgeConfig, *, spark: SparkSession | None = None,
     log.info("bridge_stopped", queue=config.queue, batches=report.batches, items=report.items,
              failures=report.failures, parked=report.parked, seconds=round(report.seconds, 2))
     return report
+
+
+def _never_had_items(runners: list[BatchRunner]) -> list[str]:
+    """The servers, if every one answers that the queue has never held an item; else []
+    (a server that cannot be asked leaves the answer to the batches: they retry it)."""
+    try:
+        if all(runner.never_had_items() for runner in runners):
+            return [str(runner.server) for runner in runners]
+    except KestrelError:
+        pass
+    return []
 
 
 @contextmanager

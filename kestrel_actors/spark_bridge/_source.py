@@ -86,7 +86,7 @@ FIRST_BATCH_ITEMS = 2_000
 # Option names as written in the docs (Spark hands them to us lower-cased or as typed).
 _SOURCE_OPTIONS = ("servers", "serverSet", "queue", "walLocation", "maxItemsPerTrigger", "maxItemsPerBatch",
                    "minPartitions", "itemsPerPartition", "itemsPerConnection", "readAhead",
-                   "keepAliveInterval", "connectTimeout", "ioTimeout")
+                   "keepAliveInterval", "connectTimeout", "ioTimeout", "serverRetryTimeout")
 _SINK_OPTIONS = ("servers", "serverSet", "queue", "column", "connectTimeout", "ioTimeout")
 # Spark's own options that reach a sink's options with the user's.
 _SPARK_OPTIONS = ("path", "checkpointLocation")
@@ -126,43 +126,57 @@ class SourceOptions:
     column: str = "value"
     connect_timeout: float = 5.0
     io_timeout: float = 30.0
+    server_retry_timeout: float = 30.0
+    """``serverRetryTimeout``: how long the source goes on trying when no server can be
+    reached (after the first failed attempt, which takes up to ``connectTimeout``) before it
+    fails the query naming them; and how long ``availableNow`` waits for every server."""
     server_set: str | None = None
     """``serverSet``: a ZooKeeper server set (``zk://host:port/path``) whose members are the
     servers, looked up at each micro-batch plan; ``servers`` is then ignored."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str], sink: bool = False) -> SourceOptions:
+        """The options, or :class:`OptionError` whose message starts ``kestrel source: option
+        X`` (or ``kestrel sink: ...``) and says what to write instead."""
+        role = "sink" if sink else "source"
         lower = {str(k).lower(): str(v) for k, v in options.items()}
         _refuse_unknown([str(k) for k in options], _SINK_OPTIONS if sink else _SOURCE_OPTIONS,
-                        "sink" if sink else "source")
+                        role)
         queue = lower.get("queue", "")
         if not queue or any(ch in queue for ch in " /\r\n\t"):
-            raise ValueError(f"kestrel: option queue is required and must be a queue name, "
-                             f"got {queue!r}")
+            raise OptionError(f"kestrel {role}: option queue is required and must be a queue "
+                              f"name (no spaces or '/'), got {queue!r}: add "
+                              f"option('queue', '<name>')")
+
+        def value(name: str, parse: Any, default: str) -> Any:
+            text = lower.get(name.lower(), default)
+            try:
+                return parse(text)
+            except ValueError as exc:
+                raise OptionError(f"kestrel {role}: option {name} {exc}") from None
+
         server_set = lower.get("serverset") or None
         if server_set is not None:
-            ServerSetAddress.parse(server_set)  # a bad address fails the query at once
+            value("serverSet", _server_set, "")  # a bad address fails the query at once
         per_trigger = lower.get("maxitemspertrigger")
         parsed = cls(
             server_set=server_set,
-            servers=() if server_set else parse_servers(lower.get("servers", "127.0.0.1:22133")),
+            servers=() if server_set else value("servers", _servers, "127.0.0.1:22133"),
             queue=queue,
             wal_location=lower.get("wallocation") or None,
-            max_items_per_trigger=None if per_trigger is None else _count(
-                "maxItemsPerTrigger", per_trigger),
-            max_items_per_batch=_count("maxItemsPerBatch", lower.get(
-                "maxitemsperbatch", cls.max_items_per_batch)),
-            min_partitions=_count("minPartitions", lower.get("minpartitions",
-                                                             cls.min_partitions)),
-            items_per_partition=_count("itemsPerPartition", lower.get(
-                "itemsperpartition", cls.items_per_partition)),
-            items_per_connection=_count("itemsPerConnection", lower.get(
-                "itemsperconnection", cls.items_per_connection)),
-            read_ahead=_parse_bool(lower.get("readahead", "true")),
-            keep_alive=parse_duration(lower.get("keepaliveinterval", "1s")),
+            max_items_per_trigger=None if per_trigger is None else value(
+                "maxItemsPerTrigger", _count, per_trigger),
+            max_items_per_batch=value("maxItemsPerBatch", _count, str(cls.max_items_per_batch)),
+            min_partitions=value("minPartitions", _count, str(cls.min_partitions)),
+            items_per_partition=value("itemsPerPartition", _count, str(cls.items_per_partition)),
+            items_per_connection=value("itemsPerConnection", _count,
+                                       str(cls.items_per_connection)),
+            read_ahead=value("readAhead", _parse_bool, "true"),
+            keep_alive=value("keepAliveInterval", _duration, "1s"),
             column=lower.get("column", "value"),
-            connect_timeout=parse_duration(lower.get("connecttimeout", "5s")),
-            io_timeout=parse_duration(lower.get("iotimeout", "30s")),
+            connect_timeout=value("connectTimeout", _duration, "5s"),
+            io_timeout=value("ioTimeout", _duration, "30s"),
+            server_retry_timeout=value("serverRetryTimeout", _duration, "30s"),
         )
         return parsed
 
@@ -173,6 +187,10 @@ class SourceOptions:
         return math.ceil(self.max_items_per_batch / self.items_per_connection)
 
 
+class OptionError(ValueError):
+    """A bad option of the source or sink: the message names it and says what to write."""
+
+
 def _refuse_unknown(names: list[str], valid: tuple[str, ...], role: str) -> None:
     """Spark may hand the names lower-cased; an error quotes them as received."""
     known = {name.lower() for name in valid + _SPARK_OPTIONS}
@@ -180,27 +198,48 @@ def _refuse_unknown(names: list[str], valid: tuple[str, ...], role: str) -> None
         if name.lower() in known:
             continue
         if name.lower() in _KAFKA_ONLY:
-            raise ValueError(f"kestrel {role}: option {name!r} is Kafka's; "
-                             f"{_KAFKA_ONLY[name.lower()]}")
-        raise ValueError(f"kestrel {role}: unknown option {name!r}; the valid options are "
-                         f"{', '.join(valid)}")
+            raise OptionError(f"kestrel {role}: option {name!r} is Kafka's; "
+                              f"{_KAFKA_ONLY[name.lower()]}")
+        raise OptionError(f"kestrel {role}: unknown option {name!r}; the valid options are "
+                          f"{', '.join(valid)}")
 
 
-def _count(name: str, text: Any) -> int:
+def _count(text: str) -> int:
     try:
-        value = int(str(text))
+        value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise ValueError(f"kestrel: option {name} must be a whole number >= 1, got {text!r}")
+        raise ValueError(f"must be a whole number >= 1, got {text!r}")
     return value
 
 
 def _parse_bool(text: str) -> bool:
     value = text.strip().lower()
     if value not in ("true", "false"):
-        raise ValueError(f"kestrel: expected true or false, got {text!r}")
+        raise ValueError(f"must be true or false, got {text!r}")
     return value == "true"
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise ValueError(f"must be a duration such as 500ms, 5s or 2m, got {text!r}") from None
+
+
+def _servers(text: str) -> tuple[ServerAddress, ...]:
+    try:
+        return parse_servers(text)
+    except ValueError as exc:
+        raise ValueError(f"must be host:port[,host:port...], got {text!r} ({exc})") from None
+
+
+def _server_set(text: str) -> ServerSetAddress:
+    try:
+        return ServerSetAddress.parse(text)
+    except ValueError as exc:
+        raise ValueError(f"must be zk://host:port/path, got {text!r} ({exc})") from None
 
 
 class KestrelDataSource(DataSource):
@@ -211,6 +250,9 @@ class KestrelDataSource(DataSource):
         return "kestrel"
 
     def schema(self) -> str:
+        # Spark asks for the schema only to read (in ``load()``, unless the user gave one), so
+        # a bad source option fails there, before ``start()``, on the line that called it.
+        SourceOptions.parse(self.options)
         return SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
@@ -221,14 +263,20 @@ class KestrelDataSource(DataSource):
             "trigger(availableNow=True) drains what is waiting and stops")
 
     def streamReader(self, schema) -> DataSourceStreamReader:
-        options = SourceOptions.parse(self.options)
+        # Never raise here: PySpark's planner then calls ``stop()`` on a reader it never got,
+        # and the user reads an UnboundLocalError. A refused reader fails the query's first
+        # call instead, with the option's message first.
+        try:
+            options = SourceOptions.parse(self.options)
+        except OptionError as exc:
+            return _RefusedReader(exc)
         if options.wal_location is None:
-            raise ValueError(
+            return _RefusedReader(OptionError(
                 "kestrel source: option walLocation is required for a streaming read: a "
                 "directory every restart of the query reaches, e.g. "
                 "option('walLocation', '<checkpointLocation>/kestrel-wal'); each planned "
                 "micro-batch is kept there so a restart replays it instead of reading the "
-                "queue again (exactly once into idempotent sinks)")
+                "queue again (exactly once into idempotent sinks)"))
         return KestrelStreamReader(options)
 
     def writer(self, schema, overwrite: bool) -> KestrelWriter:
@@ -245,6 +293,31 @@ class KestrelDataSource(DataSource):
 
 
 # -- the stream source -----------------------------------------------------------------------
+
+
+class _RefusedReader(DataSourceStreamReader):
+    """The reader of a query whose options are bad: Spark's first call fails the query."""
+
+    def __init__(self, error: OptionError) -> None:
+        self.error = error
+
+    def _refuse(self) -> Any:
+        raise self.error
+
+    def initialOffset(self) -> dict:
+        return self._refuse()
+
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+        return self._refuse()
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return self._refuse()
+
+    def commit(self, end: dict) -> None:
+        self._refuse()
 
 
 @dataclass(frozen=True)
@@ -293,6 +366,8 @@ class _ReaderState:
     idle_until: float = 0.0
     planned_any: bool = False  # this process has planned a batch from the queue
     backlog: dict[str, int] = field(default_factory=dict)  # items waiting per server, last seen
+    # server -> when the attempts that have failed since it last answered began (monotonic)
+    failing_since: dict[str, float] = field(default_factory=dict)
     # Trigger.AvailableNow: per server, how many of the items waiting at the start are left
     available_now: dict[str, int] | None = None
 
@@ -459,17 +534,31 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_items_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Trigger.AvailableNow: the query drains what each server holds now, then stops."""
-        live = self.live
+        """Trigger.AvailableNow: the query drains what each server holds now, then stops.
+        Every server must answer: one that cannot be reached within ``serverRetryTimeout``
+        fails the query (what it holds could not be drained)."""
+        live, queue = self.live, self.options.queue
         left: dict[str, int] = {}
-        for name, connections in live.sets[0].items():
-            try:
-                left[name] = connections[0].depth(self.options.queue)
-            except KestrelError as exc:
-                connections[0].close()
-                left[name] = 0
-                log.warning("server_unavailable", queue=self.options.queue, server=name,
-                            error=str(exc)[:300])
+        started = time.monotonic()
+        waiting = dict(live.sets[0])
+        while True:
+            for name, connections in list(waiting.items()):
+                try:
+                    left[name] = connections[0].depth(queue)
+                except KestrelError as exc:
+                    connections[0].close()
+                    live.failing_since.setdefault(name, started)
+                    log.warning("server_unavailable", queue=queue, server=name,
+                                error=str(exc)[:300])
+                else:
+                    del waiting[name]
+                    live.failing_since.pop(name, None)
+            if not waiting:
+                break
+            left_to_try = started + self.options.server_retry_timeout - time.monotonic()
+            if left_to_try <= 0:
+                raise self._unreachable(sorted(waiting), "availableNow")
+            time.sleep(min(_RECONNECT_AFTER, left_to_try))
         live.available_now = left
         live.backlog = dict(left)
 
@@ -502,6 +591,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return start
             opened = self._open_all(0, self._first_batch_budget(budget))
             if not opened.held:
+                self._fail_if_none_reachable()
                 live.idle_until = time.monotonic() + _IDLE_RECHECK
                 return start
         planned = self._plan(seq, opened)
@@ -515,11 +605,15 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> dict:
         """What the query's progress shows as the source's ``latestOffset``: the last planned
-        batch and the backlog, items waiting per server as last seen."""
+        batch, the backlog (items waiting per server as last seen, reachable servers only)
+        and which servers answered the last look and which could not be reached."""
         live = self.live
         planned = max(live.planned, default=0)
+        servers = list(live.sets[0])
         return {"seq": planned, "backlog": dict(live.backlog),
-                "backlogTotal": sum(live.backlog.values())}
+                "backlogTotal": sum(live.backlog.values()),
+                "reachable": [s for s in servers if s not in live.failing_since],
+                "unreachable": [s for s in servers if s in live.failing_since]}
 
     def partitions(self, start: dict, end: dict) -> list[KestrelPartition]:
         first, last = int(start.get("seq", 0)) + 1, int(end.get("seq", 0))
@@ -575,6 +669,25 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             connection.close()
 
     # helpers -------------------------------------------------------------------------------
+
+    def _fail_if_none_reachable(self) -> None:
+        """No server has answered for ``serverRetryTimeout`` since the first failed attempt
+        (which itself took up to ``connectTimeout``): fail the query, naming them. While one
+        server answers, the query goes on and its progress lists the others."""
+        live = self.live
+        servers = list(live.sets[0])
+        if not servers or any(name not in live.failing_since for name in servers):
+            return
+        if time.monotonic() - min(live.failing_since.values()) >= self.options.server_retry_timeout:
+            raise self._unreachable(servers, "the stream")
+
+    def _unreachable(self, servers: list[str], what: str) -> ConnectionError:
+        options = self.options
+        return ConnectionError(
+            f"kestrel source: cannot reach {', '.join(servers)} (queue {options.queue}) for "
+            f"{what}: tried for connectTimeout {options.connect_timeout:g}s plus "
+            f"serverRetryTimeout {options.server_retry_timeout:g}s; start the server, fix "
+            f"option servers, or raise option serverRetryTimeout")
 
     def _connections(self, address: ServerAddress) -> list[Connection]:
         options = self.options
@@ -704,6 +817,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         connection = connections[0]
         try:
             depth = connection.depth(queue)
+            live.failing_since.pop(name, None)
             live.backlog[name] = depth
             left = min(cap, depth)
             for connection in connections:
@@ -722,6 +836,8 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # the server with the closed connection.
             connection.close()
             live.retry_at[name] = now + _RECONNECT_AFTER
+            live.failing_since.setdefault(name, now)
+            live.backlog.pop(name, None)  # unknown while it cannot be reached
             log.warning("server_unavailable", queue=queue, server=name, error=str(exc)[:300])
 
 
