@@ -67,6 +67,10 @@ __all__ = ["Answer", "Disconnected", "Drain", "EndOfInput", "MonitorState", "Rec
 log = structlog.get_logger("kestrel_actors.connection")
 
 MAX_BATCH: Final = 256
+JOIN_BELOW: Final = 64 * 1024
+"""A flush of several replies is joined into one write below this many bytes; from it on the
+transport writes them as they are (a megabyte joined cost a mapping and its page faults:
+issue 53)."""
 _NO_OPS: Final[list[Any]] = []
 """``batch_ops`` between batches (never changed): a session keeps no operation, and so no
 item's bytes, after its batch is answered."""
@@ -653,12 +657,21 @@ class SessionActor(GeventActor):
         if not self.out or self.session.closed:
             self.out.clear()
             return not self.session.closed
-        data = b"".join(self.out)
-        self.out.clear()
-        self.context.stats.bytes_written += len(data)
+        out = self.out
+        size = 0
+        for part in out:
+            size += len(part)
+        self.context.stats.bytes_written += size
         try:
-            self.transport.sendall(data)
+            if size < JOIN_BELOW or len(out) == 1:
+                data = b"".join(out)  # one reply (the usual case) is not copied
+                out.clear()
+                self.transport.sendall(data)
+            else:
+                self.transport.send_parts(out, size)
+                out.clear()
         except OSError:
+            out.clear()
             self._hang_up()
             return False
         return True

@@ -21,7 +21,7 @@ from ._actor import Disconnected, Drain, EndOfInput, Received, SessionActor
 from ._budget import BufferBudget
 from ._context import SessionContext
 from ._handler import Handler
-from ._transport import SocketTransport
+from ._transport import UNSENT_IN_KERNEL, SocketTransport
 
 __all__ = ["Connections"]
 
@@ -55,6 +55,7 @@ class Connections:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_IN_KERNEL)
         except OSError:  # gone already
             sock.close()
             return

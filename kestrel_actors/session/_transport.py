@@ -72,6 +72,7 @@ READ_SIZE: Final = 64 * 1024
 """Below malloc's mmap threshold: a larger read buffer costs an mmap and munmap per read."""
 _read: Final = os.read
 _write: Final = os.write
+_writev: Final = os.writev
 """The socket is read and written through its descriptor, with ``os.read`` and ``os.write``
 (``recv`` and ``send`` with no flags, to the kernel): the socket's own ``recv`` and ``send``
 parse their arguments from a tuple made for each call, the ``os`` functions from the call's
@@ -80,6 +81,11 @@ BACKLOG_COMMANDS: Final = 4096
 """Commands handed over before reading pauses until the connection actor catches up."""
 OUTPUT_HIGH: Final = 1024 * 1024
 """Unsent reply bytes above which reading pauses until the client has taken them."""
+UNSENT_IN_KERNEL: Final = 128 * 1024
+"""Reply bytes the kernel may hold not yet sent (``TCP_NOTSENT_LOWAT``): past them a write
+takes no more, and what it leaves is the server's to keep (see the module docstring)."""
+IOV_MAX: Final = 1024
+"""Buffers one ``writev`` may take (Linux's ``IOV_MAX``)."""
 CLOSE_LINGER = 10.0
 """Seconds a closing connection may take to deliver its last unsent replies."""
 LIGHT_FIRST_READ: Final = 1024
@@ -205,6 +211,12 @@ class Transport:
         """Send ``data`` or keep it to send; raises ``OSError`` once the client has gone."""
         raise NotImplementedError
 
+    def send_parts(self, parts: list[bytes], size: int) -> None:
+        """Send ``parts`` (``size`` bytes in all) in order, as :meth:`sendall` their
+        concatenation: which this does, unless a transport sends them without joining them.
+        ``parts`` is not kept: the caller may clear it."""
+        self.sendall(b"".join(parts))
+
     def resume(self) -> None:
         """The session has answered everything it was handed: read on."""
         raise NotImplementedError
@@ -218,7 +230,7 @@ class SocketTransport(Transport):
     """Owns one accepted, non-blocking socket; see the module docstring."""
 
     __slots__ = ("sock", "_reading", "fd", "decoder", "on_commands", "on_hang_up", "on_input_end", "stats",
-                 "_watcher", "_handed", "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read",
+                 "_watcher", "_handed", "closed", "_idle_timer", "_idle_timeout", "_last_read",
                  "_out", "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
                  "held", "peer", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued")
 
@@ -260,8 +272,6 @@ class SocketTransport(Transport):
         self.stats = stats
         """Where the bytes read are counted (``bytes_read``)."""
         self._handed = 0
-        self._over = False
-        """Output went over ``OUTPUT_HIGH``: when it drains, reading and the actor resume."""
         self.closed = False
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
@@ -433,29 +443,79 @@ class SocketTransport(Transport):
             sent = 0
         if sent < len(data):
             self._keep(_unsent(data, sent))
-            if self._writer is None:
-                self._writer = self._watcher.loop.io(self.sock.fileno(), 2)
-            self._writer.start(self._writable)
+            self._await_writable()
+
+    def send_parts(self, parts: list[bytes], size: int) -> None:
+        """Send ``parts`` (``size`` bytes) after anything still unsent, with one ``writev``
+        and no joining (see the module docstring). Never waits, does not keep ``parts``
+        itself, and raises ``OSError`` as :meth:`sendall` does."""
+        if self.closed:
+            raise OSError(errno.EBADF, "the connection is closed")
+        out = self._out
+        waiting = len(out)
+        out.extend(parts)
+        self._out_bytes += size
+        self._out_held += size
+        if not waiting:
+            try:
+                self._write_out()
+            except OSError:
+                self._drop_output()
+                raise
+            if not out:
+                return
+            self._await_writable()
+        self._backed_up()
+
+    def _await_writable(self) -> None:
+        if self._writer is None:
+            self._writer = self._watcher.loop.io(self.sock.fileno(), 2)
+        self._writer.start(self._writable)
 
     def _keep(self, data: bytes | memoryview) -> None:
         self._out.append(data)
         self._out_bytes += len(data)
         self._out_held += _footprint(data)
+        self._backed_up()
+
+    def _backed_up(self) -> None:
+        """Replies wait in ``_out``: the client takes them slower than they come. The session
+        makes no more until they are sent, and past ``OUTPUT_HIGH`` reading pauses too; the
+        drain (:meth:`_writable`) resumes both."""
+        self.backed_up = True
         if self._out_bytes > OUTPUT_HIGH:
-            self._over = self.backed_up = True
             self._pause()
         self._account()
 
-    def _writable(self) -> None:
+    def _write_out(self) -> None:
+        """Write what ``_out`` holds (its first ``IOV_MAX`` buffers) with one ``writev`` and
+        drop what the kernel took; raises ``OSError`` if the client is gone. The work is in
+        proportion to what is sent, not to what waits: nothing is joined, and only the unsent
+        part of one buffer may be copied (``_unsent``)."""
         out = self._out
-        data = memoryview(b"".join(out)) if len(out) > 1 else out[0]
         try:
-            sent = _write(self.fd, data)
+            sent = _writev(self.fd, out if len(out) <= IOV_MAX else out[:IOV_MAX])
         except BlockingIOError:
             return
-        except OSError:
-            sent = -1
-        if sent < 0:  # the client is gone: what is unsent is lost with it
+        self._out_bytes -= sent
+        held = 0
+        index = 0
+        while index < len(out) and sent >= len(out[index]):
+            sent -= len(out[index])
+            held += _footprint(out[index])
+            index += 1
+        if sent:
+            head = out[index]
+            rest = _unsent(head, sent)
+            held += _footprint(head) - _footprint(rest)
+            out[index] = rest
+        del out[:index]
+        self._out_held -= held
+
+    def _writable(self) -> None:
+        try:
+            self._write_out()
+        except OSError:  # the client is gone: what is unsent is lost with it
             self._drop_output()
             self._account()
             self._writer.stop()
@@ -465,22 +525,17 @@ class SocketTransport(Transport):
                 self._stop_reading()
                 self.on_hang_up()
             return
-        rest = _unsent(data, sent)
-        self._out = [rest] if rest else []
-        self._out_bytes = len(rest)
-        self._out_held = _footprint(rest)
-        self.backed_up = self._out_bytes > OUTPUT_HIGH
         self._account()
-        if rest:
+        if self._out:
             return
         self._writer.stop()
+        self.backed_up = False
         if self._closing:
             self._close_now()
-        elif self._over:
-            self._over = False
-            if self._may_read():
-                self._read_again()
-            self.on_commands([])  # the actor stopped producing while backed up: go on
+            return
+        if not self._reading and self._may_read():
+            self._read_again()
+        self.on_commands([])  # the actor stopped producing while backed up: go on
 
     def close(self) -> None:
         """Stop reading and close once the unsent replies are delivered (or after a linger)."""
