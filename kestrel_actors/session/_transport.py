@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from ..stats import ServerStats
     from ._budget import BufferBudget
 
-__all__ = ["SocketTransport", "Transport"]
+__all__ = ["SocketTransport", "Transport", "heavy_first_read", "take_turns"]
 
 log = structlog.get_logger("kestrel_actors.transport")
 
@@ -94,14 +94,16 @@ for its turn (one per loop pass: see the module docstring)."""
 
 
 class _Newcomers:
-    """The heavy first reads of one hub, taking turns: one per loop pass, oldest first."""
+    """The heavy newcomers of one hub, taking turns: one per loop pass, oldest first. A turn
+    is a callable that returns whether it took the turn (a connection closed meanwhile does
+    not, and the next one goes)."""
 
     _by_loop: ClassVar[dict[Any, _Newcomers]] = {}
 
     def __init__(self, loop: Any) -> None:
-        self.waiting: deque[SocketTransport] = deque()
+        self.waiting: deque[Callable[[], bool]] = deque()
         self.turn_taken = False
-        """A heavy first read was handled in this pass."""
+        """A heavy newcomer was handled in this pass."""
         self.timer = loop.timer(0.0)
         """Fires in the next pass: the next turn."""
 
@@ -112,14 +114,14 @@ class _Newcomers:
             newcomers = cls._by_loop[loop] = cls(loop)
         return newcomers
 
-    def may_go(self, transport: SocketTransport) -> bool:
-        """Whether ``transport``'s heavy first read may be handled now; if not, it is queued,
-        and its ``take_turn`` is called in a later pass."""
+    def may_go(self, turn: Callable[[], bool]) -> bool:
+        """Whether a heavy newcomer may be handled now (taking this pass's turn); if not,
+        ``turn`` is queued, and called in a later pass."""
         if not self.turn_taken and not self.waiting:
             self.turn_taken = True
             self._next_pass()
             return True
-        self.waiting.append(transport)
+        self.waiting.append(turn)
         self._next_pass()
         return False
 
@@ -131,13 +133,28 @@ class _Newcomers:
         self.turn_taken = False
         waiting = self.waiting
         while waiting:
-            transport = waiting.popleft()
-            if not transport.closed and not transport._closing:
+            if waiting.popleft()():
                 self.turn_taken = True
-                transport.take_turn()
                 break
         if self.turn_taken:
             self._next_pass()
+
+
+def heavy_first_read(fd: int) -> bool:
+    """Whether a newcomer's first read would be over ``LIGHT_FIRST_READ`` bytes: it then waits
+    for its turn (see the module docstring)."""
+    waiting = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, waiting)
+    except OSError:
+        return False  # the read itself tells what happened
+    return waiting[0] > LIGHT_FIRST_READ
+
+
+def take_turns(turn: Callable[[], bool]) -> bool:
+    """Whether a heavy newcomer may be set up now (taking this pass's turn), else ``turn``
+    sets it up in a later pass: see the module docstring."""
+    return _Newcomers.of(gevent.get_hub().loop).may_go(turn)
 
 
 class _HangUpWatch:
@@ -294,12 +311,16 @@ class SocketTransport(Transport):
             # Kestrel's client_timeout: a connection that sends nothing for that long is closed
             self._idle_timer = loop.timer(idle_timeout, idle_timeout / 4)
 
-    def start(self) -> None:
+    def start(self, first_turn: bool = False) -> None:
+        """Read from now on; ``first_turn``: this newcomer's heavy first read has its turn
+        now (``take_turns``), so it is read at once."""
         self.budget.join(self)  # left in _release: a transport never started is never a member
-        self._watcher.start(self._first_readable)
+        self._watcher.start(self._readable if first_turn else self._first_readable)
         self._reading = True
         if self._idle_timer is not None:
             self._idle_timer.start(self._check_idle)
+        if first_turn:
+            self._readable()
 
     def _check_idle(self) -> None:
         if self.closed:
@@ -312,25 +333,24 @@ class SocketTransport(Transport):
 
     def _first_readable(self) -> None:
         """The first read: at once if small, else when its turn comes (module docstring)."""
-        waiting = array.array("i", [0])
-        try:
-            fcntl.ioctl(self.fd, termios.FIONREAD, waiting)
-        except OSError:
-            pass  # the read itself tells what happened
-        if waiting[0] > LIGHT_FIRST_READ and not _Newcomers.of(self._watcher.loop).may_go(self):
+        if heavy_first_read(self.fd) and not _Newcomers.of(self._watcher.loop).may_go(self.take_turn):
             self._queued = True
             self._pause()
             return
         self._watcher.start(self._readable)
         self._readable()
 
-    def take_turn(self) -> None:
-        """Its heavy first read's turn has come (called by ``_Newcomers``)."""
+    def take_turn(self) -> bool:
+        """Its heavy first read's turn has come (called by ``_Newcomers``); ``False`` if it
+        has closed meanwhile."""
+        if self.closed or self._closing:
+            return False
         self._queued = False
         self._hang_ups.discard(self)
         self._watcher.start(self._readable)
         self._reading = True
         self._readable()
+        return True
 
     def _readable(self) -> None:
         try:
