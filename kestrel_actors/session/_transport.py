@@ -9,6 +9,16 @@ actor's greenlet (inline dispatch, ADR 0002) and must not suspend it. Reading pa
 the actor has a backlog of commands or the output buffer is large, so a client that
 pipelines without reading replies cannot make the server buffer without bound.
 
+A client that does not read costs little: once any reply waits unsent, the transport is
+``backed_up`` and the session makes no more replies until the client has taken them all (the
+drain tells it to go on). The kernel holds at most ``UNSENT_IN_KERNEL`` bytes not yet sent
+(``TCP_NOTSENT_LOWAT``; its own autotuned buffer took 3 MiB of a non-reader's replies), so
+what waits is the server's to keep, in sight of the budget below. A session's flush of many
+replies (a part of a batch of fetches, up to about 1 MiB) comes as parts (``send_parts``) and
+is written with ``writev`` as it is: joined, each flush cost a fresh mapping and its page
+faults. What waits is written from where it stopped, again with ``writev``: a write costs what
+it sends, not what waits.
+
 The end of input (the client's FIN: a half-close, ``shutdown(SHUT_WR)``, or a close) is not a
 hang-up: the client may still read, so the session answers every request read before it, then
 closes (behaviour §1). A reset or a failed read or write is a hang-up: the client has gone, and
@@ -25,11 +35,14 @@ cancelled before an item can reach it. Nothing of this runs per request: a socke
 set only when its reading pauses and leaves it when reading resumes.
 
 A newcomer whose first read is large (a long pipeline, a large SET) waits for its turn: such
-first reads are handled one per loop pass, oldest first, while a newcomer with a small first
-read (most clients' first requests) is handled at once. The listener accepts many clients per
-pass, so a fresh client is not queued behind a burst of heavy newcomers in the kernel's accept
-backlog, and the burst still does not stall the connected clients (ADR 0011). Only a
-connection's first read is looked at: nothing of this runs per request.
+newcomers are handled one per loop pass, oldest first, while a newcomer with a small first
+read (most clients' first requests) is handled at once. One found heavy when accepted
+(``heavy_first_read``) is not even set up until its turn (``take_turns``: its session and
+transport are made then, and its first read is done at once); the listener takes a burst of
+them from the kernel's accept backlog in one pass for about 10 µs each, so a fresh client
+behind them is served at once and the burst does not stall the connected clients (ADR 0011).
+One that became heavy after it was set up waits at its first read. Only a connection's first
+read is looked at: nothing of this runs per request.
 
 What a connection holds (its decoder's unfinished request, the requests read but not yet
 handled, the unsent replies) is told to the server's :class:`BufferBudget` whenever it changes,
