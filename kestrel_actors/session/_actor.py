@@ -14,8 +14,9 @@ goes back too: an open one as an abort, a plain GET's with ``PutBack``. This is 
 
 Output is bounded: a queue answers a batch in parts once its fetches took
 ``BATCH_FETCH_BYTES`` (``actors/_session_queue``), and the session asks for the rest only once
-the transport is no longer backed up, so a client that pipelines fetches and never reads holds
-at most the transport's ``OUTPUT_HIGH`` plus one part's replies (see docs/operations.md, "Limits per connection").
+the transport is no longer backed up (it is as soon as a reply waits unsent), so a client that
+pipelines fetches and never reads holds about one part's replies (see docs/operations.md,
+"Limits per connection").
 A handler that raises closes its connection (logged), as a hang-up would.
 
 What a command means and how its reply looks is the protocol's: the session is composed with
