@@ -34,7 +34,16 @@ from .protocol import MemcacheDecoder, TextDecoder
 from .protocol.thrift import ThriftDecoder
 from .runtime import ReplyFuture
 from .service import ServiceNotifier
-from .session import Connections, MemcacheHandler, Reload, SessionContext, Shutdown, TextHandler, ThriftHandler
+from .session import (
+    Connections,
+    MemcacheHandler,
+    Reload,
+    SessionContext,
+    Shutdown,
+    TextHandler,
+    ThriftHandler,
+    heavy_first_read,
+)
 from .status import ServerStatus
 
 __all__ = ["Server", "StartupError"]
@@ -69,11 +78,13 @@ class _Listener(StreamServer):
     """
 
     max_accept = 64
-    """Clients accepted per loop iteration (gevent's default is 100). Accepting is cheap; a
-    newcomer's first requests are what cost, and a heavy first read (a long pipeline) waits for
-    its turn, one per iteration (``session._transport``), so a burst of heavy newcomers does
-    not hold up the connected clients (ADR 0011). Accepting many per iteration keeps a fresh
-    client from waiting behind the whole burst in the kernel's accept backlog."""
+    """Clients set up per loop iteration (gevent's default is 100): a newcomer's session costs
+    about a quarter of a millisecond (pure Python), so a burst of them does not hold up the
+    connected clients for long (ADR 0011). A newcomer whose first read is heavy (a long
+    pipeline) is not counted: it is only looked at, and set up when its turn comes, one per
+    iteration (``session._transport``); the listener accepts up to ``HEAVY_PER_ITERATION`` of
+    them in one go, so a fresh client is not left behind a burst of them in the kernel's
+    accept backlog."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -83,20 +94,26 @@ class _Listener(StreamServer):
     # None: nothing accepted, which gevent's BaseServer allows (its StreamServer stub says a
     # socket always comes)
     def do_read(self) -> tuple[Any, Any] | None:  # type: ignore[override]
+        """The next client to set up now; heavy newcomers on the way are handed to ``handle``
+        here (it queues them for their turn) and do not count against ``max_accept``."""
         listening = self.socket
-        try:
-            # the raw descriptor: no socket object made and thrown away (not in the stubs)
-            fd, address = listening._accept()  # type: ignore[attr-defined]
-        except BlockingIOError:
-            return None
-        except OSError as exc:
-            if exc.errno not in _OUT_OF_FDS:
-                raise
-            self._refuse(listening, exc)
-            return None
-        sock = socket.socket(listening.family, listening.type, listening.proto, fileno=fd)
-        sock.setblocking(False)
-        return sock, address
+        for _ in range(HEAVY_PER_ITERATION):
+            try:
+                # the raw descriptor: no socket object made and thrown away (not in the stubs)
+                fd, address = listening._accept()  # type: ignore[attr-defined]
+            except BlockingIOError:
+                return None
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_FDS:
+                    raise
+                self._refuse(listening, exc)
+                return None
+            sock = socket.socket(listening.family, listening.type, listening.proto, fileno=fd)
+            sock.setblocking(False)
+            if not heavy_first_read(fd):
+                return sock, address
+            self.do_handle(sock, address)
+        return None
 
     def _refuse(self, listening: Any, exc: OSError) -> None:
         """Accept one waiting client with the spare descriptor and close it."""
@@ -133,6 +150,11 @@ class _Listener(StreamServer):
         if self._spare is not None:
             os.close(self._spare)
             self._spare = None
+
+
+HEAVY_PER_ITERATION = 1024
+"""Heavy newcomers (``_Listener.max_accept``) the listener takes from the accept backlog in one
+loop iteration at most: about 10 µs each."""
 
 
 def _reserve_fd() -> int | None:

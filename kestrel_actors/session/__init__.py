@@ -20,9 +20,10 @@ from ._handler import Handler
 from ._memcache import MemcacheHandler
 from ._text import TextHandler
 from ._thrift import ThriftHandler
-from ._transport import Transport
+from ._transport import Transport, heavy_first_read
 
 __all__ = [
     "Answer", "Connections", "Disconnected", "Drain", "EndOfInput", "Handler", "MemcacheHandler", "MonitorState",
     "Received", "Reload", "SessionActor", "SessionContext", "Shutdown", "TextHandler", "ThriftHandler", "Transport",
+    "heavy_first_read",
 ]

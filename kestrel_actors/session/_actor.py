@@ -14,8 +14,9 @@ goes back too: an open one as an abort, a plain GET's with ``PutBack``. This is 
 
 Output is bounded: a queue answers a batch in parts once its fetches took
 ``BATCH_FETCH_BYTES`` (``actors/_session_queue``), and the session asks for the rest only once
-the transport is no longer backed up, so a client that pipelines fetches and never reads holds
-at most the transport's ``OUTPUT_HIGH`` plus one part's replies (see docs/operations.md, "Limits per connection").
+the transport is no longer backed up (it is as soon as a reply waits unsent), so a client that
+pipelines fetches and never reads holds about one part's replies (see docs/operations.md,
+"Limits per connection").
 A handler that raises closes its connection (logged), as a hang-up would.
 
 What a command means and how its reply looks is the protocol's: the session is composed with
@@ -69,6 +70,10 @@ __all__ = ["Answer", "Disconnected", "Drain", "EndOfInput", "MonitorState", "Rec
 log = structlog.get_logger("kestrel_actors.connection")
 
 MAX_BATCH: Final = 256
+JOIN_BELOW: Final = 64 * 1024
+"""A flush of several replies is joined into one write below this many bytes; from it on the
+transport writes them as they are (a megabyte joined cost a mapping and its page faults:
+issue 53)."""
 _NO_OPS: Final[list[Any]] = []
 """``batch_ops`` between batches (never changed): a session keeps no operation, and so no
 item's bytes, after its batch is answered."""
@@ -673,12 +678,21 @@ class SessionActor(GeventActor):
         if not self.out or self.session.closed:
             self.out.clear()
             return not self.session.closed
-        data = b"".join(self.out)
-        self.out.clear()
-        self.context.stats.bytes_written += len(data)
+        out = self.out
+        size = 0
+        for part in out:
+            size += len(part)
+        self.context.stats.bytes_written += size
         try:
-            self.transport.sendall(data)
+            if size < JOIN_BELOW or len(out) == 1:
+                data = b"".join(out)  # one reply (the usual case) is not copied
+                out.clear()
+                self.transport.sendall(data)
+            else:
+                self.transport.send_parts(out, size)
+                out.clear()
         except OSError:
+            out.clear()
             self._hang_up()
             return False
         return True

@@ -20,7 +20,7 @@ from ._actor import Disconnected, Drain, EndOfInput, Received, SessionActor
 from ._budget import BufferBudget
 from ._context import SessionContext
 from ._handler import Handler
-from ._transport import SocketTransport
+from ._transport import UNSENT_IN_KERNEL, SocketTransport, heavy_first_read, take_turns
 
 __all__ = ["Connections"]
 
@@ -38,12 +38,32 @@ class Connections:
         self.live: dict[int, tuple[Session, Any]] = {}
         """Every session not yet finished, by id, with its actor (what a shutdown drains)."""
         self._none_live = gevent.event.Event()
+        self._draining = False
+        """Shutting down: a newcomer still waiting for its turn is closed, not served."""
         self._log = log.bind()
         """Resolved once (logging is configured by now): a module logger is a lazy proxy that
         binds anew on every call, and two of these calls come with every connection."""
 
     def accept(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler]) -> None:
-        """Accept one client: a session, a session actor, and a transport feeding it."""
+        """Accept one client: a session, a session actor, and a transport feeding it. A
+        newcomer whose first read is heavy is set up only when its turn comes (``_transport``):
+        a burst of them costs a look at each, and a light newcomer behind them is served at
+        once."""
+        if not heavy_first_read(sock.fileno()):
+            self._open(sock, address, decoder, handler_class, False)
+            return
+
+        def turn() -> bool:
+            if self._draining:
+                sock.close()
+            else:
+                self._open(sock, address, decoder, handler_class, True)
+            return True
+
+        if take_turns(turn):
+            self._open(sock, address, decoder, handler_class, True)
+
+    def _open(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler], first_turn: bool) -> None:
         context = self.context
         stats = context.stats
         config = context.config
@@ -54,6 +74,7 @@ class Connections:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_IN_KERNEL)
         except OSError:  # gone already
             sock.close()
             return
@@ -85,7 +106,7 @@ class Connections:
         holder.append(SessionActor.start(context, transport, session, handler_class))
         self.live[session.id] = (session, holder[0])
         self._log.debug("connection opened", connection=session.id, peer=session.peer)
-        transport.start()
+        transport.start(first_turn)
 
     def closed(self, session: Session) -> None:
         """A session finished (its actor calls this last)."""
@@ -100,6 +121,7 @@ class Connections:
         blocks the calling greenlet until all have, or ``timeout`` seconds. One still open
         then is cut off as if its client had hung up: from now on it sends nothing, so no
         client is answered by a queue that is closing."""
+        self._draining = True
         if self.live:
             self._none_live.clear()
             for _session, ref in list(self.live.values()):

@@ -9,6 +9,16 @@ actor's greenlet (inline dispatch, ADR 0002) and must not suspend it. Reading pa
 the actor has a backlog of commands or the output buffer is large, so a client that
 pipelines without reading replies cannot make the server buffer without bound.
 
+A client that does not read costs little: once any reply waits unsent, the transport is
+``backed_up`` and the session makes no more replies until the client has taken them all (the
+drain tells it to go on). The kernel holds at most ``UNSENT_IN_KERNEL`` bytes not yet sent
+(``TCP_NOTSENT_LOWAT``; its own autotuned buffer took 3 MiB of a non-reader's replies), so
+what waits is the server's to keep, in sight of the budget below. A session's flush of many
+replies (a part of a batch of fetches, up to about 1 MiB) comes as parts (``send_parts``) and
+is written with ``writev`` as it is: joined, each flush cost a fresh mapping and its page
+faults. What waits is written from where it stopped, again with ``writev``: a write costs what
+it sends, not what waits.
+
 The end of input (the client's FIN: a half-close, ``shutdown(SHUT_WR)``, or a close) is not a
 hang-up: the client may still read, so the session answers every request read before it, then
 closes (behaviour §1). A reset or a failed read or write is a hang-up: the client has gone, and
@@ -25,11 +35,14 @@ cancelled before an item can reach it. Nothing of this runs per request: a socke
 set only when its reading pauses and leaves it when reading resumes.
 
 A newcomer whose first read is large (a long pipeline, a large SET) waits for its turn: such
-first reads are handled one per loop pass, oldest first, while a newcomer with a small first
-read (most clients' first requests) is handled at once. The listener accepts many clients per
-pass, so a fresh client is not queued behind a burst of heavy newcomers in the kernel's accept
-backlog, and the burst still does not stall the connected clients (ADR 0011). Only a
-connection's first read is looked at: nothing of this runs per request.
+newcomers are handled one per loop pass, oldest first, while a newcomer with a small first
+read (most clients' first requests) is handled at once. One found heavy when accepted
+(``heavy_first_read``) is not even set up until its turn (``take_turns``: its session and
+transport are made then, and its first read is done at once); the listener takes a burst of
+them from the kernel's accept backlog in one pass for about 10 µs each, so a fresh client
+behind them is served at once and the burst does not stall the connected clients (ADR 0011).
+One that became heavy after it was set up waits at its first read. Only a connection's first
+read is looked at: nothing of this runs per request.
 
 What a connection holds (its decoder's unfinished request, the requests read but not yet
 handled, the unsent replies) is told to the server's :class:`BufferBudget` whenever it changes,
@@ -64,7 +77,7 @@ if TYPE_CHECKING:
     from ..stats import ServerStats
     from ._budget import BufferBudget
 
-__all__ = ["SocketTransport", "Transport"]
+__all__ = ["SocketTransport", "Transport", "heavy_first_read", "take_turns"]
 
 log = structlog.get_logger("kestrel_actors.transport")
 
@@ -72,6 +85,7 @@ READ_SIZE: Final = 64 * 1024
 """Below malloc's mmap threshold: a larger read buffer costs an mmap and munmap per read."""
 _read: Final = os.read
 _write: Final = os.write
+_writev: Final = os.writev
 """The socket is read and written through its descriptor, with ``os.read`` and ``os.write``
 (``recv`` and ``send`` with no flags, to the kernel): the socket's own ``recv`` and ``send``
 parse their arguments from a tuple made for each call, the ``os`` functions from the call's
@@ -80,6 +94,11 @@ BACKLOG_COMMANDS: Final = 4096
 """Commands handed over before reading pauses until the connection actor catches up."""
 OUTPUT_HIGH: Final = 1024 * 1024
 """Unsent reply bytes above which reading pauses until the client has taken them."""
+UNSENT_IN_KERNEL: Final = 128 * 1024
+"""Reply bytes the kernel may hold not yet sent (``TCP_NOTSENT_LOWAT``): past them a write
+takes no more, and what it leaves is the server's to keep (see the module docstring)."""
+IOV_MAX: Final = 1024
+"""Buffers one ``writev`` may take (Linux's ``IOV_MAX``)."""
 CLOSE_LINGER = 10.0
 """Seconds a closing connection may take to deliver its last unsent replies."""
 LIGHT_FIRST_READ: Final = 1024
@@ -88,14 +107,16 @@ for its turn (one per loop pass: see the module docstring)."""
 
 
 class _Newcomers:
-    """The heavy first reads of one hub, taking turns: one per loop pass, oldest first."""
+    """The heavy newcomers of one hub, taking turns: one per loop pass, oldest first. A turn
+    is a callable that returns whether it took the turn (a connection closed meanwhile does
+    not, and the next one goes)."""
 
     _by_loop: ClassVar[dict[Any, _Newcomers]] = {}
 
     def __init__(self, loop: Any) -> None:
-        self.waiting: deque[SocketTransport] = deque()
+        self.waiting: deque[Callable[[], bool]] = deque()
         self.turn_taken = False
-        """A heavy first read was handled in this pass."""
+        """A heavy newcomer was handled in this pass."""
         self.timer = loop.timer(0.0)
         """Fires in the next pass: the next turn."""
 
@@ -106,14 +127,14 @@ class _Newcomers:
             newcomers = cls._by_loop[loop] = cls(loop)
         return newcomers
 
-    def may_go(self, transport: SocketTransport) -> bool:
-        """Whether ``transport``'s heavy first read may be handled now; if not, it is queued,
-        and its ``take_turn`` is called in a later pass."""
+    def may_go(self, turn: Callable[[], bool]) -> bool:
+        """Whether a heavy newcomer may be handled now (taking this pass's turn); if not,
+        ``turn`` is queued, and called in a later pass."""
         if not self.turn_taken and not self.waiting:
             self.turn_taken = True
             self._next_pass()
             return True
-        self.waiting.append(transport)
+        self.waiting.append(turn)
         self._next_pass()
         return False
 
@@ -125,13 +146,28 @@ class _Newcomers:
         self.turn_taken = False
         waiting = self.waiting
         while waiting:
-            transport = waiting.popleft()
-            if not transport.closed and not transport._closing:
+            if waiting.popleft()():
                 self.turn_taken = True
-                transport.take_turn()
                 break
         if self.turn_taken:
             self._next_pass()
+
+
+def heavy_first_read(fd: int) -> bool:
+    """Whether a newcomer's first read would be over ``LIGHT_FIRST_READ`` bytes: it then waits
+    for its turn (see the module docstring)."""
+    waiting = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, waiting)
+    except OSError:
+        return False  # the read itself tells what happened
+    return waiting[0] > LIGHT_FIRST_READ
+
+
+def take_turns(turn: Callable[[], bool]) -> bool:
+    """Whether a heavy newcomer may be set up now (taking this pass's turn), else ``turn``
+    sets it up in a later pass: see the module docstring."""
+    return _Newcomers.of(gevent.get_hub().loop).may_go(turn)
 
 
 class _HangUpWatch:
@@ -205,6 +241,12 @@ class Transport:
         """Send ``data`` or keep it to send; raises ``OSError`` once the client has gone."""
         raise NotImplementedError
 
+    def send_parts(self, parts: list[bytes], size: int) -> None:
+        """Send ``parts`` (``size`` bytes in all) in order, as :meth:`sendall` their
+        concatenation: which this does, unless a transport sends them without joining them.
+        ``parts`` is not kept: the caller may clear it."""
+        self.sendall(b"".join(parts))
+
     def resume(self) -> None:
         """The session has answered everything it was handed: read on."""
         raise NotImplementedError
@@ -218,7 +260,7 @@ class SocketTransport(Transport):
     """Owns one accepted, non-blocking socket; see the module docstring."""
 
     __slots__ = ("sock", "_reading", "fd", "decoder", "on_commands", "on_hang_up", "on_input_end", "stats",
-                 "_watcher", "_handed", "_over", "closed", "_idle_timer", "_idle_timeout", "_last_read",
+                 "_watcher", "_handed", "closed", "_idle_timer", "_idle_timeout", "_last_read",
                  "_out", "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
                  "held", "peer", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued")
 
@@ -260,8 +302,6 @@ class SocketTransport(Transport):
         self.stats = stats
         """Where the bytes read are counted (``bytes_read``)."""
         self._handed = 0
-        self._over = False
-        """Output went over ``OUTPUT_HIGH``: when it drains, reading and the actor resume."""
         self.closed = False
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
@@ -284,12 +324,16 @@ class SocketTransport(Transport):
             # Kestrel's client_timeout: a connection that sends nothing for that long is closed
             self._idle_timer = loop.timer(idle_timeout, idle_timeout / 4)
 
-    def start(self) -> None:
+    def start(self, first_turn: bool = False) -> None:
+        """Read from now on; ``first_turn``: this newcomer's heavy first read has its turn
+        now (``take_turns``), so it is read at once."""
         self.budget.join(self)  # left in _release: a transport never started is never a member
-        self._watcher.start(self._first_readable)
+        self._watcher.start(self._readable if first_turn else self._first_readable)
         self._reading = True
         if self._idle_timer is not None:
             self._idle_timer.start(self._check_idle)
+        if first_turn:
+            self._readable()
 
     def _check_idle(self) -> None:
         if self.closed:
@@ -302,25 +346,24 @@ class SocketTransport(Transport):
 
     def _first_readable(self) -> None:
         """The first read: at once if small, else when its turn comes (module docstring)."""
-        waiting = array.array("i", [0])
-        try:
-            fcntl.ioctl(self.fd, termios.FIONREAD, waiting)
-        except OSError:
-            pass  # the read itself tells what happened
-        if waiting[0] > LIGHT_FIRST_READ and not _Newcomers.of(self._watcher.loop).may_go(self):
+        if heavy_first_read(self.fd) and not _Newcomers.of(self._watcher.loop).may_go(self.take_turn):
             self._queued = True
             self._pause()
             return
         self._watcher.start(self._readable)
         self._readable()
 
-    def take_turn(self) -> None:
-        """Its heavy first read's turn has come (called by ``_Newcomers``)."""
+    def take_turn(self) -> bool:
+        """Its heavy first read's turn has come (called by ``_Newcomers``); ``False`` if it
+        has closed meanwhile."""
+        if self.closed or self._closing:
+            return False
         self._queued = False
         self._hang_ups.discard(self)
         self._watcher.start(self._readable)
         self._reading = True
         self._readable()
+        return True
 
     def _readable(self) -> None:
         try:
@@ -433,29 +476,79 @@ class SocketTransport(Transport):
             sent = 0
         if sent < len(data):
             self._keep(_unsent(data, sent))
-            if self._writer is None:
-                self._writer = self._watcher.loop.io(self.sock.fileno(), 2)
-            self._writer.start(self._writable)
+            self._await_writable()
+
+    def send_parts(self, parts: list[bytes], size: int) -> None:
+        """Send ``parts`` (``size`` bytes) after anything still unsent, with one ``writev``
+        and no joining (see the module docstring). Never waits, does not keep ``parts``
+        itself, and raises ``OSError`` as :meth:`sendall` does."""
+        if self.closed:
+            raise OSError(errno.EBADF, "the connection is closed")
+        out = self._out
+        waiting = len(out)
+        out.extend(parts)
+        self._out_bytes += size
+        self._out_held += size
+        if not waiting:
+            try:
+                self._write_out()
+            except OSError:
+                self._drop_output()
+                raise
+            if not out:
+                return
+            self._await_writable()
+        self._backed_up()
+
+    def _await_writable(self) -> None:
+        if self._writer is None:
+            self._writer = self._watcher.loop.io(self.sock.fileno(), 2)
+        self._writer.start(self._writable)
 
     def _keep(self, data: bytes | memoryview) -> None:
         self._out.append(data)
         self._out_bytes += len(data)
         self._out_held += _footprint(data)
+        self._backed_up()
+
+    def _backed_up(self) -> None:
+        """Replies wait in ``_out``: the client takes them slower than they come. The session
+        makes no more until they are sent, and past ``OUTPUT_HIGH`` reading pauses too; the
+        drain (:meth:`_writable`) resumes both."""
+        self.backed_up = True
         if self._out_bytes > OUTPUT_HIGH:
-            self._over = self.backed_up = True
             self._pause()
         self._account()
 
-    def _writable(self) -> None:
+    def _write_out(self) -> None:
+        """Write what ``_out`` holds (its first ``IOV_MAX`` buffers) with one ``writev`` and
+        drop what the kernel took; raises ``OSError`` if the client is gone. The work is in
+        proportion to what is sent, not to what waits: nothing is joined, and only the unsent
+        part of one buffer may be copied (``_unsent``)."""
         out = self._out
-        data = memoryview(b"".join(out)) if len(out) > 1 else out[0]
         try:
-            sent = _write(self.fd, data)
+            sent = _writev(self.fd, out if len(out) <= IOV_MAX else out[:IOV_MAX])
         except BlockingIOError:
             return
-        except OSError:
-            sent = -1
-        if sent < 0:  # the client is gone: what is unsent is lost with it
+        self._out_bytes -= sent
+        held = 0
+        index = 0
+        while index < len(out) and sent >= len(out[index]):
+            sent -= len(out[index])
+            held += _footprint(out[index])
+            index += 1
+        if sent:
+            head = out[index]
+            rest = _unsent(head, sent)
+            held += _footprint(head) - _footprint(rest)
+            out[index] = rest
+        del out[:index]
+        self._out_held -= held
+
+    def _writable(self) -> None:
+        try:
+            self._write_out()
+        except OSError:  # the client is gone: what is unsent is lost with it
             self._drop_output()
             self._account()
             self._writer.stop()
@@ -465,22 +558,17 @@ class SocketTransport(Transport):
                 self._stop_reading()
                 self.on_hang_up()
             return
-        rest = _unsent(data, sent)
-        self._out = [rest] if rest else []
-        self._out_bytes = len(rest)
-        self._out_held = _footprint(rest)
-        self.backed_up = self._out_bytes > OUTPUT_HIGH
         self._account()
-        if rest:
+        if self._out:
             return
         self._writer.stop()
+        self.backed_up = False
         if self._closing:
             self._close_now()
-        elif self._over:
-            self._over = False
-            if self._may_read():
-                self._read_again()
-            self.on_commands([])  # the actor stopped producing while backed up: go on
+            return
+        if not self._reading and self._may_read():
+            self._read_again()
+        self.on_commands([])  # the actor stopped producing while backed up: go on
 
     def close(self) -> None:
         """Stop reading and close once the unsent replies are delivered (or after a linger)."""
