@@ -327,7 +327,25 @@ class SessionActor(GeventActor):
         else:
             self.handler.local(command)
 
-    # -- what a handler may ask of its session ---------------------------------------------
+    # -- what a handler may ask of its session (``_handler.HandlerSession``) ------------------
+
+    def send_reply(self, data: bytes) -> None:
+        """One reply's bytes, sent after every reply before it (at the end of this turn)."""
+        self.out.append(data)
+
+    def end_session(self) -> None:
+        """Run no request after this one: the connection closes once the replies are sent."""
+        self.closing = True
+
+    def refuse_silently(self) -> None:
+        """Kestrel's refusal by exception (Finagle closes the connection): drop the requests
+        not yet run, and close with no reply."""
+        self.pending.clear()
+        self.closing = True
+
+    def run_next(self, command: Any) -> None:
+        """Put ``command`` at the head of the requests not yet run (a thrift get's next step)."""
+        self.pending.appendleft(command)
 
     def reply_to(self, tag: Answer) -> _ReplyTo:
         """Wait for an answer tagged ``tag``: the ``reply_to`` to hand whoever gives it."""
