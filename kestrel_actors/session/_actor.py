@@ -343,6 +343,25 @@ class SessionActor(GeventActor):
         self.pending.clear()
         self.closing = True
 
+    def open_count(self, queue: str) -> int:
+        """How many ids this connection holds open on ``queue``."""
+        opened = self.open_reads.get(queue)
+        return 0 if opened is None else len(opened)
+
+    def take_open(self, queue: str, count: int) -> tuple[int, ...] | None:
+        """The ``count`` oldest ids open on ``queue``, no longer held open, if that many are;
+        else ``None``, and none is taken."""
+        return take_oldest(self.open_reads.get(queue), count)
+
+    def take_all_open(self, queue: str) -> tuple[int, ...]:
+        """Every id open on ``queue``, oldest first, no longer held open."""
+        opened = self.open_reads.get(queue)
+        if not opened:
+            return ()
+        xids = tuple(opened)
+        _clear(opened)
+        return xids
+
     def run_next(self, command: Any) -> None:
         """Put ``command`` at the head of the requests not yet run (a thrift get's next step)."""
         self.pending.appendleft(command)

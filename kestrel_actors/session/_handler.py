@@ -44,10 +44,6 @@ class HandlerSession(Protocol):
         """The connection's record (its status checks take it)."""
 
     @property
-    def open_reads(self) -> Mapping[str, deque[int]]:
-        """The ids this connection holds open, by queue, oldest first."""
-
-    @property
     def refs(self) -> Mapping[str, GeventRef]:
         """The queue actors this session has looked up, by name."""
 
@@ -65,6 +61,15 @@ class HandlerSession(Protocol):
 
     def not_implemented(self, _command: Any) -> None:
         """A command this server does not implement: ``CLIENT_ERROR``, and the connection closes."""
+
+    def open_count(self, queue: str) -> int:
+        """How many ids this connection holds open on ``queue``."""
+
+    def take_open(self, queue: str, count: int) -> tuple[int, ...] | None:
+        """The ``count`` oldest ids open on ``queue``, taken, if that many are; else ``None``."""
+
+    def take_all_open(self, queue: str) -> tuple[int, ...]:
+        """Every id open on ``queue``, oldest first, taken."""
 
     def run_next(self, command: Any) -> None:
         """Put ``command`` at the head of the requests not yet run."""

@@ -166,26 +166,29 @@ class MemcacheHandler(Handler):
             ops.append(Add(command.data, expiry_from_exptime(command.exptime)))
             return None, False
         if type(command) is GetCommand:
-            opened = s.open_reads.get(command.queue)
             if command.abort:
-                if opened:
-                    ops.append(Unremove((_popleft(opened),)))
+                taken = s.take_open(command.queue, 1)
+                if taken is not None:
+                    ops.append(Unremove(taken))
                 return None, False
-            if command.close and opened:
-                ops.append(Confirm((_popleft(opened),)))
-            if command.close and not command.open:
-                return None, False
-            if not command.open and not command.peek and opened:
+            if command.close:
+                taken = s.take_open(command.queue, 1)
+                if taken is not None:
+                    ops.append(Confirm(taken))
+                if not command.open:
+                    return None, False
+            held_open = s.open_count(command.queue)
+            if not command.open and not command.peek and held_open:
                 return _ERROR_CLOSE, True
             if not self.context.reads_allowed(s.session):
                 return _SERVER_ERROR_CLOSE, True
-            if command.open and opened and len(opened) >= self.context.config.max_open_transactions:
+            if command.open and held_open and held_open >= self.context.config.max_open_transactions:
                 return _ERROR_CLOSE, True
             fetch = Peek if command.peek else Open if command.open else Remove
             waits = s.fetch(fetch, command.timeout_ms, ops)
             return None, waits or command.open
         if type(command) is ConfirmCommand:
-            xids = take_oldest(s.open_reads.get(command.queue), command.count)
+            xids = s.take_open(command.queue, command.count)
             if xids is None:
                 return _ERROR_OPEN, False
             ops.append(Confirm(xids))

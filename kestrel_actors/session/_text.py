@@ -75,12 +75,12 @@ class TextHandler(Handler):
             if not context.reads_allowed(s.session):
                 return _unavailable(p.TEXT_OP_GET_ITEM), True
             limit = context.config.max_open_transactions
-            if not command.peek and len(s.open_reads.get(command.queue, ())) >= limit:
+            if not command.peek and s.open_count(command.queue) >= limit:
                 return p.Bad(p.text_too_many_open(limit), close=False), True
             s.fetch(Peek if command.peek else Open, command.timeout_ms, ops)
             return None, True
         if kind is p.TextConfirm:
-            xids = take_oldest(s.open_reads.get(command.queue), command.count)
+            xids = s.take_open(command.queue, command.count)
             if xids is None:
                 return p.Bad(p.TEXT_NOT_THAT_MANY, close=False), False
             ops.append(Confirm(xids))
@@ -170,10 +170,9 @@ class TextHandler(Handler):
 
     def _confirm_all(self, queue: str, ops: list[Any]) -> None:
         """Kestrel's ``closeAllReads``: a text fetch first confirms what is open on the queue."""
-        opened = self.s.open_reads.get(queue)
-        if opened:
-            ops.append(Confirm(tuple(opened)))
-            opened.clear()
+        xids = self.s.take_all_open(queue)
+        if xids:
+            ops.append(Confirm(xids))
 
     def _start_monitor(self, command: p.TextMonitor) -> None:
         s = self.s

@@ -1,6 +1,7 @@
 """The contract between a session and its protocol handlers holds in both directions: a handler
 uses only what ``HandlerSession`` declares, reads its attributes, and changes the session only
-through its methods (no ``s.out.append``, ``s.closing = ...``, ``s.pending.clear()``)."""
+through its methods (no ``s.out.append``, ``s.closing = ...``, ``s.pending.clear()``, no
+popping of ``s.open_reads``' ids)."""
 
 from __future__ import annotations
 
