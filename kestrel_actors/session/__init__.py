@@ -5,7 +5,8 @@
 * :class:`MemcacheHandler` (``_memcache``), :class:`TextHandler` (``_text``),
   :class:`ThriftHandler` (``_thrift``, with its process-global open reads in
   ``_thrift_reads``): one protocol each, composed into the session (subclasses of the
-  :class:`Handler` of ``_handler``).
+  :class:`Handler` of ``_handler``, which also declares :class:`HandlerSession`: what a
+  handler may ask of its session).
 * :class:`SessionContext` (``_context``): what a session may ask of the server.
 * :class:`Connections` (``_connections``): a socket, a transport and a session, wired up;
   a session sends through a :class:`Transport` (``_transport``); the socket transports tell

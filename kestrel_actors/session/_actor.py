@@ -332,7 +332,44 @@ class SessionActor(GeventActor):
         else:
             self.handler.local(command)
 
-    # -- what a handler may ask of its session ---------------------------------------------
+    # -- what a handler may ask of its session (``_handler.HandlerSession``) ------------------
+
+    def send_reply(self, data: bytes) -> None:
+        """One reply's bytes, sent after every reply before it (at the end of this turn)."""
+        self.out.append(data)
+
+    def end_session(self) -> None:
+        """Run no request after this one: the connection closes once the replies are sent."""
+        self.closing = True
+
+    def refuse_silently(self) -> None:
+        """Kestrel's refusal by exception (Finagle closes the connection): drop the requests
+        not yet run, and close with no reply."""
+        self.pending.clear()
+        self.closing = True
+
+    def open_count(self, queue: str) -> int:
+        """How many ids this connection holds open on ``queue``."""
+        opened = self.open_reads.get(queue)
+        return 0 if opened is None else len(opened)
+
+    def take_open(self, queue: str, count: int) -> tuple[int, ...] | None:
+        """The ``count`` oldest ids open on ``queue``, no longer held open, if that many are;
+        else ``None``, and none is taken."""
+        return take_oldest(self.open_reads.get(queue), count)
+
+    def take_all_open(self, queue: str) -> tuple[int, ...]:
+        """Every id open on ``queue``, oldest first, no longer held open."""
+        opened = self.open_reads.get(queue)
+        if not opened:
+            return ()
+        xids = tuple(opened)
+        _clear(opened)
+        return xids
+
+    def run_next(self, command: Any) -> None:
+        """Put ``command`` at the head of the requests not yet run (a thrift get's next step)."""
+        self.pending.appendleft(command)
 
     def reply_to(self, tag: Answer) -> _ReplyTo:
         """Wait for an answer tagged ``tag``: the ``reply_to`` to hand whoever gives it."""

@@ -1,20 +1,105 @@
-"""What a protocol handler gives the session: commands to operations, results to bytes.
+"""The contract between a session and its protocol handler, in both directions.
 
-A handler is composed into one :class:`~._actor.SessionActor` (``handler_class(session)``)
-and keeps the protocol's own rules; the session keeps the state. Adding a protocol is adding
-one more handler beside ``_memcache`` and ``_text``.
+:class:`Handler` is what the session calls on a handler: commands to operations, results to
+bytes. :class:`HandlerSession` is what a handler may call on its session: it reads the
+session's state and changes it only through these verbs. A handler is composed into one
+:class:`~._actor.SessionActor` (``handler_class(session)``) and keeps the protocol's own rules;
+the session keeps the state. Adding a protocol is adding one more handler beside ``_memcache``
+and ``_text``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from mypy_extensions import mypyc_attr
 
 from .. import protocol as p
 
-__all__ = ["Handler"]
+if TYPE_CHECKING:
+    from ..messages import ForAllKind, Session
+    from ..runtime import GeventRef
+    from ._actor import Answer, _ReplyTo
+    from ._context import SessionContext
+
+__all__ = ["Handler", "HandlerSession"]
+
+
+class HandlerSession(Protocol):
+    """What a handler may ask of the session it is composed into (``SessionActor`` is one).
+
+    The attributes are read only; every change to the session is one of the methods. The
+    memcache handler holds its session as the ``SessionActor`` itself, so that the compiled
+    build calls these methods natively (ADR 0015).
+    """
+
+    @property
+    def context(self) -> SessionContext:
+        """What the session may ask of the server."""
+
+    @property
+    def session(self) -> Session:
+        """The connection's record (its status checks take it)."""
+
+    @property
+    def refs(self) -> Mapping[str, GeventRef]:
+        """The queue actors this session has looked up, by name."""
+
+    def send_reply(self, data: bytes) -> None:
+        """One reply's bytes, sent after every reply before it."""
+
+    def end_session(self) -> None:
+        """Run no request after this one: the connection closes once the replies are sent."""
+
+    def refuse_silently(self) -> None:
+        """Kestrel's refusal by exception: drop the requests not yet run, close with no reply."""
+
+    def refuse_now(self, reply: bytes) -> None:
+        """Drop the requests not yet run, send ``reply``, close."""
+
+    def not_implemented(self, _command: Any) -> None:
+        """A command this server does not implement: ``CLIENT_ERROR``, and the connection closes."""
+
+    def open_count(self, queue: str) -> int:
+        """How many ids this connection holds open on ``queue``."""
+
+    def take_open(self, queue: str, count: int) -> tuple[int, ...] | None:
+        """The ``count`` oldest ids open on ``queue``, taken, if that many are; else ``None``."""
+
+    def take_all_open(self, queue: str) -> tuple[int, ...]:
+        """Every id open on ``queue``, oldest first, taken."""
+
+    def run_next(self, command: Any) -> None:
+        """Put ``command`` at the head of the requests not yet run."""
+
+    def reply_to(self, tag: Answer) -> _ReplyTo:
+        """Wait for an answer tagged ``tag``: the ``reply_to`` to hand whoever gives it."""
+
+    def ask_all(self, kind: ForAllKind, tag: Answer, names: tuple[str, ...] | None = None) -> None:
+        """Ask the collection for something of every queue; the answer comes tagged ``tag``."""
+
+    def delete_queue(self, name: str) -> None:
+        """Delete a queue; the answer comes tagged ``Answer.DELETE``."""
+
+    def reload(self) -> None:
+        """Reload the config; the answer comes tagged ``Answer.RELOAD``."""
+
+    def shutdown(self) -> None:
+        """Shut the server down."""
+
+    def fetch(self, kind: type, timeout_ms: int | None, ops: list[Any]) -> bool:
+        """Append a fetch to ``ops`` and count it; whether it may wait."""
+
+    def count_fetch(self, peek: bool) -> None:
+        """Count a fetch that reaches no queue (an alias's)."""
+
+    def start_monitor(self, queue: str, deadline: float, remaining: int, limit: int) -> None:
+        """Stream ``queue``'s items until ``deadline`` (at most ``remaining``, ``limit`` open)."""
+
+    def tell_queue(self, name: str, op: Any) -> None:
+        """Send one operation whose answer nobody waits for."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the text and thrift handlers are interpreted
@@ -38,7 +123,7 @@ class Handler:
     (behaviour §1). ``False``: a FIN is a hang-up."""
     """Writes refused while the server blocks writes, and how (checked before a lookup)."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: HandlerSession) -> None:
         pass  # ``session`` is the SessionActor the handler is composed into
 
     def local(self, command: Any) -> None:

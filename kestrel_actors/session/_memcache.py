@@ -85,7 +85,7 @@ class MemcacheHandler(Handler):
         s = self.s
         context = self.context
         if kind is p.Version:
-            s.out.append(p.version_reply(context.version))
+            s.send_reply(p.version_reply(context.version))
         elif kind is p.Stats:
             s.ask_all(ForAllKind.STATS, Answer.STATS)
         elif kind is p.DumpStats:
@@ -101,42 +101,42 @@ class MemcacheHandler(Handler):
             self._start_monitor(command)
         elif kind is p.Status:
             name = context.status_command(command.name)
-            s.out.append(p.END if name is None else p.status_reply(name))
+            s.send_reply(p.END if name is None else p.status_reply(name))
         elif kind is p.Reload:
             s.reload()
         elif kind is p.DumpConfig:
             s.ask_all(ForAllKind.CONFIG, Answer.DUMP_CONFIG)
         elif kind is p.Shutdown:
-            s.closing = True
+            s.end_session()
             s.shutdown()
         else:
             s.not_implemented(command)
 
     def answered(self, tag: Answer, value: Any) -> None:
-        out = self.s.out
+        s = self.s
         if tag is Answer.DELETE:
-            out.append(p.DELETED)
+            s.send_reply(p.DELETED)
         elif tag is Answer.STATS:
             # the context has what a snapshot reads of a server: stats, status, config, version
-            out.append(p.stats_reply(take_snapshot(self.context, value, with_metrics=False).memcache_lines()))
+            s.send_reply(p.stats_reply(take_snapshot(self.context, value, with_metrics=False).memcache_lines()))
         elif tag is Answer.DUMP_STATS:
-            out.append(compose_dump_stats(self.dump_names, value))
+            s.send_reply(compose_dump_stats(self.dump_names, value))
         elif tag is Answer.FLUSH_ALL:
-            out.append(p.FLUSHED_ALL)
+            s.send_reply(p.FLUSHED_ALL)
         elif tag is Answer.RELOAD:
             # Kestrel answers only success; a file that cannot be used says why
-            out.append(p.server_error(f"config not reloaded: {value.reason}") if type(value) is ReloadFailed
+            s.send_reply(p.server_error(f"config not reloaded: {value.reason}") if type(value) is ReloadFailed
                        else p.RELOADED)
         elif tag is Answer.ALIAS_SET:
             failure = first_failure(value)
             if failure is not None:
-                out.append(p.server_error(failure.message))
+                s.send_reply(p.server_error(failure.message))
             else:
-                out.append(p.STORED if all(value) else p.NOT_STORED)
+                s.send_reply(p.STORED if all(value) else p.NOT_STORED)
         elif tag is Answer.FLUSH_ALL_EXPIRED:
-            out.append(p.count_reply(sum(value)))
+            s.send_reply(p.count_reply(sum(value)))
         elif tag is Answer.DUMP_CONFIG:
-            out.append(compose_dump_config(value))
+            s.send_reply(compose_dump_config(value))
 
     def alias_request(self, command: Any, resolved: Resolved) -> None:
         """An alias only takes SETs (forwarded to its destinations); reads find nothing."""
@@ -151,9 +151,9 @@ class MemcacheHandler(Handler):
             context.collection.tell(AliasAdd(resolved.name, command.data, expiry, s.reply_to(Answer.ALIAS_SET)))
         elif type(command) is p.Get and not command.abort and (command.open or not command.close):
             s.count_fetch(command.peek)
-            s.out.append(p.END)
+            s.send_reply(p.END)
         else:
-            s.out.append(self.missing_queue_reply(command, None))
+            s.send_reply(self.missing_queue_reply(command, None))
 
     # The request path's methods test ``type(command)`` on the command itself and name the
     # protocol's classes directly (not ``p.Set``): that narrows the command's type, so the
@@ -166,26 +166,29 @@ class MemcacheHandler(Handler):
             ops.append(Add(command.data, expiry_from_exptime(command.exptime)))
             return None, False
         if type(command) is GetCommand:
-            opened = s.open_reads.get(command.queue)
             if command.abort:
-                if opened:
-                    ops.append(Unremove((_popleft(opened),)))
+                taken = s.take_open(command.queue, 1)
+                if taken is not None:
+                    ops.append(Unremove(taken))
                 return None, False
-            if command.close and opened:
-                ops.append(Confirm((_popleft(opened),)))
-            if command.close and not command.open:
-                return None, False
-            if not command.open and not command.peek and opened:
+            if command.close:
+                taken = s.take_open(command.queue, 1)
+                if taken is not None:
+                    ops.append(Confirm(taken))
+                if not command.open:
+                    return None, False
+            held_open = s.open_count(command.queue)
+            if not command.open and not command.peek and held_open:
                 return _ERROR_CLOSE, True
             if not self.context.reads_allowed(s.session):
                 return _SERVER_ERROR_CLOSE, True
-            if command.open and opened and len(opened) >= self.context.config.max_open_transactions:
+            if command.open and held_open and held_open >= self.context.config.max_open_transactions:
                 return _ERROR_CLOSE, True
             fetch = Peek if command.peek else Open if command.open else Remove
             waits = s.fetch(fetch, command.timeout_ms, ops)
             return None, waits or command.open
         if type(command) is ConfirmCommand:
-            xids = take_oldest(s.open_reads.get(command.queue), command.count)
+            xids = s.take_open(command.queue, command.count)
             if xids is None:
                 return _ERROR_OPEN, False
             ops.append(Confirm(xids))
@@ -251,8 +254,7 @@ class MemcacheHandler(Handler):
         s = self.s
         context = self.context
         if not context.reads_allowed(s.session):
-            s.pending.clear()
-            s.closing = True
+            s.refuse_silently()
             return
         config = context.config
         max_items = command.max_items if command.max_items is not None else config.max_open_transactions

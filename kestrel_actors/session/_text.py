@@ -15,7 +15,7 @@ from .. import protocol as p
 from ..messages import FLUSH, Add, AliasAdd, Confirm, Gather, Open, Peek, Resolved, first_failure
 from ..queue import epoch_ms
 from ._actor import Answer, take_oldest
-from ._handler import Handler
+from ._handler import Handler, HandlerSession
 
 __all__ = ["TextHandler"]
 
@@ -28,7 +28,7 @@ class TextHandler(Handler):
     QUIT: ClassVar[type] = p.TextQuit
     WRITE_REFUSALS: ClassVar[dict[type, p.Bad]] = {}  # text commands check their own and stay open
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: HandlerSession) -> None:
         self.s = session
         self.context = session.context
 
@@ -75,12 +75,12 @@ class TextHandler(Handler):
             if not context.reads_allowed(s.session):
                 return _unavailable(p.TEXT_OP_GET_ITEM), True
             limit = context.config.max_open_transactions
-            if not command.peek and len(s.open_reads.get(command.queue, ())) >= limit:
+            if not command.peek and s.open_count(command.queue) >= limit:
                 return p.Bad(p.text_too_many_open(limit), close=False), True
             s.fetch(Peek if command.peek else Open, command.timeout_ms, ops)
             return None, True
         if kind is p.TextConfirm:
-            xids = take_oldest(s.open_reads.get(command.queue), command.count)
+            xids = s.take_open(command.queue, command.count)
             if xids is None:
                 return p.Bad(p.TEXT_NOT_THAT_MANY, close=False), False
             ops.append(Confirm(xids))
@@ -113,35 +113,35 @@ class TextHandler(Handler):
         s = self.s
         context = self.context
         if kind is p.TextPut:  # with no items
-            s.out.append(p.TEXT_ZERO)
+            s.send_reply(p.TEXT_ZERO)
         elif kind is p.TextMonitor:
             self._start_monitor(command)
         elif kind is p.TextDelete:
             if not context.writes_allowed(s.session):
-                s.out.append(p.text_unavailable(p.TEXT_OP_DELETE))
+                s.send_reply(p.text_unavailable(p.TEXT_OP_DELETE))
                 return
             s.delete_queue(command.queue)
         elif kind is p.TextStatus:
             name = context.status_command(command.name)
-            s.out.append(p.TEXT_ZERO if name is None else p.text_string(name))
+            s.send_reply(p.TEXT_ZERO if name is None else p.text_string(name))
         elif kind is p.TextVersion:
-            s.out.append(p.text_string(context.version))
+            s.send_reply(p.text_string(context.version))
         elif kind is p.TextShutdown:
-            s.out.append(p.TEXT_ZERO)
+            s.send_reply(p.TEXT_ZERO)
             s.shutdown()
         else:
             s.not_implemented(command)
 
     def answered(self, tag: Answer, value: Any) -> None:
         if tag is Answer.DELETE:
-            self.s.out.append(p.TEXT_ZERO)
+            self.s.send_reply(p.TEXT_ZERO)
         elif tag is Answer.ALIAS_PUT:
             # Kestrel counts an item when setItem returned true: every destination took it
             failure = first_failure(result for results in value for result in results)
             if failure is not None:
-                self.s.out.append(p.text_error(failure.message))
+                self.s.send_reply(p.text_error(failure.message))
             else:
-                self.s.out.append(p.text_count(sum(1 for results in value if all(results))))
+                self.s.send_reply(p.text_count(sum(1 for results in value if all(results))))
 
     def alias_request(self, command: Any, resolved: Resolved) -> None:
         """Text requests on an alias (behaviour §5.10): put adds each item to every destination; get
@@ -151,7 +151,7 @@ class TextHandler(Handler):
         context = self.context
         if kind is p.TextPut:
             if not context.writes_allowed(s.session):
-                s.out.append(p.text_unavailable(p.TEXT_OP_SET_ITEM))
+                s.send_reply(p.text_unavailable(p.TEXT_OP_SET_ITEM))
                 return
             items = command.items
             context.stats.cmd_set += len(items)
@@ -161,19 +161,18 @@ class TextHandler(Handler):
                 context.collection.tell(AliasAdd(resolved.name, item, expiry, gather))
         elif kind is p.TextGet:
             if not context.reads_allowed(s.session):
-                s.out.append(p.text_unavailable(p.TEXT_OP_GET_ITEM))
+                s.send_reply(p.text_unavailable(p.TEXT_OP_GET_ITEM))
                 return
             s.count_fetch(command.peek)
-            s.out.append(p.TEXT_NO_ITEM)
+            s.send_reply(p.TEXT_NO_ITEM)
         else:
-            s.out.append(self.missing_queue_reply(command, None))
+            s.send_reply(self.missing_queue_reply(command, None))
 
     def _confirm_all(self, queue: str, ops: list[Any]) -> None:
         """Kestrel's ``closeAllReads``: a text fetch first confirms what is open on the queue."""
-        opened = self.s.open_reads.get(queue)
-        if opened:
-            ops.append(Confirm(tuple(opened)))
-            opened.clear()
+        xids = self.s.take_all_open(queue)
+        if xids:
+            ops.append(Confirm(xids))
 
     def _start_monitor(self, command: p.TextMonitor) -> None:
         s = self.s
@@ -182,7 +181,7 @@ class TextHandler(Handler):
         if confirm:  # ordered before the monitor's own batch on the same queue actor
             s.tell_queue(command.queue, confirm[0])
         if not self.context.reads_allowed(s.session):
-            s.out.append(p.text_unavailable(p.TEXT_OP_MONITOR))
+            s.send_reply(p.text_unavailable(p.TEXT_OP_MONITOR))
             return
         limit = self.context.config.max_open_transactions
         s.start_monitor(command.queue, time.monotonic() + command.timeout_ms / 1000.0, limit, limit)

@@ -57,7 +57,7 @@ from ..protocol import thrift as th
 from ..queue import epoch_ms
 from ..status import Status
 from ._actor import Answer
-from ._handler import Handler
+from ._handler import Handler, HandlerSession
 from ._thrift_reads import ThriftReads
 
 __all__ = ["ThriftHandler"]
@@ -120,7 +120,7 @@ class ThriftHandler(Handler):
     }
     """Writes refused while the server blocks writes: Kestrel throws, Finagle closes."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: HandlerSession) -> None:
         self.s = session
         self.context = session.context
         self.reads = ThriftReads.current()
@@ -245,7 +245,7 @@ class ThriftHandler(Handler):
             # without a deadline, fewer than asked means the queue had no more just now
             short = len(items) < get.asked and sum(len(item.data) for item in items) < BATCH_FETCH_BYTES
             if not (get.deadline is None and short) and not self._get_over():
-                self.s.pending.appendleft(_GetStep(queue))
+                self.s.run_next(_GetStep(queue))
                 return b""
         # a miss: nothing now (no timeout), the deadline, or a closed queue
         return self._answer_get()
@@ -324,11 +324,11 @@ class ThriftHandler(Handler):
             if not context.reads_allowed(s.session):
                 self._refuse()
             else:  # max_items 0, a deadline passed already, or the open-read limit
-                s.out.append(th.encode_thrift_result(command, []))
+                s.send_reply(th.encode_thrift_result(command, []))
         elif kind is _GetStep:
-            s.out.append(self._answer_get())
+            s.send_reply(self._answer_get())
         elif kind is th.ThriftPut:  # no items
-            s.out.append(th.encode_thrift_result(command, 0))
+            s.send_reply(th.encode_thrift_result(command, 0))
         elif kind is th.ThriftConfirm or kind is th.ThriftAbort:
             self._close_reads(command)
         elif kind is th.ThriftDeleteQueue:
@@ -338,25 +338,23 @@ class ThriftHandler(Handler):
             self.answering = command
             s.ask_all(ForAllKind.FLUSH, Answer.FLUSH_ALL)
         elif kind is th.ThriftCurrentStatus:
-            status = context.status.status
-            s.out.append(th.encode_thrift_result(
-                command, _STATUS_TO_THRIFT.get(status, th.ThriftStatus.NOT_CONFIGURED)))
+            s.send_reply(th.encode_thrift_result(
+                command, _STATUS_TO_THRIFT.get(context.status.status, th.ThriftStatus.NOT_CONFIGURED)))
         elif kind is th.ThriftSetStatus:
             status = _THRIFT_TO_STATUS.get(command.status)
             if status is None:  # NOT_CONFIGURED: an unknown name to Kestrel, which throws
                 self._refuse()
                 return
             context.status.set(status)
-            s.out.append(th.encode_thrift_result(command))
+            s.send_reply(th.encode_thrift_result(command))
         elif kind is th.ThriftGetVersion:
-            s.out.append(th.encode_thrift_result(command, context.version))
+            s.send_reply(th.encode_thrift_result(command, context.version))
         else:
             raise AssertionError(command)
 
     def _refuse(self) -> None:
         """Kestrel's refusals are exceptions: Finagle closes the connection without a reply."""
-        self.s.pending.clear()
-        self.s.closing = True
+        self.s.refuse_silently()
 
     def _close_reads(self, command: Any) -> None:
         """confirm/abort: each known id, from any connection, on the queue that opened it (the
@@ -371,7 +369,7 @@ class ThriftHandler(Handler):
             if read.ref is not None:
                 by_queue.setdefault(id(read.ref), (read.ref, []))[1].append(read.xid)
         if not by_queue:
-            self.s.out.append(th.encode_thrift_result(command, len(closed)))
+            self.s.send_reply(th.encode_thrift_result(command, len(closed)))
             return
         self.answering = command
         reply_to = self.s.reply_to(Answer.CLOSE_READS)
@@ -395,22 +393,22 @@ class ThriftHandler(Handler):
         self.answering = None
         if tag is Answer.CLOSE_READS:
             if type(value) is JournalFailure:
-                self.s.out.append(self._server_error(call, value.message))
+                self.s.send_reply(self._server_error(call, value.message))
             else:
-                self.s.out.append(th.encode_thrift_result(call, value))
+                self.s.send_reply(th.encode_thrift_result(call, value))
         elif tag is Answer.ALIAS_PUT:
             failure = first_failure(result for results in value for result in results)
             if failure is not None:
-                self.s.out.append(self._server_error(call, failure.message))
+                self.s.send_reply(self._server_error(call, failure.message))
                 return
             stored = 0
             for results in value:
                 if not all(result is True for result in results):
                     break
                 stored += 1
-            self.s.out.append(th.encode_thrift_result(call, stored))
+            self.s.send_reply(th.encode_thrift_result(call, stored))
         else:  # DELETE, FLUSH_ALL: void
-            self.s.out.append(th.encode_thrift_result(call))
+            self.s.send_reply(th.encode_thrift_result(call))
 
     def alias_request(self, command: Any, resolved: Resolved) -> None:
         """Calls on an alias (behaviour §5.10): put adds each item to every destination; get finds
@@ -433,15 +431,15 @@ class ThriftHandler(Handler):
                 context.collection.tell(AliasAdd(resolved.name, item, expiry, gather))
         elif kind is th.ThriftGet:
             self.get = None
-            s.out.append(th.encode_thrift_result(command, []))
+            s.send_reply(th.encode_thrift_result(command, []))
         elif kind is th.ThriftPeek:
             if not context.reads_allowed(s.session):
                 self._refuse()
                 return
             context.stats.cmd_peek += 1
-            s.out.append(th.encode_thrift_result(command, _queue_info(None, [])))
+            s.send_reply(th.encode_thrift_result(command, _queue_info(None, [])))
         else:
-            s.out.append(th.encode_thrift_result(command))
+            s.send_reply(th.encode_thrift_result(command))
 
 
 def _queue_info(head: Any, lines: list[tuple[str, Any]]) -> Any:
