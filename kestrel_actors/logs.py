@@ -11,6 +11,12 @@ A failure is one line: the exception an event carries becomes its fields (``erro
 ``error_type`` and, for an ``OSError``, ``errno`` by name: :func:`error_fields`, the one rule
 for saying why). Its traceback is printed only at ``--log-level debug`` (plain, without local
 variables), since an operator reads the reason and a developer asks for the rest.
+
+A log write that fails (the reader of a pipe gone: ``EPIPE``, since Python ignores SIGPIPE; a
+full disk) never raises into the code that logged: the stream is given up, one line on stderr
+says so if stderr still takes it, and the process carries on without that log
+(:class:`_LogStream`). A log call sits in signal handlers, the shutdown and the actors' error
+paths, where an exception would leave the server unable to stop or to serve.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from __future__ import annotations
 import errno
 import logging
 import sys
-from typing import Any, TextIO
+import threading
+from typing import Any, TextIO, cast
 
 import structlog
 from structlog.typing import EventDict, Processor
@@ -33,6 +40,49 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, OSError) and code is not None:
         fields["errno"] = errno.errorcode.get(code, code)
     return fields
+
+
+class _LogStream:
+    """The stream the log is written to, which gives up at its first failed write or flush
+    instead of raising it: structlog's ``PrintLogger`` and the stdlib handler both write
+    through it, so neither ever raises ``OSError`` into the code that logged."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._given_up = False
+        self._lock = threading.Lock()  # log calls come from the loop and the journals' threads
+
+    def write(self, text: str) -> int:
+        if not self._given_up:
+            try:
+                return self._stream.write(text)
+            except OSError as exc:
+                self._give_up(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._given_up:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._give_up(exc)
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def _give_up(self, exc: OSError) -> None:
+        with self._lock:
+            if self._given_up:
+                return
+            self._given_up = True
+        if self._stream is sys.stderr:
+            return
+        reason = " ".join(f"{name}={value}" for name, value in error_fields(exc).items())
+        try:  # one attempt: stderr may be the same broken pipe
+            sys.stderr.write(f"the log stream failed ({reason}); no more log lines are written to it\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _failure_in_one_line(_logger: Any, _method: str, event: EventDict) -> EventDict:
@@ -58,7 +108,8 @@ def _on_one_line(_logger: Any, _method: str, rendered: Any) -> Any:
 def configure_logging(log_format: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
     """Route structlog and the stdlib loggers to ``stream`` (stderr by default), one event
     per line, in colour only if ``stream`` is a terminal."""
-    stream = sys.stderr if stream is None else stream
+    # what structlog and logging call of a stream (write, flush, isatty) is all it has
+    stream = cast(TextIO, _LogStream(sys.stderr if stream is None else stream))
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
