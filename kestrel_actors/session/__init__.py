@@ -14,10 +14,10 @@
   ``max_buffered_bytes``.
 """
 
-from ._actor import Answer, Disconnected, Drain, EndOfInput, MonitorState, Received, SessionActor
+from ._actor import Disconnected, Drain, EndOfInput, MonitorState, Received, SessionActor
 from ._connections import Connections
 from ._context import Reload, SessionContext, Shutdown
-from ._handler import Handler
+from ._handler import Answer, Handler
 from ._memcache import MemcacheHandler
 from ._text import TextHandler
 from ._thrift import ThriftHandler

@@ -26,7 +26,6 @@ commands into queue operations and results into bytes through ``protocol/``.
 
 from __future__ import annotations
 
-import enum
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -62,7 +61,7 @@ from ..queue import Item
 from ..runtime import GeventActor, GeventRef
 from ..stats import record_batch
 from ._context import Reload, SessionContext, Shutdown
-from ._handler import Handler
+from ._handler import Answer, Handler
 from ._transport import Transport
 
 __all__ = ["Answer", "Disconnected", "Drain", "EndOfInput", "MonitorState", "Received", "SessionActor"]
@@ -122,26 +121,6 @@ class Drain:
     §7.4). The queues close only after this, so every answer a client got is on disk."""
 
     __slots__ = ()
-
-
-class Answer(enum.Enum):
-    """What the session waits for; the tag of an answer from the collection or the server."""
-
-    BATCH = "batch"
-    MORE = "more"
-    """A batch answered in parts: the rest is asked for once the client has taken these."""
-    RESOLVE = "resolve"
-    DELETE = "delete"
-    STATS = "stats"
-    DUMP_STATS = "dump_stats"
-    DUMP_CONFIG = "dump_config"
-    FLUSH_ALL = "flush_all"
-    FLUSH_ALL_EXPIRED = "flush_all_expired"
-    RELOAD = "reload"
-    ALIAS_SET = "alias_set"
-    ALIAS_PUT = "alias_put"
-    CLOSE_READS = "close_reads"
-    """Thrift's confirm or abort, answered once every queue concerned has journaled it."""
 
 
 # Enum members as Final module names: ``Answer.BATCH`` costs an enum class lookup on every

@@ -10,6 +10,7 @@ and ``_text``.
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -21,10 +22,35 @@ from .. import protocol as p
 if TYPE_CHECKING:
     from ..messages import ForAllKind, Session
     from ..runtime import GeventRef
-    from ._actor import Answer, _ReplyTo
     from ._context import SessionContext
 
-__all__ = ["Handler", "HandlerSession"]
+__all__ = ["Answer", "Handler", "HandlerSession", "ReplyTarget"]
+
+
+class Answer(enum.Enum):
+    """What the session waits for; the tag of an answer from the collection or the server."""
+
+    BATCH = "batch"
+    MORE = "more"
+    """A batch answered in parts: the rest is asked for once the client has taken these."""
+    RESOLVE = "resolve"
+    DELETE = "delete"
+    STATS = "stats"
+    DUMP_STATS = "dump_stats"
+    DUMP_CONFIG = "dump_config"
+    FLUSH_ALL = "flush_all"
+    FLUSH_ALL_EXPIRED = "flush_all_expired"
+    RELOAD = "reload"
+    ALIAS_SET = "alias_set"
+    ALIAS_PUT = "alias_put"
+    CLOSE_READS = "close_reads"
+    """Thrift's confirm or abort, answered once every queue concerned has journaled it."""
+
+
+class ReplyTarget(Protocol):
+    """Where an answer the session waits for is told (the session's own tagged reply-to)."""
+
+    def tell(self, value: Any) -> None: ...
 
 
 class HandlerSession(Protocol):
@@ -74,7 +100,7 @@ class HandlerSession(Protocol):
     def run_next(self, command: Any) -> None:
         """Put ``command`` at the head of the requests not yet run."""
 
-    def reply_to(self, tag: Answer) -> _ReplyTo:
+    def reply_to(self, tag: Answer) -> ReplyTarget:
         """Wait for an answer tagged ``tag``: the ``reply_to`` to hand whoever gives it."""
 
     def ask_all(self, kind: ForAllKind, tag: Answer, names: tuple[str, ...] | None = None) -> None:

@@ -47,8 +47,8 @@ from ..protocol import Get as GetCommand
 from ..protocol import Set as SetCommand
 from ..queue import Item
 from ..snapshot import take_snapshot
-from ._actor import Answer, SessionActor, take_oldest
-from ._handler import Handler
+from ._actor import SessionActor, take_oldest
+from ._handler import Answer, Handler
 
 __all__ = ["MemcacheHandler"]
 

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 from .. import protocol as p
 from ..messages import FLUSH, Add, AliasAdd, Confirm, Gather, Open, Peek, Resolved, first_failure
 from ..queue import epoch_ms
-from ._actor import Answer, take_oldest
-from ._handler import Handler, HandlerSession
+from ._actor import take_oldest
+from ._handler import Answer, Handler, HandlerSession
 
 __all__ = ["TextHandler"]
 

@@ -56,8 +56,7 @@ from ..messages import (
 from ..protocol import thrift as th
 from ..queue import epoch_ms
 from ..status import Status
-from ._actor import Answer
-from ._handler import Handler, HandlerSession
+from ._handler import Answer, Handler, HandlerSession
 from ._thrift_reads import ThriftReads
 
 __all__ = ["ThriftHandler"]
