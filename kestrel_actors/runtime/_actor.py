@@ -354,7 +354,7 @@ class _Mailbox:
         self.idle = False
         if self.greenlet is None:
             # a bare greenlet: gevent.spawn's Greenlet costs 5 µs more, for links nobody uses
-            self.greenlet = greenlet(self.run_loop, self.hub)
+            self.greenlet = greenlet(self.actor._actor_loop, self.hub)  # type: ignore[union-attr]
         self.hub.loop.run_callback(self.greenlet.switch)
 
     def get(self) -> Any:
@@ -391,31 +391,11 @@ class _Mailbox:
     def empty(self) -> bool:
         return not self.items
 
-    def run_loop(self) -> None:
-        """pykka's loop for the actor, on this greenlet; once it has ended (the actor stopped and
-        its inbox drained), the references that tie the stopped actor into cycles are cut.
-
-        An actor and its mailbox refer to each other, and so do a session and its handler: left
-        so, everything a connection made (its session, handler, transport, buffers) is freed
-        only by the cyclic collector, and a connection's life pays for the pass that finds it
-        (ADR 0020). Cut, reference counting frees it when the last ref to it goes. Nothing of
-        the actor runs afterwards: every tell to a stopped actor is refused before it reaches
-        the mailbox, and what pykka's ``ask`` still puts there is never read.
-        """
-        actor = self.actor
-        assert actor is not None  # set by _start_actor_loop, before anything can wake it
-        actor._actor_loop()
-        self.idle = False
-        self.actor = None
-        actor.on_loop_ended()
-
     def run_queued(self) -> None:
         """Run on the hub the tell :class:`_HubRuns` queued here, if the actor still may run
         there; otherwise its greenlet takes it. The tell is the inbox's first letter (the
         actor was idle, its inbox empty, when it was queued) and passed the inline rules then."""
-        actor = self.actor
-        if actor is None:  # its loop has ended (stopped by an ask meanwhile): nothing runs
-            return
+        actor: GeventActor = self.actor  # type: ignore[assignment]
         if not actor.stopped_flag._set and actor.may_run_on_hub():
             self._run_inline(_popleft(self.items).message, True)
         else:
@@ -476,7 +456,7 @@ class _Mailbox:
             # an actor that never needed its greenlet, and what comes next ends it: pykka's loop
             # runs here, on this greenlet, and cannot wait (its first message is the end); a
             # session's hang-up is spared a greenlet's spawn and first switch
-            self.run_loop()
+            actor._actor_loop()
             return
         self.wake()
 
@@ -608,10 +588,6 @@ class GeventActor(pykka.Actor):
 
     def on_inbox_empty(self) -> None:
         """Called before the actor waits for its next message (hook)."""
-
-    def on_loop_ended(self) -> None:
-        """Called once the actor's loop has ended, its mailbox let go of it (hook): a subclass
-        cuts here the references between its own parts that would keep them in a cycle."""
 
     def on_dead_letter(self, message: Any) -> None:
         """Handle a ``tell`` that was still in the inbox when the actor stopped.

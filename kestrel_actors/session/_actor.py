@@ -185,8 +185,6 @@ class SessionActor(GeventActor):
     greenlet_on_demand: ClassVar[bool] = True
     """One session per connection, and most never need a greenlet of their own (no on_start)."""
 
-    __deletable__ = ["handler"]  # noqa: RUF012 - mypyc's declaration (on_loop_ended deletes it)
-
     def may_run_on_hub(self) -> bool:
         # never suspends: what it asks of queues or the collection is a tell, and each of those
         # decides for itself whether it may run on the hub
@@ -788,11 +786,6 @@ class SessionActor(GeventActor):
 
     def on_stop(self) -> None:
         self.transport.close()
-
-    def on_loop_ended(self) -> None:
-        # the handler holds this session: cut, a connection's objects go with its last reference,
-        # not at a pass of the cyclic collector (ADR 0020)
-        del self.handler
 
     def on_failure(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
         """A handler raised (a bug): the client must not be left waiting for a reply that
