@@ -2,12 +2,16 @@
 
     python -m kestrel_actors.loadtests.floor_server PORT [JOURNAL_FILE] [--sync-journal always]
 
-Not kestrel-actors and not a queue: one libev I/O watcher per connection, memcache's ``set``
-parsed, the item appended to one file with ``os.writev``, ``STORED`` sent; every other line
-gets ``END``. No actors, sessions, batches, stats or durability rules. Run ``put-many -c 1
--F -p PORT`` against it to see what the interpreter, gevent and the kernel cost per request
-on this machine, against which kestrel-actors' CPU per request can be read
-(ADR 0007).
+Not kestrel-actors: one libev I/O watcher per connection, memcache's ``set`` parsed, the item
+appended to one file with ``os.writev``, ``STORED`` sent. A ``get`` takes the oldest item of one
+in-memory deque (every queue name is the same queue), appends a one-byte REMOVE record and sends
+``VALUE``; on an empty deque a ``get q/t=MS`` parks the connection, oldest first, with a libev
+timer of its own, until a ``set`` hands it the item or the timer answers ``END``. ``/open`` reads
+as a plain get (nothing is held open: no ``/close``, no abort, no hang-up return); every other
+line gets ``END``. No actors, sessions, batches, stats or durability rules. Run ``put-many -c 1
+-F -p PORT`` (or get-many, flood, many-clients without ``-x``) against it to see what the
+interpreter, gevent and the kernel cost per request on this machine, against which
+kestrel-actors' CPU per request can be read (ADR 0007, ADR 0020).
 
 With ``--sync-journal always`` it is the floor of the durable row (ADR 0018): a ``STORED``
 waits for an ``fdatasync`` covering its record, and the records that come while one runs share
@@ -26,6 +30,7 @@ import os
 import signal
 import socket
 import sys
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -75,10 +80,58 @@ class GroupCommit:
             self.start_round()
 
 
+class Store:
+    """The one queue: its items, and the connections parked on it (oldest first)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.loop = gevent.get_hub().loop
+        self.items: deque[bytes] = deque()
+        self.parked: deque[Parked] = deque()
+
+    def put(self, body: bytes) -> None:
+        parked = self.parked
+        while parked:
+            reader = parked.popleft()
+            if reader.waiting:
+                reader.answer(self.take(reader.queue, body))
+                return
+        self.items.append(body)
+
+    def take(self, queue: bytes, body: bytes) -> bytes:
+        os.write(self.fd, b"\x04")
+        return b"VALUE %b 0 %d\r\n%b\r\nEND\r\n" % (queue, len(body), body)
+
+
+class Parked:
+    """A connection whose ``get q/t=MS`` waits for an item or its timer."""
+
+    __slots__ = ("sock", "queue", "timer", "waiting", "resume")
+
+    def __init__(self, sock: socket.socket, queue: bytes, store: Store, timeout_ms: int,
+                 resume: Callable[[], None]) -> None:
+        self.sock = sock
+        self.queue = queue
+        self.waiting = True
+        self.resume = resume
+        self.timer = store.loop.timer(timeout_ms / 1000.0)
+        self.timer.start(self.answer, b"END\r\n")
+
+    def answer(self, reply: bytes) -> None:
+        self.waiting = False
+        self.timer.close()
+        try:
+            self.sock.send(reply)
+        except OSError:
+            return
+        self.resume()
+
+
 def serve(port: int, journal: str, sync_journal: str = "never") -> None:
     hub = gevent.get_hub()
     fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     commit = GroupCommit(fd) if sync_journal == "always" else None
+    store = Store(fd)
     if commit is not None:
         hub.loop.signal(signal.SIGTERM).start(lambda: _report(commit))
     listener = gevent.socket.socket()
@@ -92,7 +145,7 @@ def serve(port: int, journal: str, sync_journal: str = "never") -> None:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         watcher = hub.loop.io(sock.fileno(), 1)
-        watcher.start(_reader(sock, watcher, fd, commit))
+        watcher.start(_reader(sock, watcher, fd, commit, store))
 
 
 def _report(commit: GroupCommit) -> None:
@@ -100,8 +153,10 @@ def _report(commit: GroupCommit) -> None:
     os._exit(0)
 
 
-def _reader(sock: socket.socket, watcher: _IoWatcher, fd: int, commit: GroupCommit | None) -> Callable[[], None]:
+def _reader(sock: socket.socket, watcher: _IoWatcher, fd: int, commit: GroupCommit | None,
+            store: Store) -> Callable[[], None]:
     buffer = bytearray()
+    parked: list[Parked] = []
 
     def readable() -> None:
         try:
@@ -110,9 +165,21 @@ def _reader(sock: socket.socket, watcher: _IoWatcher, fd: int, commit: GroupComm
             return
         if not data:
             watcher.stop()
+            if parked:
+                parked[0].waiting = False
+                parked[0].timer.close()
             sock.close()
             return
         buffer.extend(data)
+        if not parked:
+            answer()
+
+    def resume() -> None:
+        parked.clear()
+        if buffer:
+            answer()
+
+    def answer() -> None:
         replies = []
         while True:
             eol = buffer.find(b"\r\n")
@@ -128,9 +195,32 @@ def _reader(sock: socket.socket, watcher: _IoWatcher, fd: int, commit: GroupComm
                 record = [b"\x02" + size.to_bytes(4, "little"), body]
                 if commit is not None:
                     commit.add(record, sock)  # STORED when its fdatasync ends
+                    store.put(body)
                     continue
                 os.writev(fd, record)
+                store.put(body)
                 replies.append(b"STORED\r\n")
+            elif tokens and tokens[0] == b"get" and len(tokens) == 2:
+                del buffer[:eol + 2]
+                queue, *options = tokens[1].split(b"/")
+                if (b"close" in options and b"open" not in options) or b"abort" in options:
+                    replies.append(b"END\r\n")
+                elif store.items:
+                    replies.append(store.take(queue, store.items.popleft()))
+                else:
+                    timeout = next((int(option[2:]) for option in options if option.startswith(b"t=")), 0)
+                    if timeout <= 0:
+                        replies.append(b"END\r\n")
+                        continue
+                    if replies:
+                        sock.send(b"".join(replies))
+                    parked.append(Parked(sock, queue, store, timeout, resume))
+                    store.parked.append(parked[0])
+                    return  # the rest of the buffer waits for this get's answer
+            elif tokens and tokens[0] == b"flush":
+                del buffer[:eol + 2]
+                store.items.clear()
+                replies.append(b"END\r\n")
             else:
                 del buffer[:eol + 2]
                 replies.append(b"END\r\n")
