@@ -37,7 +37,6 @@ docs/adr/0013-spark-exactly-once.md):
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from array import array
@@ -61,6 +60,7 @@ from ..cluster import ServerSetAddress
 from ._config import parse_duration, parse_servers
 from ._kestrel import Connection, KeepAlive
 from ._log import lazy_logger
+from ._replay import kill_point
 from ._serverset import follow_members, server_set_members
 from ._wal import BatchPart, Prepared, WalFile, WalSlice, WriteAheadLog, read_slice
 
@@ -77,7 +77,6 @@ log = lazy_logger("kestrel_actors.spark_bridge.source")
 SCHEMA = "value binary, queue string, server string, timestamp timestamp"
 _RECONNECT_AFTER = 1.0  # seconds before a server that failed is tried again
 _IDLE_RECHECK = 0.05  # an empty look at the servers is not repeated sooner than this
-_PAUSE_AFTER_WAL = "KESTREL_SOURCE_PAUSE_AFTER_WAL"
 _MAX_BINARY_COLUMN = 2**31 - 1  # an Arrow binary column's 32-bit offsets
 # The first batch a planner process opens itself is at most this many items (all servers):
 # its rows come after a short batch while the next, full one is read ahead.
@@ -617,6 +616,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[KestrelPartition]:
         first, last = int(start.get("seq", 0)) + 1, int(end.get("seq", 0))
+        kill_point("planned", last)
         total = sum(p.count for seq in range(first, last + 1)
                     for p in self._planned(seq).parts)
         if not total:
@@ -723,9 +723,11 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             opened.discard()
             written = live.wal.write(seq, parts)
         batch = _PlannedBatch(seq, parts, written)
-        _pause_for_tests(seq, live.wal)
+        kill_point("after-wal", seq)
         returned: list[_Held] = []
-        for part in held:
+        for number, part in enumerate(held):
+            if number:
+                kill_point("between-confirms", seq)
             if part.connection.hung_up():
                 # Closed before the confirm could be sent: the server has these items back.
                 part.connection.close()
@@ -749,6 +751,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 live.wal.path(seq).unlink(missing_ok=True)
                 return None
             batch = _PlannedBatch(seq, kept, live.wal.write(seq, kept))
+        kill_point("after-confirms", seq)
         live.planned[seq] = batch
         live.planned_any = True
         return batch
@@ -858,15 +861,6 @@ def _cut(parts: list[BatchPart], step: int) -> Iterator[list[tuple[BatchPart, Pa
                 pieces, room = [], step
     if pieces:
         yield pieces
-
-
-def _pause_for_tests(seq: int, wal: WriteAheadLog) -> None:
-    """Tests kill the driver inside ADR 0013's window (a batch durable in the write-ahead log,
-    its items not yet confirmed): ``KESTREL_SOURCE_PAUSE_AFTER_WAL=<seq>`` stops there for
-    that batch, after touching ``<walLocation>/paused-<seq>``."""
-    if os.environ.get(_PAUSE_AFTER_WAL) == str(seq):
-        (wal.directory / f"paused-{seq}").touch()
-        time.sleep(3600)
 
 
 def _offset(batch: _PlannedBatch) -> dict:
