@@ -60,7 +60,7 @@ from ..cluster import ServerSetAddress
 from ._config import parse_duration, parse_servers
 from ._kestrel import Connection, KeepAlive
 from ._log import lazy_logger
-from ._replay import kill_point
+from ._replay import ConfirmRecord, kill_point, take_back_returned
 from ._serverset import follow_members, server_set_members
 from ._wal import BatchPart, Prepared, WalFile, WalSlice, WriteAheadLog, read_slice
 
@@ -570,13 +570,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if seq in live.planned:  # asked again before that batch ran: the same answer
             return _offset(live.planned[seq])
         if live.wal.has(seq):
-            # Planned (and confirmed) before a restart, or before a stop, but not yet in
-            # Spark's offset log: it is this batch, whatever the queue holds now.
-            batch = _PlannedBatch(seq, *live.wal.read(seq))
-            live.planned[seq] = batch
-            log.info("batch_replanned_from_wal", queue=self.options.queue, seq=seq,
-                     items=batch.counts)
-            return _offset(batch)
+            # Planned before a restart, or before a stop, but not yet in Spark's offset log:
+            # it is this batch, whatever the queue holds now.
+            return _offset(self._from_wal(seq, "batch_replanned_from_wal"))
         budget = getattr(limit, "max_rows", None)
         if live.available_now is not None and not any(live.available_now.values()):
             return start  # AvailableNow: everything waiting at the start has been read
@@ -704,10 +700,25 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"walLocation {live.wal.directory}: the checkpoint and its walLocation must "
                     f"stay together (was walLocation changed or emptied?)")
             # A restarted query replays its last uncommitted batch, as it was planned.
-            batch = _PlannedBatch(seq, *live.wal.read(seq))
-            live.planned[seq] = batch
-            log.info("batch_replayed_from_wal", queue=self.options.queue, seq=seq,
-                     items=batch.counts)
+            batch = self._from_wal(seq, "batch_replayed_from_wal")
+        return batch
+
+    def _from_wal(self, seq: int, event: str) -> _PlannedBatch:
+        """Batch ``seq`` as an earlier planner process planned it, read from its file; the
+        items of it that a kill gave back before their confirm are taken back off the queues
+        first (:func:`._replay.take_back_returned`), so the queue never delivers them again."""
+        live, options = self.live, self.options
+        batch = _PlannedBatch(seq, *live.wal.read(seq))
+
+        def connect(server: str) -> Connection | None:
+            known = live.sets[0].get(server)
+            return Connection(known[0].address, options.connect_timeout,
+                              options.io_timeout) if known else None
+
+        take_back_returned(seq, batch.parts, ConfirmRecord(batch.file.path), options.queue,
+                           connect)
+        live.planned[seq] = batch
+        log.info(event, queue=options.queue, seq=seq, items=batch.counts)
         return batch
 
     def _plan(self, seq: int, opened: _Opened) -> _PlannedBatch | None:
@@ -723,6 +734,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             opened.discard()
             written = live.wal.write(seq, parts)
         batch = _PlannedBatch(seq, parts, written)
+        record = ConfirmRecord(written.path)
         kill_point("after-wal", seq)
         returned: list[_Held] = []
         for number, part in enumerate(held):
@@ -735,6 +747,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             try:
                 part.connection.confirm(queue, part.items.count)
+                record.add(part.part)
             except KestrelError as exc:
                 # Sent, but no answer: it may or may not have landed. The items stay in the
                 # batch (never lost); if the server had not applied it they come again
@@ -761,6 +774,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for number in [n for n in live.planned if n <= seq]:
             del live.planned[number]
         live.wal.remove_through(seq)
+        ConfirmRecord.remove_through(live.wal.directory, seq)
 
     def _take_prefetch(self) -> _Opened | None:
         live = self.live
