@@ -92,10 +92,10 @@ class ConfirmRecord:
 
 
 def take_back_returned(seq: int, parts: list[BatchPart], record: ConfirmRecord, queue: str,
-                       connect: Callable[[str], Connection | None]) -> None:
+                       connect: Callable[[str], Connection]) -> None:
     """Take back off their queues the items of batch ``seq`` (loaded from its file) that a
     kill returned before their confirm was answered; ``connect(server)`` makes a connection
-    to a server of the query (None: no longer one of its servers)."""
+    to the server a part names."""
     done = record.confirmed()
     pending: dict[str, list[BatchPart]] = {}
     for part in parts:
@@ -103,8 +103,6 @@ def take_back_returned(seq: int, parts: list[BatchPart], record: ConfirmRecord, 
             pending.setdefault(part.server, []).append(part)
     for server, its in pending.items():
         connection = connect(server)
-        if connection is None:
-            continue
         try:
             taken = _take_back(connection, queue, its, seq)
         except KestrelError as exc:

@@ -709,14 +709,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first (:func:`._replay.take_back_returned`), so the queue never delivers them again."""
         live, options = self.live, self.options
         batch = _PlannedBatch(seq, *live.wal.read(seq))
-
-        def connect(server: str) -> Connection | None:
-            known = live.sets[0].get(server)
-            return Connection(known[0].address, options.connect_timeout,
-                              options.io_timeout) if known else None
-
         take_back_returned(seq, batch.parts, ConfirmRecord(batch.file.path), options.queue,
-                           connect)
+                           lambda server: Connection(ServerAddress.parse(server),
+                                                     options.connect_timeout, options.io_timeout))
         live.planned[seq] = batch
         log.info(event, queue=options.queue, seq=seq, items=batch.counts)
         return batch
