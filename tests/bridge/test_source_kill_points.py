@@ -34,8 +34,7 @@ def plan_until_killed(servers, tmp_path, kill_at: str) -> None:
         from tests.bridge.test_source_planner import rows_of
         stream = KestrelDataSource({options(servers, tmp_path)!r}).streamReader(None)
         start = stream.initialOffset()
-        while True:
-            end = stream.latestOffset(start)
+        while (end := stream.latestOffset(start)) != start:  # drained: no such point
             rows_of(stream, start, end)
             stream.commit(end)
             start = end
