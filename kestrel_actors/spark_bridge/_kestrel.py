@@ -37,6 +37,7 @@ from ..client import (
     ServerAddress,
     ServerError,
     confirm_request,
+    get_request,
     monitor_request,
     parse_version,
     queue_key,
@@ -161,6 +162,14 @@ class Connection:
                 self._version()
             except ConnectionLost as exc:
                 raise ConnectionLost(f"connection to {self.address} lost: {exc}") from exc
+
+    def peek(self, queue: str) -> bytes | None:
+        """The item at the head of ``queue``, left there (``get <queue>/peek``); None if
+        the queue is empty."""
+        key = queue_key(queue)
+        with self.lock, self._command() as wire:
+            wire.send(get_request(queue, "/peek"))
+            return wire.read_value(key)
 
     def hung_up(self) -> bool:
         """Whether the server has closed this connection already (a look at the socket, no

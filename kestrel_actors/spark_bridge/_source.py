@@ -37,7 +37,6 @@ docs/adr/0013-spark-exactly-once.md):
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from array import array
@@ -61,6 +60,7 @@ from ..cluster import ServerSetAddress
 from ._config import parse_duration, parse_servers
 from ._kestrel import Connection, KeepAlive
 from ._log import lazy_logger
+from ._replay import ConfirmRecord, kill_point, take_back_returned
 from ._serverset import follow_members, server_set_members
 from ._wal import BatchPart, Prepared, WalFile, WalSlice, WriteAheadLog, read_slice
 
@@ -77,7 +77,6 @@ log = lazy_logger("kestrel_actors.spark_bridge.source")
 SCHEMA = "value binary, queue string, server string, timestamp timestamp"
 _RECONNECT_AFTER = 1.0  # seconds before a server that failed is tried again
 _IDLE_RECHECK = 0.05  # an empty look at the servers is not repeated sooner than this
-_PAUSE_AFTER_WAL = "KESTREL_SOURCE_PAUSE_AFTER_WAL"
 _MAX_BINARY_COLUMN = 2**31 - 1  # an Arrow binary column's 32-bit offsets
 # The first batch a planner process opens itself is at most this many items (all servers):
 # its rows come after a short batch while the next, full one is read ahead.
@@ -571,13 +570,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if seq in live.planned:  # asked again before that batch ran: the same answer
             return _offset(live.planned[seq])
         if live.wal.has(seq):
-            # Planned (and confirmed) before a restart, or before a stop, but not yet in
-            # Spark's offset log: it is this batch, whatever the queue holds now.
-            batch = _PlannedBatch(seq, *live.wal.read(seq))
-            live.planned[seq] = batch
-            log.info("batch_replanned_from_wal", queue=self.options.queue, seq=seq,
-                     items=batch.counts)
-            return _offset(batch)
+            # Planned before a restart, or before a stop, but not yet in Spark's offset log:
+            # it is this batch, whatever the queue holds now.
+            return _offset(self._from_wal(seq, "batch_replanned_from_wal"))
         budget = getattr(limit, "max_rows", None)
         if live.available_now is not None and not any(live.available_now.values()):
             return start  # AvailableNow: everything waiting at the start has been read
@@ -617,6 +612,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[KestrelPartition]:
         first, last = int(start.get("seq", 0)) + 1, int(end.get("seq", 0))
+        kill_point("planned", last)
         total = sum(p.count for seq in range(first, last + 1)
                     for p in self._planned(seq).parts)
         if not total:
@@ -704,10 +700,20 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"walLocation {live.wal.directory}: the checkpoint and its walLocation must "
                     f"stay together (was walLocation changed or emptied?)")
             # A restarted query replays its last uncommitted batch, as it was planned.
-            batch = _PlannedBatch(seq, *live.wal.read(seq))
-            live.planned[seq] = batch
-            log.info("batch_replayed_from_wal", queue=self.options.queue, seq=seq,
-                     items=batch.counts)
+            batch = self._from_wal(seq, "batch_replayed_from_wal")
+        return batch
+
+    def _from_wal(self, seq: int, event: str) -> _PlannedBatch:
+        """Batch ``seq`` as an earlier planner process planned it, read from its file; the
+        items of it that a kill gave back before their confirm are taken back off the queues
+        first (:func:`._replay.take_back_returned`), so the queue never delivers them again."""
+        live, options = self.live, self.options
+        batch = _PlannedBatch(seq, *live.wal.read(seq))
+        take_back_returned(seq, batch.parts, ConfirmRecord(batch.file.path), options.queue,
+                           lambda server: Connection(ServerAddress.parse(server),
+                                                     options.connect_timeout, options.io_timeout))
+        live.planned[seq] = batch
+        log.info(event, queue=options.queue, seq=seq, items=batch.counts)
         return batch
 
     def _plan(self, seq: int, opened: _Opened) -> _PlannedBatch | None:
@@ -723,9 +729,12 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             opened.discard()
             written = live.wal.write(seq, parts)
         batch = _PlannedBatch(seq, parts, written)
-        _pause_for_tests(seq, live.wal)
+        record = ConfirmRecord(written.path)
+        kill_point("after-wal", seq)
         returned: list[_Held] = []
-        for part in held:
+        for number, part in enumerate(held):
+            if number:
+                kill_point("between-confirms", seq)
             if part.connection.hung_up():
                 # Closed before the confirm could be sent: the server has these items back.
                 part.connection.close()
@@ -733,6 +742,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             try:
                 part.connection.confirm(queue, part.items.count)
+                record.add(part.part)
             except KestrelError as exc:
                 # Sent, but no answer: it may or may not have landed. The items stay in the
                 # batch (never lost); if the server had not applied it they come again
@@ -749,6 +759,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 live.wal.path(seq).unlink(missing_ok=True)
                 return None
             batch = _PlannedBatch(seq, kept, live.wal.write(seq, kept))
+        kill_point("after-confirms", seq)
         live.planned[seq] = batch
         live.planned_any = True
         return batch
@@ -758,6 +769,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for number in [n for n in live.planned if n <= seq]:
             del live.planned[number]
         live.wal.remove_through(seq)
+        ConfirmRecord.remove_through(live.wal.directory, seq)
 
     def _take_prefetch(self) -> _Opened | None:
         live = self.live
@@ -858,15 +870,6 @@ def _cut(parts: list[BatchPart], step: int) -> Iterator[list[tuple[BatchPart, Pa
                 pieces, room = [], step
     if pieces:
         yield pieces
-
-
-def _pause_for_tests(seq: int, wal: WriteAheadLog) -> None:
-    """Tests kill the driver inside ADR 0013's window (a batch durable in the write-ahead log,
-    its items not yet confirmed): ``KESTREL_SOURCE_PAUSE_AFTER_WAL=<seq>`` stops there for
-    that batch, after touching ``<walLocation>/paused-<seq>``."""
-    if os.environ.get(_PAUSE_AFTER_WAL) == str(seq):
-        (wal.directory / f"paused-{seq}").touch()
-        time.sleep(3600)
 
 
 def _offset(batch: _PlannedBatch) -> dict:

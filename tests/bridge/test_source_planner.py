@@ -127,7 +127,7 @@ def test_the_read_ahead_writes_the_next_batch_unpublished_and_a_stop_discards_it
     first = stream.latestOffset(start)
     stream.live.prefetch.wait()
     assert sorted(p.name for p in (tmp_path / "wal").iterdir()) == [
-        ".batch-000000000002.wal.tmp", "batch-000000000001.wal"]
+        ".batch-000000000002.wal.tmp", "batch-000000000001.wal", "batch-000000000001.wal.confirms"]
     assert wal.sequences() == [1] and not wal.has(2)
     assert queue_stats(server, "plan") == (0, 700)  # opened ahead, not confirmed
     stream.commit(first)
