@@ -182,3 +182,29 @@ def test_the_source_imports_neither_structlog_nor_the_thrift_codec_until_it_need
              "_source.log.info('first_message')\n"
              "assert 'structlog' in sys.modules\n")
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)
+
+
+def test_an_executors_read_imports_no_pandas(tmp_path):
+    """``read`` builds its Arrow columns from buffers: ``pa.scalar`` or ``pa.array`` import
+    pandas, ~0.5 s of CPU in each Python worker before its first rows (issue 57 point 4)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, time\n"
+             "from kestrel_actors.client import PackedValues\n"
+             "from kestrel_actors.spark_bridge._source import (KestrelPartition, KestrelStreamReader,\n"
+             "    SourceOptions, _PlannedBatch)\n"
+             "from kestrel_actors.spark_bridge._wal import BatchPart, WriteAheadLog\n"
+             f"wal = WriteAheadLog({str(tmp_path)!r})\n"
+             "parts = [BatchPart('s1', 1.5, PackedValues.of([b'a', b'bc'])),\n"
+             "         BatchPart('s1', 2.5, PackedValues.of([b'def']))]\n"
+             "batch = _PlannedBatch(1, parts, wal.write(1, parts))\n"
+             f"reader = KestrelStreamReader(SourceOptions.parse({{'queue': 'q', 'walLocation': {str(tmp_path)!r}}}))\n"
+             "[(server, read_at, where)] = batch.slices(10)\n"
+             "[rows] = reader.read(KestrelPartition(server, 'q', read_at, where))\n"
+             "assert 'pandas' not in sys.modules\n"
+             "table = rows.to_pydict()\n"
+             "assert table['value'] == [b'a', b'bc', b'def'], table\n"
+             "assert table['queue'] == ['q'] * 3 and table['server'] == ['s1'] * 3, table\n"
+             "assert [t.timestamp() for t in table['timestamp']] == [1.5, 1.5, 2.5], table\n")
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)

@@ -21,6 +21,9 @@ def test_python_ceiling_streams_its_rows_and_the_bench_reads_its_figures(spark, 
     # the Spark JVM and the Python workers that ran ``read`` are found and their CPU counted
     assert figures.cpu_us["spark-jvm"] > 0 and figures.cpu_us["python-workers"] > 0
     assert figures.cpu_us["all"] >= figures.cpu_us["spark-jvm"] + figures.cpu_us["python-workers"]
+    # the JVM's JIT compiler threads are counted apart from the rest of the JVM (issue 57.4)
+    assert "spark-jvm-jit" in figures.cpu_us and figures.cpu_us["spark-jvm-jit"] >= 0
+    assert figures.cpu_us["all"] >= figures.cpu_us["spark-jvm"] + figures.cpu_us["spark-jvm-jit"]
 
     rows = (spark.readStream.format("python-ceiling").option("rowsPerBatch", 7)
             .option("rowsPerPartition", 3).option("itemBytes", 5).load()
