@@ -225,7 +225,10 @@ ReadFn = Callable[[int, int, int], bytes]
 """``read(fd, length, offset) -> bytes``, ``os.pread`` by default (a journal may pass one
 that runs on gevent's threadpool)."""
 
-CHUNK_SIZE = 1 << 20
+CHUNK_SIZE = 512 * 1024
+"""Bytes a reader reads at a time: under the server's fixed ``MMAP_THRESHOLD`` (``_malloc``), so
+each chunk reuses heap memory. At 1 MiB every chunk was a fresh mapping, faulted in page by page
+and unmapped again: about a quarter of a page fault per 1 KiB item read behind."""
 NO_LIMIT = 1 << 62
 """No item is this long: a reader given no ``max_item_size`` stops only at the end."""
 
@@ -293,9 +296,9 @@ class RecordReader:
         if self._end - offset < n or self._fd is None:
             return False
         want = max(n, min(self._chunk, self._end - offset))
-        rest = self._buf[i:]
-        data = self._read(self._fd, want - len(rest), offset + len(rest))
-        self._buf = bytes(rest) + data if rest else data
+        # the unread rest of the buffer is read again with the next chunk (the file does not
+        # change before ``end``): joining the two copied the whole chunk once more
+        self._buf = self._read(self._fd, want, offset)
         self._buf_start = offset
         self._i = 0
         return len(self._buf) >= n

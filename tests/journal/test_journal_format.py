@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import tracemalloc
 
 import pytest
@@ -194,3 +195,30 @@ def test_growing_end_clears_a_torn_stop():
 def test_opcode_constants():
     assert (OP_ADD, OP_REMOVE, OP_ADDX, OP_REMOVE_TENTATIVE, OP_SAVE_XID, OP_UNREMOVE, OP_CONFIRM_REMOVE,
             OP_ADD_XID, OP_CONTINUE, OP_REMOVE_TENTATIVE_XID) == tuple(range(10))
+
+
+def test_a_file_is_read_in_chunks_that_malloc_keeps_in_its_heap(tmp_path):
+    """Read-behind and replay read a journal in chunks under the server's fixed mmap threshold:
+    a chunk at or over it was a fresh mapping each time, faulted in page by page (issue 56)."""
+    from kestrel_actors._malloc import MMAP_THRESHOLD
+
+    blob = b"".join(encode_add(Item(bytes([i % 251]) * 1024, i)) + encode_remove() for i in range(3000))
+    path = tmp_path / "q"
+    path.write_bytes(blob)
+    chunks = []
+
+    def read(fd: int, length: int, offset: int) -> bytes:
+        data = os.pread(fd, length, offset)
+        chunks.append(data)
+        return data
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader = RecordReader(fd, read=read)
+        found = list(reader)
+    finally:
+        os.close(fd)
+    assert len(found) == 6000 and reader.problem is None
+    assert [r.item.data for r in found[::2]] == [bytes([i % 251]) * 1024 for i in range(3000)]
+    assert len(chunks) > 1
+    assert all(sys.getsizeof(chunk) < MMAP_THRESHOLD for chunk in chunks)
