@@ -2,7 +2,8 @@
 
 :class:`QueueCore` (Kestrel's ``PersistentQueue``), the :class:`WaitList` of parked fetches,
 :class:`Item`, the :class:`PackedItems` a queue holds its items in, and the :class:`Journal`
-base class a queue writes through (``journal/`` implements it). Both ``journal/`` and ``actors/`` import this room; it imports neither.
+base class a queue writes through (``journal/`` implements it). Both ``journal/`` and
+``actors/`` import this room; it imports neither.
 """
 
 from ._core import QueueCore, QueueLimits, take_head
