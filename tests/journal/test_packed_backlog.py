@@ -75,3 +75,16 @@ def test_read_behind_refills_a_packed_queue_within_max_memory_size(tmp_path):
         assert queue.mem_bytes <= limit + 100 and len(queue.items) * 100 == queue.mem_bytes
     assert out == [data(i) for i in range(ITEMS)] and not queue.journal.in_read_behind
     queue.journal.close()
+
+
+def test_expired_items_leave_a_packed_backlog_from_the_head(tmp_path):
+    config = QueueConfig(max_expire_sweep=ITEMS)
+    queue = queue_on(tmp_path, config)
+    half = ITEMS // 2
+    for index in range(ITEMS):
+        queue.add(data(index), NOW + 1_000 if index < half else 0, NOW)
+    assert chunks(queue) == 3
+    assert queue.peek(NOW + 500).data == data(0)  # not yet
+    assert queue.remove(NOW + 2_000).data == data(half) and queue.expired_items == half
+    assert queue.length == ITEMS - half - 1 and queue.mem_bytes == 100 * queue.length == queue.bytes
+    queue.journal.close()
