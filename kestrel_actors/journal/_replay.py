@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import structlog
 
-from ..queue import Item, next_xid, take_head
+from ..queue import Item, PackedItems, next_xid, take_head
 from ._files import NotRegularFile, delete_temp_files, file_size, file_timestamp, journal_files, open_regular
 from ._format import (
     ADD_OPS,
@@ -64,7 +63,7 @@ PROGRESS_BYTES = 10 * 1024 * 1024
 class ReplayResult:
     """The state of a queue after replaying its journal (before open reads are backed out)."""
 
-    items: deque = field(default_factory=deque)
+    items: PackedItems = field(default_factory=PackedItems)
     """The in-memory items, head first (all of them unless the queue is in read-behind)."""
     open_items: dict = field(default_factory=dict)
     """xid → item still open at the end of the journal."""

@@ -27,6 +27,10 @@ defaults (one request in flight per client) first, then the concurrent and pipel
 variants that are not Kestrel's defaults are labelled "extra". Client and server share the
 machine, so the figures are for the pair, not for the server alone.
 
+After the table (unless ``--only`` leaves them out), ``restart_bench`` and ``memory_bench`` run once
+each (issue 56 points 3 and 4: a restart with a backlog, the resident memory per queued item)
+and add their own tables.
+
 With ``--write FILE`` the table replaces whatever is between ``<!-- bench:start -->`` and
 ``<!-- bench:end -->`` in FILE (the markers are appended if missing; other text is kept).
 Exit code 1 if any run failed a correctness check (and, with ``--strict``, if a goal was
@@ -595,6 +599,43 @@ def render_restart(figures: dict[str, object] | str) -> str:
     return "\n".join(out)
 
 
+MEMORY_ITEMS = 1_000_000
+"""Items of 100 B the memory benchmark holds in one queue (issue 56 point 4); ``--quick``: a tenth."""
+
+
+def _memory_figures(quick: bool) -> dict[str, object] | str:
+    """``memory_bench``'s figures, or why there are none."""
+    command = [sys.executable, "-m", "kestrel_actors.loadtests.memory_bench", "--items", str(MEMORY_ITEMS),
+               *(["--quick"] if quick else [])]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    if proc.returncode != 0:
+        return f"failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def render_memory(figures: dict[str, object] | str) -> str:
+    """The memory benchmark's table (``memory_bench``): resident memory per item held."""
+    out = [
+        "### Memory per queued item",
+        "",
+        ("`python -m kestrel_actors.loadtests.memory_bench`: 100 B items SET into one queue that holds "
+         "them all in memory; the server's VmRSS growth per item (goal: at most 150 B)."),
+        "",
+    ]
+    if isinstance(figures, str):
+        return "\n".join([*out, f"Not measured: {figures}."])
+    out += [
+        "| items | item B | RSS before (MiB) | RSS after (MiB) | RSS B per item |",
+        "|---:|---:|---:|---:|---:|",
+        (f"| {figures['items']:,} | {figures['item_bytes']} | {figures['rss_before_mib']} "
+         f"| {figures['rss_after_mib']} | {figures['rss_bytes_per_item']} |"),
+    ]
+    return "\n".join(out)
+
+
 def splice(text: str, table: str) -> str:
     """Put ``table`` between the markers of ``text`` (appending the markers if missing)."""
     block = f"{START}\n{table}\n{END}"
@@ -645,6 +686,9 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.only or any(word in "restart" for word in opts.only):
         print("restart with a backlog:", flush=True)
         table += "\n\n" + render_restart(_restart_figures(opts.quick))
+    if not opts.only or any(word in "memory" for word in opts.only):
+        print("memory per queued item:", flush=True)
+        table += "\n\n" + render_memory(_memory_figures(opts.quick))
     print()
     print(table)
     if opts.write:

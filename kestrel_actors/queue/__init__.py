@@ -1,11 +1,13 @@
 """The queue's own logic, with no actors and no I/O: what a queue is and the rules it keeps.
 
 :class:`QueueCore` (Kestrel's ``PersistentQueue``), the :class:`WaitList` of parked fetches,
-:class:`Item`, and the :class:`Journal` base class a queue writes through (``journal/``
-implements it). Both ``journal/`` and ``actors/`` import this room; it imports neither.
+:class:`Item`, the :class:`PackedItems` a queue holds its items in, and the :class:`Journal`
+base class a queue writes through (``journal/`` implements it). Both ``journal/`` and
+``actors/`` import this room; it imports neither.
 """
 
 from ._core import QueueCore, QueueLimits, take_head
+from ._items import PackedItems
 from ._journal import Item, Journal
 from ._rules import (
     MAX_NAME_BYTES,
@@ -24,6 +26,7 @@ __all__ = [
     "XID_MAX",
     "Item",
     "Journal",
+    "PackedItems",
     "QueueCore",
     "QueueLimits",
     "WaitList",

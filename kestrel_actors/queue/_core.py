@@ -20,20 +20,17 @@ calling (queue actor) greenlet.
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any, Final, Protocol
 
 from .._malloc import HELD, HeldMemory
 from ..config import QueueConfig
+from ._items import PackedItems
 from ._journal import Item, Journal
 from ._rules import epoch_ms, next_xid
 
 __all__ = ["QueueCore", "QueueLimits", "QueueSamples", "epoch_ms", "take_head"]
 
 _perf_counter: Final = time.perf_counter
-# deque's methods through C statics: ``items.append(item)`` looks the name up on each call
-_append: Final = deque.append
-_popleft: Final = deque.popleft
 
 _NATIVE_INT_MAX: Final = (1 << 62) - 1
 """The largest int compiled code holds unboxed. Kestrel's "no limit" defaults (``LONG_MAX``)
@@ -69,7 +66,7 @@ class QueueSamples(Protocol):
 class HeldItems(Protocol):
     """A queue's items and what they count: a :class:`QueueCore`, or a journal replay's result."""
 
-    items: deque[Item]
+    items: PackedItems
     length: int
     bytes: int
     mem_bytes: int
@@ -126,7 +123,8 @@ class QueueCore:
         self.name = name
         self.config = config
         self.journal = journal
-        self.items: deque[Item] = deque()
+        self.items = PackedItems()
+        """The items in memory, head first, packed (issue 56 point 4)."""
         self.length = 0
         self.bytes = 0
         self.mem_bytes = 0
@@ -188,7 +186,7 @@ class QueueCore:
         journal.add(item)
         size = len(data)
         if not behind:
-            _append(self.items, item)
+            self.items.append(item)
             self.mem_bytes += size
             self.held.moved(size)
         self.length += 1
@@ -244,7 +242,7 @@ class QueueCore:
         journal.add(item)
         size = len(item.data)
         if not behind:
-            _append(self.items, item)
+            self.items.append(item)
             self.mem_bytes += size
             self.held.moved(size)
         self.length += 1
@@ -296,8 +294,8 @@ class QueueCore:
         """Remove expired items at the head, at most ``max_expire_sweep`` (behaviour §5.6)."""
         if not self.length:
             return 0  # nothing to expire: an empty queue (a flood's SET, a blocking read's GET)
-        items = self.items
-        if items and items[0].expiry == 0 and self.limits.max_age is None:
+        head = self.items.head()
+        if head is not None and head.expiry == 0 and self.limits.max_age is None:
             return 0  # the head never expires: the common case, checked once per request
         if limit is None:
             limit = self.config.max_expire_sweep
@@ -338,7 +336,7 @@ class QueueCore:
             self.total_items,
             self.journal.size(),
             self.expired_items,
-            len(self.items),
+            self.items.count,
             self.mem_bytes,
             age,
             self.discarded,
@@ -357,8 +355,8 @@ class QueueCore:
         holds none in memory. Kestrel's ``age`` dates the last item *read*, so a backlog nobody
         reads shows 0 there; this is the figure an operator alerts on. In read-behind the head
         is still in memory; it is not filled here (no journal I/O for a stats answer)."""
-        items = self.items
-        return max(0, now_ms - items[0].add_time) if items else 0
+        head = self.items.head()
+        return 0 if head is None else max(0, now_ms - head.add_time)
 
     def close(self) -> None:
         if not self.closed:
@@ -376,9 +374,9 @@ class QueueCore:
         self._xid = state.xid
 
     def _head(self) -> Item | None:
-        if not self.items and self.length:
+        if not self.items.count and self.length:
             self._fill_read_behind()
-        return self.items[0] if self.items else None
+        return self.items.head()
 
     def _pop_head(self) -> Item | None:
         """The head, removed (``None`` only while read-behind waits for unwritten records).
@@ -386,11 +384,12 @@ class QueueCore:
         :func:`take_head`'s rule, written out on this class: through its ``Protocol`` the
         compiled build reads and writes these fields by name (2,800 instructions a GET).
         """
-        if not self.items:
+        items = self.items
+        if not items.count:
             self._fill_read_behind()
-            if not self.items:
+            if not items.count:
                 return None
-        item = _popleft(self.items)
+        item = items.popleft()
         size = len(item.data)
         self.length -= 1
         self.bytes -= size
@@ -413,7 +412,7 @@ class QueueCore:
             item = journal.read_behind()
             if item is None:
                 break
-            _append(self.items, item)
+            self.items.append(item)
             size = len(item.data)
             self.mem_bytes += size
             self.held.moved(size)

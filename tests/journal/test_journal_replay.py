@@ -47,7 +47,7 @@ def test_kestrel_24_records_replay(tmp_path):
     )
     result = replay_queue(str(tmp_path), "q")
     assert datas(result.items) == [b"four", b"five"]
-    assert result.items[1] == Item(b"five", 5, 99_000)
+    assert list(result.items)[1] == Item(b"five", 5, 99_000)
     assert list(result.open_items) == [3] and result.open_items[3].data == b"three"
     assert result.xid == 3
     assert result.total_items == 5

@@ -90,7 +90,7 @@ def test_an_expired_item_behind_a_live_one_waits_for_the_head():
 def test_max_age_caps_expiry_and_is_recomputed_at_sweep():
     queue = make(max_age=10.0)
     queue.add(b"a", 0, NOW)
-    assert queue.items[0].expiry == NOW + 10_000
+    assert queue.items.head().expiry == NOW + 10_000
     queue = make()
     queue.add(b"b", 0, NOW)
     queue.config = QueueConfig(max_age=1.0)  # reload lowered max_age
