@@ -63,6 +63,7 @@ from ._kestrel import Connection, KeepAlive
 from ._log import lazy_logger
 from ._serverset import follow_members, server_set_members
 from ._wal import BatchPart, Prepared, WalFile, WalSlice, WriteAheadLog, read_slice
+from ._walstore import S3_OPTIONS, WalLocation
 
 try:  # pyspark >= 4.2
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -86,7 +87,8 @@ FIRST_BATCH_ITEMS = 2_000
 # Option names as written in the docs (Spark hands them to us lower-cased or as typed).
 _SOURCE_OPTIONS = ("servers", "serverSet", "queue", "walLocation", "maxItemsPerTrigger", "maxItemsPerBatch",
                    "minPartitions", "itemsPerPartition", "itemsPerConnection", "readAhead",
-                   "keepAliveInterval", "connectTimeout", "ioTimeout", "serverRetryTimeout")
+                   "keepAliveInterval", "connectTimeout", "ioTimeout", "serverRetryTimeout",
+                   *S3_OPTIONS)
 _SINK_OPTIONS = ("servers", "serverSet", "queue", "column", "connectTimeout", "ioTimeout")
 # Spark's own options that reach a sink's options with the user's.
 _SPARK_OPTIONS = ("path", "checkpointLocation")
@@ -116,6 +118,8 @@ class SourceOptions:
     servers: tuple[ServerAddress, ...]
     queue: str
     wal_location: str | None = None
+    wal: WalLocation | None = None
+    """``walLocation`` parsed (its scheme checked) with the ``walS3*`` options."""
     max_items_per_trigger: int | None = None
     max_items_per_batch: int = 50_000
     min_partitions: int = 1
@@ -164,6 +168,8 @@ class SourceOptions:
             servers=() if server_set else value("servers", _servers, "127.0.0.1:22133"),
             queue=queue,
             wal_location=lower.get("wallocation") or None,
+            wal=value("walLocation", lambda text: WalLocation.parse(text, lower), "")
+            if lower.get("wallocation") else None,
             max_items_per_trigger=None if per_trigger is None else value(
                 "maxItemsPerTrigger", _count, per_trigger),
             max_items_per_batch=value("maxItemsPerBatch", _count, str(cls.max_items_per_batch)),
@@ -382,7 +388,7 @@ class _ReaderState:
         keep_alive = KeepAlive(options.keep_alive)
         for connection in _all_connections(sets):
             keep_alive.add(connection)
-        return cls(sets, keep_alive, WriteAheadLog(options.wal_location or ""))
+        return cls(sets, keep_alive, WriteAheadLog(options.wal or options.wal_location or ""))
 
 
 def _all_connections(sets: tuple[_ConnectionSet, ...]) -> Iterator[Connection]:
@@ -701,7 +707,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not live.wal.has(seq):
                 raise RuntimeError(
                     f"kestrel source: micro-batch {seq} is in the query's offset log but not in "
-                    f"walLocation {live.wal.directory}: the checkpoint and its walLocation must "
+                    f"walLocation {live.wal.location.text}: the checkpoint and its walLocation must "
                     f"stay together (was walLocation changed or emptied?)")
             # A restarted query replays its last uncommitted batch, as it was planned.
             batch = _PlannedBatch(seq, *live.wal.read(seq))
@@ -746,7 +752,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("batch_items_returned", queue=queue, seq=seq,
                         items=sum(p.items.count for p in returned))
             if not kept:
-                live.wal.path(seq).unlink(missing_ok=True)
+                live.wal.remove(seq)
                 return None
             batch = _PlannedBatch(seq, kept, live.wal.write(seq, kept))
         live.planned[seq] = batch
@@ -865,7 +871,7 @@ def _pause_for_tests(seq: int, wal: WriteAheadLog) -> None:
     its items not yet confirmed): ``KESTREL_SOURCE_PAUSE_AFTER_WAL=<seq>`` stops there for
     that batch, after touching ``<walLocation>/paused-<seq>``."""
     if os.environ.get(_PAUSE_AFTER_WAL) == str(seq):
-        (wal.directory / f"paused-{seq}").touch()
+        wal.mark(f"paused-{seq}")
         time.sleep(3600)
 
 
