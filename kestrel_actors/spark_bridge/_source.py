@@ -279,7 +279,7 @@ class KestrelDataSource(DataSource):
         if options.wal_location is None:
             return _RefusedReader(OptionError(
                 "kestrel source: option walLocation is required for a streaming read: a "
-                "directory every restart of the query reaches, e.g. "
+                "directory or s3a:// prefix every restart of the query and every executor reaches, e.g. "
                 "option('walLocation', '<checkpointLocation>/kestrel-wal'); each planned "
                 "micro-batch is kept there so a restart replays it instead of reading the "
                 "queue again (exactly once into idempotent sinks)"))

@@ -21,7 +21,7 @@ S3's endpoint and credentials come from the options ``walS3Endpoint``, ``walS3Ac
 ``walS3SecretKey`` and ``walS3Region`` (they travel with the query to the executors), or else
 from the AWS SDK's usual places on each process: ``AWS_ENDPOINT_URL_S3`` or
 ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
-``~/.aws``, an instance profile. (Hadoop's ``spark.hadoop.fs.s3a.*`` settings are not read:
+``AWS_REGION``, ``~/.aws``, an instance profile. (Hadoop's ``spark.hadoop.fs.s3a.*`` settings are not read:
 a Python data source runs in Python workers, which do not see Spark's configuration.)
 """
 
@@ -120,7 +120,7 @@ class WalStore(Protocol):
     def ensure(self) -> None:
         """Make the directory, or check the bucket is there (the planner, at start)."""
 
-    def stage(self, name: str, chunks: list[bytes | memoryview]) -> Staged: ...
+    def stage(self, name: str, chunks: list[bytes | bytearray | memoryview]) -> Staged: ...
 
     def names(self) -> list[str]: ...
 
@@ -179,7 +179,7 @@ class LocalStore:
     def ensure(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
 
-    def stage(self, name: str, chunks: list[bytes | memoryview]) -> Staged:
+    def stage(self, name: str, chunks: list[bytes | bytearray | memoryview]) -> Staged:
         temporary = self.directory / f".{name}.tmp"
         with open(temporary, "wb") as out:
             out.writelines(chunks)
@@ -214,7 +214,7 @@ class LocalStore:
 class _StagedObject:
     store: S3Store
     name: str
-    chunks: list[bytes | memoryview]
+    chunks: list[bytes | bytearray | memoryview]
 
     def publish(self) -> None:
         self.store.put(self.name, self.chunks)
@@ -234,7 +234,8 @@ class S3Store:
         access = location.s3 or S3Access()
         endpoint = access.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") \
             or os.environ.get("AWS_ENDPOINT_URL")
-        settings: dict[str, Any] = {"region": access.region}
+        settings: dict[str, Any] = {"region": access.region or os.environ.get("AWS_REGION")
+                                    or os.environ.get("AWS_DEFAULT_REGION")}
         if endpoint:
             parts = urlsplit(endpoint)
             settings.update(scheme=parts.scheme or "https",
@@ -255,10 +256,10 @@ class S3Store:
                 f"kestrel source: walLocation {self.location.text}: bucket {bucket} does not "
                 f"exist at {self.endpoint} (the source does not create buckets)")
 
-    def stage(self, name: str, chunks: list[bytes | memoryview]) -> Staged:
+    def stage(self, name: str, chunks: list[bytes | bytearray | memoryview]) -> Staged:
         return _StagedObject(self, name, chunks)
 
-    def put(self, name: str, chunks: list[bytes | memoryview]) -> None:
+    def put(self, name: str, chunks: list[bytes | bytearray | memoryview]) -> None:
         """One object written whole: it is visible only once the upload completes."""
         with self.fs.open_output_stream(self._key(name)) as out:
             for chunk in chunks:
