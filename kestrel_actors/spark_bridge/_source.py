@@ -379,6 +379,8 @@ class _ReaderState:
 
     @classmethod
     def start(cls, options: SourceOptions) -> _ReaderState:
+        wal = WriteAheadLog(options.wal or options.wal_location or "")  # first: it may fail
+
         def one_set() -> _ConnectionSet:
             return {str(a): [Connection(a, options.connect_timeout, options.io_timeout)
                              for _ in range(options.connections_per_server)]
@@ -388,7 +390,7 @@ class _ReaderState:
         keep_alive = KeepAlive(options.keep_alive)
         for connection in _all_connections(sets):
             keep_alive.add(connection)
-        return cls(sets, keep_alive, WriteAheadLog(options.wal or options.wal_location or ""))
+        return cls(sets, keep_alive, wal)
 
 
 def _all_connections(sets: tuple[_ConnectionSet, ...]) -> Iterator[Connection]:

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 __all__ = ["S3_OPTIONS", "S3Access", "Staged", "WalLocation", "WalStore", "open_store"]
 
@@ -76,8 +76,13 @@ class WalLocation:
             if given:
                 raise ValueError(f"{text!r} is a local directory, so {', '.join(given)} does "
                                  f"not apply (it is for an s3a:// walLocation)")
-            directory = text[len("file://"):] if text.startswith("file://") else \
-                text.removeprefix("file:")
+            directory = text.removeprefix("file:")
+            if text.startswith("file://"):
+                parts = urlsplit(text)
+                if parts.netloc not in ("", "localhost"):
+                    raise ValueError(f"{text!r} names host {parts.netloc!r}: a file:// "
+                                     f"walLocation is a path on every machine, file:///path")
+                directory = unquote(parts.path)
             if not directory:
                 raise ValueError(f"{text!r} names no directory; give {SUPPORTED}")
             return cls(text, "file", directory)

@@ -230,3 +230,41 @@ def test_a_file_uri_wal_on_a_cluster(server, cluster, tmp_path):
     proc = start_stream(server, cluster, f"file://{wal}", {}, out, checkpoint, log)
     assert drained(server, proc, out, items, log,
                    lambda: wal.is_dir() and not list(wal.glob("batch-*"))) == (0, 0)
+
+
+def test_wal_locations_parse_as_a_cluster_writes_them():
+    """What each ``walLocation`` names (no Spark): local paths and file URIs (Hadoop's
+    ``file:/p`` and ``file://localhost/p`` too) are directories, s3a:// and s3:// are a
+    bucket and prefix; a file URI with another host, a bucket-less S3 URI and ``walS3*``
+    options beside a local location are refused."""
+    from kestrel_actors.spark_bridge._source import OptionError, SourceOptions
+
+    def where(location: str, **extra: str) -> tuple[str, str]:
+        wal = SourceOptions.parse({"queue": "q", "walLocation": location, **extra}).wal
+        assert wal is not None
+        return wal.scheme, wal.root
+
+    assert where("/ckpt/kestrel-wal") == ("file", "/ckpt/kestrel-wal")
+    assert where("file:///ckpt/a%20b") == ("file", "/ckpt/a b")
+    assert where("file://localhost/ckpt/w") == where("file:/ckpt/w") == ("file", "/ckpt/w")
+    assert where("s3a://bkt/ckpt/events/kestrel-wal/") == ("s3", "bkt/ckpt/events/kestrel-wal")
+    assert where("s3://bkt", walS3Endpoint="http://127.0.0.1:9000") == ("s3", "bkt")
+    for location, extra, said in (
+            ("file://nfs1/ckpt", {}, "names host 'nfs1'"),
+            ("s3a:///ckpt", {}, "names no bucket"),
+            ("/ckpt/w", {"walS3Endpoint": "http://x:9000"}, "walS3Endpoint does not apply"),
+            ("s3a://bkt/w", {"walS3Endpoint": "minio:9000"}, "http(s)://host[:port]")):
+        with pytest.raises(OptionError, match="^kestrel source: option walLocation ") as refused:
+            SourceOptions.parse({"queue": "q", "walLocation": location, **extra})
+        assert said in str(refused.value)
+
+
+def test_a_missing_bucket_fails_the_first_plan_naming_it(server, s3):
+    from kestrel_actors.spark_bridge._source import KestrelDataSource
+
+    stream = KestrelDataSource({"servers": f"127.0.0.1:{server.port}", "queue": "nobucket",
+                                "walLocation": "s3a://no-such-bucket/wal",
+                                **s3.options()}).streamReader(None)
+    with pytest.raises(FileNotFoundError, match="bucket no-such-bucket does not exist at "
+                                                 f"{s3.endpoint}"):
+        stream.latestOffset(stream.initialOffset())
