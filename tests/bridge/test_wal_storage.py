@@ -1,7 +1,8 @@
 """The write-ahead log where a cluster keeps its state (issue 57.2): ``walLocation`` takes a
 local path, ``file://`` and an S3 prefix (``s3a://``/``s3://``), and refuses any other scheme
 at ``load()``. The S3 server is moto's (``moto[server]``), started here on loopback; the
-cluster is a standalone master and worker from pyspark's distribution, one for the module.
+cluster is a standalone master and worker from pyspark's distribution, one for the module
+(the ``file://`` run uses the suite's shared local session instead, to spare a driver).
 
 On the cluster the driver plans each batch into S3 and the executors read their slices from
 there (nothing of the log is on a local disk); a driver SIGKILL with a batch planned and not
@@ -221,15 +222,23 @@ def test_driver_sigkill_on_a_cluster_replays_the_batch_from_the_s3_wal(server, s
     no_scheme_directory(REPO, tmp_path)
 
 
-def test_a_file_uri_wal_on_a_cluster(server, cluster, tmp_path):
-    """``file://`` is a local directory (shared by the driver and the worker here)."""
+def test_a_file_uri_wal_in_a_query(server, spark, tmp_path):
+    """``file://`` is a local directory: a query (the shared local session, availableNow,
+    two batches into the parquet sink) plans into it and its Python workers read from it."""
     items = [f"file-{i:05d}".encode() for i in range(2 * PER_BATCH)]
-    load(server, "feed", items)
-    out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"
-    wal = tmp_path / "wal"
-    proc = start_stream(server, cluster, f"file://{wal}", {}, out, checkpoint, log)
-    assert drained(server, proc, out, items, log,
-                   lambda: wal.is_dir() and not list(wal.glob("batch-*"))) == (0, 0)
+    load(server, "fileuri", items)
+    out, wal = tmp_path / "out", tmp_path / "wal"
+    frame = (spark.readStream.format("kestrel").option("servers", f"127.0.0.1:{server.port}")
+             .option("queue", "fileuri").option("walLocation", f"file://{wal}")
+             .option("maxItemsPerBatch", str(PER_BATCH)).load())
+    query = (frame.select("value").writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(600)
+    assert sorted(file_sink_values(out)) == items
+    assert wal.is_dir() and not list(wal.glob("batch-*"))
+    assert queue_stats(server, "fileuri") == (0, 0)
+    no_scheme_directory(REPO, tmp_path)
 
 
 def test_wal_locations_parse_as_a_cluster_writes_them():
@@ -254,7 +263,7 @@ def test_wal_locations_parse_as_a_cluster_writes_them():
             ("s3a:///ckpt", {}, "names no bucket"),
             ("/ckpt/w", {"walS3Endpoint": "http://x:9000"}, "walS3Endpoint does not apply"),
             ("s3a://bkt/w", {"walS3Endpoint": "minio:9000"}, "http(s)://host[:port]")):
-        with pytest.raises(OptionError, match="^kestrel source: option walLocation ") as refused:
+        with pytest.raises(OptionError, match=r"^kestrel source: option walLocation ") as refused:
             SourceOptions.parse({"queue": "q", "walLocation": location, **extra})
         assert said in str(refused.value)
 
@@ -265,6 +274,6 @@ def test_a_missing_bucket_fails_the_first_plan_naming_it(server, s3):
     stream = KestrelDataSource({"servers": f"127.0.0.1:{server.port}", "queue": "nobucket",
                                 "walLocation": "s3a://no-such-bucket/wal",
                                 **s3.options()}).streamReader(None)
-    with pytest.raises(FileNotFoundError, match="bucket no-such-bucket does not exist at "
-                                                 f"{s3.endpoint}"):
+    with pytest.raises(FileNotFoundError) as refused:
         stream.latestOffset(stream.initialOffset())
+    assert f"bucket no-such-bucket does not exist at {s3.endpoint}" in str(refused.value)
