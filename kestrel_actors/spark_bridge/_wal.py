@@ -117,7 +117,8 @@ def read_slice(where: WalSlice) -> PackedValues:
         raise WalCorrupt(
             f"kestrel: micro-batch {where.seq}'s write-ahead file {where.path} is not on this "
             f"executor: walLocation must be storage every executor reaches at the same path "
-            f"(a shared file system), or the batch was already committed") from None
+            f"(a shared file system or an s3a:// prefix), or the batch was already "
+            f"committed") from None
     if len(lengths) != 4 * where.count or len(data) != where.data_size \
             or zlib.crc32(data, zlib.crc32(lengths)) != where.crc:
         raise WalCorrupt(f"kestrel: {where.path} does not hold micro-batch {where.seq}'s items "
