@@ -6,11 +6,11 @@ their queues while the file still holds them. Those items are not lost anywhere:
 gives back a dead connection's open items at the head of the queue (behaviour §5.1, in reverse
 order). So:
 
-* the planner appends one line per part to ``batch-<seq>.wal.confirms`` once that part's
-  confirm is answered (no ``fsync``: a line lost costs a restart one look at the queue, never
-  an item);
+* the planner records each part once its confirm is answered, as an empty file (object)
+  ``batch-<seq>.wal.confirmed-<digest>`` in the write-ahead log's store (no ``fsync``: a record
+  lost costs a restart one look at the queue, never an item);
 * a planner that loads a batch from its file (a restart re-planning or replaying it) takes
-  back, before it opens anything new, each part without a line: if the head of the part's
+  back, before it opens anything new, each part without a record: if the head of the part's
   queue is that part's first or last item, it opens the part's count, and confirms them if
   they are the part's items (in either order), else gives them back; a head that is not the
   part's means its confirm had landed. Then every part is recorded.
@@ -33,24 +33,25 @@ Nothing sets the variable outside the tests; unset, a kill point costs one dicti
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from ..client import KestrelError
 from ._kestrel import Connection
 from ._log import lazy_logger
 from ._wal import BatchPart
+from ._walstore import WalStore
 
 __all__ = ["KILL_AT", "ConfirmRecord", "kill_point", "take_back_returned"]
 
 log = lazy_logger("kestrel_actors.spark_bridge.source")
 
 KILL_AT = "KESTREL_SPARK_KILL_AT"
-_RECORD = re.compile(r"^batch-(\d{12})\.wal\.confirms$")
+_RECORD = re.compile(r"^batch-(\d{12})\.wal\.confirmed-[0-9a-f]+$")
 
 
 def kill_point(point: str, seq: int) -> None:
@@ -62,33 +63,37 @@ def kill_point(point: str, seq: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _key(part: BatchPart) -> str:
-    # read_at round-trips exactly through the file's JSON header
-    return f"{part.server} {part.read_at!r} {part.count}"
+def _digest(part: BatchPart) -> str:
+    """A part's name in the record: its server, where it was read and its count, which
+    round-trip exactly through the batch file's JSON header."""
+    key = f"{part.server} {part.read_at!r} {part.count}"
+    return hashlib.sha1(key.encode()).hexdigest()[:24]
 
 
 class ConfirmRecord:
-    """``<batch file>.confirms``: the parts of one batch whose confirm was answered."""
+    """The parts of batch ``seq`` whose confirm was answered: one empty file (object) per part,
+    ``batch-<seq>.wal.confirmed-<digest of the part>``, beside the batch's file in the
+    write-ahead log's store. A file per part rather than lines appended to one: an object store
+    has no append (ADR 0013 decision 9)."""
 
-    def __init__(self, batch_file: Path) -> None:
-        self.path = batch_file.with_name(batch_file.name + ".confirms")
+    def __init__(self, store: WalStore, seq: int) -> None:
+        self.store = store
+        self.prefix = f"batch-{seq:012d}.wal.confirmed-"
 
     def add(self, part: BatchPart) -> None:
-        with open(self.path, "a") as out:
-            out.write(_key(part) + "\n")
+        self.store.touch(self.prefix + _digest(part))
 
     def confirmed(self) -> set[str]:
-        try:
-            return set(self.path.read_text().splitlines())
-        except FileNotFoundError:
-            return set()
+        """The digests of the parts recorded (see :func:`_digest`)."""
+        return {name[len(self.prefix):] for name in self.store.names()
+                if name.startswith(self.prefix)}
 
     @staticmethod
-    def remove_through(directory: Path, seq: int) -> None:
+    def remove_through(store: WalStore, seq: int) -> None:
         """Forget the records of batches ``<= seq`` (Spark has committed them)."""
-        for name in os.listdir(directory):
+        for name in store.names():
             if (m := _RECORD.match(name)) and int(m.group(1)) <= seq:
-                (directory / name).unlink(missing_ok=True)
+                store.delete(name)
 
 
 def take_back_returned(seq: int, parts: list[BatchPart], record: ConfirmRecord, queue: str,
@@ -99,7 +104,7 @@ def take_back_returned(seq: int, parts: list[BatchPart], record: ConfirmRecord, 
     done = record.confirmed()
     pending: dict[str, list[BatchPart]] = {}
     for part in parts:
-        if _key(part) not in done:
+        if _digest(part) not in done:
             pending.setdefault(part.server, []).append(part)
     for server, its in pending.items():
         connection = connect(server)

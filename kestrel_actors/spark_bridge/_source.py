@@ -63,6 +63,7 @@ from ._log import lazy_logger
 from ._replay import ConfirmRecord, kill_point, take_back_returned
 from ._serverset import follow_members, server_set_members
 from ._wal import BatchPart, Prepared, WalFile, WalSlice, WriteAheadLog, read_slice
+from ._walstore import S3_OPTIONS, WalLocation
 
 try:  # pyspark >= 4.2
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -85,7 +86,8 @@ FIRST_BATCH_ITEMS = 2_000
 # Option names as written in the docs (Spark hands them to us lower-cased or as typed).
 _SOURCE_OPTIONS = ("servers", "serverSet", "queue", "walLocation", "maxItemsPerTrigger", "maxItemsPerBatch",
                    "minPartitions", "itemsPerPartition", "itemsPerConnection", "readAhead",
-                   "keepAliveInterval", "connectTimeout", "ioTimeout", "serverRetryTimeout")
+                   "keepAliveInterval", "connectTimeout", "ioTimeout", "serverRetryTimeout",
+                   *S3_OPTIONS)
 _SINK_OPTIONS = ("servers", "serverSet", "queue", "column", "connectTimeout", "ioTimeout")
 # Spark's own options that reach a sink's options with the user's.
 _SPARK_OPTIONS = ("path", "checkpointLocation")
@@ -115,6 +117,8 @@ class SourceOptions:
     servers: tuple[ServerAddress, ...]
     queue: str
     wal_location: str | None = None
+    wal: WalLocation | None = None
+    """``walLocation`` parsed (its scheme checked) with the ``walS3*`` options."""
     max_items_per_trigger: int | None = None
     max_items_per_batch: int = 50_000
     min_partitions: int = 1
@@ -163,6 +167,8 @@ class SourceOptions:
             servers=() if server_set else value("servers", _servers, "127.0.0.1:22133"),
             queue=queue,
             wal_location=lower.get("wallocation") or None,
+            wal=value("walLocation", lambda text: WalLocation.parse(text, lower), "")
+            if lower.get("wallocation") else None,
             max_items_per_trigger=None if per_trigger is None else value(
                 "maxItemsPerTrigger", _count, per_trigger),
             max_items_per_batch=value("maxItemsPerBatch", _count, str(cls.max_items_per_batch)),
@@ -272,7 +278,7 @@ class KestrelDataSource(DataSource):
         if options.wal_location is None:
             return _RefusedReader(OptionError(
                 "kestrel source: option walLocation is required for a streaming read: a "
-                "directory every restart of the query reaches, e.g. "
+                "directory or s3a:// prefix every restart of the query and every executor reaches, e.g. "
                 "option('walLocation', '<checkpointLocation>/kestrel-wal'); each planned "
                 "micro-batch is kept there so a restart replays it instead of reading the "
                 "queue again (exactly once into idempotent sinks)"))
@@ -372,6 +378,8 @@ class _ReaderState:
 
     @classmethod
     def start(cls, options: SourceOptions) -> _ReaderState:
+        wal = WriteAheadLog(options.wal or options.wal_location or "")  # first: it may fail
+
         def one_set() -> _ConnectionSet:
             return {str(a): [Connection(a, options.connect_timeout, options.io_timeout)
                              for _ in range(options.connections_per_server)]
@@ -381,7 +389,7 @@ class _ReaderState:
         keep_alive = KeepAlive(options.keep_alive)
         for connection in _all_connections(sets):
             keep_alive.add(connection)
-        return cls(sets, keep_alive, WriteAheadLog(options.wal_location or ""))
+        return cls(sets, keep_alive, wal)
 
 
 def _all_connections(sets: tuple[_ConnectionSet, ...]) -> Iterator[Connection]:
@@ -699,7 +707,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not live.wal.has(seq):
                 raise RuntimeError(
                     f"kestrel source: micro-batch {seq} is in the query's offset log but not in "
-                    f"walLocation {live.wal.directory}: the checkpoint and its walLocation must "
+                    f"walLocation {live.wal.location.text}: the checkpoint and its walLocation must "
                     f"stay together (was walLocation changed or emptied?)")
             # A restarted query replays its last uncommitted batch, as it was planned.
             batch = self._from_wal(seq, "batch_replayed_from_wal")
@@ -711,7 +719,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first (:func:`._replay.take_back_returned`), so the queue never delivers them again."""
         live, options = self.live, self.options
         batch = _PlannedBatch(seq, *live.wal.read(seq))
-        take_back_returned(seq, batch.parts, ConfirmRecord(batch.file.path), options.queue,
+        take_back_returned(seq, batch.parts, ConfirmRecord(live.wal.store, seq), options.queue,
                            lambda server: Connection(ServerAddress.parse(server),
                                                      options.connect_timeout, options.io_timeout))
         live.planned[seq] = batch
@@ -731,7 +739,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             opened.discard()
             written = live.wal.write(seq, parts)
         batch = _PlannedBatch(seq, parts, written)
-        record = ConfirmRecord(written.path)
+        record = ConfirmRecord(live.wal.store, seq)
         kill_point("after-wal", seq)
         returned: list[_Held] = []
         for number, part in enumerate(held):
@@ -758,7 +766,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("batch_items_returned", queue=queue, seq=seq,
                         items=sum(p.items.count for p in returned))
             if not kept:
-                live.wal.path(seq).unlink(missing_ok=True)
+                live.wal.remove(seq)
                 return None
             batch = _PlannedBatch(seq, kept, live.wal.write(seq, kept))
         kill_point("after-confirms", seq)
@@ -771,7 +779,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for number in [n for n in live.planned if n <= seq]:
             del live.planned[number]
         live.wal.remove_through(seq)
-        ConfirmRecord.remove_through(live.wal.directory, seq)
+        ConfirmRecord.remove_through(live.wal.store, seq)
 
     def _take_prefetch(self) -> _Opened | None:
         live = self.live

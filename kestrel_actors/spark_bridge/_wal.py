@@ -2,9 +2,10 @@
 
 Kestrel items carry no id that survives a re-delivery, so a batch cannot be read again from
 the queue after a restart. Instead the planner writes each batch it plans to
-``<walLocation>/batch-<seq>.wal`` (durably: a temporary file, ``fsync``, ``rename``, ``fsync``
-of the directory) *before* confirming its items on the servers; a restarted query re-reads a
-planned batch from that file, with the same rows (timestamps included). See
+``<walLocation>/batch-<seq>.wal`` (durably and whole: in a directory a temporary file,
+``fsync``, ``rename``, ``fsync`` of the directory; in an object store one PUT of the whole
+object, :mod:`._walstore`) *before* confirming its items on the servers; a restarted query
+re-reads a planned batch from that file, with the same rows (timestamps included). See
 docs/adr/0013-spark-exactly-once.md.
 
 A file holds::
@@ -14,21 +15,20 @@ A file holds::
 
 The header names the batch's parts: per part the server, its item count and when the items
 were read (``read_at``, seconds since the epoch: the ``timestamp`` column). A file whose
-checksum does not match is refused (a torn file cannot be renamed into place, so that means
-the storage lost data).
+checksum does not match is refused (a torn file is never published, so that means the
+storage lost data).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..client import PackedValues
+from ._walstore import Staged, WalLocation, WalStore, open_store
 
 __all__ = ["BatchPart", "Prepared", "WalCorrupt", "WalFile", "WalSlice", "WriteAheadLog",
            "read_slice"]
@@ -68,16 +68,18 @@ class WalSlice:
     data_at: int
     data_size: int
     crc: int
+    location: WalLocation  # the log's storage, which the executor opens
 
 
 @dataclass(frozen=True)
 class WalFile:
     """A batch's file once written: where its item lengths and its item bytes start."""
 
-    path: Path
+    path: str  # as a user writes it: a local path or an s3:// URI
     seq: int
     lengths_at: int
     data_at: int
+    location: WalLocation
 
     def slice(self, first: int, pieces: list[PackedValues], data_before: int) -> WalSlice:
         """The slice of the batch's items ``first``, ``first + 1``, ... given as ``pieces``
@@ -88,33 +90,35 @@ class WalFile:
             crc = zlib.crc32(piece.lengths, crc)
         for piece in pieces:
             crc = zlib.crc32(piece.data, crc)
-        return WalSlice(str(self.path), self.seq, sum(p.count for p in pieces),
+        return WalSlice(self.path, self.seq, sum(p.count for p in pieces),
                         self.lengths_at + 4 * first, self.data_at + data_before,
-                        sum(len(p.data) for p in pieces), crc)
+                        sum(len(p.data) for p in pieces), crc, self.location)
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A batch written and synced under a temporary name, not yet in the log."""
+    """A batch staged (in a directory: written and synced under a temporary name), not yet
+    in the log."""
 
-    temporary: Path
+    staged: Staged
     file: WalFile
 
     def discard(self) -> None:
-        self.temporary.unlink(missing_ok=True)
+        self.staged.discard()
 
 
 def read_slice(where: WalSlice) -> PackedValues:
     """Read one slice of a write-ahead file (on an executor), checked against its CRC."""
     try:
-        with open(where.path, "rb") as f:
-            lengths = os.pread(f.fileno(), 4 * where.count, where.lengths_at)
-            data = os.pread(f.fileno(), where.data_size, where.data_at)
+        lengths, data = open_store(where.location).read_ranges(
+            _file_name(where.seq), [(where.lengths_at, 4 * where.count),
+                                    (where.data_at, where.data_size)])
     except FileNotFoundError:
         raise WalCorrupt(
             f"kestrel: micro-batch {where.seq}'s write-ahead file {where.path} is not on this "
             f"executor: walLocation must be storage every executor reaches at the same path "
-            f"(a shared file system), or the batch was already committed") from None
+            f"(a shared file system or an s3a:// prefix), or the batch was already "
+            f"committed") from None
     if len(lengths) != 4 * where.count or len(data) != where.data_size \
             or zlib.crc32(data, zlib.crc32(lengths)) != where.crc:
         raise WalCorrupt(f"kestrel: {where.path} does not hold micro-batch {where.seq}'s items "
@@ -123,29 +127,40 @@ def read_slice(where: WalSlice) -> PackedValues:
 
 
 class WriteAheadLog:
-    """The directory of one query's planned batches (``walLocation``)."""
+    """The directory (or object-store prefix) of one query's planned batches
+    (``walLocation``)."""
 
-    def __init__(self, location: str) -> None:
-        self.directory = Path(location.removeprefix("file://").removeprefix("file:"))
-        self.directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, location: str | WalLocation) -> None:
+        self.location = location if isinstance(location, WalLocation) \
+            else WalLocation.parse(location)
+        self.store: WalStore = open_store(self.location)
+        self.store.ensure()
 
-    def path(self, seq: int) -> Path:
-        return self.directory / f"batch-{seq:012d}.wal"
+    def path(self, seq: int) -> str:
+        return self.location.uri(_file_name(seq))
 
     def sequences(self) -> list[int]:
-        return sorted(int(m.group(1)) for name in os.listdir(self.directory)
+        return sorted(int(m.group(1)) for name in self.store.names()
                       if (m := _NAME.match(name)))
 
     def has(self, seq: int) -> bool:
-        return self.path(seq).exists()
+        return self.store.exists(_file_name(seq))
+
+    def remove(self, seq: int) -> None:
+        self.store.delete(_file_name(seq))
+
+    def mark(self, name: str) -> None:
+        """An empty file ``name`` beside the batches (tests wait for it)."""
+        self.store.touch(name)
 
     def write(self, seq: int, parts: list[BatchPart]) -> WalFile:
         """Write batch ``seq`` durably (replacing any file of that number)."""
         return self.publish(self.prepare(seq, parts))
 
     def prepare(self, seq: int, parts: list[BatchPart]) -> Prepared:
-        """Write batch ``seq`` to its temporary file and ``fsync`` it. It is no batch yet:
-        :meth:`has` and :meth:`read` do not see it until :meth:`publish` renames it."""
+        """Stage batch ``seq`` (in a directory: write its temporary file and ``fsync`` it).
+        It is no batch yet: :meth:`has` and :meth:`read` do not see it until :meth:`publish`
+        (a rename, or an object store's PUT)."""
         header = json.dumps({"seq": seq, "parts": [
             {"server": p.server, "count": p.count, "read_at": p.read_at} for p in parts]})
         chunks = [_MAGIC, header.encode(), b"\n", *(p.items.lengths for p in parts),
@@ -154,25 +169,20 @@ class WriteAheadLog:
         for chunk in chunks:
             crc = zlib.crc32(chunk, crc)
         chunks.append(_CRC.pack(crc))
-        final = self.path(seq)
-        temporary = final.with_name(f".{final.name}.tmp")
-        with open(temporary, "wb") as out:
-            out.writelines(chunks)
-            out.flush()
-            os.fsync(out.fileno())
+        staged = self.store.stage(_file_name(seq), chunks)
         lengths_at = len(_MAGIC) + len(chunks[1]) + 1
         data_at = lengths_at + 4 * sum(p.count for p in parts)
-        return Prepared(temporary, WalFile(final, seq, lengths_at, data_at))
+        return Prepared(staged, WalFile(self.path(seq), seq, lengths_at, data_at, self.location))
 
     def publish(self, prepared: Prepared) -> WalFile:
-        """Make a prepared batch durable under its name (rename, ``fsync`` of the directory)."""
-        os.replace(prepared.temporary, prepared.file.path)
-        self._sync_directory()
+        """Make a prepared batch durable and whole under its name (a directory: rename,
+        ``fsync`` of the directory; an object store: one PUT of the whole object)."""
+        prepared.staged.publish()
         return prepared.file
 
     def read(self, seq: int) -> tuple[list[BatchPart], WalFile]:
         path = self.path(seq)
-        data = memoryview(path.read_bytes())
+        data = memoryview(self.store.read(_file_name(seq)))
         if len(data) < len(_MAGIC) + _CRC.size or bytes(data[:len(_MAGIC)]) != _MAGIC:
             raise WalCorrupt(f"kestrel: {path} is not a write-ahead file of this source")
         body, (crc,) = data[:-_CRC.size], _CRC.unpack(data[-_CRC.size:])
@@ -182,7 +192,7 @@ class WriteAheadLog:
         header = json.loads(bytes(body[len(_MAGIC):newline]))
         lengths_at = newline + 1
         data_at = lengths_at + 4 * sum(p["count"] for p in header["parts"])
-        written = WalFile(path, seq, lengths_at, data_at)
+        written = WalFile(path, seq, lengths_at, data_at, self.location)
         parts = []
         for described in header["parts"]:
             lengths = body[lengths_at:lengths_at + 4 * described["count"]]
@@ -197,11 +207,8 @@ class WriteAheadLog:
         """Forget batches ``<= seq`` (Spark has committed them)."""
         for number in self.sequences():
             if number <= seq:
-                self.path(number).unlink(missing_ok=True)
+                self.remove(number)
 
-    def _sync_directory(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+
+def _file_name(seq: int) -> str:
+    return f"batch-{seq:012d}.wal"

@@ -213,7 +213,8 @@ def _stream_main(argv: list[str]) -> None:
     a sink) with ``--checkpoint`` (and its write-ahead log beside it), until killed or
     ``--seconds`` pass. ``--sink``: ``kestrel`` (the queue ``--out``), ``parquet`` (Spark's
     file sink into the directory ``--out``) or ``foreachBatch`` (each batch overwrites
-    ``--out/batch=<id>``: idempotent by batch id)."""
+    ``--out/batch=<id>``: idempotent by batch id). ``--wal`` puts the write-ahead log
+    elsewhere (an ``s3a://`` prefix), ``--option NAME=VALUE`` adds a source option."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--servers", required=True)
     parser.add_argument("--queue", required=True)
@@ -225,6 +226,8 @@ def _stream_main(argv: list[str]) -> None:
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--wal", help="walLocation (default: <checkpoint>/kestrel-wal)")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
 
     from kestrel_actors.spark_bridge import KestrelDataSource, create_spark_session
@@ -236,8 +239,9 @@ def _stream_main(argv: list[str]) -> None:
     spark.dataSource.register(KestrelDataSource)
     source = (spark.readStream.format("kestrel").option("servers", args.servers)
               .option("queue", args.queue).option("maxItemsPerBatch", args.max_items)
-              .option("walLocation", f"{args.checkpoint}/kestrel-wal")
-              .option("itemsPerPartition", max(1, args.max_items // 2)).load())
+              .option("walLocation", args.wal or f"{args.checkpoint}/kestrel-wal")
+              .option("itemsPerPartition", max(1, args.max_items // 2))
+              .options(**dict(o.split("=", 1) for o in args.option)).load())
     slow = source.select("value").mapInArrow(partial(_slow_arrow, args.sleep), "value binary")
     writer = slow.writeStream.option("checkpointLocation", args.checkpoint)
     if args.sink == "kestrel":

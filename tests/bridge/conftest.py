@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,14 @@ def spark():
 @pytest.fixture
 def standalone_cluster(tmp_path):
     """A Spark standalone master and one worker from the installed pyspark, on loopback."""
+    with spark_standalone(tmp_path) as master:
+        yield master
+
+
+@contextlib.contextmanager
+def spark_standalone(tmp_path: Path) -> Iterator[str]:
+    """Start a standalone master and one worker (files under ``tmp_path``); yield the
+    master's URL; stop them. A module-scoped fixture shares one cluster between its tests."""
     import pyspark
 
     from ._spark_jobs import kill_group, listening, spark_env, wait_for

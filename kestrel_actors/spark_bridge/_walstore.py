@@ -1,0 +1,296 @@
+"""Where the ``kestrel`` source's write-ahead log lives (``walLocation``): a local directory
+(a path or ``file://``) or an S3 prefix (``s3a://`` or ``s3://``, through ``pyarrow.fs``).
+
+The log (:mod:`._wal`) needs five things of its storage, and each store gives them:
+
+* **stage, then publish**: a batch's file must appear under its name whole and durable, or
+  not at all, because a restart replays whatever it finds there. A directory stages a
+  temporary file and ``fsync``s it; publishing renames it into place and ``fsync``s the
+  directory. An object store has no rename and no append, so nothing is written until
+  publishing, which is **one PUT of the whole object under its final name**: S3 makes an
+  object visible only once its upload is complete (a single PUT, or a multipart upload's
+  completion), never part of one, and a later read or listing sees it (S3 is strongly
+  consistent). A PUT under an existing name replaces the object whole, as a rename does.
+* ranges of a published file (an executor's slice), the whole file (a replay), whether one
+  exists, the names listed, and deleting one.
+
+An unsupported scheme (``hdfs://``, ``gs://``, ...) is refused when the options are parsed, so
+a query never writes its log into a local directory named after the scheme.
+
+S3's endpoint and credentials come from the options ``walS3Endpoint``, ``walS3AccessKey``,
+``walS3SecretKey`` and ``walS3Region`` (they travel with the query to the executors), or else
+from the AWS SDK's usual places on each process: ``AWS_ENDPOINT_URL_S3`` or
+``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
+``AWS_REGION``, ``~/.aws``, an instance profile. (Hadoop's ``spark.hadoop.fs.s3a.*`` settings are not read:
+a Python data source runs in Python workers, which do not see Spark's configuration.)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["S3_OPTIONS", "S3Access", "Staged", "WalLocation", "WalStore", "open_store"]
+
+SUPPORTED = "a local path, file:///path, or s3a://bucket/prefix (s3:// too)"
+_S3_SCHEMES = ("s3a", "s3")
+# Option names as written in the docs; SourceOptions hands them over lower-cased.
+S3_OPTIONS = ("walS3Endpoint", "walS3AccessKey", "walS3SecretKey", "walS3Region")
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+@dataclass(frozen=True)
+class S3Access:
+    """How to reach an S3-compatible store; a field left None is taken from the AWS SDK's
+    environment variables and files on the process that opens the store."""
+
+    endpoint: str | None = None  # http(s)://host:port
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+    region: str | None = None
+
+
+@dataclass(frozen=True)
+class WalLocation:
+    """``walLocation`` parsed: a local directory, or an S3 bucket and key prefix."""
+
+    text: str  # as the user wrote it, for messages
+    scheme: str  # "file" or "s3"
+    root: str  # the directory, or "bucket/prefix" (no trailing slash)
+    s3: S3Access | None = None
+
+    @classmethod
+    def parse(cls, text: str, options: Mapping[str, str] | None = None) -> WalLocation:
+        """``text`` as a location; ``options`` are the source's options (lower-cased names),
+        of which the ``walS3*`` ones matter. ValueError names what is wrong."""
+        settings = {k.lower(): v for k, v in (options or {}).items()}
+        given = [name for name in S3_OPTIONS if settings.get(name.lower())]
+        scheme = "" if _WINDOWS_DRIVE.match(text) else urlsplit(text).scheme.lower()
+        if scheme in ("", "file"):
+            if given:
+                raise ValueError(f"{text!r} is a local directory, so {', '.join(given)} does "
+                                 f"not apply (it is for an s3a:// walLocation)")
+            directory = text.removeprefix("file:")
+            if text.startswith("file://"):
+                parts = urlsplit(text)
+                if parts.netloc not in ("", "localhost"):
+                    raise ValueError(f"{text!r} names host {parts.netloc!r}: a file:// "
+                                     f"walLocation is a path on every machine, file:///path")
+                directory = unquote(parts.path)
+            if not directory:
+                raise ValueError(f"{text!r} names no directory; give {SUPPORTED}")
+            return cls(text, "file", directory)
+        if scheme in _S3_SCHEMES:
+            parts = urlsplit(text)
+            bucket, prefix = parts.netloc, parts.path.strip("/")
+            if not bucket:
+                raise ValueError(f"{text!r} names no bucket; write s3a://bucket/prefix")
+            endpoint = settings.get("wals3endpoint") or None
+            if endpoint is not None and urlsplit(endpoint).scheme not in ("http", "https"):
+                raise ValueError(f"{text!r}: walS3Endpoint must be http(s)://host[:port], "
+                                 f"got {endpoint!r}")
+            access = S3Access(endpoint, settings.get("wals3accesskey") or None,
+                              settings.get("wals3secretkey") or None,
+                              settings.get("wals3region") or None)
+            return cls(text, "s3", f"{bucket}/{prefix}" if prefix else bucket, access)
+        raise ValueError(f"{text!r}: scheme {scheme!r} is not supported by the write-ahead "
+                         f"log; give {SUPPORTED}")
+
+    def uri(self, name: str) -> str:
+        """Where file ``name`` is, as a user would write it (for messages and slices)."""
+        if self.scheme == "file":
+            return str(Path(self.root) / name)
+        return f"s3://{self.root}/{name}"
+
+
+class Staged(Protocol):
+    """A file written but not yet in the log: :meth:`publish` puts it under its name."""
+
+    def publish(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
+class WalStore(Protocol):
+    """The storage of one write-ahead log; names are file names inside it."""
+
+    location: WalLocation
+
+    def ensure(self) -> None:
+        """Make the directory, or check the bucket is there (the planner, at start)."""
+
+    def stage(self, name: str, chunks: list[bytes | bytearray | memoryview]) -> Staged: ...
+
+    def names(self) -> list[str]: ...
+
+    def exists(self, name: str) -> bool: ...
+
+    def read(self, name: str) -> bytes: ...
+
+    def read_ranges(self, name: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
+        """The bytes at each (offset, size); FileNotFoundError if there is no such file."""
+
+    def delete(self, name: str) -> None:
+        """Remove the file if it is there."""
+
+    def touch(self, name: str) -> None:
+        """An empty file (tests' markers)."""
+
+
+def open_store(location: WalLocation) -> WalStore:
+    """The store of ``location``, one per process and location (executors open it per task)."""
+    return _open(location)
+
+
+@functools.lru_cache(maxsize=8)
+def _open(location: WalLocation) -> WalStore:
+    if location.scheme == "file":
+        return LocalStore(location)
+    return S3Store(location)
+
+
+# -- a local (or shared, mounted) directory ---------------------------------------------------
+
+
+@dataclass
+class _StagedFile:
+    temporary: Path
+    final: Path
+    directory: Path
+
+    def publish(self) -> None:
+        os.replace(self.temporary, self.final)
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def discard(self) -> None:
+        self.temporary.unlink(missing_ok=True)
+
+
+class LocalStore:
+    def __init__(self, location: WalLocation) -> None:
+        self.location = location
+        self.directory = Path(location.root)
+
+    def ensure(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def stage(self, name: str, chunks: list[bytes | bytearray | memoryview]) -> Staged:
+        temporary = self.directory / f".{name}.tmp"
+        with open(temporary, "wb") as out:
+            out.writelines(chunks)
+            out.flush()
+            os.fsync(out.fileno())
+        return _StagedFile(temporary, self.directory / name, self.directory)
+
+    def names(self) -> list[str]:
+        return os.listdir(self.directory)
+
+    def exists(self, name: str) -> bool:
+        return (self.directory / name).exists()
+
+    def read(self, name: str) -> bytes:
+        return (self.directory / name).read_bytes()
+
+    def read_ranges(self, name: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
+        with open(self.directory / name, "rb") as f:
+            return [os.pread(f.fileno(), size, offset) for offset, size in ranges]
+
+    def delete(self, name: str) -> None:
+        (self.directory / name).unlink(missing_ok=True)
+
+    def touch(self, name: str) -> None:
+        (self.directory / name).touch()
+
+
+# -- an S3 prefix ------------------------------------------------------------------------------
+
+
+@dataclass
+class _StagedObject:
+    store: S3Store
+    name: str
+    chunks: list[bytes | bytearray | memoryview]
+
+    def publish(self) -> None:
+        self.store.put(self.name, self.chunks)
+
+    def discard(self) -> None:
+        self.chunks = []  # nothing was written
+
+
+class S3Store:
+    """An S3 prefix through ``pyarrow.fs.S3FileSystem`` (pyarrow is the source's dependency
+    already; its S3 support is in the wheels)."""
+
+    def __init__(self, location: WalLocation) -> None:
+        from pyarrow import fs
+
+        self.location = location
+        access = location.s3 or S3Access()
+        endpoint = access.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") \
+            or os.environ.get("AWS_ENDPOINT_URL")
+        settings: dict[str, Any] = {"region": access.region or os.environ.get("AWS_REGION")
+                                    or os.environ.get("AWS_DEFAULT_REGION")}
+        if endpoint:
+            parts = urlsplit(endpoint)
+            settings.update(scheme=parts.scheme or "https",
+                            endpoint_override=parts.netloc or parts.path)
+        if access.access_key or access.secret_key:
+            settings.update(access_key=access.access_key, secret_key=access.secret_key)
+        self.endpoint = endpoint or "AWS"
+        self.fs = fs.S3FileSystem(**{k: v for k, v in settings.items() if v is not None})
+        self._fs = fs
+
+    def _key(self, name: str) -> str:
+        return f"{self.location.root}/{name}"
+
+    def ensure(self) -> None:
+        bucket = self.location.root.split("/", 1)[0]
+        if self.fs.get_file_info(bucket).type == self._fs.FileType.NotFound:
+            raise FileNotFoundError(
+                f"kestrel source: walLocation {self.location.text}: bucket {bucket} does not "
+                f"exist at {self.endpoint} (the source does not create buckets)")
+
+    def stage(self, name: str, chunks: list[bytes | bytearray | memoryview]) -> Staged:
+        return _StagedObject(self, name, chunks)
+
+    def put(self, name: str, chunks: list[bytes | bytearray | memoryview]) -> None:
+        """One object written whole: it is visible only once the upload completes."""
+        with self.fs.open_output_stream(self._key(name)) as out:
+            for chunk in chunks:
+                out.write(chunk)
+
+    def names(self) -> list[str]:
+        listed = self.fs.get_file_info(self._fs.FileSelector(self.location.root,
+                                                             allow_not_found=True))
+        return [info.base_name for info in listed if info.type == self._fs.FileType.File]
+
+    def exists(self, name: str) -> bool:
+        return bool(self.fs.get_file_info(self._key(name)).type == self._fs.FileType.File)
+
+    def read(self, name: str) -> bytes:
+        with self.fs.open_input_file(self._key(name)) as f:
+            return bytes(f.readall())
+
+    def read_ranges(self, name: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
+        with self.fs.open_input_file(self._key(name)) as f:
+            return [bytes(f.read_at(size, offset)) for offset, size in ranges]
+
+    def delete(self, name: str) -> None:
+        try:
+            self.fs.delete_file(self._key(name))
+        except FileNotFoundError:
+            pass
+
+    def touch(self, name: str) -> None:
+        self.put(name, [])
