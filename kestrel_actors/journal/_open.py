@@ -63,7 +63,8 @@ def _replay(data_dir: str, name: str, config: QueueConfig, read_behind: bool, li
 def _open_replayed(data_dir: str, name: str, config: QueueConfig, state: ReplayResult) -> FileJournal:
     """The journal of a replayed queue, its open reads backed out (see the module docstring)."""
     journal = FileJournal(data_dir, name, config, archived_size=state.archived_size,
-                          max_timestamp=state.max_timestamp, read_behind=state.read_behind)
+                          max_timestamp=state.max_timestamp, read_behind=state.read_behind,
+                          sequence=state.sequence, xid=state.xid)
     for xid in sorted(state.open_items, reverse=True):
         item = state.open_items.pop(xid)
         journal.unremove(xid)
