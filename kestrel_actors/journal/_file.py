@@ -102,7 +102,7 @@ class FileJournal(Journal):
     def __init__(self, data_dir: str, name: str, config: QueueConfig, *, archived_size: int | None = None,
                  max_timestamp: int = 0, read_behind: ReadBehindPosition | None = None,
                  clock: Callable[[], float] = time.monotonic, sequence: AddSequence | None = None,
-                 xid: int = 0) -> None:
+                 xid: int = 0, checkpoint_due: int = CHECKPOINT_BYTES) -> None:
         super().__init__()
         self.data_dir = data_dir
         self.name = name
@@ -129,7 +129,7 @@ class FileJournal(Journal):
         self._sequence = sequence
         """The add records counted since the replay that gave it (None: no checkpoints)."""
         self._xid = xid
-        self._checkpoint_due = CHECKPOINT_BYTES
+        self._checkpoint_due = checkpoint_due
         """Stream position (``writer.appended``) at which the next checkpoint is due."""
         self.checkpoints = 0
         self._pack_job: gevent.Greenlet[..., Any] | None = None
