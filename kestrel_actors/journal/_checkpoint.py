@@ -1,5 +1,5 @@
 """A queue's checkpoint: where its items start in the journal files, so a restart replays only
-what was written after it (behaviour §6.9).
+what was written after it (behaviour §6.8).
 
 A queue is, at any moment, the items an UNREMOVE put back at its head (the *front*, few: they
 are written out whole), then an unbroken run of the queue's add records (ADD and CONTINUE)

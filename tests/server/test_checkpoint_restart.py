@@ -1,4 +1,4 @@
-"""Checkpoints (behaviour §6.9): after a SIGKILL a queue restarts from its checkpoint and replays
+"""Checkpoints (behaviour §6.8): after a SIGKILL a queue restarts from its checkpoint and replays
 only the journal written after it, to exactly the items, in the order, a full replay gives;
 a damaged, stale or half-written checkpoint is a full replay (issue 56, point 3)."""
 
