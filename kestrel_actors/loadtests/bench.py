@@ -585,11 +585,12 @@ def render_restart(figures: dict[str, object] | str) -> str:
         return "\n".join([*out, f"Not measured: {figures}."])
     out += [
         ("| items | journal MiB | ports answer (s) | other queue serves (s) | big queue's first item (s) "
-        "| big queue loaded (s) | journal replayed MiB | RSS MiB (peak) |"),
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| server CPU by then (s) | big queue loaded (s) | journal replayed MiB | RSS MiB (peak) |"),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         (f"| {figures['items']:,} + {figures.get('tail_items', 0):,} | {figures['journal_mib']} "
         f"| {max(float(figures[f'{name}_port_s']) for name in ('memcache', 'text', 'thrift', 'admin')):.2f} "  # type: ignore[arg-type]
-        f"| {figures['other_queue_s']} | {figures['big_first_item_s']} | {figures['big_loaded_s']} "
+        f"| {figures['other_queue_s']} | {figures['big_first_item_s']} | {figures.get('big_first_item_cpu_s', '?')} "
+        f"| {figures['big_loaded_s']} "
         f"| {figures.get('replayed_mib', '?')}{'' if figures.get('from_checkpoint') else ' (no checkpoint)'} "
         f"| {figures['rss_mib']} ({figures['peak_rss_mib']}) |"),
     ]
