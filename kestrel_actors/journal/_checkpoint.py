@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from ..queue import Item
-from ._files import CHECKPOINT_DIR, fsync_dir
+from ._files import CHECKPOINT_DIR, fsync_dir, open_regular
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -169,9 +169,11 @@ def _path(data_dir: str, name: str) -> str:
 def tail_crc(path: str, offset: int) -> int:
     """CRC-32 of the TAIL_BYTES before ``offset`` in ``path`` (fewer at a file's start)."""
     start = max(0, offset - TAIL_BYTES)
-    with open(path, "rb") as f:
-        f.seek(start)
-        return zlib.crc32(f.read(offset - start))
+    fd = open_regular(path)  # never through a symbolic link, never a pipe
+    try:
+        return zlib.crc32(os.pread(fd, offset - start, start))
+    finally:
+        os.close(fd)
 
 
 def write_checkpoint(data_dir: str, ck: Checkpoint) -> None:

@@ -23,6 +23,11 @@ the queue's bytes reach the limit, later items are only counted, and a second cu
 them from the files as the head is consumed. If that cursor has not caught up at the end,
 :attr:`ReplayResult.read_behind` says where the live queue must continue reading.
 
+A queue with a checkpoint that still matches its files (:mod:`._checkpoint`) starts from the
+state it holds and replays only the records after its position; the items before that stay on
+disk, and the read-behind cursor starts at the head the checkpoint names (filling memory only
+as the queue is read). One that does not match is deleted and the whole journal replayed.
+
 Open transactions are left in :attr:`ReplayResult.open_items`; the journal that opens the
 queue backs them out (writing UNREMOVE records) — see :func:`open_file_journal`.
 """
@@ -264,6 +269,8 @@ def _restore(data_dir: str, name: str, files: list[str], ck: Checkpoint, max_mem
              now_ms: int) -> tuple[_Replay, int, int] | None:
     """The queue as ``ck`` left it, ready to replay what follows it: the replay, and the file
     (index in ``files``) and offset to go on from; None if ``ck`` no longer matches the files."""
+    if not ck.files:
+        return None
     found: list[tuple[int, int]] = []
     for filename in files:
         try:
