@@ -166,10 +166,13 @@ def _path(data_dir: str, name: str) -> str:
     return os.path.join(data_dir, CHECKPOINT_DIR, name)
 
 
-def tail_crc(path: str, offset: int) -> int:
-    """CRC-32 of the TAIL_BYTES before ``offset`` in ``path`` (fewer at a file's start)."""
+def tail_crc(source: str | int, offset: int) -> int:
+    """CRC-32 of the TAIL_BYTES before ``offset`` in file ``source`` (a path or an open
+    descriptor; fewer bytes at a file's start)."""
     start = max(0, offset - TAIL_BYTES)
-    fd = open_regular(path)  # never through a symbolic link, never a pipe
+    if isinstance(source, int):
+        return zlib.crc32(os.pread(source, offset - start, start))
+    fd = open_regular(source)  # never through a symbolic link, never a pipe
     try:
         return zlib.crc32(os.pread(fd, offset - start, start))
     finally:

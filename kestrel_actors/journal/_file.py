@@ -133,6 +133,7 @@ class FileJournal(Journal):
         """Stream position (``writer.appended``) at which the next checkpoint is due."""
         self.checkpoints = 0
         self._pack_job: gevent.Greenlet[..., Any] | None = None
+        self._checkpoint_job: gevent.Greenlet[..., Any] | None = None
         self._reader: ReadBehindReader | None = None
         if read_behind is not None:
             self._reader = self._read_behind_from(read_behind)
@@ -205,6 +206,7 @@ class FileJournal(Journal):
         if self.closed:
             return
         self.closed = True
+        self._wait_for_checkpoint()
         self._wait_for_pack()
         self._end_read_behind()
         self._writer.close(sync=True)
@@ -212,6 +214,7 @@ class FileJournal(Journal):
     def erase(self) -> None:
         """Close without syncing and delete every file of the queue."""
         self.closed = True
+        self._wait_for_checkpoint()
         self._wait_for_pack()
         self._end_read_behind()
         self._writer.close(sync=False)
@@ -286,7 +289,7 @@ class FileJournal(Journal):
                 if self.size() > config.max_memory_size:
                     self.rotate(checkpoint=self.size() + self.archived_size > config.max_journal_size)
         if self._writer.appended >= self._checkpoint_due:
-            self.checkpoint(queue)
+            self.checkpoint(queue, wait=False)
 
     def rotation_due(self, queue: Any) -> bool:
         """Whether :meth:`check_rotate` would rewrite or rotate now (or might: a rewrite may
@@ -402,6 +405,7 @@ class FileJournal(Journal):
             log.warning("journal rewrite skipped: the queue is in read-behind", queue=self.name)
             return False
         started = time.perf_counter()
+        self._wait_for_checkpoint()  # it names the files a rewrite replaces
         self._wait_for_pack()
         open_items = sorted(queue.open_reads.items(), reverse=True)
         items = list(queue.items)
@@ -535,6 +539,7 @@ class FileJournal(Journal):
         leave out what they discard; they are made durable before the pack is committed.
         """
         sources = []
+        self._wait_for_checkpoint()  # it names the files a pack replaces
         try:
             for filename in later_files:
                 fd = open_regular(os.path.join(self.data_dir, filename))
@@ -577,14 +582,20 @@ class FileJournal(Journal):
 
     # -- checkpoints (journal/_checkpoint.py) ----------------------------------------------------
 
-    def checkpoint(self, queue: Any) -> bool:
-        """Write the queue's checkpoint for the current end of the journal (blocks the calling
-        greenlet, never the hub). False if none could be written now (logged when it failed)."""
+    def checkpoint(self, queue: Any, wait: bool = True) -> bool:
+        """Write the queue's checkpoint for the current end of the journal. The state is taken
+        now; the fdatasync and the file are written by a greenlet of their own, which ``wait``
+        waits for (blocking the calling greenlet, never the hub). False if none is written
+        (logged when writing failed); without ``wait``, True once one is under way."""
         writer = self._writer
         self._checkpoint_due = writer.appended + CHECKPOINT_BYTES
         sequence = self._sequence
         if sequence is None or self.closed or (self._pack_job is not None and not self._pack_job.dead):
             return False
+        if self._checkpoint_job is not None and not self._checkpoint_job.dead:
+            if not wait:
+                return False  # the one under way covers nearly as much
+            self._checkpoint_job.join()
         items = queue.items
         if len(items) < sequence.front:
             return False
@@ -598,23 +609,40 @@ class FileJournal(Journal):
             queue=self.name, files=[], tail_crc=0, head_offset=mark[2], head_skip=sequence.consumed - mark[0],
             length=queue_length(queue), bytes=queue.bytes, xid=self._xid, added=sequence.added,
             consumed=sequence.consumed, front=front, open_items=open_items, marks=[])
-        offset = self.size()
-        head_file = mark[1]
-        with writer.exclusive():
+        job = gevent.spawn(self._write_checkpoint, state, mark[1], self.size(), later, self.rotations,
+                           self.rewrites)
+        self._checkpoint_job = job
+        return bool(job.get()) if wait else True
+
+    def _write_checkpoint(self, state: Checkpoint, head_file: str, offset: int, later: list[list[Any]],
+                          rotations: int, rewrites: int) -> bool:
+        """Make the records up to ``offset`` durable and write ``state`` (a greenlet of its own:
+        the queue goes on meanwhile)."""
+        writer = self._writer
+        with writer.exclusive():  # the records up to ``offset`` reach the file
             if writer.error is not None or writer.unwritten:
                 return False
-            try:
-                writer.sync_now()
-            except OSError:
-                return False
+        if self.closed or self.rotations != rotations or self.rewrites != rewrites:
+            return False  # the files moved (a rotation writes a checkpoint of its own)
         try:
-            written = run_blocking(_write_checkpoint, self.data_dir, state, head_file, offset, later)
+            fd = open_regular(self.path)  # the file of ``offset``: nothing ran since the check
+        except OSError:
+            return False
+        try:
+            written: bool = run_blocking(_write_checkpoint, self.data_dir, state, head_file, offset, later, fd)
         except OSError as exc:
             log.warning("cannot write the queue's checkpoint", queue=self.name, error=str(exc))
             return False
+        finally:
+            os.close(fd)
         if written:
             self.checkpoints += 1
         return written
+
+    def _wait_for_checkpoint(self) -> None:
+        job = self._checkpoint_job
+        if job is not None:
+            job.join()
 
     def _wait_for_pack(self) -> None:
         # a finishing pack may start the next one (the reader moved on meanwhile): wait for
@@ -626,24 +654,32 @@ class FileJournal(Journal):
 
 
 def _write_checkpoint(data_dir: str, state: Checkpoint, head_file: str, offset: int,
-                      later_marks: list[list[Any]]) -> bool:
-    """Name the files from ``head_file`` to the current one in ``state``, and its marks after
-    the head's (``[index, file name, offset]``) by file number; write it (blocking)."""
+                      later_marks: list[list[Any]], fd: int) -> bool:
+    """fdatasync the current file (``fd``, which a rotation may rename meanwhile: it is named by
+    inode), name the files from ``head_file`` to it in ``state`` and its marks after the head's
+    (``[index, file name, offset]``) by file number, and write it (blocking)."""
     name = state.queue
+    os.fdatasync(fd)  # the records up to ``offset`` are durable before a checkpoint names them
+    current = os.fstat(fd).st_ino
     archives = archived_files(data_dir, name)
     if head_file == name:
-        chain = [name]
+        names: list[str] = []
     elif head_file in archives:
-        chain = [*archives[archives.index(head_file):], name]
+        names = archives[archives.index(head_file):]
     else:
         return False  # packed meanwhile
     files = []
-    for number, filename in enumerate(chain):
+    for filename in names:
         st = os.stat(os.path.join(data_dir, filename))
-        files.append(CheckpointFile(filename, st.st_ino, offset if number == len(chain) - 1 else st.st_size))
+        if st.st_ino == current:
+            break  # the current file, rotated meanwhile
+        files.append(CheckpointFile(filename, st.st_ino, st.st_size))
+    files.append(CheckpointFile(name, current, offset))
+    number = {f.name: i for i, f in enumerate(files)}
+    number[name] = len(files) - 1  # marks name the current file as it was named then
     state.files = files
-    state.marks = [[index, chain.index(filename), mark_offset] for index, filename, mark_offset in later_marks
-                   if filename in chain]
-    state.tail_crc = tail_crc(os.path.join(data_dir, name), offset)
+    state.marks = [[index, number[filename], mark_offset] for index, filename, mark_offset in later_marks
+                   if filename in number]
+    state.tail_crc = tail_crc(fd, offset)
     write_checkpoint(data_dir, state)
     return True
