@@ -134,6 +134,9 @@ class FileJournal(Journal):
         self.checkpoints = 0
         self._pack_job: gevent.Greenlet[..., Any] | None = None
         self._checkpoint_job: gevent.Greenlet[..., Any] | None = None
+        self._checkpoint_again: Any = None
+        """The queue whose checkpoint was due while one was being written (a rotation's must
+        not be skipped: the next one may be 4 MiB away)."""
         self._reader: ReadBehindReader | None = None
         if read_behind is not None:
             self._reader = self._read_behind_from(read_behind)
@@ -594,8 +597,9 @@ class FileJournal(Journal):
             return False
         if self._checkpoint_job is not None and not self._checkpoint_job.dead:
             if not wait:
-                return False  # the one under way covers nearly as much
-            self._checkpoint_job.join()
+                self._checkpoint_again = queue  # written once the one under way is
+                return False
+            self._wait_for_checkpoint()  # one at a time: they share the temporary file
         items = queue.items
         if len(items) < sequence.front:
             return False
@@ -618,6 +622,16 @@ class FileJournal(Journal):
                           rotations: int, rewrites: int) -> bool:
         """Make the records up to ``offset`` durable and write ``state`` (a greenlet of its own:
         the queue goes on meanwhile)."""
+        try:
+            return self._checkpoint_written(state, head_file, offset, later, rotations, rewrites)
+        finally:
+            queue, self._checkpoint_again = self._checkpoint_again, None
+            if queue is not None and not self.closed:
+                self._checkpoint_job = None
+                self.checkpoint(queue, wait=False)
+
+    def _checkpoint_written(self, state: Checkpoint, head_file: str, offset: int, later: list[list[Any]],
+                            rotations: int, rewrites: int) -> bool:
         writer = self._writer
         with writer.exclusive():  # the records up to ``offset`` reach the file
             if writer.error is not None or writer.unwritten:
@@ -640,8 +654,8 @@ class FileJournal(Journal):
         return written
 
     def _wait_for_checkpoint(self) -> None:
-        job = self._checkpoint_job
-        if job is not None:
+        # one finishing may start the next (one was due meanwhile): wait for that too
+        while (job := self._checkpoint_job) is not None and not job.dead:
             job.join()
 
     def _wait_for_pack(self) -> None:

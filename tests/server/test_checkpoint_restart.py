@@ -4,13 +4,25 @@ a damaged, stale or half-written checkpoint is a full replay (issue 56, point 3)
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import socket
 import time
 
 from kestrel_actors.journal import Item, encode_add
 
-from ..helpers import Pipeline, ServerProcess, assert_numbered, drain_pipelined, number_of, numbered, stat, write_config
+from ..helpers import (
+    Pipeline,
+    ServerProcess,
+    assert_numbered,
+    drain_pipelined,
+    number_of,
+    numbered,
+    stat,
+    wait_for,
+    write_config,
+)
 
 CONFIG = '[queues.q]\nmax_memory_size = "64KiB"\n'
 """Rotations (and so checkpoints) every 64 KiB of journal, and read-behind past 64 KiB."""
@@ -44,6 +56,16 @@ def _drain(server: ServerProcess) -> list[bytes]:
     values = pipe.get_all("q", count + 1)
     pipe.close()
     return [value for value in values if value is not None]
+
+
+def _checkpoint_of_current_file(data_dir, queue: str) -> bool:
+    """Whether the queue's checkpoint names its current file (the one of its last rotation is
+    written by a greenlet of its own, after the answers: a test waits for it before a SIGKILL)."""
+    try:
+        state = json.loads((data_dir / ".checkpoint" / queue).read_bytes().split(b"\n")[1])
+        return state["files"][-1][1] == os.stat(data_dir / queue).st_ino
+    except (OSError, ValueError, IndexError, KeyError):
+        return False
 
 
 def _replays(server: ServerProcess, queue: str) -> list[dict]:
@@ -103,7 +125,7 @@ def test_restart_from_checkpoint_gives_what_a_full_replay_gives(tmp_path):
     server = ServerProcess(data_dir, ("--config", config)).start()
     try:
         held = _workload(server, lambda: None)
-        assert (data_dir / ".checkpoint" / "q").exists()
+        assert wait_for(lambda: _checkpoint_of_current_file(data_dir, "q"), timeout=60)
         server.kill()
     finally:
         server.stop()
@@ -123,7 +145,8 @@ def test_an_older_checkpoint_replays_the_rotations_after_it(tmp_path):
     saved = tmp_path / "older-checkpoint"
     server = ServerProcess(data_dir, ("--config", config)).start()
     try:
-        held = _workload(server, lambda: shutil.copy(data_dir / ".checkpoint" / "q", saved))
+        held = _workload(server, lambda: wait_for((data_dir / ".checkpoint" / "q").exists, timeout=60)
+                         and shutil.copy(data_dir / ".checkpoint" / "q", saved))
         server.kill()
     finally:
         server.stop()
@@ -196,7 +219,8 @@ def test_a_big_backlog_serves_its_head_after_replaying_only_the_tail(tmp_path):
         data = numbered(BIG, 100)
         assert _ask(sock, b"set big 0 0 %d\r\n%s\r\n" % (len(data), data)) == b"STORED\r\n"
         sock.close()
-        assert (data_dir / ".checkpoint" / "big").exists()
+        # written by a greenlet of its own after the rotation, not before the answer
+        assert wait_for(lambda: _checkpoint_of_current_file(data_dir, "big"), timeout=60)
         server.kill()
         server.start(timeout=120, loaded=False)
         sock = _line(server.port)
