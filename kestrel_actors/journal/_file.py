@@ -292,7 +292,10 @@ class FileJournal(Journal):
                 if self.size() > config.max_memory_size:
                     self.rotate(checkpoint=self.size() + self.archived_size > config.max_journal_size)
         if self._writer.appended >= self._checkpoint_due:
-            self.checkpoint(queue, wait=False)
+            # a rotation's (and the first after a long replay) is waited for, as the rotation's
+            # fsync is: under a stream of requests one left to its own greenlet may lag for
+            # seconds; the one every 4 MiB is not
+            self.checkpoint(queue, wait=self._checkpoint_due == 0)
 
     def rotation_due(self, queue: Any) -> bool:
         """Whether :meth:`check_rotate` would rewrite or rotate now (or might: a rewrite may
