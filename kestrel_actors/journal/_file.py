@@ -21,6 +21,7 @@ files replay to the same queue.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from greenlet import getcurrent
 
 from ..config import QueueConfig
 from ..queue import Item, Journal, QueueCore, QueueLimits
+from ._checkpoint import AddSequence, Checkpoint, CheckpointFile, remove_checkpoint, tail_crc, write_checkpoint
 from ._failures import FailureLog
 from ._files import (
     archived_files,
@@ -56,6 +58,10 @@ from ._writer import JournalWriter, SyncStats, run_blocking
 __all__ = ["FileJournal"]
 
 log = structlog.get_logger("kestrel_actors.journal")
+
+CHECKPOINT_BYTES = 4 * 1024 * 1024
+"""Journal bytes written between two checkpoints (beside one at each rotation): what a restart
+replays at most (about 35,000 records of 100 B)."""
 
 MAINTENANCE_RETRY = 1.0
 """Seconds a queue waits after a failed rotation or rewrite before it tries again (each try
@@ -96,7 +102,8 @@ class FileJournal(Journal):
 
     def __init__(self, data_dir: str, name: str, config: QueueConfig, *, archived_size: int | None = None,
                  max_timestamp: int = 0, read_behind: ReadBehindPosition | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, sequence: AddSequence | None = None,
+                 xid: int = 0, checkpoint_due: int = CHECKPOINT_BYTES) -> None:
         super().__init__()
         self.data_dir = data_dir
         self.name = name
@@ -120,7 +127,17 @@ class FileJournal(Journal):
         self.rewrite_failures = FailureLog(name, "rewrite")
         self.pack_failures = FailureLog(name, "pack")
         self._checkpoint = False
+        self._sequence = sequence
+        """The add records counted since the replay that gave it (None: no checkpoints)."""
+        self._xid = xid
+        self._checkpoint_due = checkpoint_due
+        """Stream position (``writer.appended``) at which the next checkpoint is due."""
+        self.checkpoints = 0
         self._pack_job: gevent.Greenlet[..., Any] | None = None
+        self._checkpoint_job: gevent.Greenlet[..., Any] | None = None
+        self._checkpoint_again: Any = None
+        """The queue whose checkpoint was due while one was being written (a rotation's must
+        not be skipped: the next one may be 4 MiB away)."""
         self._reader: ReadBehindReader | None = None
         if read_behind is not None:
             self._reader = self._read_behind_from(read_behind)
@@ -143,15 +160,25 @@ class FileJournal(Journal):
     # -- the Journal base class -------------------------------------------------------------
 
     def add(self, item: Item) -> None:
+        sequence = self._sequence
+        if sequence is not None:
+            sequence.add(self.name, self.size())
         self._writer.append_record(self._adds.header(item), item.data)
 
     def remove(self) -> None:
+        if self._sequence is not None:
+            self._sequence.pop()
         self._writer.append(REMOVE_RECORD)
 
     def remove_tentative(self, xid: int) -> None:
+        if self._sequence is not None:
+            self._sequence.pop()
+        self._xid = xid
         self._writer.append(encode_remove_tentative(xid))
 
     def unremove(self, xid: int) -> None:
+        if self._sequence is not None:
+            self._sequence.front += 1
         self._writer.append(encode_unremove(xid))
 
     def confirm_remove(self, xid: int) -> None:
@@ -183,6 +210,7 @@ class FileJournal(Journal):
         if self.closed:
             return
         self.closed = True
+        self._wait_for_checkpoint()
         self._wait_for_pack()
         self._end_read_behind()
         self._writer.close(sync=True)
@@ -190,9 +218,11 @@ class FileJournal(Journal):
     def erase(self) -> None:
         """Close without syncing and delete every file of the queue."""
         self.closed = True
+        self._wait_for_checkpoint()
         self._wait_for_pack()
         self._end_read_behind()
         self._writer.close(sync=False)
+        remove_checkpoint(self.data_dir, self.name)
         erase_files(self.data_dir, self.name)
         log.debug("journal erased", queue=self.name)
 
@@ -262,6 +292,11 @@ class FileJournal(Journal):
                     self.rewrite(queue)
                 if self.size() > config.max_memory_size:
                     self.rotate(checkpoint=self.size() + self.archived_size > config.max_journal_size)
+        if self._writer.appended >= self._checkpoint_due:
+            # a rotation's (and the first after a long replay) is waited for, as the rotation's
+            # fsync is: under a stream of requests one left to its own greenlet may lag for
+            # seconds; the one every 4 MiB is not
+            self.checkpoint(queue, wait=self._checkpoint_due == 0)
 
     def rotation_due(self, queue: Any) -> bool:
         """Whether :meth:`check_rotate` would rewrite or rotate now (or might: a rewrite may
@@ -282,7 +317,7 @@ class FileJournal(Journal):
             limits = _limits_of(queue, self.config)
             length = queue_length(queue)
         size = self.size()
-        return not (
+        return self._writer.appended >= self._checkpoint_due or not (
             size + self.archived_size <= limits.max_journal_size
             and size <= limits.max_memory_size
             and (length or size < limits.default_journal_size)
@@ -346,6 +381,9 @@ class FileJournal(Journal):
         self._timed("journal_rotation_usec", started)
         if self._reader is not None:
             self._reader.file_finished(rotated, old_size)
+        if self._sequence is not None:
+            self._sequence.renamed(self.name, rotated)
+            self._checkpoint_due = 0  # one at each rotation: check_rotate writes it
         if checkpoint and not self._checkpoint:
             self._checkpoint = True
         log.info("rotated journal", queue=self.name, file=rotated, bytes=old_size,
@@ -374,6 +412,7 @@ class FileJournal(Journal):
             log.warning("journal rewrite skipped: the queue is in read-behind", queue=self.name)
             return False
         started = time.perf_counter()
+        self._wait_for_checkpoint()  # it names the files a rewrite replaces
         self._wait_for_pack()
         open_items = sorted(queue.open_reads.items(), reverse=True)
         items = list(queue.items)
@@ -396,6 +435,7 @@ class FileJournal(Journal):
                 try:
                     temp_path = os.path.join(data_dir, unique_file(data_dir, self.name, "~~"))
                     size = run_blocking(write_snapshot, temp_path, open_items, items)
+                    run_blocking(remove_checkpoint, data_dir, self.name)  # it names the files replaced
                     os.replace(temp_path, rotated_path + ".pack")  # the commit point
                 except BaseException:
                     os.replace(rotated_path, self.path)  # keep the old files
@@ -416,6 +456,12 @@ class FileJournal(Journal):
             writer.switch_file(self.path)
             if writer.unwritten:
                 writer.discard_unwritten()  # the snapshot holds what they say, and is durable
+            if after_commit is None and self._sequence is not None:
+                # the snapshot is <name>: each open item an add taken at once, then the items
+                self._sequence = AddSequence(added=len(open_items) + len(items), consumed=len(open_items))
+                self._sequence.marks.append([0, self.name, 0])
+            else:
+                self._sequence = None  # where the snapshot ended up is not known: no checkpoints
         self._max_ts = file_timestamp(rotated, self.name) or self._max_ts
         self._update_archived_size()
         self.rewrites += 1
@@ -500,6 +546,7 @@ class FileJournal(Journal):
         leave out what they discard; they are made durable before the pack is committed.
         """
         sources = []
+        self._wait_for_checkpoint()  # it names the files a pack replaces
         try:
             for filename in later_files:
                 fd = open_regular(os.path.join(self.data_dir, filename))
@@ -515,6 +562,7 @@ class FileJournal(Journal):
                     self._writer.sync_now()
                 run_blocking(commit_pack, self.data_dir, self.name, temp, upto)
                 self.packs += 1
+                self._forget_packed(upto)
         except Exception as exc:  # noqa: BLE001 - a failed pack leaves the files as they were
             self.pack_failures.failed(exc, upto=upto)  # the next checkpoint tries again
         else:
@@ -527,6 +575,93 @@ class FileJournal(Journal):
             self._pack_job = None  # the reader moved on meanwhile: pack what it left behind now
             self.reader_moved(self._reader.filename)
 
+    def _forget_packed(self, upto: str) -> None:
+        """Drop the marks in the archives a pack replaced (their offsets changed): no checkpoint
+        is written while the head is still in them."""
+        sequence = self._sequence
+        if sequence is None:
+            return
+        limit = file_timestamp(upto, self.name) or 0
+        kept = [mark for mark in sequence.marks
+                if mark[1] == self.name or (file_timestamp(mark[1], self.name) or 0) > limit]
+        sequence.marks.clear()
+        sequence.marks.extend(kept)
+
+    # -- checkpoints (journal/_checkpoint.py) ----------------------------------------------------
+
+    def checkpoint(self, queue: Any, wait: bool = True) -> bool:
+        """Write the queue's checkpoint for the current end of the journal. The state is taken
+        now; the fdatasync and the file are written by a greenlet of their own, which ``wait``
+        waits for (blocking the calling greenlet, never the hub). False if none is written
+        (logged when writing failed); without ``wait``, True once one is under way."""
+        writer = self._writer
+        self._checkpoint_due = writer.appended + CHECKPOINT_BYTES
+        sequence = self._sequence
+        if sequence is None or self.closed or (self._pack_job is not None and not self._pack_job.dead):
+            return False
+        if self._checkpoint_job is not None and not self._checkpoint_job.dead:
+            if not wait:
+                self._checkpoint_again = queue  # written once the one under way is
+                return False
+            self._wait_for_checkpoint()  # one at a time: they share the temporary file
+        items = queue.items
+        if len(items) < sequence.front:
+            return False
+        mark = sequence.head_mark()
+        if mark is None:
+            return False  # the head is in a packed archive
+        front = list(itertools.islice(items, sequence.front))
+        open_items = {xid: Item(item.data, item.add_time, item.expiry, xid) for xid, item in queue.open_reads.items()}
+        later = [list(m) for m in sequence.marks if m[0] > mark[0]]
+        state = Checkpoint(
+            queue=self.name, files=[], tail_crc=0, head_offset=mark[2], head_skip=sequence.consumed - mark[0],
+            length=queue_length(queue), bytes=queue.bytes, xid=self._xid, added=sequence.added,
+            consumed=sequence.consumed, front=front, open_items=open_items, marks=[])
+        job = gevent.spawn(self._write_checkpoint, state, mark[1], self.size(), later, self.rotations,
+                           self.rewrites)
+        self._checkpoint_job = job
+        return bool(job.get()) if wait else True
+
+    def _write_checkpoint(self, state: Checkpoint, head_file: str, offset: int, later: list[list[Any]],
+                          rotations: int, rewrites: int) -> bool:
+        """Make the records up to ``offset`` durable and write ``state`` (a greenlet of its own:
+        the queue goes on meanwhile)."""
+        try:
+            return self._checkpoint_written(state, head_file, offset, later, rotations, rewrites)
+        finally:
+            queue, self._checkpoint_again = self._checkpoint_again, None
+            if queue is not None and not self.closed:
+                self._checkpoint_job = None
+                self.checkpoint(queue, wait=False)
+
+    def _checkpoint_written(self, state: Checkpoint, head_file: str, offset: int, later: list[list[Any]],
+                            rotations: int, rewrites: int) -> bool:
+        writer = self._writer
+        with writer.exclusive():  # the records up to ``offset`` reach the file
+            if writer.error is not None or writer.unwritten:
+                return False
+        if self.closed or self.rotations != rotations or self.rewrites != rewrites:
+            return False  # the files moved (a rotation writes a checkpoint of its own)
+        try:
+            fd = open_regular(self.path)  # the file of ``offset``: nothing ran since the check
+        except OSError:
+            return False
+        try:
+            written: bool = run_blocking(_write_checkpoint, self.data_dir, state, head_file, offset, later, fd)
+        except OSError as exc:
+            log.warning("cannot write the queue's checkpoint", queue=self.name, error=str(exc))
+            return False
+        finally:
+            os.close(fd)
+        if written:
+            self.checkpoints += 1
+        return written
+
+    def _wait_for_checkpoint(self) -> None:
+        # one finishing may start the next (one was due meanwhile): wait for that too
+        while (job := self._checkpoint_job) is not None and not job.dead:
+            job.join()
+
     def _wait_for_pack(self) -> None:
         # a finishing pack may start the next one (the reader moved on meanwhile): wait for
         # that too, or a rewrite or a close would run beside it
@@ -534,3 +669,35 @@ class FileJournal(Journal):
             job.join()
             if self._pack_job is job:
                 self._pack_job = None
+
+
+def _write_checkpoint(data_dir: str, state: Checkpoint, head_file: str, offset: int,
+                      later_marks: list[list[Any]], fd: int) -> bool:
+    """fdatasync the current file (``fd``, which a rotation may rename meanwhile: it is named by
+    inode), name the files from ``head_file`` to it in ``state`` and its marks after the head's
+    (``[index, file name, offset]``) by file number, and write it (blocking)."""
+    name = state.queue
+    os.fdatasync(fd)  # the records up to ``offset`` are durable before a checkpoint names them
+    current = os.fstat(fd).st_ino
+    archives = archived_files(data_dir, name)
+    if head_file == name:
+        names: list[str] = []
+    elif head_file in archives:
+        names = archives[archives.index(head_file):]
+    else:
+        return False  # packed meanwhile
+    files = []
+    for filename in names:
+        st = os.stat(os.path.join(data_dir, filename))
+        if st.st_ino == current:
+            break  # the current file, rotated meanwhile
+        files.append(CheckpointFile(filename, st.st_ino, st.st_size))
+    files.append(CheckpointFile(name, current, offset))
+    number = {f.name: i for i, f in enumerate(files)}
+    number[name] = len(files) - 1  # marks name the current file as it was named then
+    state.files = files
+    state.marks = [[index, number[filename], mark_offset] for index, filename, mark_offset in later_marks
+                   if filename in number]
+    state.tail_crc = tail_crc(fd, offset)
+    write_checkpoint(data_dir, state)
+    return True

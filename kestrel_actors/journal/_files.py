@@ -51,6 +51,8 @@ __all__ = [
 log = structlog.get_logger("kestrel_actors.journal")
 
 TEMP_MARK = "~~"
+CHECKPOINT_DIR = ".checkpoint"
+"""Where each queue's checkpoint is kept (journal/_checkpoint.py)."""
 PACK_SUFFIX = ".pack"
 
 _warned: set[str] = set()
@@ -291,9 +293,11 @@ def delete_temp_files(data_dir: str, name: str, listing: list[str] | None = None
 
 
 def erase_files(data_dir: str, name: str) -> None:
-    """Delete every file of queue ``name``: current, archives, packs and temporaries (not strays)."""
+    """Delete every file of queue ``name``: current, archives, packs, temporaries and its
+    checkpoint (not strays)."""
     doomed = [name] + [filename for _ts, _pack, filename in _timed_files(data_dir, name)]
     doomed += [f for f in _listdir(data_dir) if f.startswith(name + TEMP_MARK)]
+    doomed += [os.path.join(CHECKPOINT_DIR, name)]
     for filename in doomed:
         try:
             os.unlink(os.path.join(data_dir, filename))

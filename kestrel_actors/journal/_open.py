@@ -17,7 +17,7 @@ import functools
 
 from ..config import QueueConfig
 from ..queue import QueueCore
-from ._file import FileJournal
+from ._file import CHECKPOINT_BYTES, FileJournal
 from ._files import erase_files, files_by_queue, total_size
 from ._memory import MemoryJournal
 from ._replay import ReplayResult, replay_queue
@@ -63,7 +63,10 @@ def _replay(data_dir: str, name: str, config: QueueConfig, read_behind: bool, li
 def _open_replayed(data_dir: str, name: str, config: QueueConfig, state: ReplayResult) -> FileJournal:
     """The journal of a replayed queue, its open reads backed out (see the module docstring)."""
     journal = FileJournal(data_dir, name, config, archived_size=state.archived_size,
-                          max_timestamp=state.max_timestamp, read_behind=state.read_behind)
+                          max_timestamp=state.max_timestamp, read_behind=state.read_behind,
+                          sequence=state.sequence, xid=state.xid,
+                          # a long replay is not repeated: the first change writes a checkpoint
+                          checkpoint_due=CHECKPOINT_BYTES if state.replayed_bytes < CHECKPOINT_BYTES else 0)
     for xid in sorted(state.open_items, reverse=True):
         item = state.open_items.pop(xid)
         journal.unremove(xid)

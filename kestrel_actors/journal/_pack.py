@@ -38,6 +38,7 @@ from collections.abc import Iterator, Sequence
 import structlog
 
 from ..queue import Item, next_xid
+from ._checkpoint import remove_checkpoint
 from ._files import (
     PACK_SUFFIX,
     archived_files,
@@ -324,7 +325,9 @@ def prepare_pack(data_dir: str, name: str, upto: str, later: Sequence[LaterSourc
 
 
 def commit_pack(data_dir: str, name: str, temp_path: str, upto: str) -> None:
-    """Rename a prepared pack to ``<upto>.pack`` (the commit point) and move it into place."""
+    """Rename a prepared pack to ``<upto>.pack`` (the commit point) and move it into place.
+    The queue's checkpoint goes first: it names the files the pack replaces."""
+    remove_checkpoint(data_dir, name)
     os.replace(temp_path, os.path.join(data_dir, upto + PACK_SUFFIX))
     fsync_dir(data_dir)
     archived_files(data_dir, name)
@@ -368,6 +371,7 @@ def pack_queue(data_dir: str, name: str, max_item_size: int | None = None) -> tu
     temp_path = os.path.join(data_dir, temp)
     count, _empty, size = _pack_files(data_dir, name, [*archives, rotated], temp_path, repair=True,
                                       max_item_size=max_item_size)
+    remove_checkpoint(data_dir, name)
     os.replace(temp_path, os.path.join(data_dir, rotated + ".pack"))
     fsync_dir(data_dir)
     archived_files(data_dir, name)

@@ -23,6 +23,11 @@ the queue's bytes reach the limit, later items are only counted, and a second cu
 them from the files as the head is consumed. If that cursor has not caught up at the end,
 :attr:`ReplayResult.read_behind` says where the live queue must continue reading.
 
+A queue with a checkpoint that still matches its files (:mod:`._checkpoint`) starts from the
+state it holds and replays only the records after its position; the items before that stay on
+disk, and the read-behind cursor starts at the head the checkpoint names (filling memory only
+as the queue is read). One that does not match is deleted and the whole journal replayed.
+
 Open transactions are left in :attr:`ReplayResult.open_items`; the journal that opens the
 queue backs them out (writing UNREMOVE records) — see :func:`open_file_journal`.
 """
@@ -31,11 +36,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import structlog
 
 from ..queue import Item, PackedItems, next_xid, take_head
+from ._checkpoint import AddSequence, Checkpoint, read_checkpoint, remove_checkpoint, tail_crc
 from ._files import NotRegularFile, delete_temp_files, file_size, file_timestamp, journal_files, open_regular
 from ._format import (
     ADD_OPS,
@@ -83,6 +90,12 @@ class ReplayResult:
     read_behind: ReadBehindPosition | None = None
     max_timestamp: int = 0
     """The newest archive's timestamp (new archive names must sort after it)."""
+    sequence: AddSequence = field(default_factory=AddSequence)
+    """The add records counted, for the live journal's checkpoints."""
+    from_checkpoint: bool = False
+    """Only the journal after the queue's checkpoint was replayed."""
+    replayed_bytes: int = 0
+    """Bytes of journal replayed (all of it, or what follows the checkpoint)."""
 
 
 class _Replay:
@@ -96,6 +109,9 @@ class _Replay:
                  now_ms: int) -> None:
         self.r = result
         self.max_memory = max_memory
+        self.fill_limit = max_memory
+        """Memory the read-behind cursor fills up to (0 after a checkpoint: only the head)."""
+        self.sequence = result.sequence
         self.data_dir = data_dir
         self.name = name
         self.files: list[str] = result.files
@@ -130,6 +146,7 @@ class _Replay:
         op = record.op
         r = self.r
         if op in ADD_OPS:
+            self.sequence.add(self.current_file, record.offset)
             self.add(record.item)  # type: ignore[arg-type]
         elif op == OP_REMOVE:
             self.pop()
@@ -146,6 +163,7 @@ class _Replay:
             item = r.open_items.pop(record.xid, None)
             if item is not None:
                 item.xid = 0
+                self.sequence.front += 1
                 r.items.appendleft(item)
                 r.length += 1
                 r.bytes += len(item.data)
@@ -154,6 +172,7 @@ class _Replay:
             r.xid = record.xid
         elif op == OP_CONTINUE:
             r.open_items.pop(record.xid, None)
+            self.sequence.add(self.current_file, record.offset)
             self.add(record.item)  # type: ignore[arg-type]
 
     def add(self, item: Item) -> None:
@@ -171,14 +190,17 @@ class _Replay:
     def pop(self) -> Item | None:
         r = self.r
         if not r.items:
-            return None
+            self.fill()
+            if not r.items:
+                return None
         item = take_head(r)
+        self.sequence.pop()
         self.fill()
         return item
 
     def fill(self) -> None:
         r = self.r
-        while self.behind is not None and (r.mem_bytes < self.max_memory or not r.items):  # type: ignore[operator]
+        while self.behind is not None and (r.mem_bytes < self.fill_limit or not r.items):  # type: ignore[operator]
             item = self.behind.next_item()
             if item is None:
                 self.behind.close()
@@ -203,13 +225,29 @@ def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None
         now_ms = int(time.time() * 1000)
     delete_temp_files(data_dir, name, listing)
     files = journal_files(data_dir, name, listing)
-    result = ReplayResult(files=files)
-    replay = _Replay(result, max_memory_size, data_dir, name, now_ms)
     started = time.monotonic()
+    checkpoint = read_checkpoint(data_dir, name)
+    result, replay, start_index, start_offset = None, None, 0, 0
+    if checkpoint is not None:
+        restored = _restore(data_dir, name, files, checkpoint, max_memory_size, now_ms)
+        if restored is None:
+            log.warning("stale checkpoint (its journal files changed); replaying the whole journal", queue=name)
+            remove_checkpoint(data_dir, name)
+        else:
+            replay, start_index, start_offset = restored
+            result = replay.r
+    if result is None or replay is None:
+        result = ReplayResult(files=files)
+        replay = _Replay(result, max_memory_size, data_dir, name, now_ms)
     for index, filename in enumerate(files):
+        if index < start_index:  # before the checkpoint: counted, not read
+            result.archived_size += file_size(os.path.join(data_dir, filename))
+            result.max_timestamp = max(result.max_timestamp, file_timestamp(filename, name) or 0)
+            continue
         replay.index = index
-        replay.position = 0
-        size = _replay_file(data_dir, name, filename, replay, now_ms, result, max_item_size)
+        replay.position = start = start_offset if index == start_index else 0
+        size = _replay_file(data_dir, name, filename, replay, now_ms, result, max_item_size, start)
+        result.replayed_bytes += max(0, size - start)
         if replay.behind is not None:
             replay.behind.file_finished(filename, size)  # where a torn tail was cut, if it was
         if filename == name:
@@ -222,14 +260,65 @@ def replay_queue(data_dir: str, name: str, *, max_memory_size: int | None = None
         replay.behind.close()
     log.info("replayed journal", queue=name, items=result.length, bytes=result.bytes,
              open=len(result.open_items), xid=result.xid, files=len(files),
-             read_behind=result.read_behind is not None, seconds=round(time.monotonic() - started, 3))
+             read_behind=result.read_behind is not None, from_checkpoint=result.from_checkpoint,
+             replayed_bytes=result.replayed_bytes, seconds=round(time.monotonic() - started, 3))
     return result
 
 
+def _restore(data_dir: str, name: str, files: list[str], ck: Checkpoint, max_memory: int | None,
+             now_ms: int) -> tuple[_Replay, int, int] | None:
+    """The queue as ``ck`` left it, ready to replay what follows it: the replay, and the file
+    (index in ``files``) and offset to go on from; None if ``ck`` no longer matches the files."""
+    if not ck.files:
+        return None
+    found: list[tuple[int, int]] = []
+    for filename in files:
+        try:
+            st = os.lstat(os.path.join(data_dir, filename))
+            found.append((st.st_ino, st.st_size))
+        except OSError:
+            found.append((-1, 0))
+    first = next((i for i, (inode, _size) in enumerate(found) if inode == ck.files[0].inode), None)
+    if first is None or first + len(ck.files) > len(files):
+        return None
+    last = first + len(ck.files) - 1
+    for i, recorded in enumerate(ck.files, start=first):
+        inode, size = found[i]
+        if inode != recorded.inode or (size < recorded.size if i == last else size != recorded.size):
+            return None
+    try:
+        if tail_crc(os.path.join(data_dir, files[last]), ck.files[-1].size) != ck.tail_crc:
+            return None
+    except OSError:
+        return None
+    result = ReplayResult(files=files, from_checkpoint=True)
+    result.items = PackedItems()
+    for item in ck.front:
+        result.items.append(item)
+    result.open_items = dict(ck.open_items)
+    result.length, result.bytes, result.xid, result.total_items = ck.length, ck.bytes, ck.xid, ck.added
+    result.mem_bytes = sum(len(item.data) for item in ck.front)
+    head_index = ck.consumed - ck.head_skip
+    result.sequence = AddSequence(
+        added=ck.added, consumed=ck.consumed, front=len(ck.front),
+        marks=deque([[head_index, files[first], ck.head_offset]]
+                    + [[index, files[first + number], offset] for index, number, offset in ck.marks]))
+    replay = _Replay(result, max_memory, data_dir, name, now_ms)
+    replay.index, replay.position = last, ck.files[-1].size
+    if ck.length > len(ck.front):
+        # the items after the front are on disk from the head on; memory fills as they are read
+        replay.fill_limit = 0
+        replay.behind = ReadBehindReader(replay, files[first], ck.head_offset, now_ms=now_ms)
+        for _ in range(ck.head_skip):
+            if replay.behind.next_item() is None:
+                replay.behind.close()
+                return None
+    return replay, last, ck.files[-1].size
+
+
 def _replay_file(data_dir: str, name: str, filename: str, replay: _Replay, now_ms: int,
-                 result: ReplayResult, max_item_size: int | None) -> int:
+                 result: ReplayResult, max_item_size: int | None, start: int = 0) -> int:
     path = os.path.join(data_dir, filename)
-    start = 0
     while True:
         try:
             fd = open_regular(path)

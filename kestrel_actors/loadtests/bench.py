@@ -582,18 +582,20 @@ def render_restart(figures: dict[str, object] | str) -> str:
         "### Restart with a backlog",
         "",
         ("`python -m kestrel_actors.loadtests.restart_bench`: one queue's backlog of 100 B items, "
-        "SIGKILL, restart; seconds from the restart's exec."),
+        "and a tail SET after its checkpoint, SIGKILL, restart; seconds from the restart's exec."),
         "",
     ]
     if isinstance(figures, str):
         return "\n".join([*out, f"Not measured: {figures}."])
     out += [
         ("| items | journal MiB | ports answer (s) | other queue serves (s) | big queue's first item (s) "
-        "| big queue loaded (s) | RSS MiB (peak) |"),
-        "|---:|---:|---:|---:|---:|---:|---:|",
-        (f"| {figures['items']:,} | {figures['journal_mib']} "
+        "| server CPU by then (s) | big queue loaded (s) | journal replayed MiB | RSS MiB (peak) |"),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        (f"| {figures['items']:,} + {figures.get('tail_items', 0):,} | {figures['journal_mib']} "
         f"| {max(float(figures[f'{name}_port_s']) for name in ('memcache', 'text', 'thrift', 'admin')):.2f} "  # type: ignore[arg-type]
-        f"| {figures['other_queue_s']} | {figures['big_first_item_s']} | {figures['big_loaded_s']} "
+        f"| {figures['other_queue_s']} | {figures['big_first_item_s']} | {figures.get('big_first_item_cpu_s', '?')} "
+        f"| {figures['big_loaded_s']} "
+        f"| {figures.get('replayed_mib', '?')}{'' if figures.get('from_checkpoint') else ' (no checkpoint)'} "
         f"| {figures['rss_mib']} ({figures['peak_rss_mib']}) |"),
     ]
     return "\n".join(out)

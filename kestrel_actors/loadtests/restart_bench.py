@@ -6,12 +6,17 @@ Writes a data directory with ``--items`` items of ``--size`` bytes in queue ``bi
 records a server writes for SETs, written here directly: four million SETs would take minutes)
 and one item in queue ``other``; starts ``python -m kestrel_actors.cli serve`` on it with every
 port on (memcache, text, thrift, admin, each on a free loopback port), SETs one more item into
-each queue (the big queue's SET waits for its replay), SIGKILLs it and starts it again. From the
-second start it times: when each port first accepts a connection, when ``get other`` first
-answers its item, when ``get big/peek`` first answers the big queue's first item, when stats no
-longer show ``queue_big_loading`` (the whole journal replayed); then the server's resident
-memory (VmRSS, and its peak VmHWM) and the big queue's item count, which must be the items
-written plus one. The last line is the figures as JSON.
+each queue (the big queue's SET waits for its whole replay: the directory has no checkpoint,
+as an old one would not; the SET rotates the journal, which writes the queue's checkpoint), then
+``--tail`` more into the big queue (by default 30,000 of 100 B, 3.5 MiB: nearly the 4 MiB after
+which the next checkpoint is written, so the restart replays about the most it ever has to),
+SIGKILLs it and starts it again. From the second start it times: when each port first accepts a
+connection, when ``get other`` first answers its item, when ``get big/peek`` first answers the
+big queue's first item (and the server's CPU seconds by then), when stats no longer show
+``queue_big_loading`` (the queue is served); then the server's resident memory (VmRSS, and its
+peak VmHWM) and the big queue's item count, which must be the items written plus one plus the
+tail; and, from the log, whether the big queue restarted from its checkpoint and how many bytes
+of journal it replayed. The last line is the figures as JSON.
 """
 
 from __future__ import annotations
@@ -91,7 +96,45 @@ def _memory_kib(pid: int) -> dict[str, int]:
     return figures
 
 
-def measure(data_dir: Path, log_path: Path, items: int, deadline: float) -> dict[str, object]:
+def _set_tail(port: int, first: int, count: int, size: int) -> None:
+    """SET items ``first`` .. ``first + count - 1`` into ``big``, pipelined a thousand at a time."""
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+        for start in range(first, first + count, 1000):
+            numbers = range(start, min(first + count, start + 1000))
+            sock.sendall(b"".join(b"set big 0 0 %d\r\n%s\r\n" % (size, _numbered(i, size)) for i in numbers))
+            expected = b"STORED\r\n" * len(numbers)
+            reply = b""
+            while len(reply) < len(expected):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise SystemExit("the server closed the connection during the tail's SETs")
+                reply += chunk
+            assert reply == expected, reply[:200]
+
+
+def _replay_event(log_path: Path) -> dict[str, object]:
+    """The last "replayed journal" line of queue ``big`` in the server's log."""
+    found: dict[str, object] = {}
+    with open(log_path, errors="replace") as log:
+        for line in log:
+            if '"replayed journal"' in line and '"big"' in line:
+                try:
+                    found = json.loads(line)
+                except ValueError:
+                    pass
+    return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds process ``pid`` has used: the work behind a figure, which a
+    loaded machine stretches in wall-clock time but not in CPU time."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(data_dir: Path, log_path: Path, items: int, deadline: float, tail: int = 0,
+            size: int = 100) -> dict[str, object]:
     ports = {name: free_port() for name in PORTS}
     command = _command(data_dir, ports)
     with open(log_path, "ab") as log:
@@ -102,6 +145,7 @@ def measure(data_dir: Path, log_path: Path, items: int, deadline: float) -> dict
                     raise SystemExit(f"the server exited with {first.returncode}; see {log_path}")
                 time.sleep(0.05)
             _ask(ports["memcache"], b"set big 0 0 4\r\nlast\r\nget nothing\r\n")  # waits for the replay
+            _set_tail(ports["memcache"], items + 1, tail, size)
         finally:
             first.send_signal(signal.SIGKILL)
             first.wait()
@@ -126,6 +170,7 @@ def measure(data_dir: Path, log_path: Path, items: int, deadline: float) -> dict
         assert other == b"VALUE other 0 10\r\nother item\r\nEND\r\n", other
         head = _ask(ports["memcache"], b"get big/peek\r\n", timeout=deadline)
         figures["big_first_item_s"] = round(time.perf_counter() - started, 3)
+        figures["big_first_item_cpu_s"] = round(_cpu_seconds(server.pid), 2)
         assert head is not None and head.startswith(b"VALUE big 0 ") and b"\r\n0000000000:" in head, head
         while True:
             stats = _ask(ports["memcache"], b"stats\r\n") or b""
@@ -135,7 +180,10 @@ def measure(data_dir: Path, log_path: Path, items: int, deadline: float) -> dict
         figures["big_loaded_s"] = round(time.perf_counter() - started, 3)
         count = next(int(line.split()[2]) for line in stats.splitlines() if line.startswith(b"STAT queue_big_items "))
         figures["big_items"] = count
-        assert count == items + 1, f"{count} items in big after the restart, expected {items + 1}"
+        assert count == items + 1 + tail, f"{count} items in big after the restart, expected {items + 1 + tail}"
+        replay = _replay_event(log_path)
+        figures["from_checkpoint"] = replay.get("from_checkpoint", False)
+        figures["replayed_mib"] = round(int(replay.get("replayed_bytes", 0)) / (1 << 20), 1)  # type: ignore[call-overload]
         memory = _memory_kib(server.pid)
         figures["rss_mib"] = round(memory["VmRSS"] / 1024, 1)
         figures["peak_rss_mib"] = round(memory["VmHWM"] / 1024, 1)
@@ -149,7 +197,7 @@ def measure(data_dir: Path, log_path: Path, items: int, deadline: float) -> dict
     return figures
 
 
-def run(items: int, size: int, deadline: float = 600.0, keep: bool = False) -> dict[str, object]:
+def run(items: int, size: int, deadline: float = 600.0, keep: bool = False, tail: int = 30_000) -> dict[str, object]:
     """Build the backlog in a fresh directory, restart on it, answer the figures."""
     root = Path(tempfile.mkdtemp(prefix="restart-bench-"))
     try:
@@ -158,7 +206,8 @@ def run(items: int, size: int, deadline: float = 600.0, keep: bool = False) -> d
         journal_bytes = write_backlog(data_dir, items, size)
         figures: dict[str, object] = {"items": items, "item_bytes": size,
                                       "journal_mib": round(journal_bytes / (1 << 20), 1)}
-        figures.update(measure(data_dir, root / "server.log", items, deadline))
+        figures["tail_items"] = tail
+        figures.update(measure(data_dir, root / "server.log", items, deadline, tail, size))
         return figures
     finally:
         if not keep:
@@ -171,11 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=4_000_000, help="items in the big queue (default 4,000,000)")
     parser.add_argument("--size", type=int, default=100, help="bytes per item (default 100)")
     parser.add_argument("--deadline", type=float, default=600.0, help="seconds the restart may take")
+    parser.add_argument("--tail", type=int, default=30_000,
+                        help="items SET after the checkpoint, before the SIGKILL (default 30,000)")
     parser.add_argument("--keep", action="store_true", help="keep the data directory and the server's log")
     opts = parser.parse_args(argv)
     if opts.size < 11:
         parser.error("--size must be at least 11 (a number and a colon)")
-    figures = run(opts.items, opts.size, opts.deadline, opts.keep)
+    figures = run(opts.items, opts.size, opts.deadline, opts.keep, opts.tail)
     for key, value in figures.items():
         print(f"{key}: {value}")
     print(json.dumps(figures))

@@ -37,6 +37,9 @@ _NATIVE_INT_MAX: Final = (1 << 62) - 1
 are above it: each comparison with one boxed both sides, two allocations per SET (issue 24).
 No queue reaches this many items or bytes, so a limit clamped to it is the same limit."""
 
+FILL_BATCH: Final = 256
+"""Items one removal brings into memory at most while the queue is in read-behind."""
+
 STAT_NAMES = (
     "items",
     "bytes",
@@ -408,7 +411,11 @@ class QueueCore:
             return
         started = _perf_counter()
         limit = self.config.max_memory_size
-        while journal.in_read_behind and self.mem_bytes < limit:
+        # a few items a call: after a restart from a checkpoint memory holds none of the
+        # backlog, and filling it all at once would keep the first read waiting for seconds
+        budget = FILL_BATCH
+        while journal.in_read_behind and self.mem_bytes < limit and budget:
+            budget -= 1
             item = journal.read_behind()
             if item is None:
                 break

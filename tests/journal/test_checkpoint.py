@@ -1,0 +1,136 @@
+"""Checkpoints (behaviour §6.8), in the journal room: a queue replayed from its checkpoint and the
+journal after it holds exactly what a full replay of the same files gives, in the same order,
+across removes, reads opened, given back and confirmed, items put back, expiry, rotations and
+rewrites after the checkpoint; a rewrite deletes a checkpoint that names the files it replaces."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import gevent
+
+from kestrel_actors.config import QueueConfig
+from kestrel_actors.journal import open_file_journal, replay_queue
+from kestrel_actors.queue import QueueCore
+
+CONFIG = QueueConfig(max_memory_size=16 * 1024, default_journal_size=8 * 1024, max_journal_size=1 << 30)
+NOW = 1_700_000_000_000
+
+
+def _open(data_dir: str) -> QueueCore:
+    journal, state = open_file_journal(data_dir, "q", CONFIG, read_behind=True, now_ms=NOW)
+    core = QueueCore("q", CONFIG, journal)
+    core.restore(state)
+    return core
+
+
+def _drain(data_dir: str) -> list[tuple[bytes, int]]:
+    def run() -> list[tuple[bytes, int]]:
+        core = _open(data_dir)
+        out = []
+        while (item := core.remove(NOW + 10_000)) is not None:
+            out.append((item.data, item.expiry))
+        core.journal.close()
+        return out
+    return gevent.spawn(run).get()
+
+
+def _work(core: QueueCore, start: int, count: int) -> None:
+    """Adds (a few expiring), plain removes, reads opened, given back, confirmed, a put back."""
+    opened = []
+    for i in range(start, start + count):
+        core.add(b"%08d" % i + b"." * 92, NOW + 5_000 if i % 41 == 3 else 0, NOW)
+        if i % 5 == 0:
+            core.remove(NOW)
+        if i % 7 == 0:
+            item = core.remove(NOW, transactional=True)
+            if item is not None:
+                opened.append(item.xid)
+        if i % 11 == 0 and opened:
+            core.unremove(opened.pop(0))
+        if i % 13 == 0 and opened:
+            core.confirm(opened.pop())
+        if i % 97 == 0:
+            item = core.remove(NOW)
+            if item is not None:
+                core.put_back(item)
+
+
+def _crash(core: QueueCore) -> None:
+    """What a SIGKILL leaves: every record written (not closed, no checkpoint at close)."""
+    core.journal.flush()
+
+
+def _compare(tmp_path, data_dir: str) -> dict:
+    full = str(tmp_path / "full")
+    shutil.copytree(data_dir, full)
+    shutil.rmtree(os.path.join(full, ".checkpoint"))
+    from_checkpoint = replay_queue(data_dir, "q", max_memory_size=CONFIG.max_memory_size, now_ms=NOW)
+    whole = replay_queue(full, "q", max_memory_size=CONFIG.max_memory_size, now_ms=NOW)
+    assert from_checkpoint.from_checkpoint and not whole.from_checkpoint
+    assert from_checkpoint.replayed_bytes < whole.replayed_bytes
+    for field in ("length", "bytes", "xid", "total_items"):
+        assert getattr(from_checkpoint, field) == getattr(whole, field), field
+    assert sorted(from_checkpoint.open_items) == sorted(whole.open_items)
+    drained = _drain(data_dir)
+    assert drained == _drain(full) and len(drained) > 100
+    return {"checkpoint": from_checkpoint, "full": whole}
+
+
+def test_checkpoint_and_tail_replay_as_a_full_replay(tmp_path):
+    data_dir = str(tmp_path / "data")
+    os.mkdir(data_dir)
+
+    def run() -> None:
+        core = _open(data_dir)
+        _work(core, 0, 3000)  # rotations, read-behind, a checkpoint at each rotation
+        assert core.journal.checkpoints > 0
+        _work(core, 3000, 100)
+        _crash(core)
+    gevent.spawn(run).get()
+    _compare(tmp_path, data_dir)
+
+
+def test_an_explicit_checkpoint_then_rotations_after_it(tmp_path):
+    data_dir = str(tmp_path / "data")
+    os.mkdir(data_dir)
+    saved = str(tmp_path / "saved")
+
+    def run() -> None:
+        core = _open(data_dir)
+        _work(core, 0, 1000)
+        assert core.journal.checkpoint(core)
+        shutil.copy(os.path.join(data_dir, ".checkpoint", "q"), saved)
+        _work(core, 1000, 2000)
+        assert core.journal.rotations > 0
+        _crash(core)
+    gevent.spawn(run).get()
+    shutil.copy(saved, os.path.join(data_dir, ".checkpoint", "q"))
+    _compare(tmp_path, data_dir)
+
+
+def test_a_rewrite_deletes_the_checkpoint_and_the_next_one_starts_from_it(tmp_path):
+    data_dir = str(tmp_path / "data")
+    os.mkdir(data_dir)
+
+    def run() -> None:
+        core = _open(data_dir)
+        _work(core, 0, 300)
+        assert core.journal.checkpoint(core)
+        core.flush(NOW)
+        for xid in list(core.open_reads):
+            core.confirm(xid)
+        for word in (b"open", b"also", b"kept"):
+            core.add(word * 25, 0, NOW)
+        core.remove(NOW, transactional=True)
+        core.remove(NOW, transactional=True)
+        assert core.journal.rewrite(core)  # every file replaced by one: two reads open, an item
+        assert not os.path.exists(os.path.join(data_dir, ".checkpoint", "q"))
+        _work(core, 300, 400)
+        assert core.journal.rotations > 0
+        assert core.journal.checkpoint(core)
+        _work(core, 700, 50)
+        _crash(core)
+    gevent.spawn(run).get()
+    _compare(tmp_path, data_dir)
