@@ -63,6 +63,7 @@ __all__ = [
     "parse_get_key",
     "parse_request_line",
     "server_error",
+    "stamped_value_reply",
     "stats_reply",
     "status_reply",
     "value_reply",
@@ -104,12 +105,14 @@ _VALUE_END: Final = b"\r\nEND\r\n"
 _REPEAT_MAX: Final = 256
 """The longest request line a decoder keeps as its connection's last ``set`` or ``get`` line."""
 _NO_GET: Final = Get("")
+STAMP: Final = b"stamp"
+"""The option (a GET key's ``/stamp``, monitor's fifth token) that asks for enqueue times."""
 
 
 def parse_get_key(key: str) -> Get | Bad:
     """Split ``q/opt/opt`` into a :class:`Get` (behaviour §2.5), or the error it earns."""
     timeout_ms = None
-    is_open = is_close = is_abort = is_peek = False
+    is_open = is_close = is_abort = is_peek = is_stamp = False
     if "/" in key:
         segments = key.split("/")
         name = segments[0]
@@ -126,6 +129,8 @@ def parse_get_key(key: str) -> Get | Bad:
                 is_abort = True
             elif option == "peek":
                 is_peek = True
+            elif option == "stamp":
+                is_stamp = True
     else:
         name = key
     if (
@@ -136,7 +141,7 @@ def parse_get_key(key: str) -> Get | Bad:
         return CLIENT_ERROR_CLOSE
     if timeout_ms is not None and timeout_ms <= 0:
         timeout_ms = None
-    return Get(name, timeout_ms, is_open, is_close, is_abort, is_peek)
+    return Get(name, timeout_ms, is_open, is_close, is_abort, is_peek, is_stamp)
 
 
 def _get(tokens: list[bytes]) -> object:
@@ -161,7 +166,8 @@ def _monitor(tokens: list[bytes]) -> object:
     max_items = int32(tokens[3]) if argc > 3 else None
     if seconds is None or (argc > 3 and max_items is None):
         return DROP
-    return Monitor(name_from_wire(tokens[1]), seconds, max_items)
+    # A fifth token is ignored by Kestrel; ``stamp`` is our option (behaviour §2.7).
+    return Monitor(name_from_wire(tokens[1]), seconds, max_items, argc > 4 and tokens[4] == STAMP)
 
 
 def _confirm(tokens: list[bytes]) -> object:
@@ -342,6 +348,14 @@ def value_reply(queue: str, data: bytes) -> bytes:
 
 def _value_line(queue: str, size: int) -> bytes:
     return b"VALUE " + name_bytes(queue) + b" 0 " + b"%d" % size + b"\r\n"
+
+
+def stamped_value_reply(queue: str, data: bytes, add_time: int) -> bytes:
+    """``VALUE <queue> 0 <len> <add_time>`` + data + ``END``: a hit asked for with ``stamp``;
+    the fifth field, where memcache's ``gets`` puts a cas number, is the item's enqueue time
+    (epoch ms)."""
+    line = b"VALUE " + name_bytes(queue) + b" 0 %d %d\r\n" % (len(data), add_time)
+    return b"".join((line, data, _VALUE_END))
 
 
 class ValueReplies:
