@@ -24,6 +24,16 @@ def memory_query(frame, name: str, tmp_path, **trigger):
     return writer.start()
 
 
+def available_now(frame, collect, tmp_path):
+    """Run ``frame`` with ``trigger(availableNow=True)``, each micro-batch to ``collect``, to
+    its end (without an error)."""
+    query = (frame.writeStream.foreachBatch(collect).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    assert query.awaitTermination(180), "AvailableNow did not stop"
+    assert query.exception() is None
+    return query
+
+
 def test_columns_are_value_queue_server_and_the_enqueue_time(server, spark, tmp_path):
     before = datetime.now(UTC)
     load(server, "cols", [b"alpha", b"beta"])
@@ -95,11 +105,8 @@ def test_available_now_drains_confirms_and_stops_and_a_second_run_finds_nothing(
             rows.extend(got)
             sizes.append(len(got))
 
-        frame = stream(spark, [server], "avail", tmp_path, maxItemsPerBatch=1000)
-        query = (frame.writeStream.foreachBatch(collect).trigger(availableNow=True)
-                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
-        assert query.awaitTermination(180), "AvailableNow did not stop"
-        assert query.exception() is None
+        available_now(stream(spark, [server], "avail", tmp_path, maxItemsPerBatch=1000),
+                      collect, tmp_path)
         return rows, sizes
 
     first, sizes = run()
@@ -216,11 +223,7 @@ def test_several_queues_in_one_stream_each_row_names_its_queue_exactly_once(make
                         for r in batch.select("queue", "server", "value").collect())
 
         frame = stream(spark, [first, second], "ka,kb", tmp_path, maxItemsPerBatch=500)
-        query = (frame.writeStream.foreachBatch(collect).trigger(availableNow=True)
-                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
-        assert query.awaitTermination(180), "AvailableNow did not stop"
-        assert query.exception() is None
-        return rows, query
+        return rows, available_now(frame, collect, tmp_path)
 
     rows, query = run()
     assert sorted(rows) == sorted(loaded)
