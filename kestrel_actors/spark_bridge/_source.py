@@ -22,7 +22,8 @@ docs/adr/0013-spark-exactly-once.md):
   server (with ``readAhead``, that was done on a second set of connections while Spark ran
   the previous batch: :class:`_Prefetch`), writes the batch to the write-ahead log
   (``walLocation``, :mod:`._wal`) durably, and only then confirms the items on the servers.
-  The offset is ``{"seq": n, "items": {server: count}}``.
+  The offset is ``{"seq": n, "items": {server: count}}`` (``{queue: {server: count}}`` when
+  ``queue`` lists several queues, which share each batch).
 * Once planned, a batch is replayed from its write-ahead file after any restart, never read
   again from the queue: ``latestOffset`` reuses a file numbered ``start.seq + 1`` it finds,
   and ``partitions`` of a batch this process did not plan reads the file. So a sink that is
@@ -85,12 +86,12 @@ FIRST_BATCH_ITEMS = 2_000
 
 BATCH_READ_REFUSED = (
     "kestrel: a queue cannot be read as a batch (spark.read): reading takes items out of the "
-    "queue, and Spark calls a batch reader's source nothing once the job's output is committed "
-    "(a Python data source's batch reader has no commit), so the items could only be confirmed "
+    "queue, and Spark tells a batch reader nothing once the job's output is committed (a "
+    "Python data source's batch reader has no commit), so the items could only be confirmed "
     "before the output is safe (lost if the job fails) or never (read again by every run). "
     "Use spark.readStream.format('kestrel') with option('walLocation', ...) and "
-    ".trigger(availableNow=True): it drains what is waiting, confirms each micro-batch once "
-    "it is in the query's checkpoint, and stops")
+    ".trigger(availableNow=True): it drains what is waiting, replays a micro-batch that failed "
+    "from its write-ahead log, and stops")
 """Why ``spark.read.format("kestrel")`` is refused, and what to use instead."""
 
 # Option names as written in the docs (Spark hands them to us lower-cased or as typed).
