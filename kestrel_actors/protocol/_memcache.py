@@ -63,7 +63,6 @@ __all__ = [
     "parse_get_key",
     "parse_request_line",
     "server_error",
-    "stamped_value_reply",
     "stats_reply",
     "status_reply",
     "value_reply",
@@ -350,25 +349,19 @@ def _value_line(queue: str, size: int) -> bytes:
     return b"VALUE " + name_bytes(queue) + b" 0 " + b"%d" % size + b"\r\n"
 
 
-def stamped_value_reply(queue: str, data: bytes, add_time: int) -> bytes:
-    """``VALUE <queue> 0 <len> <add_time>`` + data + ``END``: a hit asked for with ``stamp``;
-    the fifth field, where memcache's ``gets`` puts a cas number, is the item's enqueue time
-    (epoch ms)."""
-    line = b"VALUE " + name_bytes(queue) + b" 0 %d %d\r\n" % (len(data), add_time)
-    return b"".join((line, data, _VALUE_END))
-
-
 class ValueReplies:
     """:func:`value_reply` for one connection, keeping the last ``VALUE`` line it made: a client
     reads items of one size from one queue, and the line is then two comparisons instead of an
     encode and a format."""
 
-    __slots__ = ("_line", "_queue", "_size")
+    __slots__ = ("_line", "_queue", "_size", "_stamped_prefix", "_stamped_queue")
 
     def __init__(self) -> None:
         self._queue = ""
         self._size = -1
         self._line = b""
+        self._stamped_queue = ""
+        self._stamped_prefix = b""
 
     def reply(self, queue: str, data: bytes) -> bytes:
         size = len(data)
@@ -377,6 +370,15 @@ class ValueReplies:
             self._queue = queue
             self._size = size
         return b"".join((self._line, data, _VALUE_END))
+
+    def stamped(self, queue: str, data: bytes, add_time: int) -> bytes:
+        """``VALUE <queue> 0 <len> <add_time>`` + data + ``END``: a hit asked for with the
+        ``stamp`` option; the fifth field, where memcache's ``gets`` puts a cas number, is the
+        item's enqueue time (epoch ms)."""
+        if queue != self._stamped_queue or not self._stamped_prefix:
+            self._stamped_prefix = b"VALUE " + name_bytes(queue) + b" 0 "
+            self._stamped_queue = queue
+        return b"".join((self._stamped_prefix, b"%d %d\r\n" % (len(data), add_time), data, _VALUE_END))
 
 
 def stats_reply(lines: list[tuple[str, object]]) -> bytes:

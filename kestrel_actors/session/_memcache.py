@@ -216,7 +216,7 @@ class MemcacheHandler(Handler):
             if item is None:
                 return END
             if command.stamp:
-                return p.stamped_value_reply(command.queue, item.data, item.add_time)
+                return self.values.stamped(command.queue, item.data, item.add_time)
             return self.values.reply(command.queue, item.data)
         if type(command) is ConfirmCommand or type(command) is FlushCommand:
             return END
@@ -250,7 +250,7 @@ class MemcacheHandler(Handler):
         return self.values.reply(queue, data)
 
     def stamped_item_reply(self, queue: str, item: Item) -> bytes:
-        return p.stamped_value_reply(queue, item.data, item.add_time)
+        return self.values.stamped(queue, item.data, item.add_time)
 
     def server_error_reply(self, message: str) -> bytes:
         return p.server_error(message)
