@@ -211,12 +211,13 @@ class WriteAheadLog:
         stamped = bool(header.get("stamps"))
         parts = []
         for described, of_part, size in zip(header["parts"], lengths, sizes, strict=True):
-            stamps = body[stamps_at:stamps_at + 2 * len(of_part)] if stamped else None
+            stamps_size = 8 * described["count"]  # an int64 per item
+            stamps = body[stamps_at:stamps_at + stamps_size] if stamped else None
             parts.append(BatchPart(described["server"], float(described["read_at"]),
                                    PackedValues(of_part, body[data_at:data_at + size], stamps),
                                    described.get("queue", queue)))
             data_at += size
-            stamps_at += 2 * len(of_part)
+            stamps_at += stamps_size
         if not stamped:  # an older file: its items' times become their read times
             parts = [BatchPart(p.server, p.read_at, p.stamped, p.queue) for p in parts]
             return parts, self.write(seq, parts)
