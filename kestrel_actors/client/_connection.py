@@ -314,9 +314,11 @@ class Connection:
         """A monitor stream: ``VALUE`` blocks (each with its ``END``), then a final ``END``."""
         return self.read_packed_values(key, limit, command).values()
 
-    def read_packed_values(self, key: bytes, limit: int, command: str = "monitor") -> PackedValues:
-        """A monitor stream, its values back to back (:class:`ValueScan`)."""
-        scan = ValueScan(command, key, limit)
+    def read_packed_values(self, key: bytes, limit: int, command: str = "monitor",
+                           stamped: bool = False) -> PackedValues:
+        """A monitor stream, its values back to back (:class:`ValueScan`), with their enqueue
+        times if the stream was asked for them (``stamped``)."""
+        scan = ValueScan(command, key, limit, stamped)
         buf = self.buf
         while True:
             taken = scan.feed(buf)

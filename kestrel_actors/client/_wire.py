@@ -64,9 +64,10 @@ def get_request(queue: str, options: str = "") -> bytes:
     return b"get %s%s\r\n" % (queue.encode(), options.encode())
 
 
-def monitor_request(queue: str, seconds: int, max_items: int) -> bytes:
-    """``monitor <q> <seconds> <max_items>\\r\\n``."""
-    return b"monitor %s %d %d\r\n" % (queue.encode(), seconds, max_items)
+def monitor_request(queue: str, seconds: int, max_items: int, stamp: bool = False) -> bytes:
+    """``monitor <q> <seconds> <max_items>[ stamp]\\r\\n``; ``stamp`` asks our server for each
+    item's enqueue time (behaviour §2.7; Kestrel ignores the token)."""
+    return b"monitor %s %d %d%s\r\n" % (queue.encode(), seconds, max_items, b" stamp" if stamp else b"")
 
 
 def confirm_request(queue: str, count: int) -> bytes:
@@ -144,10 +145,29 @@ class PackedValues:
 
     lengths: bytes | memoryview
     data: bytes | bytearray | memoryview
+    stamps: bytes | memoryview | None = None
+    """Each value's enqueue time (epoch ms, int64 little-endian; 0 where the server gave
+    none), when they were asked for (``monitor ... stamp``)."""
 
     @property
     def count(self) -> int:
         return len(self.lengths) // 4
+
+    def stamps_or(self, default_ms: int) -> PackedValues:
+        """These values with an enqueue time for each: ``default_ms`` where none is known."""
+        stamps = array("q")
+        if self.stamps is not None:
+            stamps.frombytes(self.stamps)
+            if sys.byteorder != "little":
+                stamps.byteswap()
+        if len(stamps) == self.count and 0 not in stamps:
+            return self
+        if len(stamps) != self.count:
+            stamps = array("q", bytes(8 * self.count))
+        stamps = array("q", (stamp or default_ms for stamp in stamps))
+        if sys.byteorder != "little":
+            stamps.byteswap()
+        return PackedValues(self.lengths, self.data, stamps.tobytes())
 
     def sizes(self) -> array[int]:
         """Each value's length."""
@@ -170,8 +190,9 @@ class PackedValues:
         sizes = self.sizes()
         at = sum(sizes[:first])
         size = sum(sizes[first:first + count])
+        stamps = None if self.stamps is None else memoryview(self.stamps)[8 * first:8 * (first + count)]
         return PackedValues(memoryview(self.lengths)[4 * first:4 * (first + count)],
-                            memoryview(self.data)[at:at + size])
+                            memoryview(self.data)[at:at + size], stamps)
 
     @classmethod
     def of(cls, values: list[bytes]) -> PackedValues:
@@ -189,30 +210,37 @@ class ValueScan:
     """A ``monitor`` reply — ``VALUE`` blocks, each with its ``END``, then a final ``END`` —
     taken in bulk as its bytes arrive (sans I/O: :meth:`feed` is given what has been
     received). The lines are Kestrel's ``VALUE <queue> 0 <length>``; any other line goes
-    through :func:`parse_value_header`, so errors are mapped as for one value."""
+    through :func:`parse_value_header`, so errors are mapped as for one value. ``stamped``:
+    the stream was asked for enqueue times, ``VALUE <queue> 0 <length> <stamp>`` (a line
+    without one, from a server that ignores the option, gives 0)."""
 
-    def __init__(self, command: str, key: bytes, limit: int) -> None:
+    def __init__(self, command: str, key: bytes, limit: int, stamped: bool = False) -> None:
         self.command = command
         self.key = key
         self.limit = limit
         self.done = False
         # One C-level match per item takes its whole header line (a planner scans 50,000 a batch)
-        self._header = re.compile(re.escape(b"VALUE " + key + b" 0 ") + rb"(\d+)\r\n")
+        self._header = re.compile(re.escape(b"VALUE " + key + b" 0 ")
+                                  + (rb"(\d+)(?: (\d+))?\r\n" if stamped else rb"(\d+)()\r\n"))
         self._lengths = array("I")
         self._data = bytearray()
+        self._stamps: array[int] | None = array("q") if stamped else None
 
     def feed(self, buf: bytearray) -> int:
         """Take the complete blocks at the start of ``buf`` (and the final ``END``, which
         sets :attr:`done`); returns how many bytes were taken."""
-        header, lengths, data = self._header.match, self._lengths, self._data
+        header, lengths, data, stamps = self._header.match, self._lengths, self._data, self._stamps
         tail, room = _TAIL, self.limit - len(lengths)
         pos, size = 0, len(buf)
         with memoryview(buf) as view:
             while True:
+                stamp = 0
                 found = header(buf, pos)
                 if found is not None:
                     start = found.end()
                     length = int(found.group(1))
+                    if stamps is not None and (stamp_digits := found.group(2)) is not None:
+                        stamp = int(stamp_digits)
                 else:
                     eol = buf.find(b"\r\n", pos)  # not a whole header of this queue: END, or an error
                     if eol < 0:
@@ -235,15 +263,20 @@ class ValueScan:
                                           f"items asked for")
                 room -= 1
                 lengths.append(length)
+                if stamps is not None:
+                    stamps.append(stamp)
                 data += view[start:end]
                 pos = end + tail
 
     def values(self) -> PackedValues:
         """What was scanned (once :attr:`done`; its buffer is handed over, not copied)."""
-        lengths = self._lengths
+        lengths, stamps = self._lengths, self._stamps
         if sys.byteorder != "little":
             lengths.byteswap()
-        return PackedValues(lengths.tobytes(), self._data)
+            if stamps is not None:
+                stamps.byteswap()
+        return PackedValues(lengths.tobytes(), self._data,
+                            None if stamps is None else stamps.tobytes())
 
 
 def parse_stored(command: str, line: bytes) -> bool:

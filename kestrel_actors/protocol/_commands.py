@@ -71,9 +71,10 @@ class Bad(_Command):
 
 
 class Get(_Command):
-    """``get q[/t=ms][/open][/close][/abort][/peek]``; ``timeout_ms`` is ``None`` for no wait."""
+    """``get q[/t=ms][/open][/close][/abort][/peek][/stamp]``; ``timeout_ms`` is ``None`` for no
+    wait. ``stamp`` (ours, not Kestrel's) puts the item's enqueue time on its ``VALUE`` line."""
 
-    __slots__ = ("queue", "timeout_ms", "open", "close", "abort", "peek")
+    __slots__ = ("queue", "timeout_ms", "open", "close", "abort", "peek", "stamp")
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class Get(_Command):
         close: bool = False,
         abort: bool = False,
         peek: bool = False,
+        stamp: bool = False,
     ) -> None:
         self.queue = queue
         self.timeout_ms = timeout_ms
@@ -90,6 +92,7 @@ class Get(_Command):
         self.close = close
         self.abort = abort
         self.peek = peek
+        self.stamp = stamp
 
 
 class Set(_Command):
@@ -123,14 +126,16 @@ class FlushExpired(_QueueCommand):
 
 
 class Monitor(_Command):
-    """Open up to ``max_items`` items (``None``: the server default) for ``seconds``."""
+    """Open up to ``max_items`` items (``None``: the server default) for ``seconds``;
+    ``stamp`` (ours, not Kestrel's) puts each item's enqueue time on its ``VALUE`` line."""
 
-    __slots__ = ("queue", "seconds", "max_items")
+    __slots__ = ("queue", "seconds", "max_items", "stamp")
 
-    def __init__(self, queue: str, seconds: int, max_items: int | None) -> None:
+    def __init__(self, queue: str, seconds: int, max_items: int | None, stamp: bool = False) -> None:
         self.queue = queue
         self.seconds = seconds
         self.max_items = max_items
+        self.stamp = stamp
 
 
 class Confirm(_Command):

@@ -104,12 +104,14 @@ _VALUE_END: Final = b"\r\nEND\r\n"
 _REPEAT_MAX: Final = 256
 """The longest request line a decoder keeps as its connection's last ``set`` or ``get`` line."""
 _NO_GET: Final = Get("")
+STAMP: Final = b"stamp"
+"""The option (a GET key's ``/stamp``, monitor's fifth token) that asks for enqueue times."""
 
 
 def parse_get_key(key: str) -> Get | Bad:
     """Split ``q/opt/opt`` into a :class:`Get` (behaviour §2.5), or the error it earns."""
     timeout_ms = None
-    is_open = is_close = is_abort = is_peek = False
+    is_open = is_close = is_abort = is_peek = is_stamp = False
     if "/" in key:
         segments = key.split("/")
         name = segments[0]
@@ -126,6 +128,8 @@ def parse_get_key(key: str) -> Get | Bad:
                 is_abort = True
             elif option == "peek":
                 is_peek = True
+            elif option == "stamp":
+                is_stamp = True
     else:
         name = key
     if (
@@ -136,7 +140,7 @@ def parse_get_key(key: str) -> Get | Bad:
         return CLIENT_ERROR_CLOSE
     if timeout_ms is not None and timeout_ms <= 0:
         timeout_ms = None
-    return Get(name, timeout_ms, is_open, is_close, is_abort, is_peek)
+    return Get(name, timeout_ms, is_open, is_close, is_abort, is_peek, is_stamp)
 
 
 def _get(tokens: list[bytes]) -> object:
@@ -161,7 +165,8 @@ def _monitor(tokens: list[bytes]) -> object:
     max_items = int32(tokens[3]) if argc > 3 else None
     if seconds is None or (argc > 3 and max_items is None):
         return DROP
-    return Monitor(name_from_wire(tokens[1]), seconds, max_items)
+    # A fifth token is ignored by Kestrel; ``stamp`` is our option (behaviour §2.7).
+    return Monitor(name_from_wire(tokens[1]), seconds, max_items, argc > 4 and tokens[4] == STAMP)
 
 
 def _confirm(tokens: list[bytes]) -> object:
@@ -349,12 +354,14 @@ class ValueReplies:
     reads items of one size from one queue, and the line is then two comparisons instead of an
     encode and a format."""
 
-    __slots__ = ("_line", "_queue", "_size")
+    __slots__ = ("_line", "_queue", "_size", "_stamped_prefix", "_stamped_queue")
 
     def __init__(self) -> None:
         self._queue = ""
         self._size = -1
         self._line = b""
+        self._stamped_queue = ""
+        self._stamped_prefix = b""
 
     def reply(self, queue: str, data: bytes) -> bytes:
         size = len(data)
@@ -363,6 +370,15 @@ class ValueReplies:
             self._queue = queue
             self._size = size
         return b"".join((self._line, data, _VALUE_END))
+
+    def stamped(self, queue: str, data: bytes, add_time: int) -> bytes:
+        """``VALUE <queue> 0 <len> <add_time>`` + data + ``END``: a hit asked for with the
+        ``stamp`` option; the fifth field, where memcache's ``gets`` puts a cas number, is the
+        item's enqueue time (epoch ms)."""
+        if queue != self._stamped_queue or not self._stamped_prefix:
+            self._stamped_prefix = b"VALUE " + name_bytes(queue) + b" 0 "
+            self._stamped_queue = queue
+        return b"".join((self._stamped_prefix, b"%d %d\r\n" % (len(data), add_time), data, _VALUE_END))
 
 
 def stats_reply(lines: list[tuple[str, object]]) -> bytes:

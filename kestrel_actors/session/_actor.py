@@ -163,6 +163,8 @@ class MonitorState:
     remaining: int
     limit: int
     """At most this many reads open on the queue at once."""
+    stamped: bool = False
+    """Each item's reply carries its enqueue time (memcache's ``stamp`` option)."""
 
 
 class _MonitorResume:
@@ -402,9 +404,10 @@ class SessionActor(GeventActor):
         self.out.append(reply)
         self.closing = True
 
-    def start_monitor(self, queue: str, deadline: float, remaining: int, limit: int) -> None:
+    def start_monitor(self, queue: str, deadline: float, remaining: int, limit: int,
+                      stamped: bool = False) -> None:
         self.context.stats.cmd_monitor += 1
-        self.monitor = MonitorState(queue, deadline, remaining, limit)
+        self.monitor = MonitorState(queue, deadline, remaining, limit, stamped)
         self._monitor_next()
 
     def tell_queue(self, name: str, op: Any) -> None:
@@ -674,10 +677,16 @@ class SessionActor(GeventActor):
                 self._give_back(name, [item.xid for item in items])
                 return
             opened = self.open_reads.setdefault(name, deque())
-            item_reply = self.handler.item_reply
-            for item in items:
-                opened.append(item.xid)
-                self.out.append(item_reply(name, item.data))
+            if monitor.stamped:
+                stamped_reply = self.handler.stamped_item_reply
+                for item in items:
+                    opened.append(item.xid)
+                    self.out.append(stamped_reply(name, item))
+            else:
+                item_reply = self.handler.item_reply
+                for item in items:
+                    opened.append(item.xid)
+                    self.out.append(item_reply(name, item.data))
             monitor.remaining -= len(items)
         elif time.monotonic() < monitor.deadline:
             monitor.deadline = 0.0  # the queue answered a miss: it closed, so the stream ends

@@ -121,8 +121,10 @@ class HandlerSession(Protocol):
     def count_fetch(self, peek: bool) -> None:
         """Count a fetch that reaches no queue (an alias's)."""
 
-    def start_monitor(self, queue: str, deadline: float, remaining: int, limit: int) -> None:
-        """Stream ``queue``'s items until ``deadline`` (at most ``remaining``, ``limit`` open)."""
+    def start_monitor(self, queue: str, deadline: float, remaining: int, limit: int,
+                      stamped: bool = False) -> None:
+        """Stream ``queue``'s items until ``deadline`` (at most ``remaining``, ``limit`` open),
+        each with its enqueue time if ``stamped``."""
 
     def tell_queue(self, name: str, op: Any) -> None:
         """Send one operation whose answer nobody waits for."""
@@ -179,6 +181,10 @@ class Handler:
 
     def item_reply(self, queue: str, data: bytes) -> bytes:
         """One item of a monitor stream."""
+        raise NotImplementedError
+
+    def stamped_item_reply(self, queue: str, item: Any) -> bytes:
+        """One item of a monitor stream that asked for enqueue times (only memcache's can)."""
         raise NotImplementedError
 
     def server_error_reply(self, message: str) -> bytes:

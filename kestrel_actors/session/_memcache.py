@@ -215,6 +215,8 @@ class MemcacheHandler(Handler):
             item: Item | None = results[-1] if results else None
             if item is None:
                 return END
+            if command.stamp:
+                return self.values.stamped(command.queue, item.data, item.add_time)
             return self.values.reply(command.queue, item.data)
         if type(command) is ConfirmCommand or type(command) is FlushCommand:
             return END
@@ -247,6 +249,9 @@ class MemcacheHandler(Handler):
     def item_reply(self, queue: str, data: bytes) -> bytes:
         return self.values.reply(queue, data)
 
+    def stamped_item_reply(self, queue: str, item: Item) -> bytes:
+        return self.values.stamped(queue, item.data, item.add_time)
+
     def server_error_reply(self, message: str) -> bytes:
         return p.server_error(message)
 
@@ -259,4 +264,4 @@ class MemcacheHandler(Handler):
         config = context.config
         max_items = command.max_items if command.max_items is not None else config.max_open_transactions
         limit = min(max(max_items, config.max_open_transactions), config.monitor_max_items)
-        s.start_monitor(command.queue, time.monotonic() + command.seconds, max_items, limit)
+        s.start_monitor(command.queue, time.monotonic() + command.seconds, max_items, limit, command.stamp)

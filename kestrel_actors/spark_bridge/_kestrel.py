@@ -83,13 +83,14 @@ class Connection:
             self.holding = 0
             self._wire.connect()
 
-    def _monitor(self, queue: str, seconds: int, max_items: int) -> PackedValues:
-        """``monitor``: the items stay open on this connection until confirmed."""
+    def _monitor(self, queue: str, seconds: int, max_items: int, stamped: bool = False) -> PackedValues:
+        """``monitor``: the items stay open on this connection until confirmed; ``stamped``
+        asks for their enqueue times (a server that does not know the option sends none)."""
         key = queue_key(queue)
         with self._command() as wire:
-            wire.send(monitor_request(queue, seconds, max_items))
+            wire.send(monitor_request(queue, seconds, max_items, stamped))
             with wire.waiting(seconds):
-                items = wire.read_packed_values(key, max_items)
+                items = wire.read_packed_values(key, max_items, stamped=stamped)
         self.holding += items.count
         return items
 
@@ -125,21 +126,28 @@ class Connection:
             self._fresh()
             return self.open_waiting(queue, min(max_items, self.depth(queue))).values()
 
-    def open_waiting(self, queue: str, count: int) -> PackedValues:
+    def open_waiting(self, queue: str, count: int, stamped: bool = False) -> PackedValues:
         """Open ``count`` items known to be waiting (one ``monitor`` asking for exactly them,
         so it returns at once; should another reader take some first, it costs one second).
         Lets a caller that looked at the depth once open on several connections. The items
-        come back to back (:class:`PackedValues`), as the write-ahead log keeps them."""
+        come back to back (:class:`PackedValues`), as the write-ahead log keeps them, with
+        their enqueue times if ``stamped``."""
         if count <= 0:
-            return PackedValues(b"", b"")
+            return PackedValues(b"", b"", b"" if stamped else None)
         with self.lock:
             self._fresh()
-            return self._monitor(queue, _MONITOR_SECONDS, count)
+            return self._monitor(queue, _MONITOR_SECONDS, count, stamped)
 
     def depth(self, queue: str) -> int:
         """Items waiting (not open) in ``queue``."""
         with self.lock:
             return int(self.stats().get(f"queue_{queue}_items", 0))
+
+    def depths(self, queues: tuple[str, ...]) -> dict[str, int]:
+        """Items waiting (not open) in each of ``queues``, from one ``stats``."""
+        with self.lock:
+            stats = self.stats()
+        return {queue: int(stats.get(f"queue_{queue}_items", 0)) for queue in queues}
 
     def _still_holding(self, doing: str) -> None:
         """Refuse to work on a fresh connection while items opened on a dropped one are

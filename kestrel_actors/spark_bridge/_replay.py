@@ -64,9 +64,9 @@ def kill_point(point: str, seq: int) -> None:
 
 
 def _digest(part: BatchPart) -> str:
-    """A part's name in the record: its server, where it was read and its count, which
+    """A part's name in the record: its queue, server, when it was read and its count, which
     round-trip exactly through the batch file's JSON header."""
-    key = f"{part.server} {part.read_at!r} {part.count}"
+    key = f"{part.queue} {part.server} {part.read_at!r} {part.count}"
     return hashlib.sha1(key.encode()).hexdigest()[:24]
 
 
@@ -96,17 +96,17 @@ class ConfirmRecord:
                 store.delete(name)
 
 
-def take_back_returned(seq: int, parts: list[BatchPart], record: ConfirmRecord, queue: str,
+def take_back_returned(seq: int, parts: list[BatchPart], record: ConfirmRecord,
                        connect: Callable[[str], Connection]) -> None:
     """Take back off their queues the items of batch ``seq`` (loaded from its file) that a
     kill returned before their confirm was answered; ``connect(server)`` makes a connection
     to the server a part names."""
     done = record.confirmed()
-    pending: dict[str, list[BatchPart]] = {}
+    pending: dict[tuple[str, str], list[BatchPart]] = {}
     for part in parts:
         if _digest(part) not in done:
-            pending.setdefault(part.server, []).append(part)
-    for server, its in pending.items():
+            pending.setdefault((part.server, part.queue), []).append(part)
+    for (server, queue), its in pending.items():
         connection = connect(server)
         try:
             taken = _take_back(connection, queue, its, seq)

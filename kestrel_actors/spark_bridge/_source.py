@@ -22,7 +22,8 @@ docs/adr/0013-spark-exactly-once.md):
   server (with ``readAhead``, that was done on a second set of connections while Spark ran
   the previous batch: :class:`_Prefetch`), writes the batch to the write-ahead log
   (``walLocation``, :mod:`._wal`) durably, and only then confirms the items on the servers.
-  The offset is ``{"seq": n, "items": {server: count}}``.
+  The offset is ``{"seq": n, "items": {server: count}}`` (``{queue: {server: count}}`` when
+  ``queue`` lists several queues, which share each batch).
 * Once planned, a batch is replayed from its write-ahead file after any restart, never read
   again from the queue: ``latestOffset`` reuses a file numbered ``start.seq + 1`` it finds,
   and ``partitions`` of a batch this process did not plan reads the file. So a sink that is
@@ -40,7 +41,7 @@ import math
 import threading
 import time
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate, groupby
 from typing import Any
@@ -83,6 +84,16 @@ _MAX_BINARY_COLUMN = 2**31 - 1  # an Arrow binary column's 32-bit offsets
 # its rows come after a short batch while the next, full one is read ahead.
 FIRST_BATCH_ITEMS = 2_000
 
+BATCH_READ_REFUSED = (
+    "kestrel: a queue cannot be read as a batch (spark.read): reading takes items out of the "
+    "queue, and Spark tells a batch reader nothing once the job's output is committed (a "
+    "Python data source's batch reader has no commit), so the items could only be confirmed "
+    "before the output is safe (lost if the job fails) or never (read again by every run). "
+    "Use spark.readStream.format('kestrel') with option('walLocation', ...) and "
+    ".trigger(availableNow=True): it drains what is waiting, replays a micro-batch that failed "
+    "from its write-ahead log, and stops")
+"""Why ``spark.read.format("kestrel")`` is refused, and what to use instead."""
+
 # Option names as written in the docs (Spark hands them to us lower-cased or as typed).
 _SOURCE_OPTIONS = ("servers", "serverSet", "queue", "walLocation", "maxItemsPerTrigger", "maxItemsPerBatch",
                    "minPartitions", "itemsPerPartition", "itemsPerConnection", "readAhead",
@@ -103,7 +114,7 @@ _KAFKA_ONLY = {
     "maxoffsetspertrigger": "a queue has no offsets; use maxItemsPerTrigger (items per "
                             "micro-batch across all servers)",
     "minoffsetspertrigger": "a queue has no offsets; maxItemsPerTrigger bounds a micro-batch",
-    "subscribe": "name the queue with option('queue', ...)",
+    "subscribe": "name the queues with option('queue', 'q1,q2,...')",
     "subscribepattern": "name the queue with option('queue', ...)",
     "assign": "name the queue with option('queue', ...)",
     "kafka.bootstrap.servers": "name the servers with option('servers', 'host:port,...')",
@@ -146,10 +157,15 @@ class SourceOptions:
         _refuse_unknown([str(k) for k in options], _SINK_OPTIONS if sink else _SOURCE_OPTIONS,
                         role)
         queue = lower.get("queue", "")
-        if not queue or any(ch in queue for ch in " /\r\n\t"):
+        names = queue.split(",") if not sink else [queue]
+        if not all(names) or any(ch in queue for ch in " /\r\n\t"):
+            several = "" if sink else " (a source reads several: 'q1,q2')"
             raise OptionError(f"kestrel {role}: option queue is required and must be a queue "
-                              f"name (no spaces or '/'), got {queue!r}: add "
+                              f"name{several} (no spaces or '/'), got {queue!r}: add "
                               f"option('queue', '<name>')")
+        if len(set(names)) != len(names):
+            raise OptionError(f"kestrel {role}: option queue names a queue twice, got "
+                              f"{queue!r}: list each queue once")
 
         def value(name: str, parse: Any, default: str) -> Any:
             text = lower.get(name.lower(), default)
@@ -184,6 +200,12 @@ class SourceOptions:
             server_retry_timeout=value("serverRetryTimeout", _duration, "30s"),
         )
         return parsed
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues a source reads: ``queue`` is a comma-separated list (Kafka's
+        ``subscribe``); a sink writes to one."""
+        return tuple(self.queue.split(","))
 
     @property
     def connections_per_server(self) -> int:
@@ -261,11 +283,9 @@ class KestrelDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
-        raise ValueError(
-            "kestrel: a queue cannot be read as a batch (spark.read): reading takes items out "
-            "of the queue, and a batch read has no checkpoint to confirm them against. Use "
-            "spark.readStream.format('kestrel') with option('walLocation', ...); "
-            "trigger(availableNow=True) drains what is waiting and stops")
+        # A Python batch reader has ``partitions`` and ``read`` and nothing after them: no call
+        # once the job's output is committed, none when it fails (docs/adr/0013).
+        raise ValueError(BATCH_READ_REFUSED)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         # Never raise here: PySpark's planner then calls ``stop()`` on a reader it never got,
@@ -325,25 +345,16 @@ class _RefusedReader(DataSourceStreamReader):
         self._refuse()
 
 
-@dataclass(frozen=True)
-class ReadAt:
-    """``count`` consecutive items of a partition read from their server at ``read_at``
-    (seconds since the epoch: their ``timestamp``)."""
-
-    count: int
-    read_at: float
-
-
 class KestrelPartition(InputPartition):
-    """One task's share of a micro-batch: where its items lie in the batch's write-ahead
-    file (so ``read`` is pure: a retry reads the same bytes, and never touches a server).
-    Its items come from one server, opened by one or more ``monitor`` commands."""
+    """One task's share of a micro-batch: where its items (and their enqueue times) lie in
+    the batch's write-ahead file (so ``read`` is pure: a retry reads the same bytes, and never
+    touches a server). Its items come from one queue of one server, opened by one or more
+    ``monitor`` commands."""
 
-    def __init__(self, server: str, queue: str, read_at: list[ReadAt], items: WalSlice) -> None:
+    def __init__(self, server: str, queue: str, items: WalSlice) -> None:
         super().__init__(None)
         self.server = server
         self.queue = queue
-        self.read_at = read_at
         self.items = items
 
     def __repr__(self) -> str:
@@ -370,11 +381,14 @@ class _ReaderState:
     retry_at: dict[str, float] = field(default_factory=dict)
     idle_until: float = 0.0
     planned_any: bool = False  # this process has planned a batch from the queue
-    backlog: dict[str, int] = field(default_factory=dict)  # items waiting per server, last seen
+    turns: int = 0  # batches opened: which queue goes first in the next one
+    # items waiting per (queue, server), last seen
+    backlog: dict[tuple[str, str], int] = field(default_factory=dict)
     # server -> when the attempts that have failed since it last answered began (monotonic)
     failing_since: dict[str, float] = field(default_factory=dict)
-    # Trigger.AvailableNow: per server, how many of the items waiting at the start are left
-    available_now: dict[str, int] | None = None
+    # Trigger.AvailableNow: per (queue, server), how many of the items waiting at the start
+    # are left
+    available_now: dict[tuple[str, str], int] | None = None
 
     @classmethod
     def start(cls, options: SourceOptions) -> _ReaderState:
@@ -391,6 +405,11 @@ class _ReaderState:
             keep_alive.add(connection)
         return cls(sets, keep_alive, wal)
 
+    def forget_backlog(self, server: str) -> None:
+        """Its backlog is unknown while the server cannot be reached."""
+        for key in [key for key in self.backlog if key[1] == server]:
+            del self.backlog[key]
+
 
 def _all_connections(sets: tuple[_ConnectionSet, ...]) -> Iterator[Connection]:
     return (c for one in sets for per_server in one.values() for c in per_server)
@@ -398,16 +417,17 @@ def _all_connections(sets: tuple[_ConnectionSet, ...]) -> Iterator[Connection]:
 
 @dataclass(frozen=True)
 class _Held:
-    """Items opened on one connection, not yet confirmed."""
+    """Items of one queue opened on one connection, not yet confirmed."""
 
     server: str
+    queue: str
     connection: Connection
     read_at: float
     items: PackedValues
 
     @property
     def part(self) -> BatchPart:
-        return BatchPart(self.server, self.read_at, self.items)
+        return BatchPart(self.server, self.read_at, self.items, self.queue)
 
 
 @dataclass
@@ -451,24 +471,35 @@ class _PlannedBatch:
     parts: list[BatchPart]
     file: WalFile
 
-    def slices(self, step: int) -> Iterator[tuple[str, list[ReadAt], WalSlice]]:
-        """The batch cut into slices of at most ``step`` items, each of one server's items:
-        (server, when its items were read, where they are). A slice may span the parts of one
-        server (one per connection), so a batch has no more tasks than its size needs."""
+    def slices(self, step: int) -> Iterator[tuple[str, str, WalSlice]]:
+        """The batch cut into slices of at most ``step`` items, each of one queue's items on
+        one server: (queue, server, where they are). A slice may span the parts of one queue
+        on one server (one per connection), so a batch has no more tasks than its size needs."""
         first = data_before = 0
-        for server, parts in groupby(self.parts, key=lambda part: part.server):
+        for (queue, server), parts in groupby(self.parts, key=lambda part: (part.queue, part.server)):
             for pieces in _cut(list(parts), step):
                 where = self.file.slice(first, [items for _, items in pieces], data_before)
-                yield server, [ReadAt(items.count, part.read_at) for part, items in pieces], where
+                yield queue, server, where
                 first += where.count
                 data_before += where.data_size
 
-    @property
-    def counts(self) -> dict[str, int]:
-        per_server: dict[str, int] = {}
-        for part in self.parts:
-            per_server[part.server] = per_server.get(part.server, 0) + part.count
-        return per_server
+    def counts(self, queues: tuple[str, ...]) -> dict[str, Any]:
+        """Items per server (``{server: n}``), or per queue and server (``{queue: {server: n}}``)
+        when the source reads several queues."""
+        return _per_queue_and_server(((p.queue, p.server, p.count) for p in self.parts), queues)
+
+
+def _per_queue_and_server(counts: Iterable[tuple[str, str, int]],
+                          queues: tuple[str, ...]) -> dict[str, Any]:
+    """Counts summed per server (one queue read: ``{server: n}``, as before several could be),
+    or per queue then server (``{queue: {server: n}}``)."""
+    nested: dict[str, dict[str, int]] = {}
+    for queue, server, count in counts:
+        per_server = nested.setdefault(queue, {})
+        per_server[server] = per_server.get(server, 0) + count
+    if len(queues) == 1:
+        return nested.get(queues[0], {})
+    return nested
 
 
 class _Prefetch:
@@ -545,13 +576,14 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Every server must answer: one that cannot be reached within ``serverRetryTimeout``
         fails the query (what it holds could not be drained)."""
         live, queue = self.live, self.options.queue
-        left: dict[str, int] = {}
+        left: dict[tuple[str, str], int] = {}
         started = time.monotonic()
         waiting = dict(live.sets[0])
         while True:
             for name, connections in list(waiting.items()):
                 try:
-                    left[name] = connections[0].depth(queue)
+                    for each, depth in connections[0].depths(self.options.queues).items():
+                        left[(each, name)] = depth
                 except KestrelError as exc:
                     connections[0].close()
                     live.failing_since.setdefault(name, started)
@@ -576,11 +608,11 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._forget_through(done)  # Spark asks only once ``done`` is in its commit log
         seq = done + 1
         if seq in live.planned:  # asked again before that batch ran: the same answer
-            return _offset(live.planned[seq])
+            return self._offset(live.planned[seq])
         if live.wal.has(seq):
             # Planned before a restart, or before a stop, but not yet in Spark's offset log:
             # it is this batch, whatever the queue holds now.
-            return _offset(self._from_wal(seq, "batch_replanned_from_wal"))
+            return self._offset(self._from_wal(seq, "batch_replanned_from_wal"))
         budget = getattr(limit, "max_rows", None)
         if live.available_now is not None and not any(live.available_now.values()):
             return start  # AvailableNow: everything waiting at the start has been read
@@ -604,16 +636,19 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # A read limit can change between calls; only an unlimited query reads ahead.
             ahead = 1 - opened.on
             live.prefetch = _Prefetch(lambda: self._open_ahead(ahead, seq + 1))
-        return _offset(planned)
+        return self._offset(planned)
 
     def reportLatestOffset(self) -> dict:
         """What the query's progress shows as the source's ``latestOffset``: the last planned
-        batch, the backlog (items waiting per server as last seen, reachable servers only)
-        and which servers answered the last look and which could not be reached."""
+        batch, the backlog (items waiting per server as last seen, reachable servers only;
+        per queue, then server, when several queues are read) and which servers answered the
+        last look and which could not be reached."""
         live = self.live
         planned = max(live.planned, default=0)
         servers = list(live.sets[0])
-        return {"seq": planned, "backlog": dict(live.backlog),
+        backlog = _per_queue_and_server(
+            ((queue, server, n) for (queue, server), n in live.backlog.items()), self.options.queues)
+        return {"seq": planned, "backlog": backlog,
                 "backlogTotal": sum(live.backlog.values()),
                 "reachable": [s for s in servers if s not in live.failing_since],
                 "unreachable": [s for s in servers if s in live.failing_since]}
@@ -627,9 +662,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         step = min(self.options.items_per_partition,
                    math.ceil(total / self.options.min_partitions))
-        return [KestrelPartition(server, self.options.queue, read_at, where)
+        return [KestrelPartition(server, queue, where)
                 for seq in range(first, last + 1)
-                for server, read_at, where in self._planned(seq).slices(step)]
+                for queue, server, where in self._planned(seq).slices(step)]
 
     # Spark hands back only the partitions that partitions() made, which its types cannot say
     def read(self, partition: KestrelPartition) -> Iterator[Any]:  # type: ignore[override]
@@ -647,15 +682,15 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # (numpy would cost each Python worker ~0.15 s to import, for one cumulative sum)
         offsets = array("i", accumulate(packed.sizes(), initial=0))
         # Every column is built from buffers: pa.scalar and pa.array import pandas, ~0.5 s of
-        # CPU in each Python worker before its first rows.
-        micros = array("q")
-        for run in partition.read_at:
-            micros.extend(array("q", [int(run.read_at * 1_000_000)]) * run.count)
+        # CPU in each Python worker before its first rows. The enqueue times are as the file
+        # keeps them (epoch ms), cast to Spark's microseconds.
+        stamps = pa.Array.from_buffers(pa.timestamp("ms", tz="UTC"), n,
+                                       [None, pa.py_buffer(packed.stamps or b"")])
         yield pa.RecordBatch.from_arrays(
             [pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
                                                     pa.py_buffer(packed.data)]),
              _repeated(partition.queue, n), _repeated(partition.server, n),
-             pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(micros)])],
+             stamps.cast(pa.timestamp("us", tz="UTC"))],
             names=["value", "queue", "server", "timestamp"])
 
     def commit(self, end: dict) -> None:
@@ -700,6 +735,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [Connection(address, options.connect_timeout, options.io_timeout)
                 for _ in range(options.connections_per_server)]
 
+    def _offset(self, batch: _PlannedBatch) -> dict:
+        return {"seq": batch.seq, "items": batch.counts(self.options.queues)}
+
     def _planned(self, seq: int) -> _PlannedBatch:
         live = self.live
         batch = live.planned.get(seq)
@@ -718,12 +756,12 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         items of it that a kill gave back before their confirm are taken back off the queues
         first (:func:`._replay.take_back_returned`), so the queue never delivers them again."""
         live, options = self.live, self.options
-        batch = _PlannedBatch(seq, *live.wal.read(seq))
-        take_back_returned(seq, batch.parts, ConfirmRecord(live.wal.store, seq), options.queue,
+        batch = _PlannedBatch(seq, *live.wal.read(seq, options.queue))
+        take_back_returned(seq, batch.parts, ConfirmRecord(live.wal.store, seq),
                            lambda server: Connection(ServerAddress.parse(server),
                                                      options.connect_timeout, options.io_timeout))
         live.planned[seq] = batch
-        log.info(event, queue=options.queue, seq=seq, items=batch.counts)
+        log.info(event, queue=options.queue, seq=seq, items=batch.counts(options.queues))
         return batch
 
     def _plan(self, seq: int, opened: _Opened) -> _PlannedBatch | None:
@@ -751,7 +789,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 returned.append(part)
                 continue
             try:
-                part.connection.confirm(queue, part.items.count)
+                part.connection.confirm(part.queue, part.items.count)
                 record.add(part.part)
             except KestrelError as exc:
                 # Sent, but no answer: it may or may not have landed. The items stay in the
@@ -816,51 +854,66 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (and ``budget`` in all, if Spark gives a read limit)."""
         opened = _Opened(on)
         now = time.monotonic()
+        # Several queues share a batch's room in turn: each batch starts at the next queue, so
+        # a full queue never keeps the others waiting.
+        queues = self.options.queues
+        turn = self.live.turns % len(queues)
+        self.live.turns += 1
+        queues = queues[turn:] + queues[:turn]
         for name, connections in self.live.sets[on].items():
             cap = self.options.max_items_per_batch
             if budget is not None:
                 cap = min(cap, budget - sum(p.items.count for p in opened.held))
                 if cap <= 0:
                     break
-            self._open(name, connections, cap, now, opened.held)
+            self._open(name, connections, queues, cap, now, opened.held)
         return opened
 
-    def _open(self, name: str, connections: list[Connection], cap: int, now: float,
-              held: list[_Held]) -> None:
-        """Open up to ``cap`` of what one server has waiting, ``itemsPerConnection`` on each
-        of its connections in turn (one ``stats``, then one ``monitor`` per connection)."""
+    def _open(self, name: str, connections: list[Connection], queues: tuple[str, ...],
+              cap: int, now: float, held: list[_Held]) -> None:
+        """Open up to ``cap`` of what one server has waiting in ``queues`` (in that order),
+        ``itemsPerConnection`` of a queue on each of its connections in turn (one ``stats``,
+        then one ``monitor`` per connection and queue), each item with its enqueue time."""
         live = self.live
         if now < live.retry_at.get(name, 0.0):
             return
-        queue = self.options.queue
         target = live.available_now
-        if target is not None:
-            cap = min(cap, target.get(name, 0))
         connection = connections[0]
         try:
-            depth = connection.depth(queue)
+            depths = connection.depths(queues)
             live.failing_since.pop(name, None)
-            live.backlog[name] = depth
-            left = min(cap, depth)
-            for connection in connections:
-                if left <= 0:
-                    break
-                got = connection.open_waiting(queue, min(self.options.items_per_connection, left))
-                if not got.count:
-                    break  # another reader took them first
-                held.append(_Held(name, connection, time.time(), got))
-                left -= got.count
-                live.backlog[name] = max(0, live.backlog[name] - got.count)
+            for queue, depth in depths.items():
+                live.backlog[(queue, name)] = depth
+            for queue in queues:
+                left = min(cap, depths[queue])
                 if target is not None:
-                    target[name] -= got.count
+                    left = min(left, target.get((queue, name), 0))
+                for connection in connections:
+                    if left <= 0:
+                        break
+                    got = connection.open_waiting(
+                        queue, min(self.options.items_per_connection, left), stamped=True)
+                    if not got.count:
+                        break  # another reader took them first
+                    read_at = time.time()
+                    held.append(_Held(name, queue, connection, read_at,
+                                      got.stamps_or(int(read_at * 1000))))
+                    left -= got.count
+                    cap -= got.count
+                    live.backlog[(queue, name)] = max(0, live.backlog[(queue, name)] - got.count)
+                    if target is not None:
+                        target[(queue, name)] -= got.count
+                if cap <= 0:
+                    break
         except KestrelError as exc:
             # What the other connections opened stays in this batch; this one's is back on
             # the server with the closed connection.
             connection.close()
             live.retry_at[name] = now + _RECONNECT_AFTER
             live.failing_since.setdefault(name, now)
-            live.backlog.pop(name, None)  # unknown while it cannot be reached
-            log.warning("server_unavailable", queue=queue, server=name, error=str(exc)[:300])
+            live.forget_backlog(name)
+            log.warning("server_unavailable", queue=self.options.queue, server=name,
+                        error=str(exc)[:300])
 
 
 def _repeated(text: str, count: int) -> Any:
@@ -893,8 +946,6 @@ def _cut(parts: list[BatchPart], step: int) -> Iterator[list[tuple[BatchPart, Pa
         yield pieces
 
 
-def _offset(batch: _PlannedBatch) -> dict:
-    return {"seq": batch.seq, "items": batch.counts}
 
 
 # -- the sink --------------------------------------------------------------------------------

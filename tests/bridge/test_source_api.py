@@ -24,13 +24,25 @@ def memory_query(frame, name: str, tmp_path, **trigger):
     return writer.start()
 
 
-def test_columns_are_value_queue_server_and_the_read_time(server, spark, tmp_path):
+def available_now(frame, collect, tmp_path):
+    """Run ``frame`` with ``trigger(availableNow=True)``, each micro-batch to ``collect``, to
+    its end (without an error)."""
+    query = (frame.writeStream.foreachBatch(collect).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    assert query.awaitTermination(180), "AvailableNow did not stop"
+    assert query.exception() is None
+    return query
+
+
+def test_columns_are_value_queue_server_and_the_enqueue_time(server, spark, tmp_path):
+    before = datetime.now(UTC)
     load(server, "cols", [b"alpha", b"beta"])
+    loaded = datetime.now(UTC)
+    time.sleep(0.05)  # read after this: a read time would be later than ``loaded``
     frame = stream(spark, [server], "cols", tmp_path)
     assert [(f.name, f.dataType.simpleString()) for f in frame.schema.fields] == [
         ("value", "binary"), ("queue", "string"), ("server", "string"),
         ("timestamp", "timestamp")]
-    before = datetime.now(UTC)
     query = memory_query(frame.selectExpr("CAST(value AS STRING) AS text", "queue", "server",
                                           "timestamp"), "cols_rows", tmp_path)
     try:
@@ -40,12 +52,11 @@ def test_columns_are_value_queue_server_and_the_read_time(server, spark, tmp_pat
                          "cast(unix_micros(timestamp) as long) as micros from cols_rows").collect()
     finally:
         query.stop()
-    after = datetime.now(UTC)
     assert sorted((r["text"], r["queue"], r["server"]) for r in rows) == [
         ("alpha", "cols", f"127.0.0.1:{server.port}"), ("beta", "cols", f"127.0.0.1:{server.port}")]
-    for row in rows:  # the time the item was read from the server
-        read = datetime.fromtimestamp(row["micros"] / 1e6, UTC)
-        assert before <= read <= after
+    for row in rows:  # the time the server enqueued the item (milliseconds)
+        enqueued = datetime.fromtimestamp(row["micros"] / 1e6, UTC)
+        assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= enqueued <= loaded
 
 
 def test_a_stream_without_wal_location_fails_at_start_naming_the_option(server, spark, tmp_path):
@@ -64,10 +75,18 @@ def test_unknown_and_kafka_options_fail_load(server, spark, tmp_path):
             stream(spark, [server], "opts", tmp_path / option, **{option: "5"})
 
 
-def test_a_batch_read_says_to_use_read_stream(server, spark):
-    with pytest.raises(Exception, match="(?i)use spark.readStream"):
+def test_a_batch_read_is_refused_with_the_reason_and_available_now_instead(server, spark):
+    """Spark's batch reader is never told that the job's output was committed, so it could
+    not confirm the items safely: refused, naming why and what to use."""
+    load(server, "b", [b"kept"])
+    with pytest.raises(Exception) as refused:
         (spark.read.format("kestrel").option("servers", f"127.0.0.1:{server.port}")
          .option("queue", "b").load().collect())
+    message = str(refused.value)
+    for part in ("cannot be read as a batch", "has no commit", "lost if the job fails",
+                 "spark.readStream.format('kestrel')", "trigger(availableNow=True)"):
+        assert part in message
+    assert queue_stats(server, "b") == (1, 0)  # nothing was taken from the queue
 
 
 def test_available_now_drains_confirms_and_stops_and_a_second_run_finds_nothing(server, spark,
@@ -86,11 +105,8 @@ def test_available_now_drains_confirms_and_stops_and_a_second_run_finds_nothing(
             rows.extend(got)
             sizes.append(len(got))
 
-        frame = stream(spark, [server], "avail", tmp_path, maxItemsPerBatch=1000)
-        query = (frame.writeStream.foreachBatch(collect).trigger(availableNow=True)
-                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
-        assert query.awaitTermination(180), "AvailableNow did not stop"
-        assert query.exception() is None
+        available_now(stream(spark, [server], "avail", tmp_path, maxItemsPerBatch=1000),
+                      collect, tmp_path)
         return rows, sizes
 
     first, sizes = run()
@@ -184,3 +200,44 @@ def test_progress_shows_the_backlog_per_server(server, spark, tmp_path):
     # 1000 waiting, 200 per batch: the first report shows 800 left
     assert backlogs[0] == 800 and backlogs == sorted(backlogs, reverse=True)
     assert all(o["backlogTotal"] == o["backlog"][name] for o in latest)
+
+
+def test_several_queues_in_one_stream_each_row_names_its_queue_exactly_once(make_server, spark,
+                                                                            tmp_path):
+    """``queue`` takes a comma-separated list, as Kafka's ``subscribe``: one query drains
+    every queue of every server, each row's ``queue`` column names its queue, each item once;
+    offsets and the backlog count per queue per server; a second run finds nothing."""
+    first, second = make_server(), make_server()
+    loaded = []
+    for n, srv in enumerate((first, second)):
+        for queue, count in (("ka", 700), ("kb", 400)):
+            items = [f"{queue}-s{n}-{i}".encode() for i in range(count)]
+            load(srv, queue, items)
+            loaded += [(queue, f"127.0.0.1:{srv.port}", item) for item in items]
+
+    def run():
+        rows = []
+
+        def collect(batch, batch_id):
+            rows.extend((r["queue"], r["server"], bytes(r["value"]))
+                        for r in batch.select("queue", "server", "value").collect())
+
+        frame = stream(spark, [first, second], "ka,kb", tmp_path, maxItemsPerBatch=500)
+        return rows, available_now(frame, collect, tmp_path)
+
+    rows, query = run()
+    assert sorted(rows) == sorted(loaded)
+    offsets = [o for o in end_offsets(query) if o.get("items")]
+    assert offsets and all(set(o["items"]) <= {"ka", "kb"} for o in offsets)
+    per_queue_server: dict[tuple[str, str], int] = {}
+    for o in offsets:
+        for queue, per_server in o["items"].items():
+            for where, count in per_server.items():
+                per_queue_server[(queue, where)] = per_queue_server.get((queue, where), 0) + count
+    assert per_queue_server == {(q, f"127.0.0.1:{s.port}"): c for s in (first, second)
+                                for q, c in (("ka", 700), ("kb", 400))}
+    latest = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
+    assert set(latest["backlog"]) == {"ka", "kb"} and latest["backlogTotal"] == 0
+    for srv in (first, second):
+        assert queue_stats(srv, "ka") == (0, 0) and queue_stats(srv, "kb") == (0, 0)
+    assert run()[0] == []

@@ -7,6 +7,7 @@ unpublished."""
 from __future__ import annotations
 
 import pickle
+import time
 
 import pytest
 
@@ -63,38 +64,50 @@ def test_the_first_batch_is_small_and_the_next_ones_full(server, tmp_path):
     assert queue_stats(server, "plan") == (0, 0)
 
 
-def test_a_partition_spans_the_connections_of_its_server_with_each_ones_read_time(server, tmp_path):
+def test_a_partition_spans_the_connections_of_its_server_with_each_items_enqueue_time(server,
+                                                                                     tmp_path):
     """A batch opened on several connections of one server (``itemsPerConnection`` each) is
     cut into partitions of ``itemsPerPartition`` across them, each row stamped with the time
-    its own connection read it; a replay from the file cuts and stamps it the same way."""
+    the server enqueued its item (the ``stamp`` option of monitor), before it was read; a
+    replay from the file cuts and stamps it the same way."""
     items = [b"%05d" % i for i in range(4000)]
-    load(server, "plan", items)
+    before = time.time()
+    load(server, "plan", items[:2000])
+    time.sleep(0.05)
+    load(server, "plan", items[2000:])
+    loaded = time.time()
     options = {"maxItemsPerBatch": 1000, "itemsPerConnection": 300, "itemsPerPartition": 500,
                "readAhead": "false"}
     stream = reader(server, tmp_path, **options)
+
+    def stamps_of(planner, partitions) -> list[float]:
+        stamps = []
+        for partition in partitions:
+            for batch in planner.read(pickle.loads(pickle.dumps(partition))):
+                stamps += [t.timestamp() for t in batch.column("timestamp").to_pylist()]
+        return stamps
+
+    time.sleep(0.05)
     try:
         start = stream.initialOffset()
         first = stream.latestOffset(start)
         assert sum(first["items"].values()) == 1000 <= FIRST_BATCH_ITEMS
         partitions = stream.partitions(start, first)
         assert [p.items.count for p in partitions] == [500, 500]
-        assert [[run.count for run in p.read_at] for p in partitions] == [[300, 200], [100, 300, 100]]
-        stamps = []
-        for partition in partitions:
-            for batch in stream.read(pickle.loads(pickle.dumps(partition))):
-                stamps += [t.timestamp() for t in batch.column("timestamp").to_pylist()]
-        runs = [run.read_at for p in partitions for run in p.read_at]
-        expected = [run.read_at for p in partitions for run in p.read_at for _ in range(run.count)]
-        assert stamps == pytest.approx(expected, abs=1e-5) and runs == sorted(runs)
+        stamps = stamps_of(stream, partitions)
+        assert int(before * 1000) / 1000 <= min(stamps) and max(stamps) <= loaded
+        assert stamps == sorted(stamps)
         assert rows_of(stream, start, first) == items[:1000]
+        stream.commit(first)
+        second = stream.latestOffset(first)
+        later = stamps_of(stream, stream.partitions(first, second))
+        assert stamps[-1] <= min(later) and max(later) <= loaded
     finally:
         stream.stop()
     replayed = reader(server, tmp_path, **options)  # a restart before Spark committed it
     try:
-        again = replayed.partitions(start, first)
-        assert [[(r.count, r.read_at) for r in p.read_at] for p in again] == \
-            [[(r.count, r.read_at) for r in p.read_at] for p in partitions]
-        assert rows_of(replayed, start, first) == items[:1000]
+        assert stamps_of(replayed, replayed.partitions(first, second)) == later
+        assert rows_of(replayed, first, second) == items[1000:2000]
     finally:
         replayed.stop()
 
@@ -197,15 +210,64 @@ def test_an_executors_read_imports_no_pandas(tmp_path):
              "    SourceOptions, _PlannedBatch)\n"
              "from kestrel_actors.spark_bridge._wal import BatchPart, WriteAheadLog\n"
              f"wal = WriteAheadLog({str(tmp_path)!r})\n"
-             "parts = [BatchPart('s1', 1.5, PackedValues.of([b'a', b'bc'])),\n"
-             "         BatchPart('s1', 2.5, PackedValues.of([b'def']))]\n"
+             "parts = [BatchPart('s1', 1.5, PackedValues.of([b'a', b'bc']), 'q'),\n"
+             "         BatchPart('s1', 2.5, PackedValues.of([b'def']), 'q')]\n"
              "batch = _PlannedBatch(1, parts, wal.write(1, parts))\n"
              f"reader = KestrelStreamReader(SourceOptions.parse({{'queue': 'q', 'walLocation': {str(tmp_path)!r}}}))\n"
-             "[(server, read_at, where)] = batch.slices(10)\n"
-             "[rows] = reader.read(KestrelPartition(server, 'q', read_at, where))\n"
+             "[(queue, server, where)] = batch.slices(10)\n"
+             "[rows] = reader.read(KestrelPartition(server, queue, where))\n"
              "assert 'pandas' not in sys.modules\n"
              "table = rows.to_pydict()\n"
              "assert table['value'] == [b'a', b'bc', b'def'], table\n"
              "assert table['queue'] == ['q'] * 3 and table['server'] == ['s1'] * 3, table\n"
              "assert [t.timestamp() for t in table['timestamp']] == [1.5, 1.5, 2.5], table\n")
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)
+
+
+def test_several_queues_in_one_batch_each_row_names_its_queue_and_a_restart_replays_them(
+        server, tmp_path):
+    """``queue`` as a comma-separated list: one batch opens every queue (offsets count items
+    per queue per server), each row's ``queue`` column names its own, and a restart before
+    Spark committed the batch replays it from the write-ahead file, queues included."""
+    load(server, "qa", [b"a%d" % i for i in range(30)])
+    load(server, "qb", [b"b%d" % i for i in range(20)])
+    where = f"127.0.0.1:{server.port}"
+
+    def planner() -> KestrelStreamReader:
+        source = KestrelDataSource({"servers": where, "queue": "qa,qb",
+                                    "walLocation": str(tmp_path / "wal"), "readAhead": "false"})
+        return source.streamReader(None)
+
+    def rows(stream, start, end) -> list[tuple[str, bytes]]:
+        got = []
+        for partition in stream.partitions(start, end):
+            for batch in stream.read(pickle.loads(pickle.dumps(partition))):
+                got += zip(batch.column("queue").to_pylist(), batch.column("value").to_pylist(),
+                           strict=True)
+        return got
+
+    expected = sorted([("qa", b"a%d" % i) for i in range(30)] + [("qb", b"b%d" % i) for i in range(20)])
+    stream = planner()
+    try:
+        start = stream.initialOffset()
+        end = stream.latestOffset(start)
+        assert end["items"] == {"qa": {where: 30}, "qb": {where: 20}}
+        assert sorted(rows(stream, start, end)) == expected
+        assert stream.reportLatestOffset()["backlog"] == {"qa": {where: 0}, "qb": {where: 0}}
+    finally:
+        stream.stop()  # killed before Spark committed the batch
+    assert queue_stats(server, "qa") == (0, 0) and queue_stats(server, "qb") == (0, 0)
+    restarted = planner()
+    try:
+        assert restarted.latestOffset(start) == end  # the same batch, from its file
+        assert sorted(rows(restarted, start, end)) == expected
+        restarted.commit(end)
+        assert restarted.latestOffset(end) == end  # nothing more: each item once
+    finally:
+        restarted.stop()
+
+
+def test_a_queue_list_with_an_empty_or_repeated_name_is_refused():
+    for queue, message in (("qa,,qb", "must be a queue name"), ("qa,qb,qa", "names a queue twice")):
+        with pytest.raises(ValueError, match=message):
+            KestrelDataSource({"queue": queue, "walLocation": "/tmp/unused"}).schema()

@@ -73,3 +73,25 @@ def test_packed_values_take_a_run_as_views_of_the_same_bytes():
     assert packed.take(3, 4).values() == values[3:7]
     assert packed.take(0, 10).values() == values and packed.take(10, 0).count == 0
     assert isinstance(packed.take(3, 4).data, memoryview)
+
+
+@pytest.mark.parametrize("step", [1, 5, 1 << 20])
+def test_a_stamped_stream_keeps_each_enqueue_time_and_a_line_without_one_gets_the_default(step):
+    """``monitor ... stamp`` answers ``VALUE q 0 <len> <add_time>``; a server that ignores the
+    option (Kestrel) answers without it: 0, which ``stamps_or`` replaces by the read time."""
+    data = (b"VALUE q 0 2\r\nab\r\nEND\r\nVALUE q 0 0 1700000000123\r\n\r\nEND\r\n"
+            b"VALUE q 0 1 1700000000456\r\nc\r\nEND\r\nEND\r\n")
+    scan = ValueScan("monitor", b"q", 10, stamped=True)
+    buf = bytearray()
+    for at in range(0, len(data), step):
+        buf += data[at:at + step]
+        del buf[:scan.feed(buf)]
+    packed = scan.values()
+    assert scan.done and packed.values() == [b"ab", b"", b"c"]
+    stamped = packed.stamps_or(1700000000999)
+    assert memoryview(stamped.stamps).cast("q").tolist() == [1700000000999, 1700000000123,
+                                                              1700000000456]
+    assert memoryview(stamped.take(1, 2).stamps).cast("q").tolist() == [1700000000123,
+                                                                         1700000000456]
+    with pytest.raises(UnexpectedReply, match="bad VALUE line"):  # not asked for: refused
+        scan_in_pieces(b"VALUE q 0 1 1700000000456\r\nc\r\nEND\r\nEND\r\n", 100)
