@@ -47,6 +47,7 @@ COMPILED_MODULES = (
     "kestrel_actors.queue._items",
     "kestrel_actors.queue._core",
     "kestrel_actors.journal._format",
+    "kestrel_actors.journal._sequence",
     "kestrel_actors.journal._file",
     "kestrel_actors.journal._readbehind",
     "kestrel_actors.journal._writer",

@@ -7,7 +7,7 @@ from its head to its tail: every add appends at the tail and every removal takes
 So the queue's state at a journal position is: the front items, the open reads, the xid, its
 item and byte counts, and where in the files its first add record is. The live journal counts
 the add records (``added``) and the ones removed from the run (``consumed``), and remembers the
-place of every :data:`MARK_EVERY`-th add record (:class:`AddSequence`): the head is the last
+place of every ``MARK_EVERY``-th add record (``_sequence.AddSequence``): the head is the last
 mark at or before ``consumed``, plus a few records to skip.
 
 The file is ``<data_dir>/.checkpoint/<name>``: the line ``kestrel-checkpoint 1``, one line of
@@ -27,8 +27,7 @@ import base64
 import json
 import os
 import zlib
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
@@ -37,8 +36,6 @@ from ._files import CHECKPOINT_DIR, fsync_dir, open_regular
 
 __all__ = [
     "CHECKPOINT_DIR",
-    "MARK_EVERY",
-    "AddSequence",
     "Checkpoint",
     "CheckpointFile",
     "read_checkpoint",
@@ -50,50 +47,8 @@ __all__ = [
 log = structlog.get_logger("kestrel_actors.journal")
 
 MAGIC = b"kestrel-checkpoint 1\n"
-MARK_EVERY = 4096
-"""Add records between two marks: a restart skips fewer than this many to find the head."""
 TAIL_BYTES = 64
 """Bytes before the checkpoint's position whose CRC-32 it records."""
-
-
-@dataclass
-class AddSequence:
-    """The queue's add records, counted as the journal writes or replays them."""
-
-    added: int = 0
-    """Add records in the journal files (the next one's index)."""
-    consumed: int = 0
-    """Add records removed from the queue's head (the head's index in the run)."""
-    front: int = 0
-    """Items at the head that an UNREMOVE put back (not in the run)."""
-    marks: deque = field(default_factory=deque)
-    """``[index, file name, offset]`` of every MARK_EVERY-th add record still needed, oldest first."""
-
-    def add(self, filename: str, offset: int) -> None:
-        index = self.added
-        if index % MARK_EVERY == 0:
-            self.marks.append([index, filename, offset])
-        self.added = index + 1
-
-    def pop(self) -> None:
-        if self.front:
-            self.front -= 1
-        else:
-            self.consumed += 1
-
-    def head_mark(self) -> list | None:
-        """The last mark at or before the head (older ones are dropped), or None."""
-        marks = self.marks
-        while len(marks) > 1 and marks[1][0] <= self.consumed:
-            marks.popleft()
-        if not marks or marks[0][0] > self.consumed:
-            return None
-        return marks[0]
-
-    def renamed(self, old: str, new: str) -> None:
-        for mark in self.marks:
-            if mark[1] == old:
-                mark[1] = new
 
 
 @dataclass

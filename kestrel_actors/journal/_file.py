@@ -33,7 +33,7 @@ from greenlet import getcurrent
 
 from ..config import QueueConfig
 from ..queue import Item, Journal, QueueCore, QueueLimits
-from ._checkpoint import AddSequence, Checkpoint, CheckpointFile, remove_checkpoint, tail_crc, write_checkpoint
+from ._checkpoint import Checkpoint, CheckpointFile, remove_checkpoint, tail_crc, write_checkpoint
 from ._failures import FailureLog
 from ._files import (
     archived_files,
@@ -53,6 +53,7 @@ from ._format import (
 )
 from ._pack import commit_pack, prepare_pack, write_snapshot
 from ._readbehind import ReadBehindPosition, ReadBehindReader
+from ._sequence import AddSequence
 from ._writer import JournalWriter, SyncStats, run_blocking
 
 __all__ = ["FileJournal"]

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from ..queue import Item, PackedItems, next_xid, take_head
-from ._checkpoint import AddSequence, Checkpoint, read_checkpoint, remove_checkpoint, tail_crc
+from ._checkpoint import Checkpoint, read_checkpoint, remove_checkpoint, tail_crc
 from ._files import NotRegularFile, delete_temp_files, file_size, file_timestamp, journal_files, open_regular
 from ._format import (
     ADD_OPS,
@@ -58,6 +58,7 @@ from ._format import (
 )
 from ._readbehind import ReadBehindPosition, ReadBehindReader
 from ._repair import repair_file
+from ._sequence import AddSequence
 
 __all__ = ["ReplayResult", "replay_queue"]
 
