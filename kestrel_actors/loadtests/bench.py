@@ -434,7 +434,11 @@ def redis_version(redis: str) -> str:
 
 
 def _goal(goal: float | None, against: str = "") -> str:
-    return "—" if goal is None else f"≥ {goal:.1f}×" + (f" {against}" if against else "")
+    if goal is None:
+        return "—"
+    digits = f"{goal:.2f}"
+    digits = digits[:-1] if digits.endswith("0") else digits  # 1.0, 0.9, 0.95
+    return f"≥ {digits}×" + (f" {against}" if against else "")
 
 
 def _met(met: bool | None) -> str:
