@@ -570,7 +570,13 @@ RESTART_ITEMS = 4_000_000
 def _restart_figures(quick: bool) -> dict[str, object] | str:
     """``restart_bench``'s figures, or why there are none."""
     items = RESTART_ITEMS // 10 if quick else RESTART_ITEMS
-    command = [sys.executable, "-m", "kestrel_actors.loadtests.restart_bench", "--items", str(items)]
+    return _script_figures("restart_bench", "--items", str(items))
+
+
+def _script_figures(script: str, *args: str) -> dict[str, object] | str:
+    """The JSON figures on the last line of ``python -m kestrel_actors.loadtests.SCRIPT ARGS``,
+    or why there are none."""
+    command = [sys.executable, "-m", f"kestrel_actors.loadtests.{script}", *args]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     except subprocess.TimeoutExpired:
@@ -611,15 +617,7 @@ MEMORY_ITEMS = 1_000_000
 
 def _memory_figures(quick: bool) -> dict[str, object] | str:
     """``memory_bench``'s figures, or why there are none."""
-    command = [sys.executable, "-m", "kestrel_actors.loadtests.memory_bench", "--items", str(MEMORY_ITEMS),
-               *(["--quick"] if quick else [])]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-    except subprocess.TimeoutExpired:
-        return "timed out"
-    if proc.returncode != 0:
-        return f"failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return _script_figures("memory_bench", "--items", str(MEMORY_ITEMS), *(["--quick"] if quick else []))
 
 
 def render_memory(figures: dict[str, object] | str) -> str:
