@@ -354,7 +354,8 @@ class ValueReplies:
     reads items of one size from one queue, and the line is then two comparisons instead of an
     encode and a format."""
 
-    __slots__ = ("_line", "_queue", "_size", "_stamped_prefix", "_stamped_queue")
+    __slots__ = ("_line", "_queue", "_size", "_stamped_line", "_stamped_prefix", "_stamped_queue",
+                 "_stamped_size", "_stamped_time")
 
     def __init__(self) -> None:
         self._queue = ""
@@ -362,6 +363,9 @@ class ValueReplies:
         self._line = b""
         self._stamped_queue = ""
         self._stamped_prefix = b""
+        self._stamped_size = -1
+        self._stamped_time = -1
+        self._stamped_line = b""
 
     def reply(self, queue: str, data: bytes) -> bytes:
         size = len(data)
@@ -375,10 +379,17 @@ class ValueReplies:
         """``VALUE <queue> 0 <len> <add_time>`` + data + ``END``: a hit asked for with the
         ``stamp`` option; the fifth field, where memcache's ``gets`` puts a cas number, is the
         item's enqueue time (epoch ms)."""
+        size = len(data)
         if queue != self._stamped_queue or not self._stamped_prefix:
             self._stamped_prefix = b"VALUE " + name_bytes(queue) + b" 0 "
             self._stamped_queue = queue
-        return b"".join((self._stamped_prefix, b"%d %d\r\n" % (len(data), add_time), data, _VALUE_END))
+            self._stamped_size = -1
+        # items added in one millisecond (a burst of SETs, read back as a run) share the line
+        if size != self._stamped_size or add_time != self._stamped_time:
+            self._stamped_line = self._stamped_prefix + b"%d %d\r\n" % (size, add_time)
+            self._stamped_size = size
+            self._stamped_time = add_time
+        return b"".join((self._stamped_line, data, _VALUE_END))
 
 
 def stats_reply(lines: list[tuple[str, object]]) -> bytes:
