@@ -677,16 +677,9 @@ class SessionActor(GeventActor):
                 self._give_back(name, [item.xid for item in items])
                 return
             opened = self.open_reads.setdefault(name, deque())
-            handler = self.handler  # called as typed methods: a bound method taken out is called generically
-            out = self.out
-            if monitor.stamped:
-                for item in items:
-                    _append(opened, item.xid)
-                    out.append(handler.stamped_item_reply(name, item))
-            else:
-                for item in items:
-                    _append(opened, item.xid)
-                    out.append(handler.item_reply(name, item.data))
+            for item in items:
+                _append(opened, item.xid)
+            self.handler.add_item_replies(name, items, monitor.stamped, self.out)
             monitor.remaining -= len(items)
         elif time.monotonic() < monitor.deadline:
             monitor.deadline = 0.0  # the queue answered a miss: it closed, so the stream ends
