@@ -67,15 +67,15 @@ __all__ = [
 ]
 
 OP_ADD: Final = 0
-OP_REMOVE = 1
+OP_REMOVE: Final = 1
 OP_ADDX: Final = 2
-OP_REMOVE_TENTATIVE = 3
-OP_SAVE_XID = 4
-OP_UNREMOVE = 5
-OP_CONFIRM_REMOVE = 6
-OP_ADD_XID = 7
-OP_CONTINUE = 8
-OP_REMOVE_TENTATIVE_XID = 9
+OP_REMOVE_TENTATIVE: Final = 3
+OP_SAVE_XID: Final = 4
+OP_UNREMOVE: Final = 5
+OP_CONFIRM_REMOVE: Final = 6
+OP_ADD_XID: Final = 7
+OP_CONTINUE: Final = 8
+OP_REMOVE_TENTATIVE_XID: Final = 9
 
 OP_NAMES = {
     OP_ADD: "ADD", OP_REMOVE: "REMOVE", OP_ADDX: "ADDX", OP_REMOVE_TENTATIVE: "REMOVE_TENTATIVE",
@@ -97,6 +97,10 @@ _XID = struct.Struct("<bi")          # opcode, xid
 _I32 = struct.Struct("<i")
 _ADDX_BODY = struct.Struct("<iqq")
 _ITEM_HEAD = struct.Struct("<qq")
+# bound once, as ``_pack_addx``: the records a read or a read-behind fill writes and reads per item
+_pack_xid: Final = _XID.pack
+_unpack_i32: Final = _I32.unpack_from
+_unpack_addx_body: Final = _ADDX_BODY.unpack_from
 
 REMOVE_RECORD = b"\x01"
 
@@ -175,20 +179,20 @@ def encode_legacy_remove_tentative() -> bytes:
 
 
 def encode_save_xid(xid: int) -> bytes:
-    return _XID.pack(OP_SAVE_XID, xid)
+    return _pack_xid(OP_SAVE_XID, xid)
 
 
 def encode_unremove(xid: int) -> bytes:
-    return _XID.pack(OP_UNREMOVE, xid)
+    return _pack_xid(OP_UNREMOVE, xid)
 
 
 def encode_confirm_remove(xid: int) -> bytes:
-    return _XID.pack(OP_CONFIRM_REMOVE, xid)
+    return _pack_xid(OP_CONFIRM_REMOVE, xid)
 
 
 def encode_remove_tentative(xid: int) -> bytes:
     """REMOVE_TENTATIVE_XID (9), what 2.4 writes for every transactional remove."""
-    return _XID.pack(OP_REMOVE_TENTATIVE_XID, xid)
+    return _pack_xid(OP_REMOVE_TENTATIVE_XID, xid)
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -326,13 +330,9 @@ class RecordReader:
                 return None  # the file is shorter than ``end`` said
         op = buf[i]
         if op == OP_ADDX and avail >= 21:
-            size, add_time, expiry = _ADDX_BODY.unpack_from(buf, i + 1)
-            total = 5 + size
-            if size >= 16 and total <= avail and size - 16 <= self._max_item:
-                self._i = i + total
-                self.position = start + total
-                self.records += 1
-                return Record(OP_ADDX, start, total, 0, Item(buf[i + 21:i + total], add_time, expiry))
+            item = self._take_addx(buf, i, avail, start)
+            if item is not None:
+                return Record(OP_ADDX, start, self.position - start, 0, item)
         elif op == OP_REMOVE:
             self._i = i + 1
             self.position = start + 1
@@ -342,8 +342,50 @@ class RecordReader:
             self._i = i + 5
             self.position = start + 5
             self.records += 1
-            return Record(op, start, 5, _I32.unpack_from(buf, i + 1)[0])
+            return Record(op, start, 5, _unpack_i32(buf, i + 1)[0])
         return self._next_slow(op, start)
+
+    def next_item(self) -> Item | None:
+        """The item of the next add record (an add, or CONTINUE), the records before it
+        skipped; ``None`` at the end, as :meth:`next`. Read-behind's read: an ADDX whose bytes
+        are in the buffer, and a REMOVE before it, make no :class:`Record`."""
+        while True:
+            start = self.position
+            end = self._end
+            if self.problem is not None or start >= end:
+                return None
+            buf = self._buf
+            i = self._i
+            avail = min(len(buf), end - self._buf_start) - i
+            if avail >= 21:
+                op = buf[i]
+                if op == OP_ADDX:
+                    item = self._take_addx(buf, i, avail, start)
+                    if item is not None:
+                        return item
+                elif op == OP_REMOVE:
+                    self._i = i + 1
+                    self.position = start + 1
+                    self.records += 1
+                    continue
+            record = self.next()
+            if record is None:
+                return None
+            if record.item is not None:
+                return record.item
+
+    def _take_addx(self, buf: bytes, i: int, avail: int, start: int) -> Item | None:
+        """The item of the ADDX record at ``buf[i]`` (``start`` in the file), the reader moved
+        past it; ``None`` (and nothing moved) unless its header is sane and its whole record is
+        among the ``avail`` bytes (:meth:`_next_slow` then reads or judges it)."""
+        size, add_time, expiry = _unpack_addx_body(buf, i + 1)
+        total = 5 + size
+        if size < 16 or total > avail or size - 16 > self._max_item:
+            return None
+        self._i = i + total
+        self.position = start + total
+        self.records += 1
+        return Item(buf[i + 21:i + total], add_time, expiry)
 
     def _next_slow(self, op: int, start: int) -> Record | None:
         buf = self._buf
@@ -358,7 +400,7 @@ class RecordReader:
                 self._fail(TORN, f"end of data inside a {OP_NAMES[op]} record")
                 return None
             buf, i = self._buf, self._i
-            (xid,) = _I32.unpack_from(buf, i + 1)
+            (xid,) = _unpack_i32(buf, i + 1)
             self._i = i + 5
             self.position = start + 5
             self.records += 1
@@ -369,8 +411,8 @@ class RecordReader:
                 self._fail(TORN, f"end of data inside the header of a {OP_NAMES[op]} record")
                 return None
             buf, i = self._buf, self._i
-            xid = _I32.unpack_from(buf, i + 1)[0] if head == 9 else 0
-            (size,) = _I32.unpack_from(buf, i + head - 4)
+            xid = _unpack_i32(buf, i + 1)[0] if head == 9 else 0
+            (size,) = _unpack_i32(buf, i + head - 4)
             minimum = 4 if op == OP_ADD else 16
             if size < 0:
                 self._fail(CORRUPT, f"negative size {size} in a {OP_NAMES[op]} record")
@@ -389,7 +431,7 @@ class RecordReader:
             buf, i = self._buf, self._i
             body = i + head
             if op == OP_ADD:
-                (expiry_s,) = _I32.unpack_from(buf, body)
+                (expiry_s,) = _unpack_i32(buf, body)
                 add_time = self._now_ms if self._now_ms is not None else int(time.time() * 1000)
                 item = Item(bytes(buf[body + 4:i + total]), add_time, expiry_s * 1000)
             else:

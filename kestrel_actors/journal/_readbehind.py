@@ -26,7 +26,7 @@ import structlog
 
 from ..queue import Item
 from ._files import NotRegularFile, open_regular
-from ._format import ADD_OPS, OP_CONTINUE, ReadFn, RecordReader
+from ._format import ReadFn, RecordReader
 
 __all__ = ["Leader", "ReadBehindPosition", "ReadBehindReader"]
 
@@ -92,19 +92,24 @@ class ReadBehindReader:
         return self.filename == self.leader.current_file
 
     def next_item(self) -> Item | None:
-        """The next item the leader has gone past, or ``None`` once caught up with it."""
+        """The next item the leader has gone past, or ``None`` once caught up with it.
+
+        The leader is asked where it is only when the cursor reaches the end it last learnt
+        (what was written then): the records before that end are whole and stay as they are,
+        so a run of them is read with no call to the leader per record."""
         leader = self.leader
         while True:
-            if self._reader is None and not self._open():
-                if not self._advance():
-                    return None
-                continue
             reader = self._reader
-            assert reader is not None
+            if reader is None:
+                if not self._open():
+                    if not self._advance():
+                        return None
+                    continue
+                reader = self._reader
+                assert reader is not None
             current = self.in_current_file
-            if current:
-                end = leader.size()
-                if self.offset >= end:
+            if current and reader.position >= reader.end:
+                if self.offset >= leader.size():
                     return None
                 # what is left to read may still be pending (not every read: a remove just
                 # journaled is always pending, and a write per read would undo batching)
@@ -112,24 +117,17 @@ class ReadBehindReader:
                     self.stalled = True
                     return None
                 reader.set_end(leader.written_size())
-            record = reader.next()
-            if record is not None:
-                self.offset = reader.position
-                if record.op in ADD_OPS or record.op == OP_CONTINUE:
-                    return record.item
-                continue
+            item = reader.next_item()
+            self.offset = reader.position
+            if item is not None:
+                return item
             if reader.problem is not None:
                 log.error("read-behind found a broken record; leaving read-behind early",
                           queue=leader.name, file=self.filename, offset=reader.problem.offset,
                           reason=reader.problem.message)
                 return None
             if current:
-                written = leader.written_size()
-                # a record may run past what is written
-                if written < leader.size() and not leader.flush() and leader.written_size() == written:
-                    self.stalled = True
-                    return None
-                continue
+                continue  # at the end it knew: the leader says how far it has gone since
             if not self._advance():
                 return None
 
@@ -158,7 +156,10 @@ class ReadBehindReader:
             log.error("read-behind cannot open a journal file", queue=self.leader.name, file=self.filename,
                       error=str(exc))
             return False
-        self._reader = RecordReader(self._fd, self.offset, now_ms=self._now_ms, read=self._read)
+        # in the leader's file, only what the leader has written is read (the file's size may
+        # end inside a record being written)
+        end = self.leader.written_size() if self.in_current_file else None
+        self._reader = RecordReader(self._fd, self.offset, end, now_ms=self._now_ms, read=self._read)
         return True
 
     def _advance(self) -> bool:

@@ -354,7 +354,8 @@ class ValueReplies:
     reads items of one size from one queue, and the line is then two comparisons instead of an
     encode and a format."""
 
-    __slots__ = ("_line", "_queue", "_size", "_stamped_prefix", "_stamped_queue")
+    __slots__ = ("_line", "_queue", "_size", "_stamped_line_bytes", "_stamped_prefix", "_stamped_queue",
+                 "_stamped_size", "_stamped_time")
 
     def __init__(self) -> None:
         self._queue = ""
@@ -362,23 +363,51 @@ class ValueReplies:
         self._line = b""
         self._stamped_queue = ""
         self._stamped_prefix = b""
+        self._stamped_size = -1
+        self._stamped_time = -1
+        self._stamped_line_bytes = b""
 
     def reply(self, queue: str, data: bytes) -> bytes:
-        size = len(data)
-        if size != self._size or queue != self._queue:
-            self._line = _value_line(queue, size)
-            self._queue = queue
-            self._size = size
-        return b"".join((self._line, data, _VALUE_END))
+        return b"".join((self._value_line(queue, len(data)), data, _VALUE_END))
 
     def stamped(self, queue: str, data: bytes, add_time: int) -> bytes:
         """``VALUE <queue> 0 <len> <add_time>`` + data + ``END``: a hit asked for with the
         ``stamp`` option; the fifth field, where memcache's ``gets`` puts a cas number, is the
         item's enqueue time (epoch ms)."""
+        return b"".join((self._stamped_line(queue, len(data), add_time), data, _VALUE_END))
+
+    def add_parts(self, out: list[bytes], queue: str, data: bytes) -> None:
+        """:meth:`reply`'s three parts appended to ``out``, not joined: a monitor stream's
+        replies go out in one ``writev`` (``SocketTransport.send_parts``), and joining copied
+        each item's data once more."""
+        out.append(self._value_line(queue, len(data)))
+        out.append(data)
+        out.append(_VALUE_END)
+
+    def add_stamped_parts(self, out: list[bytes], queue: str, data: bytes, add_time: int) -> None:
+        """:meth:`stamped`'s three parts appended to ``out`` (as :meth:`add_parts`)."""
+        out.append(self._stamped_line(queue, len(data), add_time))
+        out.append(data)
+        out.append(_VALUE_END)
+
+    def _value_line(self, queue: str, size: int) -> bytes:
+        if size != self._size or queue != self._queue:
+            self._line = _value_line(queue, size)
+            self._queue = queue
+            self._size = size
+        return self._line
+
+    def _stamped_line(self, queue: str, size: int, add_time: int) -> bytes:
         if queue != self._stamped_queue or not self._stamped_prefix:
             self._stamped_prefix = b"VALUE " + name_bytes(queue) + b" 0 "
             self._stamped_queue = queue
-        return b"".join((self._stamped_prefix, b"%d %d\r\n" % (len(data), add_time), data, _VALUE_END))
+            self._stamped_size = -1
+        # items added in one millisecond (a burst of SETs, read back as a run) share the line
+        if size != self._stamped_size or add_time != self._stamped_time:
+            self._stamped_line_bytes = self._stamped_prefix + b"%d %d\r\n" % (size, add_time)
+            self._stamped_size = size
+            self._stamped_time = add_time
+        return self._stamped_line_bytes
 
 
 def stats_reply(lines: list[tuple[str, object]]) -> bytes:

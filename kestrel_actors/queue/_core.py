@@ -40,6 +40,11 @@ No queue reaches this many items or bytes, so a limit clamped to it is the same 
 FILL_BATCH: Final = 256
 """Items one removal brings into memory at most while the queue is in read-behind."""
 
+FILL_SLACK: Final = 256 * 1024
+"""How far below ``max_memory_size`` (at most an eighth of it) a queue in read-behind lets its
+memory fall before it reads items back: a run of them per fill, instead of one per removal
+that paid a fill's calls and timing per item read back (issue 57 point 4)."""
+
 STAT_NAMES = (
     "items",
     "bytes",
@@ -99,7 +104,7 @@ class QueueLimits:
 
     __slots__ = ("max_items", "max_size", "max_item_size", "max_age", "max_memory_size",
                  "discard_old_when_full", "open_transaction_timeout", "max_journal_size",
-                 "default_journal_size", "fanout_only")
+                 "default_journal_size", "fanout_only", "refill_below")
 
     def __init__(self, config: QueueConfig) -> None:
         self.max_items: int = min(config.max_items, _NATIVE_INT_MAX)
@@ -107,6 +112,8 @@ class QueueLimits:
         self.max_item_size: int = min(config.max_item_size, _NATIVE_INT_MAX)
         self.max_age: float | None = config.max_age
         self.max_memory_size: int = min(config.max_memory_size, _NATIVE_INT_MAX)
+        # read-behind refills memory once it holds less than this (FILL_SLACK)
+        self.refill_below: int = self.max_memory_size - min(self.max_memory_size // 8, FILL_SLACK)
         self.discard_old_when_full: bool = config.discard_old_when_full
         self.open_transaction_timeout: float | None = config.open_transaction_timeout
         # read by the journal's rotation_due, once per request of a queue run on the hub
@@ -401,16 +408,20 @@ class QueueCore:
         return item
 
     def _fill_read_behind(self) -> None:
-        """Read items back from the journal while memory is below ``max_memory_size``.
+        """Read items back from the journal while memory is below ``max_memory_size``, once
+        it is :data:`FILL_SLACK` below it (at once if memory holds none).
 
         Timed (``fill_readbehind_usec``) only in read-behind: Kestrel also timed the calls
         that found nothing to do, a zero per remove that costs the request path and hides
         the fills among zeros."""
+        limits = self.limits
+        if self.mem_bytes >= limits.refill_below and self.items.count:
+            return  # close enough to the limit: the next fill reads a run of items
         journal = self.journal
         if not journal.in_read_behind:
             return
         started = _perf_counter()
-        limit = self.config.max_memory_size
+        limit = limits.max_memory_size
         # a few items a call: after a restart from a checkpoint memory holds none of the
         # backlog, and filling it all at once would keep the first read waiting for seconds
         budget = FILL_BATCH

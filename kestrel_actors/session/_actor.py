@@ -677,16 +677,9 @@ class SessionActor(GeventActor):
                 self._give_back(name, [item.xid for item in items])
                 return
             opened = self.open_reads.setdefault(name, deque())
-            if monitor.stamped:
-                stamped_reply = self.handler.stamped_item_reply
-                for item in items:
-                    opened.append(item.xid)
-                    self.out.append(stamped_reply(name, item))
-            else:
-                item_reply = self.handler.item_reply
-                for item in items:
-                    opened.append(item.xid)
-                    self.out.append(item_reply(name, item.data))
+            for item in items:
+                _append(opened, item.xid)
+            self.handler.add_item_replies(name, items, monitor.stamped, self.out)
             monitor.remaining -= len(items)
         elif time.monotonic() < monitor.deadline:
             monitor.deadline = 0.0  # the queue answered a miss: it closed, so the stream ends
@@ -817,4 +810,8 @@ def take_oldest(opened: deque[int] | None, count: int) -> tuple[int, ...] | None
     are open, else pop none and return ``None``."""
     if count <= 0 or not opened or count > len(opened):
         return None
-    return tuple(_popleft(opened) for _ in range(count))
+    if count == len(opened):  # all of them (a monitor's batch confirmed at once): no pop per id
+        xids = tuple(opened)
+        _clear(opened)
+        return xids
+    return tuple([_popleft(opened) for _ in range(count)])

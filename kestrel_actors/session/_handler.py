@@ -187,6 +187,16 @@ class Handler:
         """One item of a monitor stream that asked for enqueue times (only memcache's can)."""
         raise NotImplementedError
 
+    def add_item_replies(self, queue: str, items: list[Any], stamped: bool, out: list[bytes]) -> None:
+        """Append the replies of a monitor stream's ``items`` to ``out``, which goes to the
+        client as one stream of bytes: whole replies, or each reply's parts unjoined."""
+        if stamped:
+            for item in items:
+                out.append(self.stamped_item_reply(queue, item))
+        else:
+            for item in items:
+                out.append(self.item_reply(queue, item.data))
+
     def server_error_reply(self, message: str) -> bytes:
         """The reply to a request the server could not carry out (a full disk)."""
         raise NotImplementedError

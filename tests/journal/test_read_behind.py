@@ -109,6 +109,27 @@ def test_read_behind_items_come_back_after_a_crash_during_the_fill(make_server, 
     assert client.get("rb") == b"after"
 
 
+def test_read_behind_refills_a_run_of_items_once_memory_is_an_eighth_below_the_limit(make_server, tmp_path):
+    """Memory is refilled from the journal once it is 256 KiB (at most an eighth of
+    ``max_memory_size``) below the limit, not after every removal (behaviour §5.8, Differs): a
+    64 KiB queue of 1 KiB items stays at 63..56 items through eight GETs, and the ninth reads
+    a run back up to 64. The items still come in order, and all of them."""
+    config = write_config(tmp_path, '[queues.rb]\nmax_memory_size = "64KiB"\n')
+    server = make_server("--config", config)
+    pipe = Pipeline(server.host, server.port)
+    pipe.set_all("rb", [numbered(i) for i in range(200)])
+    client = server.client()
+    assert stat(client, "rb", "mem_items") == 64
+    got = []
+    seen = []
+    for _ in range(9):
+        got.append(client.get("rb"))
+        seen.append(stat(client, "rb", "mem_items"))
+    assert seen == [63, 62, 61, 60, 59, 58, 57, 56, 64]
+    got += drain_pipelined(server, "rb")
+    assert_numbered(got, range(200))
+
+
 # -- 1 GiB through a 16 MiB queue -------------------------------------------------------------
 
 
