@@ -297,10 +297,21 @@ def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T
     open reads) use it, so that a test or tool running its own hub gets its own.
     """
     hub = gevent.get_hub()
+    recent = _recent.get(id(made))
+    if recent is not None and recent[0]() is hub:
+        return recent[1]  # type: ignore[no-any-return]
     value = made.get(hub)
     if value is None:
         value = made[hub] = make(hub)
+    _recent[id(made)] = (weakref.ref(hub), value)
     return value
+
+
+_recent: Final[dict[int, tuple[weakref.ref[Any], Any]]] = {}
+"""Each ``made`` of :func:`of_this_hub` (by id: they live as long as the process) with the hub
+it answered last and the answer: every connection asks twice (its inbox's inline runs, the
+dispatcher), and ``WeakKeyDictionary.get`` is an interpreted call that makes a weak reference
+each time."""
 
 
 class _Mailbox:
@@ -563,6 +574,33 @@ class GeventActor(pykka.Actor):
         self._actor_ref = self.ref = GeventRef(self)
         """``ref`` is ``actor_ref`` as a plain attribute: pykka's is an interpreted property, and
         a session reads it for every batch it sends."""
+        self.listed = True
+        """Whether pykka's ``ActorRegistry`` lists it (:meth:`start_unlisted`)."""
+
+    @classmethod
+    def start_unlisted(cls, *args: Any, **kwargs: Any) -> GeventRef:
+        """pykka's ``start`` without listing the actor in pykka's ``ActorRegistry``, for an actor
+        made once per connection (a session). The registry is a list: taking an actor out of
+        it scans the list (two scans, past about one entry per open connection) and formats
+        two debug lines, so a connection's stop cost grew with the connections open. Nothing
+        looks a session up there, and the shutdown ends sessions itself (its drain) rather than
+        through the registry's ``stop_all``."""
+        actor = cls(*args, **kwargs)
+        actor.listed = False
+        actor._start_actor_loop()
+        return actor.ref
+
+    def _stop(self) -> None:
+        # pykka's ``_stop`` (flag set, then ``on_stop``, whose failure is the actor's), less the
+        # registry for an actor it does not list (start_unlisted)
+        if self.listed:
+            super()._stop()
+            return
+        self.stopped_flag.set()
+        try:
+            self.on_stop()
+        except Exception:  # noqa: BLE001 - pykka's own handling: logged, the actor stopped
+            self._handle_failure(*sys.exc_info())
 
     @staticmethod
     def _create_actor_inbox() -> Any:
