@@ -11,10 +11,12 @@ A pykka runtime is an actor class that fills three hooks, as ``ThreadingActor`` 
 (:class:`GeventFuture`) and ``_start_actor_loop`` (a greenlet running pykka's own
 ``_actor_loop``). pykka's message loop, failure handling and teardown run as they are, on the
 actor's greenlet; pykka's own test suite runs against this runtime in ``make test``
-(``tests/runtime/test_pykka_suite.py``). Two pykka internals are kept for speed, and only two
+(``tests/runtime/test_pykka_suite.py``). Three pykka internals are kept for speed, and only three
 (ADR 0001 says why, with the measurements and the pykka versions tested): ``__init__`` sets
-pykka's four fields itself (``actor_stopped`` a plain flag, not a ``threading.Event``), and
-the actor's ref is an ``ActorRef`` whose ``tell`` runs an inline handler without an envelope.
+pykka's four fields itself (``actor_stopped`` a plain flag, not a ``threading.Event``),
+the actor's ref is an ``ActorRef`` whose ``tell`` runs an inline handler without an envelope,
+and an actor started with ``start_unlisted`` (a session) is not in pykka's ``ActorRegistry``,
+so ``_stop`` does pykka's steps less the registry for it.
 Everything else happens behind the inbox's ``put``/``get``:
 
 * **inline dispatch** (ADR 0002): a tell to an *idle* actor (its greenlet parked in ``get`` on
@@ -473,7 +475,7 @@ class _Mailbox:
 
 
 class GeventRef(pykka.ActorRef[Any]):
-    """pykka's ``ActorRef`` with a ``tell`` for this runtime's hot path (one of the two
+    """pykka's ``ActorRef`` with a ``tell`` for this runtime's hot path (one of the three
     internals ADR 0001 keeps). Every actor of this runtime has one (``actor_ref``, ``ref``);
     code that holds refs on the request path types them as this class, so that the compiled
     build calls ``tell`` and ``is_alive`` directly (ADR 0015).
