@@ -7,12 +7,12 @@ happens in actors. Sessions reach the server only through their ``SessionContext
 
 from __future__ import annotations
 
+import _socket
 import errno
 import gc
 import os
 import resource
 import signal
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,9 +93,11 @@ class _Listener(StreamServer):
 
     # None: nothing accepted, which gevent's BaseServer allows (its StreamServer stub says a
     # socket always comes)
-    def do_read(self) -> tuple[Any, Any] | None:  # type: ignore[override]
+    def do_read(self) -> tuple[Any, Any, bool] | None:  # type: ignore[override]
         """The next client to set up now; heavy newcomers on the way are handed to ``handle``
-        here (it queues them for their turn) and do not count against ``max_accept``."""
+        here (it queues them for their turn) and do not count against ``max_accept``. What
+        gevent hands ``handle`` is the socket, its peer's address, and whether its first read
+        is heavy (looked at once, here: ``Connections.accept`` need not ask the kernel again)."""
         listening = self.socket
         for _ in range(HEAVY_PER_ITERATION):
             try:
@@ -108,11 +110,14 @@ class _Listener(StreamServer):
                     raise
                 self._refuse(listening, exc)
                 return None
-            sock = socket.socket(listening.family, listening.type, listening.proto, fileno=fd)
+            # the C socket type, not socket.py's subclass: its making and closing are C calls,
+            # where the subclass's are interpreted ones, and nothing here uses what it adds
+            sock = _socket.socket(listening.family, listening.type, listening.proto, fd)
             sock.setblocking(False)
             if not heavy_first_read(fd):
-                return sock, address
-            self.do_handle(sock, address)
+                return sock, address, False
+            # gevent's do_handle hands ``handle`` what it is given (its stub says a socket.socket and an address)
+            self.do_handle(sock, address, True)  # type: ignore[call-arg, arg-type]
         return None
 
     def _refuse(self, listening: Any, exc: OSError) -> None:
@@ -418,17 +423,17 @@ class Server:
 
     # -- connections ----------------------------------------------------------------------
 
-    def _serve_memcache(self, sock: Any, address: Any) -> None:
+    def _serve_memcache(self, sock: Any, address: Any, heavy: bool | None = None) -> None:
         decoder = MemcacheDecoder(self.config.max_line_bytes, self.config.max_item_bytes)
-        self.connections.accept(sock, address, decoder, MemcacheHandler)
+        self.connections.accept(sock, address, decoder, MemcacheHandler, heavy)
 
-    def _serve_text(self, sock: Any, address: Any) -> None:
-        self.connections.accept(sock, address, TextDecoder(self.config.max_line_bytes), TextHandler)
+    def _serve_text(self, sock: Any, address: Any, heavy: bool | None = None) -> None:
+        self.connections.accept(sock, address, TextDecoder(self.config.max_line_bytes), TextHandler, heavy)
 
-    def _serve_thrift(self, sock: Any, address: Any) -> None:
+    def _serve_thrift(self, sock: Any, address: Any, heavy: bool | None = None) -> None:
         # a frame holds one call: the largest item plus room for the message around it
         decoder = ThriftDecoder(self.config.max_item_bytes + 64 * 1024)
-        self.connections.accept(sock, address, decoder, ThriftHandler)
+        self.connections.accept(sock, address, decoder, ThriftHandler, heavy)
 
     # -- what sessions ask of the server ----------------------------------------------------
 

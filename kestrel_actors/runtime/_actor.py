@@ -11,10 +11,12 @@ A pykka runtime is an actor class that fills three hooks, as ``ThreadingActor`` 
 (:class:`GeventFuture`) and ``_start_actor_loop`` (a greenlet running pykka's own
 ``_actor_loop``). pykka's message loop, failure handling and teardown run as they are, on the
 actor's greenlet; pykka's own test suite runs against this runtime in ``make test``
-(``tests/runtime/test_pykka_suite.py``). Two pykka internals are kept for speed, and only two
+(``tests/runtime/test_pykka_suite.py``). Three pykka internals are kept for speed, and only three
 (ADR 0001 says why, with the measurements and the pykka versions tested): ``__init__`` sets
-pykka's four fields itself (``actor_stopped`` a plain flag, not a ``threading.Event``), and
-the actor's ref is an ``ActorRef`` whose ``tell`` runs an inline handler without an envelope.
+pykka's four fields itself (``actor_stopped`` a plain flag, not a ``threading.Event``),
+the actor's ref is an ``ActorRef`` whose ``tell`` runs an inline handler without an envelope,
+and an actor started with ``start_unlisted`` (a session) is not in pykka's ``ActorRegistry``,
+so ``_stop`` does pykka's steps less the registry for it.
 Everything else happens behind the inbox's ``put``/``get``:
 
 * **inline dispatch** (ADR 0002): a tell to an *idle* actor (its greenlet parked in ``get`` on
@@ -297,10 +299,21 @@ def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T
     open reads) use it, so that a test or tool running its own hub gets its own.
     """
     hub = gevent.get_hub()
+    recent = _recent.get(id(made))
+    if recent is not None and recent[0]() is hub:
+        return recent[1]  # type: ignore[no-any-return]
     value = made.get(hub)
     if value is None:
         value = made[hub] = make(hub)
+    _recent[id(made)] = (weakref.ref(hub), value)
     return value
+
+
+_recent: Final[dict[int, tuple[weakref.ref[Any], Any]]] = {}
+"""Each ``made`` of :func:`of_this_hub` (by id: they live as long as the process) with the hub
+it answered last and the answer: every connection asks twice (its inbox's inline runs, the
+dispatcher), and ``WeakKeyDictionary.get`` is an interpreted call that makes a weak reference
+each time."""
 
 
 class _Mailbox:
@@ -462,7 +475,7 @@ class _Mailbox:
 
 
 class GeventRef(pykka.ActorRef[Any]):
-    """pykka's ``ActorRef`` with a ``tell`` for this runtime's hot path (one of the two
+    """pykka's ``ActorRef`` with a ``tell`` for this runtime's hot path (one of the three
     internals ADR 0001 keeps). Every actor of this runtime has one (``actor_ref``, ``ref``);
     code that holds refs on the request path types them as this class, so that the compiled
     build calls ``tell`` and ``is_alive`` directly (ADR 0015).
@@ -563,6 +576,33 @@ class GeventActor(pykka.Actor):
         self._actor_ref = self.ref = GeventRef(self)
         """``ref`` is ``actor_ref`` as a plain attribute: pykka's is an interpreted property, and
         a session reads it for every batch it sends."""
+        self.listed = True
+        """Whether pykka's ``ActorRegistry`` lists it (:meth:`start_unlisted`)."""
+
+    @classmethod
+    def start_unlisted(cls, *args: Any, **kwargs: Any) -> GeventRef:
+        """pykka's ``start`` without listing the actor in pykka's ``ActorRegistry``, for an actor
+        made once per connection (a session). The registry is a list: taking an actor out of
+        it scans the list (two scans, past about one entry per open connection) and formats
+        two debug lines, so a connection's stop cost grew with the connections open. Nothing
+        looks a session up there, and the shutdown ends sessions itself (its drain) rather than
+        through the registry's ``stop_all``."""
+        actor = cls(*args, **kwargs)
+        actor.listed = False
+        actor._start_actor_loop()
+        return actor.ref
+
+    def _stop(self) -> None:
+        # pykka's ``_stop`` (flag set, then ``on_stop``, whose failure is the actor's), less the
+        # registry for an actor it does not list (start_unlisted)
+        if self.listed:
+            super()._stop()
+            return
+        self.stopped_flag.set()
+        try:
+            self.on_stop()
+        except Exception:  # noqa: BLE001 - pykka's own handling: logged, the actor stopped
+            self._handle_failure(*sys.exc_info())
 
     @staticmethod
     def _create_actor_inbox() -> Any:

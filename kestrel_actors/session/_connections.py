@@ -44,12 +44,15 @@ class Connections:
         """Resolved once (logging is configured by now): a module logger is a lazy proxy that
         binds anew on every call, and two of these calls come with every connection."""
 
-    def accept(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler]) -> None:
+    def accept(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler],
+               heavy: bool | None = None) -> None:
         """Accept one client: a session, a session actor, and a transport feeding it. A
         newcomer whose first read is heavy is set up only when its turn comes (``_transport``):
         a burst of them costs a look at each, and a light newcomer behind them is served at
-        once."""
-        if not heavy_first_read(sock.fileno()):
+        once. ``heavy``: what the listener found when it accepted the socket (``None``: look)."""
+        if heavy is None:
+            heavy = heavy_first_read(sock.fileno())
+        if not heavy:
             self._open(sock, address, decoder, handler_class, False)
             return
 
@@ -103,7 +106,7 @@ class Connections:
         transport = SocketTransport(sock, decoder, on_commands, on_hang_up, stats, self.budget,
                                     config.client_timeout, session.peer,
                                     on_input_end if handler_class.ANSWERS_AFTER_FIN else None)
-        holder.append(SessionActor.start(context, transport, session, handler_class))
+        holder.append(SessionActor.start_unlisted(context, transport, session, handler_class))
         self.live[session.id] = (session, holder[0])
         self._log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start(first_turn)
