@@ -43,7 +43,7 @@ import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate, groupby
+from itertools import accumulate
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -63,7 +63,7 @@ from ._kestrel import Connection, KeepAlive
 from ._log import lazy_logger
 from ._replay import ConfirmRecord, kill_point, take_back_returned
 from ._serverset import follow_members, server_set_members
-from ._wal import BatchPart, Prepared, WalFile, WalSlice, WriteAheadLog, read_slice
+from ._wal import BatchPart, Prepared, SlicedItems, WalFile, WalSlice, WriteAheadLog, read_slice
 from ._walstore import S3_OPTIONS, WalLocation
 
 try:  # pyspark >= 4.2
@@ -471,17 +471,9 @@ class _PlannedBatch:
     parts: list[BatchPart]
     file: WalFile
 
-    def slices(self, step: int) -> Iterator[tuple[str, str, WalSlice]]:
-        """The batch cut into slices of at most ``step`` items, each of one queue's items on
-        one server: (queue, server, where they are). A slice may span the parts of one queue
-        on one server (one per connection), so a batch has no more tasks than its size needs."""
-        first = data_before = 0
-        for (queue, server), parts in groupby(self.parts, key=lambda part: (part.queue, part.server)):
-            for pieces in _cut(list(parts), step):
-                where = self.file.slice(first, [items for _, items in pieces], data_before)
-                yield queue, server, where
-                first += where.count
-                data_before += where.data_size
+    def slices(self, step: int) -> list[SlicedItems]:
+        """The batch cut into slices of at most ``step`` items (:meth:`WalFile.slices`)."""
+        return self.file.slices(self.parts, step)
 
     def counts(self, queues: tuple[str, ...]) -> dict[str, Any]:
         """Items per server (``{server: n}``), or per queue and server (``{queue: {server: n}}``)
@@ -660,11 +652,10 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     for p in self._planned(seq).parts)
         if not total:
             return []
-        step = min(self.options.items_per_partition,
-                   math.ceil(total / self.options.min_partitions))
-        return [KestrelPartition(server, queue, where)
+        step = self._step(total)
+        return [KestrelPartition(each.server, each.queue, each.where)
                 for seq in range(first, last + 1)
-                for queue, server, where in self._planned(seq).slices(step)]
+                for each in self._planned(seq).slices(step)]
 
     # Spark hands back only the partitions that partitions() made, which its types cannot say
     def read(self, partition: KestrelPartition) -> Iterator[Any]:  # type: ignore[override]
@@ -710,6 +701,16 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             connection.close()
 
     # helpers -------------------------------------------------------------------------------
+
+    def _step(self, total: int) -> int:
+        """Items per partition of ``total`` items: the step :meth:`partitions` cuts a batch
+        by, and the one its write-ahead file is written with (so their slices are
+        checksummed while the file is, :meth:`WriteAheadLog.prepare`)."""
+        return min(self.options.items_per_partition,
+                   math.ceil(total / self.options.min_partitions))
+
+    def _write(self, seq: int, parts: list[BatchPart]) -> WalFile:
+        return self.live.wal.write(seq, parts, self._step(sum(p.count for p in parts)))
 
     def _fail_if_none_reachable(self) -> None:
         """No server has answered for ``serverRetryTimeout`` since the first failed attempt
@@ -775,7 +776,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             written = live.wal.publish(prepared)  # written and synced by the read-ahead
         else:
             opened.discard()
-            written = live.wal.write(seq, parts)
+            written = self._write(seq, parts)
         batch = _PlannedBatch(seq, parts, written)
         record = ConfirmRecord(live.wal.store, seq)
         kill_point("after-wal", seq)
@@ -806,7 +807,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not kept:
                 live.wal.remove(seq)
                 return None
-            batch = _PlannedBatch(seq, kept, live.wal.write(seq, kept))
+            batch = _PlannedBatch(seq, kept, self._write(seq, kept))
         kill_point("after-confirms", seq)
         live.planned[seq] = batch
         live.planned_any = True
@@ -845,8 +846,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         temporary name, so planning it only renames the file (and confirms)."""
         opened = self._open_all(on, None)
         if opened.held:
-            opened.prepared = self.live.wal.prepare(
-                seq, [p.part for p in opened.held])
+            parts = [p.part for p in opened.held]
+            opened.prepared = self.live.wal.prepare(seq, parts,
+                                                    self._step(sum(p.count for p in parts)))
         return opened
 
     def _open_all(self, on: int, budget: int | None) -> _Opened:
@@ -925,27 +927,6 @@ def _repeated(text: str, count: int) -> Any:
         else array("i", bytes(4 * (count + 1)))
     return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets),
                                                       pa.py_buffer(value * count)])
-
-
-def _cut(parts: list[BatchPart], step: int) -> Iterator[list[tuple[BatchPart, PackedValues]]]:
-    """The parts' items, in order, in slices of ``step`` (the last may be shorter): each
-    slice is the pieces of the parts it covers."""
-    pieces: list[tuple[BatchPart, PackedValues]] = []
-    room = step
-    for part in parts:
-        at = 0
-        while at < part.count:
-            take = min(room, part.count - at)
-            pieces.append((part, part.items.take(at, take)))
-            at += take
-            room -= take
-            if not room:
-                yield pieces
-                pieces, room = [], step
-    if pieces:
-        yield pieces
-
-
 
 
 # -- the sink --------------------------------------------------------------------------------

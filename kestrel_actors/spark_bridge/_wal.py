@@ -28,17 +28,54 @@ import json
 import re
 import struct
 import zlib
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import groupby
 
 from ..client import PackedValues
 from ._walstore import Staged, WalLocation, WalStore, open_store
 
-__all__ = ["BatchPart", "Prepared", "WalCorrupt", "WalFile", "WalSlice", "WriteAheadLog",
-           "read_slice"]
+__all__ = ["BatchPart", "Prepared", "SlicedItems", "WalCorrupt", "WalFile", "WalSlice",
+           "WriteAheadLog", "crc32_combine", "read_slice"]
 
 _MAGIC = b"KWAL1\n"
 _NAME = re.compile(r"^batch-(\d{12})\.wal$")
 _CRC = struct.Struct("<I")
+
+
+_CRC_POLYNOMIAL = 0xEDB88320  # CRC-32's, bit-reflected, as zlib.crc32 computes it
+
+
+def _multiply_mod_p(a: int, b: int) -> int:
+    """a(x) * b(x) modulo CRC-32's polynomial (bit-reflected: x^0 is the top bit)."""
+    top, product = 1 << 31, 0
+    while True:
+        if a & top:
+            product ^= b
+            if not a & (top - 1):
+                return product
+        top >>= 1
+        b = (b >> 1) ^ _CRC_POLYNOMIAL if b & 1 else b >> 1
+
+
+# x^(2^k) modulo the polynomial, for k = 0..31
+_X_POWERS = [1 << 30]
+for _ in range(31):
+    _X_POWERS.append(_multiply_mod_p(_X_POWERS[-1], _X_POWERS[-1]))
+
+
+def crc32_combine(crc1: int, crc2: int, length2: int) -> int:
+    """``zlib.crc32(a + b)`` from ``crc1 = zlib.crc32(a)``, ``crc2 = zlib.crc32(b)`` and
+    ``length2 = len(b)`` without reading the bytes again (zlib's ``crc32_combine``, which
+    Python's zlib does not offer): a few hundred integer operations, so a batch's file and
+    its slices are checksummed in one pass over the items."""
+    shift, k, bits = 1 << 31, 3, length2  # x^(8 * length2): 2^3 bits per byte
+    while bits:
+        if bits & 1:
+            shift = _multiply_mod_p(_X_POWERS[k & 31], shift)
+        bits >>= 1
+        k += 1
+    return _multiply_mod_p(shift, crc1) ^ crc2
 
 
 class WalCorrupt(RuntimeError):
@@ -83,8 +120,29 @@ class WalSlice:
 
 
 @dataclass(frozen=True)
+class SlicedItems:
+    """One slice of a batch's items (:meth:`WalFile.slices`): one queue's items from one
+    server."""
+
+    queue: str
+    server: str
+    where: WalSlice
+
+
+@dataclass(frozen=True)
+class _SliceSums:
+    """A slice and the checksums of its three runs of bytes in the file, each on its own."""
+
+    sliced: SlicedItems
+    lengths_crc: int
+    data_crc: int
+    stamps_crc: int
+
+
+@dataclass(frozen=True)
 class WalFile:
-    """A batch's file once written: where its item lengths, bytes and enqueue times start."""
+    """A batch's file once written: where its item lengths, bytes and enqueue times start,
+    and the batch's slices of ``step`` items as checksummed while the file was written."""
 
     path: str  # as a user writes it: a local path or an s3:// URI
     seq: int
@@ -92,22 +150,58 @@ class WalFile:
     data_at: int
     location: WalLocation
     stamps_at: int
+    step: int = 0
+    sliced: tuple[SlicedItems, ...] = field(default=(), repr=False)
 
-    def slice(self, first: int, pieces: list[PackedValues], data_before: int) -> WalSlice:
-        """The slice of the batch's items ``first``, ``first + 1``, ... given as ``pieces``
-        (consecutive in the file: the lengths of all parts come first, then their data, then
-        their enqueue times), whose bytes start ``data_before`` bytes into the batch's data."""
-        crc = 0
+    def slices(self, parts: list[BatchPart], step: int) -> list[SlicedItems]:
+        """The batch (``parts``, as in the file) cut into slices of at most ``step`` items,
+        each of one queue's items on one server (a slice may span the parts of one queue on
+        one server, one per connection, so a batch has no more tasks than its size needs).
+        Those of the ``step`` the file was written with are not read again."""
+        if step == self.step:
+            return list(self.sliced)
+        return [sums.sliced for sums in _slice_sums(self, parts, step)]
+
+
+def _cut(parts: list[BatchPart], step: int) -> Iterator[tuple[str, str, list[PackedValues]]]:
+    """The parts' items, in order, in slices of at most ``step`` of one queue on one server:
+    (queue, server, the pieces of the parts the slice covers)."""
+    for (queue, server), group in groupby(parts, key=lambda part: (part.queue, part.server)):
+        pieces: list[PackedValues] = []
+        room = step
+        for part in group:
+            items, at = part.stamped, 0
+            while at < part.count:
+                take = min(room, part.count - at)
+                pieces.append(items.take(at, take))
+                at += take
+                room -= take
+                if not room:
+                    yield queue, server, pieces
+                    pieces, room = [], step
+        if pieces:
+            yield queue, server, pieces
+
+
+def _slice_sums(file: WalFile, parts: list[BatchPart], step: int) -> Iterator[_SliceSums]:
+    """Each slice, where it lies in ``file`` and its checksum (its lengths, then its data,
+    then its enqueue times), from one pass over its bytes."""
+    first = data_before = 0
+    for queue, server, pieces in _cut(parts, step):
+        lengths_crc = data_crc = stamps_crc = 0
         for piece in pieces:
-            crc = zlib.crc32(piece.lengths, crc)
-        for piece in pieces:
-            crc = zlib.crc32(piece.data, crc)
-        for piece in pieces:
-            crc = zlib.crc32(piece.stamps or b"", crc)
-        return WalSlice(self.path, self.seq, sum(p.count for p in pieces),
-                        self.lengths_at + 4 * first, self.data_at + data_before,
-                        sum(len(p.data) for p in pieces), self.stamps_at + 8 * first, crc,
-                        self.location)
+            lengths_crc = zlib.crc32(piece.lengths, lengths_crc)
+            data_crc = zlib.crc32(piece.data, data_crc)
+            stamps_crc = zlib.crc32(piece.stamps or b"", stamps_crc)
+        count, data_size = sum(p.count for p in pieces), sum(len(p.data) for p in pieces)
+        crc = crc32_combine(crc32_combine(lengths_crc, data_crc, data_size), stamps_crc,
+                            8 * count)
+        where = WalSlice(file.path, file.seq, count, file.lengths_at + 4 * first,
+                         file.data_at + data_before, data_size, file.stamps_at + 8 * first, crc,
+                         file.location)
+        yield _SliceSums(SlicedItems(queue, server, where), lengths_crc, data_crc, stamps_crc)
+        first += count
+        data_before += data_size
 
 
 @dataclass(frozen=True)
@@ -170,29 +264,41 @@ class WriteAheadLog:
         """An empty file ``name`` beside the batches (tests wait for it)."""
         self.store.touch(name)
 
-    def write(self, seq: int, parts: list[BatchPart]) -> WalFile:
-        """Write batch ``seq`` durably (replacing any file of that number)."""
-        return self.publish(self.prepare(seq, parts))
+    def write(self, seq: int, parts: list[BatchPart], step: int | None = None) -> WalFile:
+        """Write batch ``seq`` durably (replacing any file of that number); see
+        :meth:`prepare` for ``step``."""
+        return self.publish(self.prepare(seq, parts, step))
 
-    def prepare(self, seq: int, parts: list[BatchPart]) -> Prepared:
+    def prepare(self, seq: int, parts: list[BatchPart], step: int | None = None) -> Prepared:
         """Stage batch ``seq`` (in a directory: write its temporary file and ``fsync`` it).
         It is no batch yet: :meth:`has` and :meth:`read` do not see it until :meth:`publish`
-        (a rename, or an object store's PUT)."""
+        (a rename, or an object store's PUT). The file's checksum is made from its slices of
+        ``step`` items (default: the whole batch), so :meth:`WalFile.slices` of that step
+        reads no byte again."""
+        stamped = [BatchPart(p.server, p.read_at, p.stamped, p.queue) for p in parts]
         header = json.dumps({"seq": seq, "stamps": True, "parts": [
             {"queue": p.queue, "server": p.server, "count": p.count, "read_at": p.read_at}
-            for p in parts]})
-        chunks = [_MAGIC, header.encode(), b"\n", *(p.items.lengths for p in parts),
-                  *(p.items.data for p in parts), *(p.stamped.stamps or b"" for p in parts)]
-        crc = 0
-        for chunk in chunks:
-            crc = zlib.crc32(chunk, crc)
-        chunks.append(_CRC.pack(crc))
+            for p in stamped]}).encode()
+        head = b"".join((_MAGIC, header, b"\n"))
+        count = sum(p.count for p in stamped)
+        lengths_at = len(head)
+        data_at = lengths_at + 4 * count
+        stamps_at = data_at + sum(len(p.items.data) for p in stamped)
+        step = step or max(1, count)
+        unsliced = WalFile(self.path(seq), seq, lengths_at, data_at, self.location, stamps_at)
+        sums = list(_slice_sums(unsliced, stamped, step))
+        crc = zlib.crc32(head)
+        for each in sums:
+            crc = crc32_combine(crc, each.lengths_crc, 4 * each.sliced.where.count)
+        for each in sums:
+            crc = crc32_combine(crc, each.data_crc, each.sliced.where.data_size)
+        for each in sums:
+            crc = crc32_combine(crc, each.stamps_crc, 8 * each.sliced.where.count)
+        chunks = [head, *(p.items.lengths for p in stamped), *(p.items.data for p in stamped),
+                  *(p.items.stamps or b"" for p in stamped), _CRC.pack(crc)]
         staged = self.store.stage(_file_name(seq), chunks)
-        lengths_at = len(_MAGIC) + len(chunks[1]) + 1
-        data_at = lengths_at + 4 * sum(p.count for p in parts)
-        stamps_at = data_at + sum(len(p.items.data) for p in parts)
         return Prepared(staged, WalFile(self.path(seq), seq, lengths_at, data_at, self.location,
-                                        stamps_at))
+                                        stamps_at, step, tuple(each.sliced for each in sums)))
 
     def publish(self, prepared: Prepared) -> WalFile:
         """Make a prepared batch durable and whole under its name (a directory: rename,

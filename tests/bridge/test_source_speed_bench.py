@@ -12,7 +12,11 @@ pytestmark = pytest.mark.spark
 
 def test_python_ceiling_streams_its_rows_and_the_bench_reads_its_figures(spark, tmp_path):
     from kestrel_actors.loadtests._ceiling_source import CeilingSource
-    from kestrel_actors.loadtests.spark_source_bench import _python_ceiling
+    from kestrel_actors.loadtests.spark_source_bench import _jit_per_second, _python_ceiling
+    from kestrel_actors.spark_bridge._source import SCHEMA
+
+    # like for like: the ceiling yields the kestrel source's columns and types (issue 57.4)
+    assert CeilingSource({}).schema() == SCHEMA
 
     spark.dataSource.register(CeilingSource)
     figures = _python_ceiling(spark, 200, 50, 600, 16, str(tmp_path / "ceiling"))
@@ -24,6 +28,8 @@ def test_python_ceiling_streams_its_rows_and_the_bench_reads_its_figures(spark, 
     # the JVM's JIT compiler threads are counted apart from the rest of the JVM (issue 57.4)
     assert "spark-jvm-jit" in figures.cpu_us and figures.cpu_us["spark-jvm-jit"] >= 0
     assert figures.cpu_us["all"] >= figures.cpu_us["spark-jvm"] + figures.cpu_us["spark-jvm-jit"]
+    # and per second of the query: it tracks the query's duration more than its rows
+    assert _jit_per_second(figures) >= 0
 
     rows = (spark.readStream.format("python-ceiling").option("rowsPerBatch", 7)
             .option("rowsPerPartition", 3).option("itemBytes", 5).load()
