@@ -246,6 +246,7 @@ REQUEST_PATH = {
     "WaitList.remove": set(),
     "QueueActor._wake_one": set(),
     "_Mailbox.enqueue": set(),
+    "_ToSession.hand_over": set(),  # a read's commands, handed to the dispatcher
     "Dispatcher.deliver": {"run_callback", "switch", "spawn", "_run"},  # waking a dispatcher (gevent)
     "FileJournal.rotation_due": set(),
     "QueueActor.may_run_on_hub": set(),

@@ -439,10 +439,17 @@ class _Mailbox:
                     self.idle = True
                     return
                 envelope = items[0]
-                message = envelope.message
+                if type(envelope) is _Letter:
+                    # a tell queued while the actor was busy (a queue's answer to its session,
+                    # for every request): tested on the envelope itself, so that the compiled
+                    # build reads it natively; a _Letter has no sender waiting
+                    message = envelope.message
+                elif envelope.reply_to is not None:  # pykka's envelope of an ask
+                    break
+                else:
+                    message = envelope.message
                 if (
-                    envelope.reply_to is not None
-                    or type(message) in _NOT_INLINE
+                    type(message) in _NOT_INLINE
                     or (on_hub and not actor.may_run_on_hub())
                 ):
                     break

@@ -14,13 +14,13 @@ import gevent.event
 import structlog
 
 from ..messages import Session
-from ..runtime import Dispatcher, tell_quietly
+from ..runtime import Dispatcher, GeventRef, tell_quietly
 from ..status import session_refusals
 from ._actor import Disconnected, Drain, EndOfInput, Received, SessionActor
 from ._budget import BufferBudget
 from ._context import SessionContext
 from ._handler import Handler
-from ._transport import UNSENT_IN_KERNEL, SocketTransport, heavy_first_read, take_turns
+from ._transport import UNSENT_IN_KERNEL, CommandSink, SocketTransport, heavy_first_read, take_turns
 
 __all__ = ["Connections"]
 
@@ -90,10 +90,9 @@ class Connections:
             config.connection_limit_refuse_reads,
         )
         holder: list[Any] = []
-        tell = Dispatcher.current().tell_from_hub  # transport callbacks run on the hub
-
-        def on_commands(commands: list[Any]) -> None:
-            tell(holder[0], Received(commands))
+        dispatcher = Dispatcher.current()
+        tell = dispatcher.tell_from_hub  # transport callbacks run on the hub
+        on_commands = _ToSession(dispatcher)
 
         def on_hang_up() -> None:
             session.closed = True  # at once: a queue must not hand this client an item now
@@ -107,6 +106,7 @@ class Connections:
                                     config.client_timeout, session.peer,
                                     on_input_end if handler_class.ANSWERS_AFTER_FIN else None)
         holder.append(SessionActor.start_unlisted(context, transport, session, handler_class))
+        on_commands.session = holder[0]
         self.live[session.id] = (session, holder[0])
         self._log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start(first_turn)
@@ -143,3 +143,19 @@ def peer_name(address: Any) -> str:
         return f"{address[0]}:{address[1]}"
     except (TypeError, IndexError):
         return str(address)
+
+
+class _ToSession(CommandSink):
+    """A connection's decoded commands, told to its session from the hub: compiled and typed,
+    so a read's hand-over is a native call (``CommandSink``)."""
+
+    __slots__ = ("dispatcher", "session")
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        super().__init__()
+        self.dispatcher = dispatcher
+        self.session: GeventRef | None = None
+        """The session actor's ref, set once it is started (before the transport reads)."""
+
+    def hand_over(self, commands: list[Any]) -> None:
+        self.dispatcher.tell_from_hub(self.session, Received(commands))

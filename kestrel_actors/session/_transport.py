@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from ..stats import ServerStats
     from ._budget import BufferBudget
 
-__all__ = ["SocketTransport", "Transport", "heavy_first_read", "take_turns"]
+__all__ = ["CommandSink", "SocketTransport", "Transport", "heavy_first_read", "take_turns"]
 
 log = structlog.get_logger("kestrel_actors.transport")
 
@@ -256,6 +256,31 @@ class Transport:
         raise NotImplementedError
 
 
+class CommandSink:
+    """Where a transport hands the commands it decoded (``on_commands``): a plain callable,
+    or a compiled subclass that overrides :meth:`hand_over`.
+
+    A compiled class rather than a ``Callable``: the server's sink (``_connections``) is
+    called for every read natively, where a closure is a call by the generic protocol, whose
+    arguments are parsed again, and so is the bound method it calls in turn.
+    """
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Callable[[list[Any]], None] | None = None) -> None:
+        self._call = call
+
+    def hand_over(self, commands: list[Any]) -> None:
+        """Take ``commands`` (decoded in order; an empty list: the client has taken the
+        replies that waited, go on)."""
+        if self._call is not None:
+            self._call(commands)
+
+
+_IGNORE_COMMANDS: Final = CommandSink()
+"""A released transport's sink: it hands nothing on."""
+
+
 class SocketTransport(Transport):
     """Owns one accepted, non-blocking socket; see the module docstring."""
 
@@ -268,7 +293,7 @@ class SocketTransport(Transport):
         self,
         sock: Any,
         decoder: Decoder,
-        on_commands: Callable[[list[Any]], None],
+        on_commands: Callable[[list[Any]], None] | CommandSink,
         on_hang_up: Callable[[], None],
         stats: ServerStats,
         budget: BufferBudget,
@@ -290,7 +315,8 @@ class SocketTransport(Transport):
         """Bytes of the reads whose requests were handed over since the actor last caught up."""
         self.fd = sock.fileno()
         self.decoder = decoder
-        self.on_commands = on_commands
+        self.on_commands: CommandSink = (on_commands if isinstance(on_commands, CommandSink)
+                                         else CommandSink(on_commands))
         self.on_hang_up = on_hang_up
         self.on_input_end: Callable[[bool], None] = on_input_end or _hang_up_instead(on_hang_up)
         self.input_ended = False
@@ -400,7 +426,7 @@ class SocketTransport(Transport):
         if commands:
             self._handed += len(commands)
             self._handed_bytes += len(data)
-            self.on_commands(commands)
+            self.on_commands.hand_over(commands)
             if self._handed > BACKLOG_COMMANDS:
                 self._pause()
         if not self.closed:
@@ -568,7 +594,7 @@ class SocketTransport(Transport):
             return
         if not self._reading and self._may_read():
             self._read_again()
-        self.on_commands([])  # the actor stopped producing while backed up: go on
+        self.on_commands.hand_over([])  # the actor stopped producing while backed up: go on
 
     def close(self) -> None:
         """Stop reading and close once the unsent replies are delivered (or after a linger)."""
@@ -629,7 +655,7 @@ class SocketTransport(Transport):
             self.budget.moved(-self.held)
             self.held = 0
         self.budget.leave(self)
-        self.on_commands = _ignore_commands
+        self.on_commands = _IGNORE_COMMANDS
         self.on_hang_up = _ignore
         self.on_input_end = _ignore_input_end
 
@@ -660,10 +686,6 @@ _RESET = struct.pack("ii", 1, 0)
 
 
 def _ignore() -> None:
-    pass
-
-
-def _ignore_commands(_commands: list[Any]) -> None:
     pass
 
 
