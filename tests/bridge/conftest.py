@@ -11,6 +11,7 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -39,17 +40,35 @@ def spark():
     session.stop()
 
 
+class Standalone(NamedTuple):
+    """A running standalone cluster: its master's URL and its worker's work directory (where
+    each application's executors run, in ``<work>/<app id>/<executor id>``)."""
+
+    master: str
+    work: Path
+
+
+@pytest.fixture(scope="package")
+def standalone(tmp_path_factory) -> Iterator[Standalone]:
+    """One standalone master and worker for every cluster test of the room, started when the
+    first one needs it and stopped after the room's last test (a master and a worker are two
+    JVM starts; the room's tests run one after another, each application with executors of
+    its own)."""
+    root = tmp_path_factory.mktemp("standalone")
+    with spark_standalone(root) as master:
+        yield Standalone(master, root / "work")
+
+
 @pytest.fixture
-def standalone_cluster(tmp_path):
-    """A Spark standalone master and one worker from the installed pyspark, on loopback."""
-    with spark_standalone(tmp_path) as master:
-        yield master
+def standalone_cluster(standalone) -> str:
+    """The shared standalone cluster's master URL (:func:`standalone`)."""
+    return standalone.master
 
 
 @contextlib.contextmanager
 def spark_standalone(tmp_path: Path) -> Iterator[str]:
     """Start a standalone master and one worker (files under ``tmp_path``); yield the
-    master's URL; stop them. A module-scoped fixture shares one cluster between its tests."""
+    master's URL; stop them. The room's tests share one (:func:`standalone`)."""
     import pyspark
 
     from ._spark_jobs import kill_group, listening, spark_env, wait_for

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -43,18 +42,16 @@ def test_driver_sigkill_mid_query_then_restart_from_checkpoint_loses_nothing(ser
     assert queue_stats(server, "feed")[0] > 0
 
     second = start_stream(server, checkpoint, log)
+    wal = checkpoint / "kestrel-wal"
     try:
-        wait_for(lambda: queue_stats(server, "feed") == (0, 0)
-                 and queue_stats(server, "feed_out")[0] >= len(items), 240,
-                 "the restarted query to drain the queue", second, log)
         # The source confirms a micro-batch when it plans it (ADR 0013), so an empty queue no
-        # longer means the sink has written the last batch: wait until the output stops growing.
-        last, steady_since = -1, time.monotonic()
-        while time.monotonic() - steady_since < 5:
-            now = queue_stats(server, "feed_out")[0]
-            if now != last:
-                last, steady_since = now, time.monotonic()
-            time.sleep(0.5)
+        # longer means the sink has written the last batch; its write-ahead file goes only
+        # when Spark commits it: no file left means every batch read is in the output.
+        wait_for(lambda: queue_stats(server, "feed") == (0, 0)
+                 and queue_stats(server, "feed_out")[0] >= len(items)
+                 and wal.exists() and not any(wal.glob("batch-*.wal")), 240,
+                 "the restarted query to drain the queue and commit its last batch", second,
+                 log)
     finally:
         kill_group(second)
     out = drain(server, "feed_out")

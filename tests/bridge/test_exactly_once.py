@@ -167,10 +167,10 @@ def executor_pids(work_dir: Path) -> list[int]:
 
 
 def test_executor_sigkill_mid_stream_on_a_standalone_cluster_is_exactly_once(
-        server, standalone_cluster, tmp_path):
+        server, standalone, tmp_path):
     run = Run(server, "parquet", tmp_path / "run")
-    proc = run.start(master=standalone_cluster)
-    work = tmp_path / "work"
+    proc = run.start(master=standalone.master)
+    work = standalone.work
     try:
         wait_for(lambda: committed(run.checkpoint, 1) and planned(run.checkpoint, 2)
                  and executor_pids(work), 900, "batch 2 running on an executor", proc, run.log)

@@ -1,7 +1,7 @@
 """The write-ahead log where a cluster keeps its state (issue 57.2): ``walLocation`` takes a
 local path, ``file://`` and an S3 prefix (``s3a://``/``s3://``), and refuses any other scheme
 at ``load()``. The S3 server is moto's (``moto[server]``), started here on loopback; the
-cluster is a standalone master and worker from pyspark's distribution, one for the module
+cluster is a standalone master and worker from pyspark's distribution, the room's shared one
 (the ``file://`` run uses the suite's shared local session instead, to spare a driver).
 
 On the cluster the driver plans each batch into S3 and the executors read their slices from
@@ -29,7 +29,6 @@ from ._spark_jobs import (
     spark_env,
     wait_for,
 )
-from .conftest import spark_standalone
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -73,12 +72,6 @@ def s3():
     store = S3()
     yield store
     store.server.stop()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with spark_standalone(tmp_path_factory.mktemp("cluster")) as master:
-        yield master
 
 
 def no_scheme_directory(*roots: Path) -> None:
@@ -197,7 +190,8 @@ def drained(server: ServerProcess, proc: subprocess.Popen, out: Path, items: lis
     return (len(set(items) - set(counts)), sum(n - 1 for n in counts.values() if n > 1))
 
 
-def test_driver_sigkill_on_a_cluster_replays_the_batch_from_the_s3_wal(server, s3, cluster,
+def test_driver_sigkill_on_a_cluster_replays_the_batch_from_the_s3_wal(server, s3,
+                                                                        standalone_cluster,
                                                                         tmp_path):
     """Batch 2 (Spark's id) is planned into S3 and confirmed, batch 1 committed, when the
     driver is killed; the restarted query replays batch 2 from its S3 object on the
@@ -207,7 +201,7 @@ def test_driver_sigkill_on_a_cluster_replays_the_batch_from_the_s3_wal(server, s
     out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"
     wal = f"s3a://{BUCKET}/runs/kill"
 
-    first = start_stream(server, cluster, wal, s3.options(), out, checkpoint, log)
+    first = start_stream(server, standalone_cluster, wal, s3.options(), out, checkpoint, log)
     try:
         wait_for(lambda: (checkpoint / "commits" / "1").exists()
                  and (checkpoint / "offsets" / "2").exists(), 900,
@@ -216,7 +210,7 @@ def test_driver_sigkill_on_a_cluster_replays_the_batch_from_the_s3_wal(server, s
         kill_group(first)
     assert not (checkpoint / "commits" / "2").exists(), "the kill was meant to land in batch 2"
     assert "batch-000000000003.wal" in s3.names("runs/kill")
-    second = start_stream(server, cluster, wal, s3.options(), out, checkpoint, log)
+    second = start_stream(server, standalone_cluster, wal, s3.options(), out, checkpoint, log)
     assert drained(server, second, out, items, log,
                    lambda: not s3.names("runs/kill")) == (0, 0)
     assert "batch_replayed_from_wal" in log.read_text(errors="replace")
