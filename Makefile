@@ -29,6 +29,21 @@ RUN_FLAGS = $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) \
 	$(if $(THRIFT_PORT),--thrift-port $(THRIFT_PORT)) $(if $(ADMIN_PORT),--admin-port $(ADMIN_PORT)) \
 	$(if $(ADMIN_HOST),--admin-host $(ADMIN_HOST)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(ARGS)
 
+# How every target below installs a Debian package (through sudo unless root): `apt-get update`,
+# then `apt-get install`. Both wait for another apt-get or dpkg (an unattended upgrade, a second
+# make, a helper installing a tool) to let go of apt's locks, where they would otherwise fail at
+# once with "Could not get lock": install through dpkg's own timeout, update (which that option
+# does not cover) by trying again every 10 s for up to 10 minutes; any other failure stops.
+APT_WAIT := -o DPkg::Lock::Timeout=600
+APT_RETRY_SECONDS ?= 10
+APT_INSTALL = sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	for attempt in $$(seq 60); do \
+		out=$$($$sudo apt-get $(APT_WAIT) update -qq 2>&1) && break; \
+		echo "$$out" | grep -q 'Could not get lock' || { echo "$$out" >&2; exit 1; }; \
+		echo "apt-get update: another apt-get holds apt's lock; trying again in $(APT_RETRY_SECONDS) s"; sleep $(APT_RETRY_SECONDS); \
+	done; \
+	DEBIAN_FRONTEND=noninteractive $$sudo apt-get $(APT_WAIT) install -y -qq
+
 .PHONY: run test test-pure compiled pgo lint bench install clean memcached-tools netcat thrift-compiler browser \
 	node-clients zookeeper systemd-analyze redis
 
@@ -85,27 +100,21 @@ run: $(SERVE_STAMP) $(RUN_BUILD)
 memcached-tools:
 	@command -v memcstat >/dev/null 2>&1 || { \
 		echo "installing libmemcached-tools (memcstat, memcping)"; \
-		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$sudo apt-get update -qq >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq libmemcached-tools >/dev/null; }
+		$(APT_INSTALL) libmemcached-tools >/dev/null; }
 
 # OpenBSD netcat, whose `nc -N` (half-close after sending) a test pipes requests through, as a
 # newcomer's first try does: Debian's netcat-openbsd, installed only when `nc` is missing.
 netcat:
 	@nc -h 2>&1 | grep -q OpenBSD || { \
 		echo "installing netcat-openbsd (nc)"; \
-		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$sudo apt-get update -qq >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq netcat-openbsd >/dev/null; }
+		$(APT_INSTALL) netcat-openbsd >/dev/null; }
 
 # Apache Thrift's compiler, which a test runs to generate an independent client from
 # kestrel.thrift: Debian's thrift-compiler, installed only when `thrift` is missing.
 thrift-compiler:
 	@command -v thrift >/dev/null 2>&1 || { \
 		echo "installing thrift-compiler"; \
-		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$sudo apt-get update -qq >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq thrift-compiler >/dev/null; }
+		$(APT_INSTALL) thrift-compiler >/dev/null; }
 
 # Redis, the peer of `make bench`'s Redis rows and of the load tests' --resp tests: Debian's
 # redis-server (and redis-tools), installed only when redis-server is missing. The bench and the
@@ -114,17 +123,13 @@ thrift-compiler:
 redis:
 	@command -v redis-server >/dev/null 2>&1 || { \
 		echo "installing redis-server"; \
-		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$sudo apt-get update -qq >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq redis-server >/dev/null; }
+		$(APT_INSTALL) redis-server >/dev/null; }
 
 # node's memcached 2.2.2, whose behaviour docs/protocols.md's clients table states: Debian's nodejs and npm
 # when node is missing, then the package into .venv/node_modules.
 node-clients:
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
-		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$sudo apt-get update -qq >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq nodejs npm >/dev/null; }
+		$(APT_INSTALL) nodejs npm >/dev/null; }
 	@[ -d $(VENV)/node_modules/memcached ] || npm install --silent --no-audit --no-fund --prefix $(VENV) memcached@2.2.2 >/dev/null
 
 # Apache ZooKeeper, which the cluster tests run for real (tests/cluster: a standalone server on a
@@ -133,24 +138,19 @@ node-clients:
 zookeeper:
 	@test -f /usr/share/java/zookeeper.jar || { \
 		echo "installing zookeeper"; \
-		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$sudo apt-get update -qq >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq zookeeper >/dev/null; }
+		$(APT_INSTALL) zookeeper >/dev/null; }
 
 # systemd-analyze, with which a test verifies contrib/kestrel-actors.service: Debian's systemd
 # package, installed only when the command is missing (a container may lack it).
 systemd-analyze:
 	@command -v systemd-analyze >/dev/null 2>&1 || { \
 		echo "installing systemd (systemd-analyze)"; \
-		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$sudo apt-get update -qq >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq systemd >/dev/null; }
+		$(APT_INSTALL) systemd >/dev/null; }
 
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
-		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$sudo apt-get update -q && \
-		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q chromium chromium-driver; \
+		echo "installing chromium and chromium-driver (about 100 MB; silent for a minute or two)"; \
+		$(APT_INSTALL) chromium chromium-driver >/dev/null; \
 	fi
 
 # ruff's settings are in pyproject.toml, mypy's (what it checks, and how strictly) in setup.cfg.
