@@ -22,7 +22,9 @@ directory on a free loopback port (never the system service), its runs interleav
 its CPU per request read from /proc as ours is. Without persistence (``--save ''
 --appendonly no``) for the plain rows; the durable row against ``--appendonly yes
 --appendfsync always``. Each such row gets a sub-row "↳ Redis" with Redis's figures, the ratio
-and the row's Redis goal. The rows are issue 12's: Kestrel's load-test
+and the row's Redis goal; the one-client put-many row also a sub-row "↳ Redis (appendfsync no)",
+Redis writing its append-only file before each reply as our journal does, reported without a
+goal (ADR 0023). The rows are issue 12's: Kestrel's load-test
 defaults (one request in flight per client) first, then the concurrent and pipelined rows;
 variants that are not Kestrel's defaults are labelled "extra". Client and server share the
 machine, so the figures are for the pair, not for the server alone.
@@ -68,7 +70,9 @@ class Benchmark:
     ``goal`` is the ratio to the peer (darner) that the row must reach when a peer is given, or
     with ``floor`` to the floor server, always measured; ``target`` an absolute rate (items/s)
     used only when no peer is measured. ``redis_goal`` is the ratio to Redis (issue 56), which
-    runs the row with ``redis_args`` unless ``redis`` is False (a scenario without ``--resp``).
+    runs the row with ``redis_args`` unless ``redis`` is False (a scenario without ``--resp``);
+    ``redis_also``, when given, is a second Redis run with those options, interleaved too and
+    reported in a sub-row of its own without a goal.
     """
 
     name: str
@@ -84,6 +88,7 @@ class Benchmark:
     redis: bool = True            # whether Redis runs it (the scenario has a --resp mode)
     redis_goal: float | None = None
     redis_args: tuple[str, ...] = ()  # redis-server's options beyond port, bind and dir
+    redis_also: tuple[str, ...] = ()  # a second Redis configuration, reported without a goal
 
     def load_args(self, quick: bool = False, scale: float = 1.0) -> list[str]:
         """The load-test command; with ``quick``, its ``--quick`` count times ``scale``."""
@@ -96,12 +101,16 @@ class Benchmark:
 
 REDIS_PLAIN = ("--save", "", "--appendonly", "no")
 """Redis without persistence, for the rows whose server journals without fsync."""
+REDIS_AOF_NO = ("--save", "", "--appendonly", "yes", "--appendfsync", "no")
+"""Redis writing every command to its append-only file (the page cache, no fsync) before it
+replies, as our journal does: the like-for-like peer of a plain row (ADR 0023)."""
 REDIS_DURABLE = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")
 """Redis with every write fsynced before its reply, for the durable row."""
 
 LATENCY_BOUND = (
     Benchmark("put-many, 1 client, one SET in flight", ("put-many", "-c", "1", "-n", "20000"),
-              "SET/s", goal=0.95, quick_args=("-n", "2000"), redis_goal=0.9, redis_args=REDIS_PLAIN),
+              "SET/s", goal=0.95, quick_args=("-n", "2000"), redis_goal=0.9, redis_args=REDIS_PLAIN,
+              redis_also=REDIS_AOF_NO),
     Benchmark("get-many (drain), 1 client", ("get-many", "-c", "1", "-n", "20000"),
               "GET/s", goal=0.95, quick_args=("-n", "2000"), redis_args=REDIS_PLAIN),
     Benchmark("flood, 1 producer + 1 consumer", ("flood", "-n", "50000"), "items/s",
@@ -180,6 +189,7 @@ class Row:
     ours: Side = field(default_factory=Side)
     peer: Side | None = None
     redis: Side | None = None
+    redis_also: Side | None = None
     failures: list[str] = field(default_factory=list)
     skipped: str | None = None
 
@@ -206,10 +216,12 @@ class Row:
             return self.median("rate") >= self.bench.target
         return None
 
-    def redis_ratio(self) -> float | None:
-        if self.redis is None or not self.redis.records or not self.ours.records:
+    def redis_ratio(self, side: Side | None = None) -> float | None:
+        """Our median rate over Redis's (``side``: that of another Redis configuration)."""
+        side = self.redis if side is None else side
+        if side is None or not side.records or not self.ours.records:
             return None
-        return self.ours.median("rate") / max(self.redis.median("rate"), 1e-9)
+        return self.ours.median("rate") / max(side.median("rate"), 1e-9)
 
     @property
     def redis_met(self) -> bool | None:
@@ -370,6 +382,7 @@ def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: s
     with_peer = peer if bench.peer else None
     peer_side = row.peer = Side() if with_peer or bench.floor else None
     redis_side = row.redis = Side() if redis and bench.redis else None
+    also_side = row.redis_also = Side() if redis_side is not None and bench.redis_also else None
     for number in range(runs):
         run_once(args, row.ours, bench.serve_args, None, f"run {number + 1}", row.failures)
         if peer_side is not None and bench.floor:
@@ -379,6 +392,9 @@ def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: s
         if redis_side is not None:
             run_once(args, redis_side, bench.redis_args, None, f"Redis run {number + 1}", row.failures,
                      redis=redis)
+        if also_side is not None:
+            run_once(args, also_side, bench.redis_also, None,
+                     f"Redis ({_redis_mode(bench.redis_also)}) run {number + 1}", row.failures, redis=redis)
     return row
 
 
@@ -445,25 +461,40 @@ def _met(met: bool | None) -> str:
     return {True: "yes", False: "no", None: "—"}[met]
 
 
-def _redis_row(row: Row) -> str:
+def _redis_mode(args: tuple[str, ...]) -> str:
+    """How a Redis run persists, from its options: the sub-row's name."""
+    if "--appendfsync" in args:
+        return "appendfsync " + args[args.index("--appendfsync") + 1]
+    return "no persistence"
+
+
+def _redis_row(row: Row, also: bool = False) -> str:
     """The sub-row under a benchmark with Redis's runs: its figures in the peer's columns, the
-    ratio of our median to its, the Redis goal; latencies, lost/dup and client CPU of its runs."""
-    side, bench = row.redis, row.bench
+    ratio of our median to its, the Redis goal; latencies, lost/dup and client CPU of its runs.
+    With ``also``, the row's second Redis configuration's, reported without a goal."""
+    bench = row.bench
+    side = row.redis_also if also else row.redis
     assert side is not None
-    durable = "appendfsync always" if "always" in bench.redis_args else "no persistence"
-    name = f"↳ Redis ({durable})"
-    goal = _goal(bench.redis_goal, "Redis")
+    name = f"↳ Redis ({_redis_mode(bench.redis_also if also else bench.redis_args)})"
+    goal = "—" if also else _goal(bench.redis_goal, "Redis")
+    met = "—" if also else _met(row.redis_met)
     command = f"`{row.command} --resp`"
     if not side.records:
-        return f"| {name} | | | | failed | | | {goal} | {_met(row.redis_met)} | | | | | {command} |"
+        return f"| {name} | | | | failed | | | {goal} | {met} | | | | | {command} |"
     rates = [r["rate"] for r in side.records]
-    ratio = row.redis_ratio()
+    ratio = row.redis_ratio(side)
     lost = sum(r["lost"] for r in side.records)
     dup = sum(r["duplicated"] for r in side.records)
     return (f"| {name} | | {min(rates):,.0f}–{max(rates):,.0f} | | Redis: {_rate(side)} | {_cpu(side)} "
-            f"| {'—' if ratio is None else _ratio(ratio)} | {goal} | {_met(row.redis_met)} "
+            f"| {'—' if ratio is None else _ratio(ratio)} | {goal} | {met} "
             f"| {side.median('latency_usec', 'p50'):,.0f} | {side.median('latency_usec', 'p99'):,.0f} "
             f"| {lost} / {dup} | {side.client_busy():.0f}% | {command} |")
+
+
+def _redis_rows(row: Row) -> list[str]:
+    """The Redis sub-rows under a benchmark: its goal's, then a second configuration's."""
+    rows = [_redis_row(row)] if row.redis is not None else []
+    return rows + ([_redis_row(row, also=True)] if row.redis_also is not None else [])
 
 
 def render(rows: list[Row], runs: int, load: float | None = None, peer: str | None = None,
@@ -477,9 +508,11 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
                  " No peer was given (`make bench PEER=/tmp/peers/bin/darner` adds darner's columns).")
     peer_text += (f" Redis: `{redis}` {redis_version(redis)}, run by the same load tests with `--resp` "
                   "(`RPUSH`/`LPOP`, `BLPOP` for the blocking GET), without persistence (`--save '' "
-                  "--appendonly no`) and for the durable row with `--appendonly yes --appendfsync always`, "
+                  "--appendonly no`), for the durable row with `--appendonly yes --appendfsync always`, and "
+                  "under the one-client put-many also with `--appendonly yes --appendfsync no` (its append-only "
+                  "file written before each reply, as our journal is; no goal, ADR 0023), "
                   "its runs interleaved with ours, each on a fresh server and data directory; its "
-                  "figures are in the \"↳ Redis\" row under ours." if redis else
+                  "figures are in the \"↳ Redis\" rows under ours." if redis else
                   " Redis was left out (`--no-redis`, or no `redis-server`).")
     out = [
         f"Measured {now} on {machine()}; commit {git_commit()}.{busy}{peer_text}",
@@ -521,8 +554,7 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
         if not row.records:
             peer_cells = f"{_rate(row.peer, bench.floor)} | {_cpu(row.peer)}"
             out.append(f"| {bench.name} | failed | | | {peer_cells} | | {goal} | no | | | | | `{row.command}` |")
-            if row.redis is not None:
-                out.append(_redis_row(row))
+            out += _redis_rows(row)
             continue
         met = _met(row.met)
         lost = sum(r["lost"] for r in row.records)
@@ -535,8 +567,7 @@ def render(rows: list[Row], runs: int, load: float | None = None, peer: str | No
             f"| {'—' if ratio is None else _ratio(ratio)} | {goal} | {met} "
             f"| {row.median('latency_usec', 'p50'):,.0f} | {row.median('latency_usec', 'p99'):,.0f} "
             f"| {lost} / {dup} | {row.ours.client_busy():.0f}% | `{row.command}` |")
-        if row.redis is not None:
-            out.append(_redis_row(row))
+        out += _redis_rows(row)
     failures = [f"* {row.bench.name}: {f}" for row in rows for f in row.failures]
     if failures:
         out += ["", "Failed runs:", "", *failures]
