@@ -7,7 +7,9 @@
  * dirty pages (it reports the error once; a later fdatasync succeeds without writing them).
  * With no such size known (no fdatasync of that file succeeded yet), the file is left as it is.
  * Each fdatasync that succeeds on a file whose path contains <path part> writes the file's size
- * to "<control file>.synced", so that a test can wait for a periodic fdatasync.
+ * to "<control file>.synced", so that a test can wait for a periodic fdatasync. Both files are
+ * replaced whole (written beside, then renamed), as the test writes the control file, so that
+ * neither side ever reads one half written.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,6 +27,16 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { dev_t dev; ino_t ino; off_t size; } synced[FILES];
 static int known;
+
+/* Replace the file at path by text: written beside it, then renamed over it. */
+static void replace_file(const char *path, const char *text) {
+    char beside[4200];
+    snprintf(beside, sizeof beside, "%s.shim-tmp", path);
+    FILE *out = fopen(beside, "w");
+    if (out == NULL) return;
+    fputs(text, out);
+    if (fclose(out) == 0) rename(beside, path);
+}
 
 /* 1: this call fails; 0: it goes ahead, on a file the control file names; -1: on another file */
 static int take_failure(int fd) {
@@ -50,11 +62,9 @@ static int take_failure(int fd) {
     if (count == 0) return 0;
     fail = 1;
     if (count > 0) {
-        FILE *out = fopen(control, "w");
-        if (out != NULL) {
-            fprintf(out, "%ld %s\n", count - 1, part);
-            fclose(out);
-        }
+        char left[4200];
+        snprintf(left, sizeof left, "%ld %s\n", count - 1, part);
+        replace_file(control, left);
     }
     return fail;
 }
@@ -94,13 +104,10 @@ int fdatasync(int fd) {
         }
         const char *control = getenv("KESTREL_TEST_FDATASYNC_CONTROL");
         if (named == 0 && control != NULL) {
-            char report[4200];
+            char report[4200], size[32];
             snprintf(report, sizeof report, "%s.synced", control);
-            FILE *out = fopen(report, "w");
-            if (out != NULL) {
-                fprintf(out, "%lld\n", (long long)st.st_size);
-                fclose(out);
-            }
+            snprintf(size, sizeof size, "%lld\n", (long long)st.st_size);
+            replace_file(report, size);
         }
         pthread_mutex_unlock(&lock);
     }

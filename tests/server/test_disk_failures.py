@@ -78,7 +78,10 @@ class Disk:
     def fail_fdatasyncs(self, count: int) -> None:
         """The next ``count`` fdatasyncs of the queue's journal fail (-1: all of them)."""
         assert self.control is not None
-        self.control.write_text(f"{count} {self.journal}\n")
+        # replaced whole, as the shim replaces it: the shim reads it on every fdatasync
+        beside = self.control.with_name(self.control.name + ".test-tmp")
+        beside.write_text(f"{count} {self.journal}\n")
+        os.replace(beside, self.control)
 
     def failures_left(self) -> int:
         assert self.control is not None
