@@ -48,6 +48,9 @@ class HeaderScan:
         self.stamps: list[int] = []
         self.stopped = MORE
         """Why the last :meth:`scan` stopped: :data:`MORE` or :data:`OTHER`."""
+        self.wanted = 0
+        """Stopped inside a value: the bytes from where it stopped that make the block whole
+        (0: not known), so that a large item's pieces are not copied again at each arrival."""
 
     def scan(self, buf: bytes, pos: int, data: bytearray) -> int:
         """Take the blocks of this form from ``pos`` on, their values appended to ``data``;
@@ -59,6 +62,7 @@ class HeaderScan:
         stamped = self.stamped
         lengths = self.lengths
         stamps = self.stamps
+        self.wanted = 0
         while True:
             if size - pos < width:
                 self.stopped = OTHER
@@ -95,6 +99,7 @@ class HeaderScan:
             end = start + length
             if end + _TAIL > size:
                 self.stopped = MORE
+                self.wanted = end + _TAIL - pos
                 return pos
             if (buf[end] != _CR or buf[end + 1] != _LF or buf[end + 2] != 69  # E
                     or buf[end + 3] != 78 or buf[end + 4] != 68  # N, D

@@ -236,11 +236,14 @@ class ValueScan:
 
     def feed(self, buf: bytearray) -> int:
         """Take the complete blocks at the start of ``buf`` (and the final ``END``, which
-        sets :attr:`done`); returns how many bytes were taken."""
+        sets :attr:`done`); returns how many bytes were taken, which the caller removes
+        before the next call."""
         header, lengths, data, stamps = self._header.match, self._lengths, self._data, self._stamps
         fast = self._fast
         tail = _TAIL
         pos, size = 0, len(buf)
+        if fast is not None and len(buf) < fast.wanted:
+            return 0  # still inside the value it stopped in (the caller took what was taken)
         received = bytes(buf) if fast is not None else b""  # (one copy of what came)
         with memoryview(buf) as view:
             while True:
