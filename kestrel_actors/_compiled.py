@@ -57,6 +57,7 @@ COMPILED_MODULES = (
     "kestrel_actors.runtime._actor",
     "kestrel_actors.runtime._dispatcher",
     "kestrel_actors.actors._queue",
+    "kestrel_actors.client._scan",
 )
 """The request path's modules that ``pip install .`` compiles (ADR 0015)."""
 

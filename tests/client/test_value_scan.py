@@ -1,13 +1,21 @@
 """The bulk reader of a ``monitor`` reply (``ValueScan``, sans I/O) and its record
 (``PackedValues``): whatever way the bytes arrive, the same values in order; a reply out of
-step is the same error as with one value at a time."""
+step is the same error as with one value at a time. Each test runs twice: with the regular
+expression alone (a pure install) and with ``HeaderScan`` taking Kestrel's own blocks (what a
+compiled build does; here compiled or not, as the build is)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kestrel_actors.client import PackedValues, ServerError, UnexpectedReply
+from kestrel_actors.client import PackedValues, ServerError, UnexpectedReply, _scan, _wire
 from kestrel_actors.client._wire import ValueScan
+
+
+@pytest.fixture(autouse=True, params=["match", "header-scan"])
+def scan_mode(request, monkeypatch):
+    monkeypatch.setattr(_wire, "_SCAN_COMPILED", request.param == "header-scan")
+    return request.param
 
 VALUES = [b"", b"a", b"END\r\n", b"VALUE q 0 3\r\nxyz\r\nEND\r\n", bytes(range(256)) * 5, b"\r\n"]
 
@@ -95,3 +103,26 @@ def test_a_stamped_stream_keeps_each_enqueue_time_and_a_line_without_one_gets_th
                                                                          1700000000456]
     with pytest.raises(UnexpectedReply, match="bad VALUE line"):  # not asked for: refused
         scan_in_pieces(b"VALUE q 0 1 1700000000456\r\nc\r\nEND\r\nEND\r\n", 100)
+
+
+@pytest.mark.parametrize("step", [1, 4, 1 << 20])
+def test_odd_headers_between_kestrels_own_come_out_in_order(step):
+    """A line the compiled scan leaves to the match (flags other than 0, a value with no stamp,
+    a stamp of more digits than 63 bits hold) keeps its place among the others."""
+    data = (b"VALUE q 0 1 1700000000001\r\na\r\nEND\r\nVALUE q 7 1\r\nb\r\nEND\r\n"
+            b"VALUE q 0 1\r\nc\r\nEND\r\nVALUE q 0 1 1700000000004\r\nd\r\nEND\r\nEND\r\n")
+    scan, buf = ValueScan("monitor", b"q", 10, stamped=True), bytearray()
+    for at in range(0, len(data), step):
+        buf += data[at:at + step]
+        del buf[:scan.feed(buf)]
+    packed = scan.values()
+    assert scan.done and packed.values() == [b"a", b"b", b"c", b"d"]
+    assert memoryview(packed.stamps).cast("q").tolist() == [1700000000001, 0, 0, 1700000000004]
+
+
+def test_a_compiled_build_scans_with_the_compiled_header_scan():
+    """The planner's per-item step is compiled code when the build is (ADR 0022)."""
+    from kestrel_actors import _compiled
+
+    compiled = _compiled.compiled_state() == "mypyc"
+    assert _scan.COMPILED is compiled
