@@ -221,11 +221,12 @@ class Server:
         self._check_data_dir()
         self._data_dir_lock = self._lock_data_dir() if data_dir_lock is None else data_dir_lock
         self._discover = discover or list
-        self.collection = QueueCollection.start(config, self.stats, opener or memory_opener)
+        queues: dict[str, Any] = {}  # the collection lists its queues here for the sessions
+        self.collection = QueueCollection.start(config, self.stats, opener or memory_opener, queues)
         self.context = SessionContext(
             stats=self.stats, status=self.status, collection=self.collection, config=config,
             version=self.version, control=_Control(self), closed=lambda session: self.connections.closed(session),
-            membership=self.membership,
+            membership=self.membership, queues=queues,
         )
         self.connections = Connections(self.context)
 

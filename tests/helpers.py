@@ -936,12 +936,14 @@ class World:
         config = ServerConfig(data_dir=str(tmp_path), **config)
         self.config = config
         self.stats = ServerStats()
-        self.collection = QueueCollection.start(config, self.stats, opener or memory_opener)
+        self.queues: dict = {}
+        self.collection = QueueCollection.start(config, self.stats, opener or memory_opener, self.queues)
         self.control = Control()
         self.finished: list[Session] = []
         self.context = SessionContext(
             stats=self.stats, status=ServerStatus.from_config(config), collection=self.collection,
             config=config, version="test", control=self.control, closed=self.finished.append,
+            queues=self.queues,
         )
         self.next_id = 0
 

@@ -80,12 +80,18 @@ class QueueCollection(GeventActor):
     new connection makes one): no two greenlet switches for a dictionary lookup. Opening a
     queue may read its journal, which suspends that greenlet, never the hub."""
 
-    def __init__(self, config: ServerConfig, stats: ServerStats, opener: QueueOpener = memory_opener):
+    def __init__(self, config: ServerConfig, stats: ServerStats, opener: QueueOpener = memory_opener,
+                 directory: dict[str, Any] | None = None):
         super().__init__()
         self.config = config
         self.stats = stats
         self.opener = opener
         self.queues: dict[str, Any] = {}
+        self.directory: dict[str, Any] = {} if directory is None else directory
+        """What sessions read without asking (``SessionContext.queues``, ADR 0005): each queue a
+        ``Resolve`` would answer with its ref at once, so not an alias's name nor one waiting
+        for a queue still loading. Written only here; a session that finds a stopped ref in it
+        asks as before (its actor failed: this collection reopens it)."""
         self.children: dict[str, dict[str, Any]] = {}
         self.alias_counts: dict[str, list[int]] = {}
         self.alias_created: dict[str, int] = {}
@@ -200,6 +206,8 @@ class QueueCollection(GeventActor):
                 progress = True
         if message.last:
             self._finish_loading()
+        else:
+            self._list_queues()  # a master whose last child loading has loaded
         held, self._held = self._held, []
         for waiting_message in held:
             self.on_receive(waiting_message)
@@ -230,9 +238,19 @@ class QueueCollection(GeventActor):
         finally:
             self._opened.pop(name, None)
 
+    def _list_queues(self) -> None:
+        """Make :attr:`directory` anew (after a reload's new aliases, or a load's batch)."""
+        directory = self.directory
+        directory.clear()
+        aliases = self.config.aliases
+        for name, ref in self.queues.items():
+            if name not in aliases and not self._is_loading(name):
+                directory[name] = ref
+
     def _finish_loading(self) -> None:
         self.loading.clear()
         self._loading_children.clear()
+        self._list_queues()
         self._opened = {}
         if self._collecting:
             gc.enable()
@@ -272,6 +290,7 @@ class QueueCollection(GeventActor):
         """``reload``: new queue settings and aliases apply to live queues at once (behaviour §5.13)."""
         self.config = config
         self._note_aliases()
+        self._list_queues()
         for name, ref in self.queues.items():
             try:
                 ref.tell(SetConfig(config.queue_config(name)))
@@ -316,6 +335,8 @@ class QueueCollection(GeventActor):
             raise core
         ref = QueueActor.start(name, queue_config, core.journal, self.stats, core, expire_target)
         self.queues[name] = ref  # its actor opened its metrics (ServerStats.open_queue)
+        if name not in self.config.aliases and not self._is_loading(name):
+            self.directory[name] = ref
         self.stats.queue_creates += 1
         master = fanout_master(name)
         if master is not None:
@@ -335,6 +356,7 @@ class QueueCollection(GeventActor):
 
     def _delete(self, name: str, reply_to: Any) -> None:
         ref = self.queues.pop(name, None)
+        self.directory.pop(name, None)
         master = fanout_master(name)
         if master is not None:
             self.children.setdefault(master, {}).pop(name, None)

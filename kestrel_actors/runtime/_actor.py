@@ -11,12 +11,14 @@ A pykka runtime is an actor class that fills three hooks, as ``ThreadingActor`` 
 (:class:`GeventFuture`) and ``_start_actor_loop`` (a greenlet running pykka's own
 ``_actor_loop``). pykka's message loop, failure handling and teardown run as they are, on the
 actor's greenlet; pykka's own test suite runs against this runtime in ``make test``
-(``tests/runtime/test_pykka_suite.py``). Three pykka internals are kept for speed, and only three
+(``tests/runtime/test_pykka_suite.py``). Four pykka internals are kept for speed, and only four
 (ADR 0001 says why, with the measurements and the pykka versions tested): ``__init__`` sets
 pykka's four fields itself (``actor_stopped`` a plain flag, not a ``threading.Event``),
 the actor's ref is an ``ActorRef`` whose ``tell`` runs an inline handler without an envelope,
-and an actor started with ``start_unlisted`` (a session) is not in pykka's ``ActorRegistry``,
-so ``_stop`` does pykka's steps less the registry for it.
+an actor started with ``start_unlisted`` (a session) is not in pykka's ``ActorRegistry``,
+so ``_stop`` does pykka's steps less the registry for it, and once such an actor's loop has
+ended its ref's weak reference to it (pykka's ``_actor_weakref``) is swapped for a dead one, so
+that reference counting may free it (:meth:`_Mailbox._ended`).
 Everything else happens behind the inbox's ``put``/``get``:
 
 * **inline dispatch** (ADR 0002): a tell to an *idle* actor (its greenlet parked in ``get`` on
@@ -291,6 +293,10 @@ class _HubRuns:
 
 _hub_runs: weakref.WeakKeyDictionary[Any, _HubRuns] = weakref.WeakKeyDictionary()
 
+_NO_ACTOR: Final[weakref.ref[Any]] = weakref.ref(set())
+"""A weak reference whose object is gone (the set is freed at once): what an ended unlisted actor's
+ref holds instead of the weak reference to it (:meth:`_Mailbox._ended`)."""
+
 
 def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T]) -> T:
     """The one ``make(hub)`` of this thread's hub, kept in ``made`` (made on first use).
@@ -367,8 +373,33 @@ class _Mailbox:
         self.idle = False
         if self.greenlet is None:
             # a bare greenlet: gevent.spawn's Greenlet costs 5 µs more, for links nobody uses
-            self.greenlet = greenlet(self.actor._actor_loop, self.hub)  # type: ignore[union-attr]
+            self.greenlet = greenlet(self._loop, self.hub)
         self.hub.loop.run_callback(self.greenlet.switch)
+
+    def _loop(self) -> None:
+        """What the actor's greenlet runs: pykka's loop, then :meth:`_ended`."""
+        actor = self.actor
+        assert actor is not None
+        actor._actor_loop()
+        self._ended()
+
+    def _ended(self) -> None:
+        """pykka's loop is over (the actor has stopped and its teardown has run): an unlisted
+        actor (one per connection) lets go of its mailbox here. The actor, its mailbox and its
+        ref refer to one another; cut, reference counting frees a connection's objects as soon
+        as nothing refers to them, where the cyclic collector would have found them later, at a
+        cost of its own (ADR 0020). A tell after this raises ``ActorDeadError`` (its ref's
+        flag), an ``ask`` too (pykka's ``is_alive``): no one reads ``actor`` again."""
+        actor = self.actor
+        if actor is not None and not actor.listed:
+            # pykka's ActorRef keeps a weak reference to its actor. The compiled actor's dealloc
+            # does not clear weak references (mypyc: a native class that has them from pykka's
+            # Actor), so the actor must have none left when reference counting frees it: a
+            # weak reference left to freed memory unlinks itself there later, and crashed the
+            # server. The collector clears them first, which is why the cycles hid it. pykka
+            # reads this only for a live actor (its proxy); a dead weak reference stands in.
+            actor.ref._actor_weakref = _NO_ACTOR
+            self.actor = None
 
     def get(self) -> Any:
         """The next envelope for pykka's loop; parks the actor's greenlet while there is none.
@@ -408,7 +439,9 @@ class _Mailbox:
         """Run on the hub the tell :class:`_HubRuns` queued here, if the actor still may run
         there; otherwise its greenlet takes it. The tell is the inbox's first letter (the
         actor was idle, its inbox empty, when it was queued) and passed the inline rules then."""
-        actor: GeventActor = self.actor  # type: ignore[assignment]
+        actor = self.actor
+        if actor is None:  # its loop has ended (_ended): the tell is a dead letter
+            return
         if not actor.stopped_flag._set and actor.may_run_on_hub():
             self._run_inline(_popleft(self.items).message, True)
         else:
@@ -477,6 +510,7 @@ class _Mailbox:
             # runs here, on this greenlet, and cannot wait (its first message is the end); a
             # session's hang-up is spared a greenlet's spawn and first switch
             actor._actor_loop()
+            self._ended()
             return
         self.wake()
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, cast
 
 import structlog
 from pykka import ActorDeadError
@@ -175,6 +175,9 @@ class _MonitorResume:
 
 
 _MONITOR_RESUME: Final = _MonitorResume()
+
+_NO_HANDLER: Final = Handler(cast(Any, None))
+"""A stopped session's handler: none (the base class, which holds nothing)."""
 
 
 class SessionActor(GeventActor):
@@ -452,6 +455,16 @@ class SessionActor(GeventActor):
         else:
             self.missing = resolved.name
 
+    def _listed_queue(self, name: str) -> GeventRef | None:
+        """The live queue ``name`` as the collection lists it for sessions (``SessionContext.queues``),
+        kept in ``refs``; ``None``: ask the collection (:meth:`_resolve`). Most connections'
+        first request names a queue that exists: no message to the collection and back."""
+        ref: GeventRef | None = self.context.queues.get(name)
+        if ref is None or not ref.is_alive():
+            return None
+        self.refs[name] = ref
+        return ref
+
     def _resolve(self, name: str, create: bool) -> bool:
         """For a queue whose live actor this session does not hold: ``True`` if the
         collection answered that it does not exist, else ``False`` after asking it."""
@@ -470,6 +483,8 @@ class SessionActor(GeventActor):
         handler = self.handler
         ref = self.refs.get(name)
         if ref is None or not ref.is_alive():
+            ref = self._listed_queue(name)
+        if ref is None:
             if not self._resolve(name, handler.creates(first)):
                 return False  # asked: the batch starts once the answer comes
             _popleft(self.pending)
@@ -650,6 +665,8 @@ class SessionActor(GeventActor):
             return
         ref = self.refs.get(name)
         if ref is None:
+            ref = self._listed_queue(name)
+        if ref is None:
             self.pending.appendleft(_MONITOR_RESUME)
             self._resolve(name, True)
             return
@@ -788,6 +805,9 @@ class SessionActor(GeventActor):
 
     def on_stop(self) -> None:
         self.transport.close()
+        # the handler refers back to this actor: let go of it, so that reference counting, not
+        # the cyclic collector, frees the connection (nothing asks the handler after the stop)
+        self.handler = _NO_HANDLER
 
     def on_failure(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
         """A handler raised (a bug): the client must not be left waiting for a reply that

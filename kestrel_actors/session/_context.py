@@ -1,7 +1,8 @@
 """What a session may ask of its server, and nothing more.
 
 A session reads the server-wide counters and bumps them (``stats``), checks the server's
-status (behaviour §7.2) and reads config values, finds queues through the collection, and asks the
+status (behaviour §7.2) and reads config values, finds queues in the collection's directory or
+through the collection, and asks the
 server to shut down or reload by a message to ``control``. It never holds the ``Server``.
 The counters and the status are shared, not told: see ADR 0003 for why.
 """
@@ -9,7 +10,7 @@ The counters and the status are shared, not told: see ADR 0003 for why.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # imported, not only named for the type checker: the compiled dataclass needs these classes
@@ -52,6 +53,10 @@ class SessionContext:
     membership: Any = None
     """``cluster.ZooKeeperMembership`` when the server joins server sets (its figures are in
     ``stats``), else None."""
+    queues: dict[str, Any] = field(default_factory=dict)
+    """The collection's ``directory``: the live queues a ``Resolve`` would answer at once, by
+    name. Read, never written, by sessions: a connection's first request for a queue that
+    exists needs no message to the collection (ADR 0005)."""
 
     def writes_allowed(self, session: Session) -> bool:
         return not session.refuse_writes and not self.status.blocks_writes()

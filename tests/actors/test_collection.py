@@ -98,3 +98,20 @@ def test_reconfigure_applies_new_queue_settings_to_live_queues(world):
     config = ServerConfig(data_dir=world.config.data_dir, queues={"jobs": QueueConfig(max_item_size=2)})
     assert ask_collection(world.collection, Reconfigure, config) is True
     assert run(ref, Add(b"long", 0), Add(b"ok", 0)) == [False, True]
+
+
+def test_the_directory_sessions_read_lists_live_queues_but_no_alias(tmp_path):
+    from kestrel_actors.messages import Delete
+
+    from ..helpers import World
+
+    world = World(tmp_path, aliases={"both": ("left", "right")})
+    try:
+        ref = resolve(world.collection, "kept")
+        resolve(world.collection, "gone")
+        resolve(world.collection, "both")
+        assert world.queues == {"kept": ref, "gone": world.queues["gone"]}
+        ask_collection(world.collection, Delete, "gone")
+        assert world.queues == {"kept": ref}
+    finally:
+        world.collection.stop()

@@ -645,3 +645,29 @@ def test_a_future_takes_one_value_as_pykka_says():
     with pytest.raises(queue.Full):
         hooked.set(4)
     assert (future.get(timeout=0), hooked.get(timeout=0)) == (1, 3)
+
+
+class OnDemand(GeventActor):
+    """Run by its senders until it needs its greenlet, as a session is."""
+
+    inline_dispatch = True
+    greenlet_on_demand = True
+
+    def on_receive(self, message):
+        return message
+
+
+def test_an_unlisted_actor_that_has_ended_is_let_go_by_its_mailbox_and_its_ref():
+    """Nothing refers back to it then, weakly either: reference counting frees it (a session's
+    connection, ADR 0020). A weak reference left to a compiled actor freed that way pointed into
+    freed memory, since the compiled dealloc does not clear them."""
+    import weakref
+
+    ref = OnDemand.start_unlisted()
+    actor = ref.mailbox.actor
+    ref.tell("hello")
+    ref.stop()
+    assert not ref.is_alive()
+    assert ref.mailbox.actor is None
+    assert weakref.getweakrefcount(actor) == 0
+    assert ref._actor_weakref() is None

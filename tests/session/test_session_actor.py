@@ -166,3 +166,35 @@ def test_a_confirm_answered_before_the_drain_stays_confirmed(world):
     assert client.send(b"get q/close\r\n") == b"END\r\n"
     assert client.drain() == b""
     assert world.connect().send(b"get q\r\n") == b"END\r\n"
+
+
+def test_a_new_session_finds_a_queue_that_exists_without_asking_the_collection(world):
+    assert world.connect().send(b"set known 0 0 1\r\na\r\n") == b"STORED\r\n"
+    world.collection.stop()  # from here on a lookup through the collection reaches no one
+    assert world.connect().send(b"get known\r\n") == b"VALUE known 0 1\r\na\r\nEND\r\n"
+
+
+def test_a_finished_session_is_freed_without_the_cyclic_collector(world):
+    """Its actor, mailbox, ref and handler refer to one another until it ends: then they let go,
+    and reference counting frees the connection (ADR 0020), no collector pass needed."""
+    import gc
+
+    from kestrel_actors.messages import Session
+    from kestrel_actors.protocol import MemcacheDecoder
+    from kestrel_actors.session import Disconnected, SessionActor
+
+    from ..helpers import BufferTransport
+
+    gc.collect()
+    gc.disable()
+    try:
+        session = Session(1, "in-process")
+        ref = SessionActor.start_unlisted(world.context, BufferTransport(), session, MemcacheHandler)
+        Dispatcher.current().deliver(ref, Received(MemcacheDecoder().feed(b"get waits/t=1000/open\r\n")))
+        settle()
+        Dispatcher.current().deliver(ref, Disconnected())
+        settle()
+        assert not ref.is_alive()
+        assert not [kept for kept in gc.get_objects() if isinstance(kept, SessionActor) and kept.session is session]
+    finally:
+        gc.enable()
