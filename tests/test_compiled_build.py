@@ -334,6 +334,18 @@ def lookups_by_name(source: str, function: str) -> list[str]:
 
 
 @needs_build
+def test_a_request_is_told_without_a_record_around_it():
+    """A read's commands reach the session as the decoder's list itself, and a tell queued for
+    a busy actor (a queue's answer to the session up the stack, for every request) is queued as
+    its bare message: neither makes a wrapper record per request (``Received``, ``_Letter``)."""
+    source = generated_source()
+    made = {function: [line.strip() for line in function_lines(source, function)
+                       if re.search(r"\bCPyDef_\w*(_Letter|Received)\(", line)]
+            for function in ("_ToSession.hand_over", "GeventRef.tell", "_HubRuns.run", "_Mailbox.enqueue")}
+    assert {function: lines for function, lines in made.items() if lines} == {}
+
+
+@needs_build
 def test_histograms_count_with_native_arithmetic():
     """``buckets[i] += n`` on a ``list[int]`` compiles to ``PyNumber_InPlaceAdd`` on boxed
     integers (mypyc 2.4); the request path's histogram updates are written so that they do not."""

@@ -213,14 +213,19 @@ class ReplyFuture(GeventFuture[T]):
 
 
 class _Letter:
-    """What the inbox itself hands pykka's loop: the two attributes pykka reads of what
-    ``get`` returns (``message``, ``reply_to``), for a message no sender sent."""
+    """What the inbox hands pykka's loop: the two attributes pykka reads of what ``get``
+    returns (``message``, ``reply_to``).
+
+    The inbox holds a tell as its bare message (a queue's answer to its busy session comes
+    for every request: no record made for it) and anything else as a ``_Letter``: an ask or
+    pykka's own tell (``put``, its envelope's two fields copied), or a letter the inbox
+    writes itself (a failure). ``get`` wraps a bare tell into one for pykka's loop."""
 
     __slots__ = ("message", "reply_to")
 
-    def __init__(self, message: Any) -> None:
+    def __init__(self, message: Any, reply_to: Any = None) -> None:
         self.message = message
-        self.reply_to = None
+        self.reply_to = reply_to
 
 
 def _failure_letter(exc: BaseException) -> _Letter:
@@ -228,6 +233,13 @@ def _failure_letter(exc: BaseException) -> _Letter:
     greenlet: pykka then fails the actor (an ``Exception``) or stops every actor (any other
     ``BaseException``), as if the handler had raised there."""
     return _Letter(ProxyCall(attr_path=("_raise_from_inline",), args=(exc,), kwargs={}))
+
+
+def _is_stop(entry: Any) -> bool:
+    """Whether an inbox entry is pykka's stop, told (bare, by ``Actor.stop``) or put."""
+    if type(entry) is _Letter:
+        return entry.reply_to is None and type(entry.message) in _STOP_MESSAGES
+    return type(entry) in _STOP_MESSAGES
 
 
 _AFTER_STOP: Final = _Letter(ProxyGetAttr(attr_path=("actor_urn",)))
@@ -260,7 +272,7 @@ class _HubRuns:
         depth = self.depth
         if depth == 2:
             mailbox.idle = False  # taken: what else reaches it queues behind this
-            _append(mailbox.items, _Letter(message))
+            _append(mailbox.items, message)  # a bare tell (see _Letter)
             _append(self.queued, mailbox)
             return
         self.depth = depth + 1
@@ -342,15 +354,16 @@ class _Mailbox:
         self.hub_runs: _HubRuns = of_this_hub(_hub_runs, _HubRuns)
 
     def put(self, envelope: Any, /) -> None:
-        """Queue ``envelope`` (pykka's ``ask`` and ``Actor.stop`` come here), or run a tell
-        inline; wake the actor's greenlet if it waits for the envelope."""
+        """Queue ``envelope`` (pykka's ``ask`` and ``Actor.stop`` come here) as a
+        :class:`_Letter`, or run a tell inline; wake the actor's greenlet if it waits for it."""
         if self.idle and self.inline and envelope.reply_to is None and self.ran_inline(envelope.message):
             return
-        self.enqueue(envelope)
+        self.enqueue(_Letter(envelope.message, envelope.reply_to))
 
-    def enqueue(self, envelope: Any) -> None:
-        """Queue ``envelope`` for the actor's greenlet, waking it if it waits."""
-        _append(self.items, envelope)
+    def enqueue(self, entry: Any) -> None:
+        """Queue ``entry`` (a bare tell or a :class:`_Letter`) for the actor's greenlet, waking
+        it if it waits."""
+        _append(self.items, entry)
         if self.idle:
             self.wake()
 
@@ -422,7 +435,8 @@ class _Mailbox:
             except BaseException as exc:  # noqa: BLE001 - thrown into the parked greenlet
                 self.idle = False
                 return _failure_letter(exc)
-        envelope = _popleft(items)
+        entry = _popleft(items)
+        envelope = entry if type(entry) is _Letter else _Letter(entry)
         if envelope.reply_to is None and actor.actor_stopped._set:  # type: ignore[attr-defined]
             message = envelope.message
             if type(message) not in _PYKKA_MESSAGES:
@@ -443,7 +457,7 @@ class _Mailbox:
         if actor is None:  # its loop has ended (_ended): the tell is a dead letter
             return
         if not actor.stopped_flag._set and actor.may_run_on_hub():
-            self._run_inline(_popleft(self.items).message, True)
+            self._run_inline(_popleft(self.items), True)  # a bare tell (``_HubRuns.run``)
         else:
             self.wake()
 
@@ -471,16 +485,16 @@ class _Mailbox:
                         continue
                     self.idle = True
                     return
-                envelope = items[0]
-                if type(envelope) is _Letter:
-                    # a tell queued while the actor was busy (a queue's answer to its session,
-                    # for every request): tested on the envelope itself, so that the compiled
-                    # build reads it natively; a _Letter has no sender waiting
-                    message = envelope.message
-                elif envelope.reply_to is not None:  # pykka's envelope of an ask
-                    break
+                entry = items[0]
+                if type(entry) is _Letter:
+                    # tested on the entry itself, so that the compiled build reads it natively
+                    if entry.reply_to is not None:  # an ask: pykka's loop answers it
+                        break
+                    message = entry.message
                 else:
-                    message = envelope.message
+                    # a bare tell queued while the actor was busy (a queue's answer to its
+                    # session, for every request)
+                    message = entry
                 if (
                     type(message) in _NOT_INLINE
                     or (on_hub and not actor.may_run_on_hub())
@@ -502,7 +516,7 @@ class _Mailbox:
             raise
         if stopped._set:
             items.appendleft(_AFTER_STOP)  # a handler called _stop(): pykka's loop must end
-        elif not (items[0].reply_to is None and type(items[0].message) in _STOP_MESSAGES):
+        elif not _is_stop(items[0]):
             self.wake()
             return
         if self.greenlet is None and (not on_hub or actor.may_run_on_hub()):
@@ -553,7 +567,7 @@ class GeventRef(pykka.ActorRef[Any]):
             if actor.may_run_on_hub():
                 mailbox.hub_runs.run(mailbox, message)
                 return
-        mailbox.enqueue(_Letter(message))
+        mailbox.enqueue(message)  # bare: see _Letter
 
 
 def tell(receiver: Any, message: Any) -> None:

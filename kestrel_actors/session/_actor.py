@@ -76,6 +76,8 @@ issue 53)."""
 _NO_OPS: Final[list[Any]] = []
 """``batch_ops`` between batches (never changed): a session keeps no operation, and so no
 item's bytes, after its batch is answered."""
+_NO_ENTRIES: Final[list[tuple[Any, int, p.Bad | None, bool]]] = []
+"""``batch`` between batches (never changed: each batch gets a list of its own)."""
 
 _perf_counter: Final = time.perf_counter
 _monotonic: Final = time.monotonic  # read through a C static, not the module (ADR 0015)
@@ -86,14 +88,9 @@ _extend: Final = deque.extend
 _popleft: Final = deque.popleft
 
 
-class Received:
-    """Commands the transport decoded, in order."""
-
-    __slots__ = ("commands",)
-
-    def __init__(self, commands: list[Any]) -> None:
-        # written out: a dataclass's generated __init__ is not compiled (messages/_session_queue)
-        self.commands = commands
+Received = list
+"""Commands the transport decoded, in order: the decoder's list itself, told as it is (a record
+around it was one more object per read). No other message to a session is a list."""
 
 
 class Disconnected:
@@ -241,8 +238,8 @@ class SessionActor(GeventActor):
     def on_receive(self, message: Any) -> Any:
         # type(message) tested on the message itself, not a local: that narrows its type, so
         # the compiled build reads the record's fields natively
-        if type(message) is Received:
-            _extend(self.pending, message.commands)
+        if type(message) is list:  # Received
+            _extend(self.pending, message)
             self._pump()
         elif type(message) is BatchDone:
             self._batch_done(message)
@@ -550,7 +547,7 @@ class SessionActor(GeventActor):
             self.batch_failure = None
         entries = self.batch
         ops = self.batch_ops
-        self.batch = []
+        self.batch = _NO_ENTRIES
         self.batch_ops = _NO_OPS
         if self.session.closed:  # no item may stay with a client that has gone
             self._return_items(ops, results, 0, len(results), opened=True)
@@ -603,7 +600,7 @@ class SessionActor(GeventActor):
 
     def _drop_rest(self) -> None:
         self.waiting = None
-        self.batch = []
+        self.batch = _NO_ENTRIES
         self.batch_results = None
         self.batch_failure = None
 
@@ -710,10 +707,12 @@ class SessionActor(GeventActor):
 
     def _flush(self) -> bool:
         """Send what ``out`` holds; ``False`` if it could not be (the client has gone)."""
-        if not self.out or self.session.closed:
-            self.out.clear()
-            return not self.session.closed
         out = self.out
+        if not out:  # (twice per request: a list's clear costs a call even when it is empty)
+            return not self.session.closed
+        if self.session.closed:
+            out.clear()
+            return False
         size = 0
         for part in out:
             size += len(part)

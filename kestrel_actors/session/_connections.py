@@ -16,7 +16,7 @@ import structlog
 from ..messages import Session
 from ..runtime import Dispatcher, GeventRef, tell_quietly
 from ..status import session_refusals
-from ._actor import Disconnected, Drain, EndOfInput, Received, SessionActor
+from ._actor import Disconnected, Drain, EndOfInput, SessionActor
 from ._budget import BufferBudget
 from ._context import SessionContext
 from ._handler import Handler
@@ -158,4 +158,5 @@ class _ToSession(CommandSink):
         """The session actor's ref, set once it is started (before the transport reads)."""
 
     def hand_over(self, commands: list[Any]) -> None:
-        self.dispatcher.tell_from_hub(self.session, Received(commands))
+        # the list itself is the message (``Received``): no record made per read
+        self.dispatcher.tell_from_hub(self.session, commands)
