@@ -224,6 +224,8 @@ REQUEST_PATH = {
     "SessionActor._pump": set(),
     "SessionActor._start_batch": {"queue"},  # a command's queue: each protocol has its own classes
     "SessionActor._batch_done": set(),
+    "SessionActor._answer": set(),
+    "SessionActor._joins_batch": {"queue"},  # the next command's queue, as in _start_batch
     "SessionActor._flush": set(),
     "SessionActor._write_refusal": set(),
     "MemcacheHandler.compile": {"max_open_transactions"},  # the config: an interpreted dataclass
@@ -235,6 +237,8 @@ REQUEST_PATH = {
     "QueueActor._add": set(),
     "QueueActor._send_replies": {"send", "fail"},  # bound methods handed over
     "_HeldReplies.send": set(),
+    "_tell_answer": {"to"},  # a fanout copy's ack (CopyDone: interpreted); a batch's answer natively
+    "bucket_index": set(),
     "QueueCore.add": set(),
     "QueueCore.remove": set(),
     "Dispatcher._run": {"switch"},  # gevent's hub
@@ -342,6 +346,19 @@ def test_a_request_is_told_without_a_record_around_it():
     made = {function: [line.strip() for line in function_lines(source, function)
                        if re.search(r"\bCPyDef_\w*(_Letter|Received)\(", line)]
             for function in ("_ToSession.hand_over", "GeventRef.tell", "_HubRuns.run", "_Mailbox.enqueue")}
+    assert {function: lines for function, lines in made.items() if lines} == {}
+
+
+@needs_build
+def test_a_lone_request_is_batched_and_answered_without_a_tuple():
+    """A batch of one request keeps no entry for it (``SessionActor.lone``: the entry tuples of a
+    batch of several are made in ``_compile_rest``), and a queue holds its answer as it is, to be
+    told to its ``BatchDone.to`` (no pair of receiver and answer): no tuple per request."""
+    source = generated_source()
+    made = {function: [line.strip() for line in function_lines(source, function)
+                       if re.search(r"\bPyTuple_(New|Pack)\(", line)]
+            for function in ("SessionActor._start_batch", "SessionActor._batch_done", "SessionActor._answer",
+                             "QueueActor._run", "QueueActor._send_replies", "_tell_answer")}
     assert {function: lines for function, lines in made.items() if lines} == {}
 
 

@@ -99,12 +99,26 @@ def _reply_to(batch: QueueBatch) -> Any:
     return batch.reply_to if batch.copies is None else batch.copies
 
 
-def _send_all(replies: list[tuple[Any, BatchDone | CopyDone]]) -> None:
-    for reply_to, reply in replies:
-        try:
-            tell(reply_to, reply)
-        except ActorDeadError:  # that client's session ended meanwhile
-            pass
+def _tell_answer(reply: BatchDone | CopyDone) -> None:
+    """Tell ``reply`` to its ``to``, which it lets go of first: a receiver that keeps the
+    answer (a future, a fanout join) would otherwise form a cycle with it, which only the
+    cyclic collector frees."""
+    # tested on the answer itself: a batch's answer (nearly always) reads ``to`` natively
+    if type(reply) is BatchDone:
+        to = reply.to
+        reply.to = None
+    else:
+        to = reply.to
+        reply.to = None
+    try:
+        tell(to, reply)
+    except ActorDeadError:  # that client's session ended meanwhile
+        pass
+
+
+def _send_all(replies: list[BatchDone | CopyDone]) -> None:
+    for reply in replies:
+        _tell_answer(reply)
 
 
 class _HeldReplies:
@@ -119,7 +133,7 @@ class _HeldReplies:
 
     __slots__ = ("replies", "queue", "confirmed_to")
 
-    def __init__(self, replies: list[tuple[Any, BatchDone | CopyDone]], queue: QueueActor | None,
+    def __init__(self, replies: list[BatchDone | CopyDone], queue: QueueActor | None,
                  confirmed_to: int) -> None:
         self.replies = replies
         self.queue = queue
@@ -147,7 +161,7 @@ class _HeldReplies:
         """Send the answers as the failure makes them: a batch's answer or a fanout copy's
         ack, each says how it reads unacknowledged (an unacknowledged SET may or may not be
         kept; a confirm or a fetch answered so did not take its items)."""
-        _send_all([(reply_to, reply.unacknowledged(failure)) for reply_to, reply in self.replies])
+        _send_all([reply.unacknowledged(failure) for reply in self.replies])
 
 
 class _Unanswered:
@@ -247,8 +261,9 @@ class QueueActor(GeventActor):
         self.expire_target = expire_target
         self._loop = gevent.get_hub().loop
         self.created_ms = epoch_ms()
-        self._replies: list[tuple[Any, BatchDone | CopyDone]] = []
-        """Answers waiting for the journal: sent together at the end of the burst."""
+        self._replies: list[BatchDone | CopyDone] = []
+        """Answers waiting for the journal, each told to its ``to``: sent together at the end
+        of the burst."""
         self._dispatcher = Dispatcher.current()
         self._confirmed: list[Item] = []
         """Items confirmed whose CONFIRM records are not known to be durable yet, oldest first:
@@ -278,7 +293,7 @@ class QueueActor(GeventActor):
             except Exception:
                 # answered as a closed queue would, so the client is not left waiting
                 results += [closed_result(op) for op in message.ops[len(results):]]
-                self._replies.append((_reply_to(message), BatchDone(results)))
+                self._replies.append(BatchDone(results, to=_reply_to(message)))
                 raise
         elif message is _FLUSH_REPLIES:
             self._flush_due = False
@@ -355,6 +370,8 @@ class QueueActor(GeventActor):
         replies = self._replies
         if not replies:
             return
+        # a fresh list rather than the same one emptied: emptying a list frees its array, and
+        # growing it again costs more than a list from CPython's free list
         self._replies = []
         journal = self.core.journal
         if journal.durable_now():  # written at once (no fsync policy): no holder to make
@@ -386,7 +403,7 @@ class QueueActor(GeventActor):
             for item in confirmed[:count]:
                 self._put_back(item)
             del confirmed[:count]
-        for _reply_to, reply in held.replies:
+        for reply in held.replies:
             if type(reply) is BatchDone:
                 for item in reply.removed_items():
                     self._put_back(item)
@@ -496,7 +513,7 @@ class QueueActor(GeventActor):
             else:
                 raise ValueError(f"unknown queue operation {op!r}")
         self._forward_expired()
-        self._replies.insert(first_answer, (_reply_to(batch), BatchDone(results, ops, batch.failure)))
+        self._replies.insert(first_answer, BatchDone(results, ops, batch.failure, _reply_to(batch)))
 
     @staticmethod
     def _refuse(batch: QueueBatch, error: OSError) -> JournalFailure:
@@ -555,7 +572,7 @@ class QueueActor(GeventActor):
         """A fanout copy's ack goes out with this burst's answers (after the journal write);
         an expiry move is released once its ADD is durable, whatever the wait."""
         if message.ack is not None:
-            self._replies.append((message.ack, CopyDone(message.index, result)))
+            self._replies.append(CopyDone(message.index, result, message.ack))
             if self.actor_stopped.is_set():
                 self._send_replies()
         if message.release is not None:

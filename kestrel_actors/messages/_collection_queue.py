@@ -100,15 +100,24 @@ class AddCopy:
     release: Any = None
 
 
-class CopyDone(NamedTuple):
-    """A child's answer to a fanout :class:`AddCopy`: the result of its add."""
+class CopyDone:
+    """A child's answer to a fanout :class:`AddCopy`: the result of its add. ``to`` is the
+    copy's ``ack``, whom the child tells it once its journal write is done (as
+    ``BatchDone.to``)."""
 
-    index: int  # type: ignore[assignment]  # shadows tuple.index, which nothing here calls
-    """Which of the master batch's results the copy belongs to."""
-    result: Any
+    __slots__ = ("index", "result", "to")
+
+    def __init__(self, index: int, result: Any, to: Any = None) -> None:
+        self.index = index
+        """Which of the master batch's results the copy belongs to."""
+        self.result = result
+        self.to = to
+
+    def __repr__(self) -> str:
+        return f"CopyDone(index={self.index}, result={self.result!r})"
 
     def unacknowledged(self, failure: Any) -> CopyDone:
         """This ack once the child's journal write it waited for has failed, as
         ``BatchDone.unacknowledged`` reads a batch's answer: a stored copy becomes ``failure``
         (a ``JournalFailure``), which the master's join makes its add's result."""
-        return self._replace(result=failure) if self.result is True else self
+        return CopyDone(self.index, failure, self.to) if self.result is True else self

@@ -272,15 +272,18 @@ class BatchDone:
     ``ops`` are the operations (the queue's answers carry them: a journal failure reads the
     results by them); ``failure`` is set when a result of an operation that takes items (a
     confirm, a removing fetch) is a :class:`JournalFailure`, so that a session looks for one
-    only then."""
+    only then. ``to`` is whom the queue tells it, once the journal write covering it is done
+    (its batch's ``reply_to``, or the join of its fanout copies; let go of as it is told): the
+    queue holds its answers as they are, with no pair around each."""
 
-    __slots__ = ("results", "ops", "failure")
+    __slots__ = ("results", "ops", "failure", "to")
 
     def __init__(self, results: list[Any], ops: list[Any] | None = None,
-                 failure: JournalFailure | None = None) -> None:
+                 failure: JournalFailure | None = None, to: Any = None) -> None:
         self.results = results
         self.ops = ops
         self.failure = failure
+        self.to = to
 
     def removed_items(self) -> list[Any]:
         """The items this answer hands out for good (plain fetches): what must go back to the

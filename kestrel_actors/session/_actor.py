@@ -206,9 +206,12 @@ class SessionActor(GeventActor):
         self.pending: deque[Any] = deque()
         self.out: list[bytes] = []
         self.waiting: Answer | None = None
-        self.batch: list[tuple[Any, int, p.Bad | None, bool]] = []
+        self.batch: list[tuple[Any, int, p.Bad | None, bool]] = _NO_ENTRIES
         """The batch in flight: per command, its operation count, preset reply, and whether
-        its last operation opens an item."""
+        its last operation opens an item (empty for a batch of one request: :attr:`lone`)."""
+        self.lone: Any = None
+        """The one request of the batch in flight when it holds one and no preset reply (the
+        usual case): every operation is its own, so it needs no entry, nor a list of them."""
         self.batch_ops: list[Any] = _NO_OPS
         """The operations of the batch in flight (or of its unanswered rest): a SET's carries
         its item's bytes, so it is let go as soon as the batch is answered (issue 53)."""
@@ -239,7 +242,10 @@ class SessionActor(GeventActor):
         # type(message) tested on the message itself, not a local: that narrows its type, so
         # the compiled build reads the record's fields natively
         if type(message) is list:  # Received
-            _extend(self.pending, message)
+            if len(message) == 1:  # one request (the usual case): deque.extend costs an iterator
+                _append(self.pending, message[0])
+            else:
+                _extend(self.pending, message)
             self._pump()
         elif type(message) is BatchDone:
             self._batch_done(message)
@@ -488,30 +494,14 @@ class SessionActor(GeventActor):
             self.out.append(handler.missing_queue_reply(first, self.open_reads.get(name)))
             return True
         ops: list[Any] = []
-        entries: list[tuple[Any, int, p.Bad | None, bool]] = []
         pending = self.pending
-        queue_kinds = self.queue_kinds
-        command = first  # _pump found the head a request for a queue: not asked again
-        while True:
-            before = len(ops)
-            # _pump checked the head before the lookup; one behind it (a write after a read) not
-            refusal = self._write_refusal(command) if entries else None
-            preset: p.Bad | None
-            if refusal is not None:
-                preset, last = refusal, True
-            else:
-                preset, last = handler.compile(command, ops)
-            _popleft(pending)
-            count = len(ops) - before
-            entries.append((command, count, preset, count > 0 and type(ops[-1]) is Open))
-            if preset is not None and preset.close:
-                _clear(pending)
-                break
-            if last or not pending or len(entries) == MAX_BATCH:
-                break
-            command = pending[0]
-            if type(command) not in queue_kinds or command.queue != name or not handler.goes_to_queue(command):
-                break
+        preset, last = handler.compile(first, ops)  # _pump checked the head's write refusal
+        _popleft(pending)
+        if preset is None and (last or not self._joins_batch(name)):
+            self.lone = first  # a batch of one request: no entries (see ``lone``)
+            entries = _NO_ENTRIES
+        else:
+            entries = self._compile_rest(first, preset, last, ops, name)
         self.batch = entries
         self.batch_ops = ops
         self.batch_queue = name
@@ -527,6 +517,43 @@ class SessionActor(GeventActor):
             self.sent = None
             self._batch_done(BatchDone([closed_result(op) for op in ops]))
         return True
+
+    def _compile_rest(self, first: Any, preset: p.Bad | None, last: bool, ops: list[Any],
+                      name: str) -> list[tuple[Any, int, p.Bad | None, bool]]:
+        """The entries of a batch that does not hold ``first`` alone (compiled into ``ops``
+        already): the requests for queue ``name`` that follow it join it."""
+        pending = self.pending
+        handler = self.handler
+        entries = [(first, len(ops), preset, bool(ops) and type(ops[-1]) is Open)]
+        if preset is not None and preset.close:
+            _clear(pending)
+            return entries
+        while not last and len(entries) < MAX_BATCH and self._joins_batch(name):
+            command = pending[0]
+            before = len(ops)
+            # a request behind the head (a write after a read) is checked here, not by _pump
+            refusal = self._write_refusal(command)
+            if refusal is not None:
+                preset, last = refusal, True
+            else:
+                preset, last = handler.compile(command, ops)
+            _popleft(pending)
+            count = len(ops) - before
+            entries.append((command, count, preset, count > 0 and type(ops[-1]) is Open))
+            if preset is not None and preset.close:
+                _clear(pending)
+                break
+        return entries
+
+    def _joins_batch(self, name: str) -> bool:
+        """Whether the request at the head of ``pending`` goes to queue ``name`` in the batch
+        being compiled."""
+        pending = self.pending
+        if not pending:
+            return False
+        command = pending[0]
+        return (type(command) in self.queue_kinds and command.queue == name
+                and self.handler.goes_to_queue(command))
 
     def _batch_done(self, done: BatchDone) -> None:
         self.waiting = None
@@ -546,46 +573,31 @@ class SessionActor(GeventActor):
                 failure = self.batch_failure
             self.batch_failure = None
         entries = self.batch
+        lone = self.lone
         ops = self.batch_ops
         self.batch = _NO_ENTRIES
+        self.lone = None
         self.batch_ops = _NO_OPS
         if self.session.closed:  # no item may stay with a client that has gone
             self._return_items(ops, results, 0, len(results), opened=True)
             return
+        total = len(results)
+        if lone is not None:
+            if total < len(ops):  # the queue stopped before one of its fetches (its output budget)
+                entries = _entries_of(lone, ops)
+            else:
+                self._answer(lone, None, bool(ops) and type(ops[-1]) is Open, ops, results, 0, total, failure)
+                if self.out and not self._flush():
+                    self._return_items(ops, results, 0, total, opened=False)
+                return
         position = 0
         answered = 0
-        total = len(results)
-        out = self.out
-        handler = self.handler
         for command, count, preset, opens in entries:
             end = position + count
             if end > total:  # the queue stopped before this one's fetch (its output budget)
                 break
             answered += 1
-            if preset is not None:
-                position = end
-                if preset.reply is not None:
-                    out.append(preset.reply)
-                if preset.close:
-                    self.closing = True
-                continue
-            if failure is not None:
-                failed = failed_result(ops, results, position, end)
-                if failed is not None:
-                    # its confirm or fetch was not made durable: an error, and what else it
-                    # opened or took goes back, since the client is not told of it
-                    out.append(handler.failed_reply(command, failed.message))
-                    self._return_items(ops, results, position, end, opened=True)
-                    position = end
-                    continue
-            # a batch of one command (the usual case) is answered by every result: no copy
-            mine = results if position == 0 and end == total else results[position:end]
-            if opens:
-                opened: Item | None = mine[-1]
-                if opened is not None:
-                    # the session, not the reply, records what the client now holds open
-                    _append(self.open_reads.setdefault(self.batch_queue, deque()), opened.xid)
-            out.append(handler.reply(command, mine))
+            self._answer(command, preset, opens, ops, results, position, end, failure)
             position = end
         if answered < len(entries):  # the rest once the client has taken these replies
             self.batch = entries[answered:]
@@ -593,10 +605,37 @@ class SessionActor(GeventActor):
             self.batch_results = results[position:]
             self.batch_failure = failure
             self.waiting = _MORE
-        if out and not self._flush():
+        if self.out and not self._flush():
             # the client is gone and these replies with it: their plain GETs' items go back
             # (open ones were given back by the hang-up, from ``open_reads``)
             self._return_items(ops, results, 0, position, opened=False)
+
+    def _answer(self, command: Any, preset: p.Bad | None, opens: bool, ops: list[Any], results: list[Any],
+                position: int, end: int, failure: JournalFailure | None) -> None:
+        """Reply to ``command`` of the answered batch, whose results are ``results[position:end]``."""
+        out = self.out
+        if preset is not None:
+            if preset.reply is not None:
+                out.append(preset.reply)
+            if preset.close:
+                self.closing = True
+            return
+        if failure is not None:
+            failed = failed_result(ops, results, position, end)
+            if failed is not None:
+                # its confirm or fetch was not made durable: an error, and what else it
+                # opened or took goes back, since the client is not told of it
+                out.append(self.handler.failed_reply(command, failed.message))
+                self._return_items(ops, results, position, end, opened=True)
+                return
+        # a batch of one command (the usual case) is answered by every result: no copy
+        mine = results if position == 0 and end == len(results) else results[position:end]
+        if opens:
+            opened: Item | None = mine[-1]
+            if opened is not None:
+                # the session, not the reply, records what the client now holds open
+                _append(self.open_reads.setdefault(self.batch_queue, deque()), opened.xid)
+        out.append(self.handler.reply(command, mine))
 
     def _drop_rest(self) -> None:
         self.waiting = None
@@ -822,6 +861,11 @@ class SessionActor(GeventActor):
             self.finished = True
             self.context.closed(self.session)
         self.transport.close()
+
+
+def _entries_of(lone: Any, ops: list[Any]) -> list[tuple[Any, int, p.Bad | None, bool]]:
+    """The entries of a batch of one request (``SessionActor.lone``), all of ``ops`` its own."""
+    return [(lone, len(ops), None, type(ops[-1]) is Open)]
 
 
 def take_oldest(opened: deque[int] | None, count: int) -> tuple[int, ...] | None:
