@@ -556,7 +556,9 @@ class GeventRef(pykka.ActorRef[Any]):
         # connection 1.5 µs more than the stores (one ref per connection's actor)
         self._actor_weakref = weakref.ref(actor)
         self.actor_class = type(actor)
-        self.actor_urn = actor.actor_urn
+        self.urn_number = actor.urn_number
+        """Its actor's (``actor_urn``, formatted when read)."""
+        self._urn: str | None = None
         mailbox: _Mailbox = actor.actor_inbox  # type: ignore[assignment]
         self.actor_inbox = mailbox
         stopped_flag = actor.stopped_flag
@@ -565,6 +567,18 @@ class GeventRef(pykka.ActorRef[Any]):
         # natively, pykka's through the instance's dict
         self.mailbox = mailbox
         self.stopped_flag = stopped_flag
+
+    @property
+    def actor_urn(self) -> str:
+        """pykka's ``actor_urn``: its actor's, formatted when first read."""
+        urn = self._urn
+        if urn is None:
+            urn = self._urn = _URN_FORMAT % self.urn_number
+        return urn
+
+    @actor_urn.setter
+    def actor_urn(self, urn: str) -> None:
+        self._urn = urn
 
     def is_alive(self) -> bool:
         # pykka's reads ``actor_stopped`` through two interpreted calls; a session asks before
@@ -640,7 +654,9 @@ class GeventActor(pykka.Actor):
         # pykka's __init__ sets these four (the other internal ADR 0001 keeps), with a
         # threading.Event, a uuid4 and pykka's ActorRef: 16 µs per actor against 3 (one actor
         # per connection)
-        self.actor_urn = _URN_FORMAT % next(_URN_NUMBERS)
+        self.urn_number = next(_URN_NUMBERS)
+        """Makes ``actor_urn``, formatted only when read: most actors (a connection's) never are."""
+        self._urn: str | None = None
         self.actor_inbox = self._create_actor_inbox()
         self.stopped_flag = _StoppedFlag()
         """``actor_stopped`` as this class's own attribute: compiled code reads it natively, where
@@ -651,6 +667,18 @@ class GeventActor(pykka.Actor):
         a session reads it for every batch it sends."""
         self.listed = True
         """Whether pykka's ``ActorRegistry`` lists it (:meth:`start_unlisted`)."""
+
+    @property
+    def actor_urn(self) -> str:
+        """pykka's ``actor_urn``, formatted when first read (see :data:`_URN_FORMAT`)."""
+        urn = self._urn
+        if urn is None:
+            urn = self._urn = _URN_FORMAT % self.urn_number
+        return urn
+
+    @actor_urn.setter
+    def actor_urn(self, urn: str) -> None:
+        self._urn = urn
 
     @classmethod
     def start_unlisted(cls, *args: Any, **kwargs: Any) -> GeventRef:

@@ -7,6 +7,7 @@ dispatcher, which tells the session actor from a greenlet (ADR 0002).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gevent.event
@@ -42,6 +43,9 @@ class Connections:
         self._log = log.bind()
         """Resolved once (logging is configured by now): a module logger is a lazy proxy that
         binds anew on every call, and two of these calls come with every connection."""
+        self._debug = self._log.is_enabled_for(logging.DEBUG)
+        """Whether those two lines are logged: asked once, since a filtered call still costs its
+        arguments and a call (``serve`` configures logging once, before the server exists)."""
 
     def accept(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler],
                waiting: int | None = None) -> None:
@@ -92,16 +96,18 @@ class Connections:
         ref = SessionActor.start_unlisted(context, transport, session, handler_class)
         link.session = ref
         self.live[session.id] = (session, ref)
-        self._log.debug("connection opened", connection=session.id, peer=session.peer)
+        if self._debug:
+            self._log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start(read_now)
 
     def closed(self, session: Session) -> None:
         """A session finished (its actor calls this last)."""
         self.context.stats.curr_connections -= 1
         self.live.pop(session.id, None)
-        if not self.live:
+        if not self.live and self._draining:
             self._none_live.set()
-        self._log.debug("connection closed", connection=session.id, peer=session.peer)
+        if self._debug:
+            self._log.debug("connection closed", connection=session.id, peer=session.peer)
 
     def drain(self, timeout: float) -> None:
         """Shutdown: every session answers what it has in flight and closes (:class:`Drain`);

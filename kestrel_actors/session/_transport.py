@@ -36,13 +36,15 @@ set only when its reading pauses and leaves it when reading resumes.
 
 A newcomer whose first read is large (a long pipeline, a large SET) waits for its turn: such
 newcomers are handled one per loop pass, oldest first, while a newcomer with a small first
-read (most clients' first requests) is handled at once. One found heavy when accepted
-(``heavy_first_read``) is not even set up until its turn (``take_turns``: its session and
-transport are made then, and its first read is done at once); the listener takes a burst of
-them from the kernel's accept backlog in one pass for about 10 µs each, so a fresh client
-behind them is served at once and the burst does not stall the connected clients (ADR 0011).
-One that became heavy after it was set up waits at its first read. Only a connection's first
-read is looked at: nothing of this runs per request.
+read (most clients' first requests) is handled at once. The listener asks the kernel once
+how much waits (``first_read_bytes``). One found heavy when accepted is not even set up until
+its turn (``take_turns``: its session and transport are made then, and its first read is done
+at once); the listener takes a burst of them from the kernel's accept backlog in one pass for
+about 10 µs each, so a fresh client behind them is served at once and the burst does not stall
+the connected clients (ADR 0011). A light one whose request waits already is read as it is set
+up; one with nothing waiting yet is looked at when it becomes readable, and if heavy by then
+waits at its first read. Only a connection's first read is looked at: nothing of this runs per
+request.
 
 What a connection holds (its decoder's unfinished request, the requests read but not yet
 handled, the unsent replies) is told to the server's :class:`BufferBudget` whenever it changes,
