@@ -35,6 +35,8 @@ from .protocol.thrift import ThriftDecoder
 from .runtime import ReplyFuture
 from .service import ServiceNotifier
 from .session import (
+    CLIENT_SOCKET_OPTIONS,
+    LIGHT_FIRST_READ,
     Connections,
     MemcacheHandler,
     Reload,
@@ -42,7 +44,7 @@ from .session import (
     Shutdown,
     TextHandler,
     ThriftHandler,
-    heavy_first_read,
+    first_read_bytes,
 )
 from .status import ServerStatus
 
@@ -90,14 +92,25 @@ class _Listener(StreamServer):
         super().__init__(*args, **kwargs)
         self._spare: int | None = _reserve_fd()
         self._last_refusal = float("-inf")
+        self._options_copied: bool | None = None
+        """Whether the kernel copied the listening socket's options to the first socket it
+        accepted (``None``: none accepted yet). If not, each accepted socket gets them itself."""
+
+    def init_socket(self) -> None:
+        super().init_socket()
+        # every client socket's options, set once here: Linux copies them to each socket the
+        # listener accepts (checked on the first), three system calls less per connection
+        for level, option, value in CLIENT_SOCKET_OPTIONS:
+            self.socket.setsockopt(level, option, value)
 
     # None: nothing accepted, which gevent's BaseServer allows (its StreamServer stub says a
     # socket always comes)
-    def do_read(self) -> tuple[Any, Any, bool] | None:  # type: ignore[override]
+    def do_read(self) -> tuple[Any, Any, int] | None:  # type: ignore[override]
         """The next client to set up now; heavy newcomers on the way are handed to ``handle``
         here (it queues them for their turn) and do not count against ``max_accept``. What
-        gevent hands ``handle`` is the socket, its peer's address, and whether its first read
-        is heavy (looked at once, here: ``Connections.accept`` need not ask the kernel again)."""
+        gevent hands ``handle`` is the socket, its peer's address, and how many bytes of its
+        first read wait already (asked once, here: ``Connections.accept`` need not ask the
+        kernel again, and reads a light request at once)."""
         listening = self.socket
         for _ in range(HEAVY_PER_ITERATION):
             try:
@@ -114,11 +127,32 @@ class _Listener(StreamServer):
             # where the subclass's are interpreted ones, and nothing here uses what it adds
             sock = _socket.socket(listening.family, listening.type, listening.proto, fd)
             sock.setblocking(False)
-            if not heavy_first_read(fd):
-                return sock, address, False
+            if not self._options_copied and not self._give_options(sock):
+                continue
+            waiting = first_read_bytes(fd)
+            if waiting <= LIGHT_FIRST_READ:
+                return sock, address, waiting
             # gevent's do_handle hands ``handle`` what it is given (its stub says a socket.socket and an address)
-            self.do_handle(sock, address, True)  # type: ignore[call-arg, arg-type]
+            self.do_handle(sock, address, waiting)  # type: ignore[call-arg, arg-type]
         return None
+
+    def _give_options(self, sock: Any) -> bool:
+        """For the first socket accepted, whether the kernel copied the listening socket's
+        options to it; then, for each socket accepted if it did not, set them. ``False``: the
+        socket is closed, its client gone already."""
+        try:
+            if self._options_copied is None:
+                self._options_copied = all(sock.getsockopt(level, option) == value
+                                           for level, option, value in CLIENT_SOCKET_OPTIONS)
+                if self._options_copied:
+                    return True
+                log.info("accepted sockets do not inherit the listener's options; set on each")
+            for level, option, value in CLIENT_SOCKET_OPTIONS:
+                sock.setsockopt(level, option, value)
+        except OSError:
+            sock.close()
+            return False
+        return True
 
     def _refuse(self, listening: Any, exc: OSError) -> None:
         """Accept one waiting client with the spare descriptor and close it."""
@@ -160,6 +194,10 @@ class _Listener(StreamServer):
 HEAVY_PER_ITERATION = 1024
 """Heavy newcomers (``_Listener.max_accept``) the listener takes from the accept backlog in one
 loop iteration at most: about 10 µs each."""
+
+
+def _no_sessions_yet(_session: Any) -> None:
+    """``SessionContext.closed`` until the server's ``Connections`` exist (no session before)."""
 
 
 def _reserve_fd() -> int | None:
@@ -225,10 +263,13 @@ class Server:
         self.collection = QueueCollection.start(config, self.stats, opener or memory_opener, queues)
         self.context = SessionContext(
             stats=self.stats, status=self.status, collection=self.collection, config=config,
-            version=self.version, control=_Control(self), closed=lambda session: self.connections.closed(session),
+            version=self.version, control=_Control(self), closed=_no_sessions_yet,
             membership=self.membership, queues=queues,
         )
         self.connections = Connections(self.context)
+        # its compiled method itself, called as each session finishes (an interpreted lambda
+        # around it was one more frame per connection)
+        self.context.closed = self.connections.closed
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -424,17 +465,17 @@ class Server:
 
     # -- connections ----------------------------------------------------------------------
 
-    def _serve_memcache(self, sock: Any, address: Any, heavy: bool | None = None) -> None:
+    def _serve_memcache(self, sock: Any, address: Any, waiting: int | None = None) -> None:
         decoder = MemcacheDecoder(self.config.max_line_bytes, self.config.max_item_bytes)
-        self.connections.accept(sock, address, decoder, MemcacheHandler, heavy)
+        self.connections.accept(sock, address, decoder, MemcacheHandler, waiting)
 
-    def _serve_text(self, sock: Any, address: Any, heavy: bool | None = None) -> None:
-        self.connections.accept(sock, address, TextDecoder(self.config.max_line_bytes), TextHandler, heavy)
+    def _serve_text(self, sock: Any, address: Any, waiting: int | None = None) -> None:
+        self.connections.accept(sock, address, TextDecoder(self.config.max_line_bytes), TextHandler, waiting)
 
-    def _serve_thrift(self, sock: Any, address: Any, heavy: bool | None = None) -> None:
+    def _serve_thrift(self, sock: Any, address: Any, waiting: int | None = None) -> None:
         # a frame holds one call: the largest item plus room for the message around it
         decoder = ThriftDecoder(self.config.max_item_bytes + 64 * 1024)
-        self.connections.accept(sock, address, decoder, ThriftHandler, heavy)
+        self.connections.accept(sock, address, decoder, ThriftHandler, waiting)
 
     # -- what sessions ask of the server ----------------------------------------------------
 

@@ -6,12 +6,12 @@ request. ``reply_to`` is anything with ``tell()``: an ``ActorRef``, or a ``Reply
 Each operation is a small slotted record; its result is listed beside it. The records made per
 request have a written-out ``__init__``, not a dataclass's: mypyc compiles a dataclass's class but
 not the ``__init__`` the dataclasses module generates, which would run as interpreted Python for
-every request (ADR 0015). ``Session`` and ``CancelWaits`` are made once per connection.
+every request (ADR 0015), and so do the two made once per connection (``Session``, and
+``CancelWaits`` when it ends with a fetch waiting).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = [
@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True, eq=False)
 class Session:
     """What a queue may know of a client connection: whether it has gone, and who it is.
 
@@ -56,17 +55,22 @@ class Session:
     callbacks, then the session actor) sets, and the server's shutdown for
     a session its drain had to cut off (ADR 0010); see ADR 0003 for why it is shared rather
     than told.
+
+    Its ``__init__`` is written out (see the module docstring): one is made for every connection.
     """
 
-    id: int
-    peer: str
-    closed: bool = False
-    input_ended: bool = False
-    """The client sent its last request (its FIN came, behaviour §1): it may still read the
-    replies, but none of its fetches waits any more, as if it had hung up."""
-    refuse_reads: bool = False
-    """Set for the session's lifetime by ``connection_limit_refuse_*`` (behaviour §1)."""
-    refuse_writes: bool = False
+    __slots__ = ("id", "peer", "closed", "input_ended", "refuse_reads", "refuse_writes")
+
+    def __init__(self, id: int, peer: str) -> None:  # noqa: A002 - the connection's number, as Kestrel names it
+        self.id = id
+        self.peer = peer
+        self.closed = False
+        self.input_ended = False
+        """The client sent its last request (its FIN came, behaviour §1): it may still read the
+        replies, but none of its fetches waits any more, as if it had hung up."""
+        self.refuse_reads = False
+        """Set for the session's lifetime by ``connection_limit_refuse_*`` (behaviour §1)."""
+        self.refuse_writes = False
 
 
 # -- operations (one per request, or two: a GET that confirms and opens) -------------------
@@ -319,11 +323,13 @@ class BatchDone:
         return self
 
 
-@dataclass(slots=True, eq=False)
 class CancelWaits:
     """The session has gone: drop its waiters (their batches are answered with a miss)."""
 
-    session: Session
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
 
 
 class _Ignore:

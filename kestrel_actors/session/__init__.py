@@ -21,10 +21,10 @@ from ._handler import Answer, Handler
 from ._memcache import MemcacheHandler
 from ._text import TextHandler
 from ._thrift import ThriftHandler
-from ._transport import Transport, heavy_first_read
+from ._transport import CLIENT_SOCKET_OPTIONS, LIGHT_FIRST_READ, Transport, first_read_bytes
 
 __all__ = [
-    "Answer", "Connections", "Disconnected", "Drain", "EndOfInput", "Handler", "MemcacheHandler", "MonitorState",
-    "Received", "Reload", "SessionActor", "SessionContext", "Shutdown", "TextHandler", "ThriftHandler", "Transport",
-    "heavy_first_read",
+    "CLIENT_SOCKET_OPTIONS", "LIGHT_FIRST_READ", "Answer", "Connections", "Disconnected", "Drain", "EndOfInput",
+    "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload", "SessionActor", "SessionContext", "Shutdown",
+    "TextHandler", "ThriftHandler", "Transport", "first_read_bytes",
 ]

@@ -7,7 +7,7 @@ dispatcher, which tells the session actor from a greenlet (ADR 0002).
 
 from __future__ import annotations
 
-import socket
+import logging
 from typing import Any
 
 import gevent.event
@@ -20,7 +20,7 @@ from ._actor import Disconnected, Drain, EndOfInput, SessionActor
 from ._budget import BufferBudget
 from ._context import SessionContext
 from ._handler import Handler
-from ._transport import UNSENT_IN_KERNEL, CommandSink, SocketTransport, heavy_first_read, take_turns
+from ._transport import LIGHT_FIRST_READ, CommandSink, SocketTransport, first_read_bytes, take_turns
 
 __all__ = ["Connections"]
 
@@ -43,17 +43,21 @@ class Connections:
         self._log = log.bind()
         """Resolved once (logging is configured by now): a module logger is a lazy proxy that
         binds anew on every call, and two of these calls come with every connection."""
+        self._debug = self._log.is_enabled_for(logging.DEBUG)
+        """Whether those two lines are logged: asked once, since a filtered call still costs its
+        arguments and a call (``serve`` configures logging once, before the server exists)."""
 
     def accept(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler],
-               heavy: bool | None = None) -> None:
+               waiting: int | None = None) -> None:
         """Accept one client: a session, a session actor, and a transport feeding it. A
         newcomer whose first read is heavy is set up only when its turn comes (``_transport``):
         a burst of them costs a look at each, and a light newcomer behind them is served at
-        once. ``heavy``: what the listener found when it accepted the socket (``None``: look)."""
-        if heavy is None:
-            heavy = heavy_first_read(sock.fileno())
-        if not heavy:
-            self._open(sock, address, decoder, handler_class, False)
+        once. ``waiting``: the bytes of its first read that the listener found waiting when it
+        accepted the socket (``None``: look); a light request found waiting is read at once."""
+        if waiting is None:
+            waiting = first_read_bytes(sock.fileno())
+        if waiting <= LIGHT_FIRST_READ:
+            self._open(sock, address, decoder, handler_class, waiting > 0)
             return
 
         def turn() -> bool:
@@ -66,19 +70,15 @@ class Connections:
         if take_turns(turn):
             self._open(sock, address, decoder, handler_class, True)
 
-    def _open(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler], first_turn: bool) -> None:
+    def _open(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler], read_now: bool) -> None:
+        """Set the client up; its socket has the listener's options (``TCP_NODELAY``,
+        ``SO_KEEPALIVE``, ``TCP_NOTSENT_LOWAT``: ``server._Listener``). ``read_now``: its first
+        read is due now (``SocketTransport.start``)."""
         context = self.context
         stats = context.stats
         config = context.config
         if stats.curr_connections >= config.max_connections:
             log.warning("connection refused: too many connections", peer=peer_name(address))
-            sock.close()
-            return
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_IN_KERNEL)
-        except OSError:  # gone already
             sock.close()
             return
         self._next_session += 1
@@ -89,35 +89,25 @@ class Connections:
             stats.curr_connections, config.connection_limit_refuse_writes,
             config.connection_limit_refuse_reads,
         )
-        holder: list[Any] = []
-        dispatcher = Dispatcher.current()
-        tell = dispatcher.tell_from_hub  # transport callbacks run on the hub
-        on_commands = _ToSession(dispatcher)
-
-        def on_hang_up() -> None:
-            session.closed = True  # at once: a queue must not hand this client an item now
-            tell(holder[0], Disconnected())
-
-        def on_input_end(final: bool) -> None:
-            session.input_ended = True  # at once: no fetch of this client's waits from now on
-            tell(holder[0], EndOfInput(final))
-
-        transport = SocketTransport(sock, decoder, on_commands, on_hang_up, stats, self.budget,
+        link = _ToSession(Dispatcher.current(), session)
+        transport = SocketTransport(sock, decoder, link, link.hang_up, stats, self.budget,
                                     config.client_timeout, session.peer,
-                                    on_input_end if handler_class.ANSWERS_AFTER_FIN else None)
-        holder.append(SessionActor.start_unlisted(context, transport, session, handler_class))
-        on_commands.session = holder[0]
-        self.live[session.id] = (session, holder[0])
-        self._log.debug("connection opened", connection=session.id, peer=session.peer)
-        transport.start(first_turn)
+                                    link.input_end if handler_class.ANSWERS_AFTER_FIN else None)
+        ref = SessionActor.start_unlisted(context, transport, session, handler_class)
+        link.session = ref
+        self.live[session.id] = (session, ref)
+        if self._debug:
+            self._log.debug("connection opened", connection=session.id, peer=session.peer)
+        transport.start(read_now)
 
     def closed(self, session: Session) -> None:
         """A session finished (its actor calls this last)."""
         self.context.stats.curr_connections -= 1
         self.live.pop(session.id, None)
-        if not self.live:
+        if not self.live and self._draining:
             self._none_live.set()
-        self._log.debug("connection closed", connection=session.id, peer=session.peer)
+        if self._debug:
+            self._log.debug("connection closed", connection=session.id, peer=session.peer)
 
     def drain(self, timeout: float) -> None:
         """Shutdown: every session answers what it has in flight and closes (:class:`Drain`);
@@ -146,17 +136,28 @@ def peer_name(address: Any) -> str:
 
 
 class _ToSession(CommandSink):
-    """A connection's decoded commands, told to its session from the hub: compiled and typed,
-    so a read's hand-over is a native call (``CommandSink``)."""
+    """A connection's transport callbacks, each told to its session from the hub: its decoded
+    commands, its hang-up, the end of its input. Compiled and typed, so a read's hand-over is a
+    native call (``CommandSink``); one object per connection where closures cost three more."""
 
-    __slots__ = ("dispatcher", "session")
+    __slots__ = ("dispatcher", "session", "record")
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: Dispatcher, record: Session) -> None:
         super().__init__()
         self.dispatcher = dispatcher
+        self.record = record
+        """The connection's :class:`Session`, marked at once when its client goes."""
         self.session: GeventRef | None = None
         """The session actor's ref, set once it is started (before the transport reads)."""
 
     def hand_over(self, commands: list[Any]) -> None:
         # the list itself is the message (``Received``): no record made per read
         self.dispatcher.tell_from_hub(self.session, commands)
+
+    def hang_up(self) -> None:
+        self.record.closed = True  # at once: a queue must not hand this client an item now
+        self.dispatcher.tell_from_hub(self.session, Disconnected())
+
+    def input_end(self, final: bool) -> None:
+        self.record.input_ended = True  # at once: no fetch of this client's waits from now on
+        self.dispatcher.tell_from_hub(self.session, EndOfInput(final))

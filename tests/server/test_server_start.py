@@ -53,3 +53,32 @@ def test_a_port_that_cannot_be_had_closes_the_ones_already_open(tmp_path):
                                 cwd=REPO, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, (taken, result.stdout, result.stderr[-2000:])
         assert f"cannot listen on 127.0.0.1:{ports[taken]}" in result.stdout
+
+
+def test_the_listener_gives_client_sockets_their_options_and_says_what_waits():
+    """The listening socket carries every client socket's options, which the kernel copies to
+    each socket it accepts (no ``setsockopt`` per connection), and the listener hands over how
+    many bytes of a newcomer's first read already wait (no second ``FIONREAD`` for them)."""
+    code = (
+        "import socket, gevent\n"
+        "from kestrel_actors.server import _Listener\n"
+        "from kestrel_actors.session import CLIENT_SOCKET_OPTIONS\n"
+        "accepted = []\n"
+        "listener = _Listener(('127.0.0.1', 0), lambda sock, address, waiting=None: accepted.append((sock, waiting)),"
+        " spawn=None)\n"
+        "listener.start()\n"
+        "clients = []\n"
+        "for request in (b'get q\\r\\n', b''):\n"
+        "    client = socket.create_connection(('127.0.0.1', listener.server_port))\n"
+        "    client.sendall(request)\n"
+        "    clients.append(client)\n"
+        "    with gevent.Timeout(10):\n"
+        "        while len(accepted) < len(clients):\n"
+        "            gevent.sleep(0.01)\n"
+        "for sock, _waiting in accepted:\n"
+        "    for level, option, value in CLIENT_SOCKET_OPTIONS:\n"
+        "        assert sock.getsockopt(level, option) == value, (level, option)\n"
+        "assert [waiting for _sock, waiting in accepted] == [7, 0], accepted\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
