@@ -947,16 +947,16 @@ class World:
         )
         self.next_id = 0
 
-    def connect(self, handler=MemcacheHandler) -> SessionClient:
+    def connect(self, handler=MemcacheHandler, transport: BufferTransport | None = None) -> SessionClient:
         self.next_id += 1
-        return SessionClient(self, handler, self.next_id)
+        return SessionClient(self, handler, self.next_id, transport)
 
 
 class SessionClient:
     """One connection in process: a real session actor over a :class:`BufferTransport`."""
 
-    def __init__(self, world: World, handler, number: int) -> None:
-        self.transport = BufferTransport()
+    def __init__(self, world: World, handler, number: int, transport: BufferTransport | None = None) -> None:
+        self.transport = transport or BufferTransport()
         self.session = Session(number, "in-process")
         self.decoder = MemcacheDecoder() if issubclass(handler, MemcacheHandler) else TextDecoder(1024)
         self.ref = SessionActor.start(world.context, self.transport, self.session, handler)

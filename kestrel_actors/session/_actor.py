@@ -79,6 +79,10 @@ item's bytes, after its batch is answered."""
 _NO_ENTRIES: Final[list[tuple[Any, int, p.Bad | None, bool]]] = []
 """``batch`` between batches (never changed: each batch gets a list of its own)."""
 
+_REMOVE_NOW: Final = Remove(None)
+_OPEN_NOW: Final = Open(None)
+_PEEK_NOW: Final = Peek(None)
+
 _perf_counter: Final = time.perf_counter
 _monotonic: Final = time.monotonic  # read through a C static, not the module (ADR 0015)
 # deque's methods through C statics too: ``pending.popleft()`` looks the name up on each call
@@ -388,10 +392,15 @@ class SessionActor(GeventActor):
             stats.cmd_peek += 1
         else:
             stats.cmd_get += 1
-        deadline = None if timeout_ms is None else _monotonic() + timeout_ms / 1000.0
+        if timeout_ms is None:
+            # a fetch that does not wait: one shared operation (a queue only reads them), not
+            # an object made and freed per GET
+            ops.append(_REMOVE_NOW if kind is Remove else _OPEN_NOW if kind is Open else _PEEK_NOW)
+            return False
+        deadline = _monotonic() + timeout_ms / 1000.0
         # a plain GET's Remove made by a native call; through ``kind`` it parses arguments
         ops.append(Remove(deadline) if kind is Remove else kind(deadline))
-        return deadline is not None
+        return True
 
     def not_implemented(self, _command: Any) -> None:
         """A command this server does not implement: ``CLIENT_ERROR``, and the connection closes."""
@@ -628,14 +637,12 @@ class SessionActor(GeventActor):
                 out.append(self.handler.failed_reply(command, failed.message))
                 self._return_items(ops, results, position, end, opened=True)
                 return
-        # a batch of one command (the usual case) is answered by every result: no copy
-        mine = results if position == 0 and end == len(results) else results[position:end]
         if opens:
-            opened: Item | None = mine[-1]
+            opened: Item | None = results[end - 1]
             if opened is not None:
                 # the session, not the reply, records what the client now holds open
                 _append(self.open_reads.setdefault(self.batch_queue, deque()), opened.xid)
-        out.append(self.handler.reply(command, mine))
+        self.handler.add_reply(command, results, position, end, out)
 
     def _drop_rest(self) -> None:
         self.waiting = None

@@ -175,6 +175,15 @@ class Handler:
         """The reply to ``command`` given its operations' results (changes no state)."""
         raise NotImplementedError
 
+    def add_reply(self, command: Any, results: list[Any], start: int, end: int, out: list[bytes]) -> None:
+        """Append the reply to ``command``, whose operations' results are ``results[start:end]``,
+        to ``out``, which goes to the client as one stream of bytes: :meth:`reply` whole, or its
+        parts unjoined (a handler whose replies carry an item's data). The results of a batch's
+        commands are not sliced apart first: a list per request."""
+        # a batch of one command (the usual case) is answered by every result: no copy
+        whole = start == 0 and end == len(results)
+        out.append(self.reply(command, results if whole else results[start:end]))
+
     def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
         """The reply to a request on a queue that does not exist and is not created."""
         raise NotImplementedError

@@ -224,6 +224,19 @@ class MemcacheHandler(Handler):
             return count_reply(results[0])
         raise AssertionError(command)
 
+    def add_reply(self, command: Any, results: list[Any], start: int, end: int, out: list[bytes]) -> None:
+        # a hit's three parts, not joined: the session's flush joins the replies of a batch
+        # once, where each reply joined copied its item's data one more time (ADR 0021)
+        if type(command) is GetCommand and end > start and not command.abort and (command.open or not command.close):
+            item: Item | None = results[end - 1]
+            if item is not None:
+                if command.stamp:
+                    self.values.add_stamped_parts(out, command.queue, item.data, item.add_time)
+                else:
+                    self.values.add_parts(out, command.queue, item.data)
+                return
+        super().add_reply(command, results, start, end, out)
+
     def release(self) -> None:
         pass  # everything a memcache/text client holds is in the session's open reads
 

@@ -101,6 +101,15 @@ def test_only_a_zero_expiry_means_none():
     assert never.item.expiry == 0
 
 
+def test_read_behinds_way_keeps_any_int64_time_and_any_limit():
+    # next_item's fast path reads the header into native ints in the compiled build: the
+    # extremes of its int64 fields, and a limit past what a native int holds, are kept as they are
+    blob = encode_remove() + addx(b"a", -2**63, 2**63 - 1) + addx(b"bc", 2**62, -1)
+    reader = RecordReader(blob, max_item_size=2**63 - 1)
+    assert [reader.next_item(), reader.next_item()] == [Item(b"a", -2**63, 2**63 - 1), Item(b"bc", 2**62, -1)]
+    assert reader.next_item() is None and reader.problem is None and reader.position == len(blob)
+
+
 def test_a_file_descriptor_reads_like_bytes_even_across_chunks(tmp_path):
     blob = b"".join(encode_add(Item(bytes([i]) * i, i)) + encode_remove_tentative(i) for i in range(1, 60))
     path = tmp_path / "q"

@@ -15,7 +15,7 @@ from kestrel_actors.runtime import Dispatcher
 from kestrel_actors.session import MemcacheHandler, Received, Reload, Shutdown, TextHandler
 from kestrel_actors.status import Status
 
-from ..helpers import settle
+from ..helpers import BufferTransport, settle
 
 
 def test_set_then_get_exact_bytes(world):
@@ -24,6 +24,30 @@ def test_set_then_get_exact_bytes(world):
     assert client.send(b"get jobs\r\n") == b"VALUE jobs 0 5\r\nhello\r\nEND\r\n"
     assert client.send(b"get jobs\r\n") == b"END\r\n"
     assert (world.stats.cmd_set, world.stats.cmd_get, world.stats.get_hits) == (1, 2, 1)
+
+
+class PartsTransport(BufferTransport):
+    """A buffer that also keeps what the session handed over as parts, unjoined."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[list[bytes]] = []
+
+    def send_parts(self, parts: list[bytes], size: int) -> None:
+        self.parts.append(list(parts))
+        super().send_parts(parts, size)
+
+
+def test_a_hit_reaches_the_transport_as_its_parts_the_data_not_joined(world):
+    # the item's data is handed over as it is, not copied into a joined reply first (ADR 0021)
+    transport = PartsTransport()
+    client = world.connect(transport=transport)
+    data = bytes(range(256)) * 400
+    assert client.send(b"set big 0 0 102400\r\n" + data + b"\r\n") == b"STORED\r\n"
+    assert client.send(b"get big\r\n") == b"VALUE big 0 102400\r\n" + data + b"\r\nEND\r\n"
+    assert transport.parts == [[b"VALUE big 0 102400\r\n", data, b"\r\nEND\r\n"]]
+    assert client.send(b"set big 0 0 5\r\nhello\r\nget big/t=10\r\nget big\r\n") == (
+        b"STORED\r\nVALUE big 0 5\r\nhello\r\nEND\r\nEND\r\n")
 
 
 def test_pipelined_requests_answered_in_order_in_one_write(world):
@@ -110,10 +134,10 @@ def test_a_write_pipelined_behind_a_read_is_refused_while_writes_are_blocked(wor
 class _FailingOnPeek(MemcacheHandler):
     """A handler with a bug: answering a peek raises (issue 17 case 5's crash stood for any)."""
 
-    def reply(self, command, results):
+    def add_reply(self, command, results, start, end, out):
         if getattr(command, "peek", False):
             raise RuntimeError("a bug in the handler")
-        return super().reply(command, results)
+        super().add_reply(command, results, start, end, out)
 
 
 def test_a_handler_that_raises_closes_its_connection_and_gives_back_what_it_held(world):
