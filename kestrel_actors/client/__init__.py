@@ -22,32 +22,50 @@ is the raw connection underneath, for callers that write their own request bytes
 builders and parsers of :mod:`._wire` are pure functions.
 """
 
-from ._client import Client, MonitorBatch, ServerAddress
-from ._connection import Connection, cooperative
-from ._errors import (
-    ClientError,
-    ConnectFailed,
-    ConnectionLost,
-    KestrelError,
-    ReplyTimeout,
-    ServerError,
-    UnexpectedReply,
-    reply_error,
-)
-from ._wire import (
-    END,
-    STORED,
-    PackedValues,
-    confirm_request,
-    get_options,
-    get_reply_size,
-    get_request,
-    monitor_request,
-    parse_version,
-    queue_key,
-    set_request,
-    value_reply,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._address import ServerAddress
+    from ._client import Client, MonitorBatch
+    from ._connection import Connection, cooperative
+    from ._errors import (
+        ClientError,
+        ConnectFailed,
+        ConnectionLost,
+        KestrelError,
+        ReplyTimeout,
+        ServerError,
+        UnexpectedReply,
+        reply_error,
+    )
+    from ._wire import (
+        END,
+        STORED,
+        PackedValues,
+        confirm_request,
+        get_options,
+        get_reply_size,
+        get_request,
+        monitor_request,
+        parse_version,
+        queue_key,
+        set_request,
+        value_reply,
+    )
+
+# Each name's private module, imported on first use: a Spark source's short-lived processes
+# parse a server address and nothing else of the client (ADR 0022).
+_HOMES = {
+    "ServerAddress": "._address",
+    "Client": "._client", "MonitorBatch": "._client",
+    "Connection": "._connection", "cooperative": "._connection",
+    **dict.fromkeys(("ClientError", "ConnectFailed", "ConnectionLost", "KestrelError", "ReplyTimeout",
+                     "ServerError", "UnexpectedReply", "reply_error"), "._errors"),
+    **dict.fromkeys(("END", "STORED", "PackedValues", "confirm_request", "get_options", "get_reply_size",
+                     "get_request", "monitor_request", "parse_version", "queue_key", "set_request",
+                     "value_reply"), "._wire"),
+}
 
 __all__ = [
     "END",
@@ -76,3 +94,16 @@ __all__ = [
     "set_request",
     "value_reply",
 ]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -315,10 +315,11 @@ class Connection:
         return self.read_packed_values(key, limit, command).values()
 
     def read_packed_values(self, key: bytes, limit: int, command: str = "monitor",
-                           stamped: bool = False) -> PackedValues:
-        """A monitor stream, its values back to back (:class:`ValueScan`), with their enqueue
-        times if the stream was asked for them (``stamped``)."""
-        scan = ValueScan(command, key, limit, stamped)
+                           stamped: bool = False, into: bytearray | None = None) -> PackedValues:
+        """A monitor stream, its values back to back (:class:`ValueScan`, written into
+        ``into`` if given), with their enqueue times if the stream was asked for them
+        (``stamped``)."""
+        scan = ValueScan(command, key, limit, stamped, into)
         buf = self.buf
         while True:
             taken = scan.feed(buf)

@@ -46,6 +46,9 @@ class HeaderScan:
         self.stamped = stamped
         self.lengths: list[int] = []
         self.stamps: list[int] = []
+        self.used = 0
+        """The bytes of ``data`` taken so far: values are written from there on, over what a
+        reused buffer held before (:meth:`scan`), and the buffer grows only past its size."""
         self.stopped = MORE
         """Why the last :meth:`scan` stopped: :data:`MORE` or :data:`OTHER`."""
         self.wanted = 0
@@ -53,24 +56,39 @@ class HeaderScan:
         (0: not known), so that a large item's pieces are not copied again at each arrival."""
 
     def scan(self, buf: bytes, pos: int, data: bytearray) -> int:
-        """Take the blocks of this form from ``pos`` on, their values appended to ``data``;
-        returns where it stopped (:attr:`stopped` says why). ``buf`` is ``bytes``: mypyc reads
-        a byte of ``bytes`` in C, but a byte of a ``bytearray`` through a generic call."""
+        """Take the blocks of this form from ``pos`` on, their values written into ``data``
+        from :attr:`used` on; returns where it stopped (:attr:`stopped` says why). ``buf`` is
+        ``bytes``: mypyc reads a byte of ``bytes`` in C, but a byte of a ``bytearray`` through
+        a generic call."""
         prefix = self.prefix
         width = len(prefix)
         size = len(buf)
         stamped = self.stamped
-        lengths = self.lengths
-        stamps = self.stamps
+        # typed as objects here, so that mypyc appends the boxes below as they are (as ints it
+        # would unbox and box each again)
+        lengths: list[object] = self.lengths  # type: ignore[assignment]
+        stamps: list[object] = self.stamps  # type: ignore[assignment]
+        used = self.used
+        room = len(data)
+        # A run of items tends to share its length (and, put in bulk, its enqueue
+        # millisecond): the number appended is then the same object, boxed once.
+        last_length = -1
+        length_box: object = 0
+        last_stamp = -1
+        stamp_box: object = 0
         self.wanted = 0
         while True:
             if size - pos < width:
                 self.stopped = OTHER
-                return pos
+                break
+            matched = True
             for k in range(width):
                 if buf[pos + k] != prefix[k]:
-                    self.stopped = OTHER
-                    return pos
+                    matched = False
+                    break
+            if not matched:
+                self.stopped = OTHER
+                break
             at = pos + width
             length = 0
             digits = 0
@@ -88,26 +106,39 @@ class HeaderScan:
                     stamp_digits += 1
                 if not stamp_digits or stamp_digits > _MAX_DIGITS:
                     self.stopped = OTHER if at < size else MORE
-                    return pos
+                    break
             if at + 1 >= size:
                 self.stopped = MORE
-                return pos
+                break
             if not digits or digits > _MAX_DIGITS or buf[at] != _CR or buf[at + 1] != _LF:
                 self.stopped = OTHER
-                return pos
+                break
             start = at + 2
             end = start + length
             if end + _TAIL > size:
                 self.stopped = MORE
                 self.wanted = end + _TAIL - pos
-                return pos
+                break
             if (buf[end] != _CR or buf[end + 1] != _LF or buf[end + 2] != 69  # E
                     or buf[end + 3] != 78 or buf[end + 4] != 68  # N, D
                     or buf[end + 5] != _CR or buf[end + 6] != _LF):
                 self.stopped = OTHER
-                return pos
-            lengths.append(length)
+                break
+            if length != last_length:
+                last_length = length
+                length_box = length
+            lengths.append(length_box)
             if stamped:
-                stamps.append(stamp)
-            data += buf[start:end]
+                if stamp != last_stamp:
+                    last_stamp = stamp
+                    stamp_box = stamp
+                stamps.append(stamp_box)
+            if used + length <= room:  # over a reused buffer's old bytes: no growth, no fault
+                data[used:used + length] = buf[start:end]
+            else:
+                data[used:] = buf[start:end]
+                room = len(data)
+            used += length
             pos = end + _TAIL
+        self.used = used
+        return pos

@@ -217,16 +217,22 @@ class ValueScan:
     the stream was asked for enqueue times, ``VALUE <queue> 0 <length> <stamp>`` (a line
     without one, from a server that ignores the option, gives 0)."""
 
-    def __init__(self, command: str, key: bytes, limit: int, stamped: bool = False) -> None:
+    def __init__(self, command: str, key: bytes, limit: int, stamped: bool = False,
+                 into: bytearray | None = None) -> None:
         self.command = command
         self.key = key
         self.limit = limit
         self.done = False
+        # The values are written into ``into`` from its start, over what it held (a buffer a
+        # committed batch used: its pages are already the process's, so filling it faults
+        # none in), and :meth:`values` hands out a view of the part written, never the buffer.
+        self._into = into is not None
         # One C-level match per item takes its whole header line (a planner scans 50,000 a batch)
         self._header = re.compile(re.escape(b"VALUE " + key + b" 0 ")
                                   + (rb"(\d+)(?: (\d+))?\r\n" if stamped else rb"(\d+)()\r\n"))
         self._lengths = array("I")
-        self._data = bytearray()
+        self._data = bytearray() if into is None else into
+        self._used = 0  # the bytes of ``_data`` taken (interpreted; compiled: HeaderScan's)
         # the enqueue times' digits, made numbers in one C-level pass by :meth:`values`
         self._stamps: list[bytes] | None = [] if stamped else None
         # Compiled, blocks of Kestrel's own form are taken by HeaderScan (ADR 0022), into its
@@ -251,6 +257,7 @@ class ValueScan:
                     pos = fast.scan(received, pos, data)
                     if fast.stopped == _SCAN_MORE:
                         break
+                    self._used = fast.used
                 found = header(buf, pos)
                 if found is not None:
                     start = found.end()
@@ -282,14 +289,23 @@ class ValueScan:
                     lengths.append(length)
                     if stamps is not None:
                         stamps.append(stamp)
-                data += view[start:end]
+                used = self._used
+                if used + length <= len(data):
+                    data[used:used + length] = view[start:end]
+                else:
+                    data[used:] = view[start:end]
+                self._used = used + length
+                if fast is not None:
+                    fast.used = self._used
                 pos = end + tail
         if (len(lengths) if fast is None else len(fast.lengths)) > self.limit:
             raise UnexpectedReply(f"{self.command}: more than the {self.limit} items asked for")
         return pos
 
     def values(self) -> PackedValues:
-        """What was scanned (once :attr:`done`; its buffer is handed over, not copied)."""
+        """What was scanned (once :attr:`done`; its buffer is handed over, not copied: a
+        buffer given as ``into`` as a view, so that while the values live it cannot be
+        resized, which is how a pool knows it is still in use)."""
         fast = self._fast
         lengths = self._lengths if fast is None else array("I", fast.lengths)
         stamps = None if self._stamps is None else \
@@ -298,7 +314,14 @@ class ValueScan:
             lengths.byteswap()
             if stamps is not None:
                 stamps.byteswap()
-        return PackedValues(lengths.tobytes(), self._data,
+        used = self._used if fast is None else fast.used
+        data = self._data
+        if self._into:
+            values: bytearray | memoryview = memoryview(data)[:used]
+        else:
+            del data[used:]
+            values = data
+        return PackedValues(lengths.tobytes(), values,
                             None if stamps is None else stamps.tobytes())
 
 

@@ -6,19 +6,33 @@ defaults), ``_file`` reads a file into them, every problem with its file, line a
 token): the command line's flags use the same parsers, so a flag and a key take the same words.
 """
 
-from ._file import (
-    QUEUE_SETTINGS,
-    SERVER_SETTINGS,
-    ZOOKEEPER_SETTINGS,
-    ConfigError,
-    ConfigProblem,
-    effective_queue_config,
-    load_config,
-    parse_config,
-    resolve_queue_configs,
-)
-from ._settings import INT_MAX, LONG_MAX, QueueConfig, ServerConfig, ZooKeeperConfig, ZooKeeperCredentials
-from ._values import BadValue, duration, positive_size, sync_journal, token, zookeeper_path
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._file import (
+        QUEUE_SETTINGS,
+        SERVER_SETTINGS,
+        ZOOKEEPER_SETTINGS,
+        ConfigError,
+        ConfigProblem,
+        effective_queue_config,
+        load_config,
+        parse_config,
+        resolve_queue_configs,
+    )
+    from ._settings import INT_MAX, LONG_MAX, QueueConfig, ServerConfig, ZooKeeperConfig, ZooKeeperCredentials
+    from ._values import BadValue, duration, positive_size, sync_journal, token, zookeeper_path
+
+# Each name's private module, imported on first use: a Spark source's short-lived processes
+# parse a few durations and need neither the settings' records nor the file reader (ADR 0022).
+_HOMES = {
+    **dict.fromkeys(("QUEUE_SETTINGS", "SERVER_SETTINGS", "ZOOKEEPER_SETTINGS", "ConfigError", "ConfigProblem",
+                     "effective_queue_config", "load_config", "parse_config", "resolve_queue_configs"), "._file"),
+    **dict.fromkeys(("INT_MAX", "LONG_MAX", "QueueConfig", "ServerConfig", "ZooKeeperConfig",
+                     "ZooKeeperCredentials"), "._settings"),
+    **dict.fromkeys(("BadValue", "duration", "positive_size", "sync_journal", "token", "zookeeper_path"), "._values"),
+}
 
 __all__ = [
     "INT_MAX",
@@ -43,3 +57,16 @@ __all__ = [
     "token",
     "zookeeper_path",
 ]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..queue_name import fanout_master
+from ._values import INT_MAX, LONG_MAX
 
 __all__ = ["INT_MAX", "LONG_MAX", "QueueConfig", "ServerConfig", "ZooKeeperConfig", "ZooKeeperCredentials"]
 
-INT_MAX = 2**31 - 1
-LONG_MAX = 2**63 - 1
 MIB = 1024 * 1024
 
 

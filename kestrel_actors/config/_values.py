@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..queue_name import name_problem
-from ._settings import INT_MAX, LONG_MAX
 
 __all__ = [
+    "INT_MAX",
+    "LONG_MAX",
     "BadValue",
     "Parser",
     "boolean",
@@ -38,6 +39,11 @@ __all__ = [
     "zookeeper_credentials",
     "zookeeper_path",
 ]
+
+INT_MAX = 2**31 - 1
+"""Kestrel's largest count (a Java int); here, not in ``_settings``, so that parsing a value
+needs none of the settings' records."""
+LONG_MAX = 2**63 - 1
 
 Parser = Callable[[Any], Any]
 

@@ -83,14 +83,16 @@ class Connection:
             self.holding = 0
             self._wire.connect()
 
-    def _monitor(self, queue: str, seconds: int, max_items: int, stamped: bool = False) -> PackedValues:
+    def _monitor(self, queue: str, seconds: int, max_items: int, stamped: bool = False,
+                 into: bytearray | None = None) -> PackedValues:
         """``monitor``: the items stay open on this connection until confirmed; ``stamped``
-        asks for their enqueue times (a server that does not know the option sends none)."""
+        asks for their enqueue times (a server that does not know the option sends none);
+        ``into``: the buffer their bytes are written into (:class:`ValueScan`)."""
         key = queue_key(queue)
         with self._command() as wire:
             wire.send(monitor_request(queue, seconds, max_items, stamped))
             with wire.waiting(seconds):
-                items = wire.read_packed_values(key, max_items, stamped=stamped)
+                items = wire.read_packed_values(key, max_items, stamped=stamped, into=into)
         self.holding += items.count
         return items
 
@@ -126,17 +128,19 @@ class Connection:
             self._fresh()
             return self.open_waiting(queue, min(max_items, self.depth(queue))).values()
 
-    def open_waiting(self, queue: str, count: int, stamped: bool = False) -> PackedValues:
+    def open_waiting(self, queue: str, count: int, stamped: bool = False,
+                     into: bytearray | None = None) -> PackedValues:
         """Open ``count`` items known to be waiting (one ``monitor`` asking for exactly them,
         so it returns at once; should another reader take some first, it costs one second).
         Lets a caller that looked at the depth once open on several connections. The items
         come back to back (:class:`PackedValues`), as the write-ahead log keeps them, with
-        their enqueue times if ``stamped``."""
+        their enqueue times if ``stamped``, their bytes written into ``into`` if given (a
+        buffer of a committed batch: no fresh pages to fault in)."""
         if count <= 0:
             return PackedValues(b"", b"", b"" if stamped else None)
         with self.lock:
             self._fresh()
-            return self._monitor(queue, _MONITOR_SECONDS, count, stamped)
+            return self._monitor(queue, _MONITOR_SECONDS, count, stamped, into)
 
     def depth(self, queue: str) -> int:
         """Items waiting (not open) in ``queue``."""

@@ -44,7 +44,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -56,15 +56,20 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..client import KestrelError, PackedValues, ServerAddress
-from ..cluster import ServerSetAddress
+from ..client import KestrelError, ServerAddress
+from ._buffers import BufferPool
 from ._config import parse_duration, parse_servers
-from ._kestrel import Connection, KeepAlive
 from ._log import lazy_logger
-from ._replay import ConfirmRecord, kill_point, take_back_returned
-from ._serverset import follow_members, server_set_members
-from ._wal import BatchPart, Prepared, SlicedItems, WalFile, WalSlice, WriteAheadLog, read_slice
 from ._walstore import S3_OPTIONS, WalLocation
+
+# Spark starts two short-lived processes per query that only parse the options (``schema``,
+# ``streamReader``), so what only the planner and the executors use — connections, the
+# write-ahead log, the replay — is imported where it is used (ADR 0022).
+if TYPE_CHECKING:
+    from ..client import PackedValues
+    from ..cluster import ServerSetAddress
+    from ._kestrel import Connection, KeepAlive
+    from ._wal import BatchPart, Prepared, SlicedItems, WalFile, WalSlice, WriteAheadLog
 
 try:  # pyspark >= 4.2
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -263,6 +268,8 @@ def _servers(text: str) -> tuple[ServerAddress, ...]:
 
 
 def _server_set(text: str) -> ServerSetAddress:
+    from ..cluster import ServerSetAddress
+
     try:
         return ServerSetAddress.parse(text)
     except ValueError as exc:
@@ -362,7 +369,8 @@ class KestrelPartition(InputPartition):
 
 
 # server -> its ``connections_per_server`` connections
-_ConnectionSet = dict[str, list[Connection]]
+if TYPE_CHECKING:
+    _ConnectionSet = dict[str, list[Connection]]
 
 
 @dataclass
@@ -376,6 +384,7 @@ class _ReaderState:
     sets: tuple[_ConnectionSet, _ConnectionSet]
     keep_alive: KeepAlive
     wal: WriteAheadLog
+    buffers: BufferPool  # item bytes of committed batches, for the batches opened next
     planned: dict[int, _PlannedBatch] = field(default_factory=dict)
     prefetch: _Prefetch | None = None
     retry_at: dict[str, float] = field(default_factory=dict)
@@ -392,6 +401,9 @@ class _ReaderState:
 
     @classmethod
     def start(cls, options: SourceOptions) -> _ReaderState:
+        from ._kestrel import Connection, KeepAlive
+        from ._wal import WriteAheadLog
+
         wal = WriteAheadLog(options.wal or options.wal_location or "")  # first: it may fail
 
         def one_set() -> _ConnectionSet:
@@ -403,7 +415,10 @@ class _ReaderState:
         keep_alive = KeepAlive(options.keep_alive)
         for connection in _all_connections(sets):
             keep_alive.add(connection)
-        return cls(sets, keep_alive, wal)
+        # A batch's buffers (one per connection and queue opened) live until its commit while
+        # the read-ahead fills the next batch's: two batches' worth are reused.
+        per_batch = (options.connections_per_server + len(options.queues)) * max(1, len(options.servers))
+        return cls(sets, keep_alive, wal, BufferPool(2 * per_batch))
 
     def forget_backlog(self, server: str) -> None:
         """Its backlog is unknown while the server cannot be reached."""
@@ -424,9 +439,12 @@ class _Held:
     connection: Connection
     read_at: float
     items: PackedValues
+    buffer: bytearray  # where ``items``' bytes are (from the pool; ``items`` views it)
 
     @property
     def part(self) -> BatchPart:
+        from ._wal import BatchPart
+
         return BatchPart(self.server, self.read_at, self.items, self.queue)
 
 
@@ -470,6 +488,8 @@ class _PlannedBatch:
     seq: int
     parts: list[BatchPart]
     file: WalFile
+    buffers: tuple[bytearray, ...] = ()
+    """Where this process received the parts' bytes: back to the pool at the commit."""
 
     def slices(self, step: int) -> list[SlicedItems]:
         """The batch cut into slices of at most ``step`` items (:meth:`WalFile.slices`)."""
@@ -610,6 +630,8 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # AvailableNow: everything waiting at the start has been read
         opened = self._take_prefetch()
         if self.options.server_set:  # no read-ahead is running now: the sets may change
+            from ._serverset import follow_members
+
             follow_members(live.sets, self.options.server_set, self.options.connect_timeout,
                            self._connections, live.keep_alive)
         if opened is None or not opened.held:
@@ -646,6 +668,8 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "unreachable": [s for s in servers if s in live.failing_since]}
 
     def partitions(self, start: dict, end: dict) -> list[KestrelPartition]:
+        from ._replay import kill_point
+
         first, last = int(start.get("seq", 0)) + 1, int(end.get("seq", 0))
         kill_point("planned", last)
         total = sum(p.count for seq in range(first, last + 1)
@@ -662,6 +686,8 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """One Arrow record batch made from the slice's bytes as they are in the file: the
         value column's offsets come from the item lengths, its data is the items' bytes."""
         import pyarrow as pa
+
+        from ._wal import read_slice
 
         packed = read_slice(partition.items)
         n = packed.count
@@ -732,6 +758,8 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             f"option servers, or raise option serverRetryTimeout")
 
     def _connections(self, address: ServerAddress) -> list[Connection]:
+        from ._kestrel import Connection
+
         options = self.options
         return [Connection(address, options.connect_timeout, options.io_timeout)
                 for _ in range(options.connections_per_server)]
@@ -756,6 +784,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Batch ``seq`` as an earlier planner process planned it, read from its file; the
         items of it that a kill gave back before their confirm are taken back off the queues
         first (:func:`._replay.take_back_returned`), so the queue never delivers them again."""
+        from ._kestrel import Connection
+        from ._replay import ConfirmRecord, take_back_returned
+
         live, options = self.live, self.options
         batch = _PlannedBatch(seq, *live.wal.read(seq, options.queue))
         take_back_returned(seq, batch.parts, ConfirmRecord(live.wal.store, seq),
@@ -768,6 +799,8 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _plan(self, seq: int, opened: _Opened) -> _PlannedBatch | None:
         """Make the opened items batch ``seq``: durable in the write-ahead log first, then
         confirmed on their servers. None if every server had taken its items back."""
+        from ._replay import ConfirmRecord, kill_point
+
         live, queue = self.live, self.options.queue
         held = opened.held
         parts = [p.part for p in held]
@@ -777,7 +810,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             opened.discard()
             written = self._write(seq, parts)
-        batch = _PlannedBatch(seq, parts, written)
+        batch = _PlannedBatch(seq, parts, written, tuple(p.buffer for p in held))
         record = ConfirmRecord(live.wal.store, seq)
         kill_point("after-wal", seq)
         returned: list[_Held] = []
@@ -807,16 +840,21 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not kept:
                 live.wal.remove(seq)
                 return None
-            batch = _PlannedBatch(seq, kept, self._write(seq, kept))
+            batch = _PlannedBatch(seq, kept, self._write(seq, kept),
+                                  tuple(p.buffer for p in held if id(p) not in gone))
         kill_point("after-confirms", seq)
         live.planned[seq] = batch
         live.planned_any = True
         return batch
 
     def _forget_through(self, seq: int) -> None:
+        from ._replay import ConfirmRecord
+
         live = self.live
+        buffers: list[bytearray] = []
         for number in [n for n in live.planned if n <= seq]:
-            del live.planned[number]
+            buffers.extend(live.planned.pop(number).buffers)
+        live.buffers.give_back(buffers)  # (only those whose items no view holds any more)
         live.wal.remove_through(seq)
         ConfirmRecord.remove_through(live.wal.store, seq)
 
@@ -893,13 +931,15 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for connection in connections:
                     if left <= 0:
                         break
+                    buffer = live.buffers.take()
                     got = connection.open_waiting(
-                        queue, min(self.options.items_per_connection, left), stamped=True)
+                        queue, min(self.options.items_per_connection, left), stamped=True,
+                        into=buffer)
                     if not got.count:
                         break  # another reader took them first
                     read_at = time.time()
                     held.append(_Held(name, queue, connection, read_at,
-                                      got.stamps_or(int(read_at * 1000))))
+                                      got.stamps_or(int(read_at * 1000)), buffer))
                     left -= got.count
                     cap -= got.count
                     live.backlog[(queue, name)] = max(0, live.backlog[(queue, name)] - got.count)
@@ -956,6 +996,9 @@ def _write_items(options: SourceOptions, column: int, batches: Iterator[Any]) ->
     """One task: every row's column value becomes one item, pipelined SETs on one server
     (tasks spread over the servers by partition id)."""
     from pyspark import TaskContext
+
+    from ._kestrel import Connection
+    from ._serverset import server_set_members
 
     context = TaskContext.get()
     index = context.partitionId() if context is not None else 0

@@ -28,14 +28,14 @@ def reader(server, tmp_path, **options) -> KestrelStreamReader:
     return source.streamReader(None)
 
 
-def rows_of(stream: KestrelStreamReader, start: dict, end: dict) -> list[bytes]:
+def rows_of(stream: KestrelStreamReader, start: dict, end: dict, queue: str = "plan") -> list[bytes]:
     """What the executors would return: each partition pickled (as Spark ships it) and read."""
     values: list[bytes] = []
     for partition in stream.partitions(start, end):
         shipped = pickle.loads(pickle.dumps(partition))
         for batch in pickle.loads(pickle.dumps(stream)).read(shipped):
             assert batch.schema.names == ["value", "queue", "server", "timestamp"]
-            assert set(batch.column("queue").to_pylist()) == {"plan"}
+            assert set(batch.column("queue").to_pylist()) == {queue}
             values.extend(batch.column("value").to_pylist())
     return values
 
@@ -271,3 +271,44 @@ def test_a_queue_list_with_an_empty_or_repeated_name_is_refused():
     for queue, message in (("qa,,qb", "must be a queue name"), ("qa,qb,qa", "names a queue twice")):
         with pytest.raises(ValueError, match=message):
             KestrelDataSource({"queue": queue, "walLocation": "/tmp/unused"}).schema()
+
+
+def test_a_committed_batch_s_buffers_take_a_later_batch_s_items_and_a_live_one_s_never(server,
+                                                                                     tmp_path):
+    """The planner receives a batch's items into buffers that a committed batch used (no
+    fresh pages to fault in), never into those of a batch not yet committed (ADR 0022)."""
+    items = [b"%05d" % i for i in range(9000)]
+    load(server, "pooled", items)
+    stream = reader(server, tmp_path, queue="pooled", maxItemsPerBatch=3000,
+                    itemsPerConnection=1000, itemsPerPartition=1000)
+
+    def buffers(seq: int) -> list[bytearray]:  # the objects, kept: their ids stay theirs
+        return list(stream.live.planned[seq].buffers)
+
+    def shared(some: list[bytearray], others: list[bytearray]) -> bool:
+        return any(one is other for one in some for other in others)
+
+    try:
+        start = stream.initialOffset()
+        first = stream.latestOffset(start)  # 2,000 items; the read-ahead opens the second...
+        stream.live.prefetch.wait()  # ...before the first is committed (else it takes its buffers)
+        got = rows_of(stream, start, first, "pooled")
+        first_buffers = buffers(1)
+        stream.commit(first)
+        second = stream.latestOffset(first)  # the read-ahead opens the third meanwhile...
+        stream.live.prefetch.wait()  # ...and is done before the second batch is committed
+        got += rows_of(stream, first, second, "pooled")
+        second_buffers = buffers(2)
+        stream.commit(second)
+        third = stream.latestOffset(second)
+        third_buffers = buffers(3)
+        got += rows_of(stream, second, third, "pooled")
+        stream.commit(third)
+        fourth = stream.latestOffset(third)
+        got += rows_of(stream, third, fourth, "pooled")
+        stream.commit(fourth)
+    finally:
+        stream.stop()
+    assert shared(third_buffers, first_buffers)  # reused: batch 1 was committed
+    assert not shared(third_buffers, second_buffers)  # batch 2 was live while batch 3 was opened
+    assert got == items

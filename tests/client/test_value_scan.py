@@ -120,6 +120,28 @@ def test_odd_headers_between_kestrels_own_come_out_in_order(step):
     assert memoryview(packed.stamps).cast("q").tolist() == [1700000000001, 0, 0, 1700000000004]
 
 
+@pytest.mark.parametrize("step", [1, 7, 1 << 20])
+@pytest.mark.parametrize("room", [0, 5, 4096])
+def test_values_written_into_a_reused_buffer_are_exactly_the_reply_s(step, room):
+    """``into``: a buffer an earlier reply filled (the planner's pool) is written from its
+    start, over its old bytes, and grows only past its size; the values are a view of the
+    part written, so the buffer cannot be resized (reused) while they live."""
+    data = reply(VALUES)[:-5] + b"VALUE q 7 1\r\nb\r\nEND\r\nEND\r\n"  # a line for the match
+    into = bytearray(b"\xee" * room)
+    scan, buf = ValueScan("monitor", b"q", 100, into=into), bytearray()
+    for at in range(0, len(data), step):
+        buf += data[at:at + step]
+        del buf[:scan.feed(buf)]
+    packed = scan.values()
+    assert scan.done and packed.values() == [*VALUES, b"b"]
+    assert bytes(packed.data) == b"".join(VALUES) + b"b"
+    assert len(into) >= len(packed.data)
+    with pytest.raises(BufferError):
+        into.append(0)
+    del packed
+    into.append(0)  # no view left
+
+
 def test_a_compiled_build_scans_with_the_compiled_header_scan():
     """The planner's per-item step is compiled code when the build is (ADR 0022)."""
     from kestrel_actors import _compiled

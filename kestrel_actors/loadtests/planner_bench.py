@@ -1,0 +1,125 @@
+"""The `kestrel` source's planner work per item, without Spark or a server (ADR 0022).
+
+What the planner does with a micro-batch once the server has answered: each connection's
+``monitor`` reply (stamped ``VALUE`` blocks) received in pieces of the client's receive size
+and scanned (:class:`~kestrel_actors.client.ValueScan`), the batch's write-ahead file staged
+(written, checksummed by slices, ``fsync``) and published, and the previous batch released at
+its commit, as the source's read-ahead overlaps them (a batch lives while the next is opened).
+Prints CPU µs and minor page faults per item over the batches after the first two, and which
+``kestrel_actors`` ran (so that runs of two checkouts can be alternated with ``PYTHONPATH``)::
+
+    python -m kestrel_actors.loadtests.planner_bench --batches 8
+"""
+
+from __future__ import annotations
+
+import resource
+import tempfile
+import time
+from dataclasses import dataclass
+
+import click
+
+import kestrel_actors
+from kestrel_actors.client import PackedValues
+from kestrel_actors.client._scan import COMPILED
+from kestrel_actors.client._wire import ValueScan
+from kestrel_actors.spark_bridge._wal import BatchPart, WriteAheadLog
+
+try:
+    from kestrel_actors.spark_bridge._buffers import BufferPool
+except ImportError:  # a checkout before the pool: every batch gets fresh buffers
+    BufferPool = None  # type: ignore[assignment,misc]
+
+_RECV = 64 * 1024  # the client's receive size (client/_connection.py)
+_WARM_BATCHES = 2
+
+
+@dataclass
+class _Batch:
+    parts: list[BatchPart]
+    buffers: list[bytearray]
+
+
+def monitor_reply(queue: str, count: int, item_bytes: int, first_stamp: int,
+                  per_millisecond: int) -> bytes:
+    """A whole stamped ``monitor`` reply of ``count`` items, ``per_millisecond`` enqueued in
+    each millisecond (a bulk put shares its stamps)."""
+    value = b"x" * item_bytes
+    blocks = [b"VALUE %s 0 %d %d\r\n%s\r\nEND\r\n" % (queue.encode(), item_bytes,
+                                                     first_stamp + i // per_millisecond, value)
+              for i in range(count)]
+    return b"".join(blocks) + b"END\r\n"
+
+
+def receive(reply: bytes, queue: str, limit: int, into: bytearray | None) -> PackedValues:
+    """Feed ``reply`` as the client receives it (client/_connection.py's read_packed_values)."""
+    scan = ValueScan("monitor", queue.encode(), limit, True,
+                     **({} if into is None else {"into": into}))
+    buf = bytearray()
+    for at in range(0, len(reply), _RECV):
+        buf += reply[at:at + _RECV]
+        taken = scan.feed(buf)
+        if taken:
+            del buf[:taken]
+        if scan.done:
+            break
+    assert scan.done
+    return scan.values()
+
+
+@click.command()
+@click.option("--batches", default=8, show_default=True, type=click.IntRange(_WARM_BATCHES + 1))
+@click.option("--items", default=50_000, show_default=True, help="items per batch")
+@click.option("--item-bytes", default=1024, show_default=True)
+@click.option("--items-per-connection", default=10_000, show_default=True)
+@click.option("--items-per-partition", default=12_500, show_default=True)
+@click.option("--per-millisecond", default=10, show_default=True,
+              help="items sharing an enqueue millisecond")
+@click.option("--pool/--no-pool", default=True, show_default=True,
+              help="reuse committed batches' buffers (where the checkout has the pool)")
+def main(batches: int, items: int, item_bytes: int, items_per_connection: int,
+         items_per_partition: int, per_millisecond: int, pool: bool) -> None:
+    connections = -(-items // items_per_connection)
+    replies = [monitor_reply("bench", min(items_per_connection, items - n * items_per_connection),
+                             item_bytes, 1_790_000_000_000 + n * 1000, per_millisecond)
+               for n in range(connections)]
+    buffers = BufferPool(4 * connections) if pool and BufferPool is not None else None
+    with tempfile.TemporaryDirectory(prefix="planner-bench-") as directory:
+        wal = WriteAheadLog(directory)
+        live: list[_Batch] = []
+        cpu = faults = 0.0
+        measured = 0
+        for seq in range(1, batches + 1):
+            cpu_before = time.process_time()
+            faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            parts, held = [], []
+            for n, reply in enumerate(replies):
+                into = buffers.take() if buffers is not None else None
+                values = receive(reply, "bench", items_per_connection, into)
+                parts.append(BatchPart(f"127.0.0.1:{22133 + n}", time.time(),
+                                       values.stamps_or(0), "bench"))
+                if into is not None:
+                    held.append(into)
+            wal.publish(wal.prepare(seq, parts, items_per_partition))
+            live.append(_Batch(parts, held))
+            del parts, values
+            if len(live) > 1:  # the batch before it is committed while this one runs
+                done = live.pop(0)
+                wal.remove(seq - 1)
+                if buffers is not None:
+                    released = done.buffers
+                    del done
+                    buffers.give_back(released)
+            if seq > _WARM_BATCHES:
+                cpu += time.process_time() - cpu_before
+                faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
+                measured += items
+    pooled = "pool" if buffers is not None else "fresh buffers"
+    click.echo(f"{kestrel_actors.__file__} compiled_scan={COMPILED} {pooled}: "
+               f"{cpu / measured * 1e6:.2f} µs CPU and {faults / measured:.3f} minor faults per "
+               f"item ({measured} items of {item_bytes} B, {connections} connections a batch)")
+
+
+if __name__ == "__main__":
+    main()
