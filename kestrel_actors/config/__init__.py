@@ -6,8 +6,9 @@ defaults), ``_file`` reads a file into them, every problem with its file, line a
 token): the command line's flags use the same parsers, so a flag and a key take the same words.
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from .._lazy import lazy_face
 
 if TYPE_CHECKING:
     from ._file import (
@@ -59,14 +60,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_face(__name__, globals(), _HOMES, __all__)

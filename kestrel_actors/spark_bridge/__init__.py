@@ -25,7 +25,7 @@ Importing this package does not import pyspark (that happens when a bridge start
 ``KestrelDataSource`` is first used), and the bridge never imports gevent.
 """
 
-from importlib import import_module
+from .._lazy import lazy_face
 
 # Each name's private module, imported on first use: Spark imports ``_source`` (and so this
 # package) in every Python process that runs the ``kestrel`` data source — its planners and
@@ -83,14 +83,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_face(__name__, globals(), _HOMES, __all__)
