@@ -399,19 +399,36 @@ class QueueActor(GeventActor):
         held = message.held
         confirmed = self._confirmed
         count = held.confirmed_to - (self._confirmed_count - len(confirmed))
+        core = self.core
+        returned = 0
         if count > 0:
             for item in confirmed[:count]:
-                self._put_back(item)
+                if core.put_back(item):
+                    returned += 1
             del confirmed[:count]
         for reply in held.replies:
             if type(reply) is BatchDone:
                 for item in reply.removed_items():
-                    self._put_back(item)
+                    if core.put_back(item):
+                        returned += 1
+        self._wake_for(returned)
         held.unacknowledged(JournalFailure(message.error))
 
-    def _put_back(self, item: Item) -> None:
-        if self.core.put_back(item) and self.waiters:
+    def _unremove_all(self, xids: tuple[int, ...]) -> int:
+        """Put the open items ``xids`` back at the head -> how many were open."""
+        returned = 0
+        for xid in xids:
+            if self.core.unremove(xid):
+                returned += 1
+        return returned
+
+    def _wake_for(self, returned: int) -> None:
+        """Wake a waiter for each of ``returned`` items put back at the head. They are all back
+        before the first waiter reads, so a waiter gets the head a whole abort leaves, never
+        the middle of one (behaviour §2.6)."""
+        while returned and self.waiters:
             self._wake_one()
+            returned -= 1
 
     def on_failure(self, *_exc_info: Any) -> None:
         """A handler raised (a bug, or a journal file gone): answer what is held and parked,
@@ -480,9 +497,7 @@ class QueueActor(GeventActor):
                 failure = core.journal.failure
                 if failure is not None:
                     # refused: the items go back to the head, as on a disconnect
-                    for xid in op.xids:
-                        if core.unremove(xid):
-                            self._wake_one()
+                    self._wake_for(self._unremove_all(op.xids))
                     results.append(self._refuse(batch, failure))
                     continue
                 confirmed = 0
@@ -494,14 +509,14 @@ class QueueActor(GeventActor):
                 self._confirmed_count += confirmed
                 results.append(confirmed)
             elif type(op) is Unremove:
-                for xid in op.xids:
-                    if core.unremove(xid):
-                        self._wake_one()
+                self._wake_for(self._unremove_all(op.xids))
                 results.append(None)
             elif type(op) is PutBack:
+                returned = 0
                 for item in op.items:
-                    if core.put_back(item) and self.waiters:
-                        self._wake_one()
+                    if core.put_back(item):
+                        returned += 1
+                self._wake_for(returned)
                 results.append(None)
             elif kind is Flush:
                 core.flush(now_ms)

@@ -209,6 +209,23 @@ def test_disconnect_with_several_open_returns_them_in_reverse_order(make_server)
     assert drain_queue(server, "q") == [b"C", b"B", b"A", b"D"]
 
 
+def test_a_waiter_reads_the_head_a_whole_disconnect_leaves(make_server):
+    # The hang-up's open reads all go back before the waiter reads (behaviour §2.6): it gets
+    # the last one opened, not the first one put back.
+    server = make_server("--max-open-transactions", "10")
+    c = server.client()
+    fill(c, "q", b"A", b"B", b"C")
+    c.send(b"get q/open\r\nget q/open\r\nget q/open\r\n")
+    expect(c, value("q", b"A") + value("q", b"B") + value("q", b"C"))
+    waiter = server.client()
+    waiter.send(b"get q/t=30000\r\n")
+    wait_queue_stat(server, "q", "waiters", "1")
+    c.close()
+    expect(waiter, value("q", b"C"))
+    wait_queue_stat(server, "q", "open_transactions", "0")
+    assert drain_queue(server, "q") == [b"B", b"A"]
+
+
 def test_disconnect_returns_open_items_on_every_queue(make_server):
     server = make_server("--max-open-transactions", "10")
     c = server.client()
