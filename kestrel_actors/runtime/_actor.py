@@ -656,7 +656,6 @@ class GeventActor(pykka.Actor):
         # per connection)
         self.urn_number = next(_URN_NUMBERS)
         """Makes ``actor_urn``, formatted only when read: most actors (a connection's) never are."""
-        self._urn: str | None = None
         self.actor_inbox = self._create_actor_inbox()
         self.stopped_flag = _StoppedFlag()
         """``actor_stopped`` as this class's own attribute: compiled code reads it natively, where
@@ -670,15 +669,13 @@ class GeventActor(pykka.Actor):
 
     @property
     def actor_urn(self) -> str:
-        """pykka's ``actor_urn``, formatted when first read (see :data:`_URN_FORMAT`)."""
-        urn = self._urn
-        if urn is None:
-            urn = self._urn = _URN_FORMAT % self.urn_number
-        return urn
+        """pykka's ``actor_urn``: its ref's (one rule, in :class:`GeventRef`), so the two never
+        differ, also after either is set."""
+        return self.ref.actor_urn
 
     @actor_urn.setter
     def actor_urn(self, urn: str) -> None:
-        self._urn = urn
+        self.ref.actor_urn = urn
 
     @classmethod
     def start_unlisted(cls, *args: Any, **kwargs: Any) -> GeventRef:

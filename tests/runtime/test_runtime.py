@@ -671,3 +671,19 @@ def test_an_unlisted_actor_that_has_ended_is_let_go_by_its_mailbox_and_its_ref()
     assert ref.mailbox.actor is None
     assert weakref.getweakrefcount(actor) == 0
     assert ref._actor_weakref() is None
+
+
+def test_an_actor_and_its_ref_have_one_urn():
+    ref = GeventActor.start()
+    try:
+        actor = ref._actor_weakref()
+        assert actor is not None
+        assert actor.actor_urn == ref.actor_urn
+        assert actor.actor_urn.startswith("urn:uuid:")
+        # set on either side, read on both: one rule, kept in the ref
+        actor.actor_urn = "urn:uuid:set-on-the-actor"
+        assert ref.actor_urn == "urn:uuid:set-on-the-actor"
+        ref.actor_urn = "urn:uuid:set-on-the-ref"
+        assert actor.actor_urn == "urn:uuid:set-on-the-ref"
+    finally:
+        ref.stop()
