@@ -155,7 +155,7 @@ browser:
 
 # ruff's settings are in pyproject.toml, mypy's (what it checks, and how strictly) in setup.cfg.
 lint: $(STAMP)
-	$(BIN)/python -m ruff check kestrel_actors
+	$(BIN)/python -m ruff check kestrel_actors tests
 	$(BIN)/python -m mypy
 
 MYPYC ?=

@@ -18,8 +18,8 @@ import fcntl
 import functools
 import itertools
 import json
-import re
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -29,8 +29,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import gevent
 
@@ -38,16 +39,21 @@ from kestrel_actors.actors import QueueBatch, QueueCollection, ServerStats, Sess
 from kestrel_actors.actors._collection import memory_opener
 from kestrel_actors.client import Connection, set_request
 from kestrel_actors.config import ServerConfig
+from kestrel_actors.messages import Resolve
 from kestrel_actors.protocol import MemcacheDecoder
 from kestrel_actors.protocol._text import TextDecoder
-from kestrel_actors.messages import Resolve
 from kestrel_actors.runtime import Dispatcher, ReplyFuture
 from kestrel_actors.session import (
-    Disconnected, Drain, MemcacheHandler, Received, Reload, SessionActor, SessionContext, Transport,
+    Disconnected,
+    Drain,
+    MemcacheHandler,
+    Received,
+    Reload,
+    SessionActor,
+    SessionContext,
+    Transport,
 )
 from kestrel_actors.status import ServerStatus
-
-
 
 REPO = Path(__file__).resolve().parent.parent
 """The repository's root (the tests sit one folder deeper, in ``tests/<room>/``)."""
@@ -353,7 +359,7 @@ class Client(Connection):
             return self.sock.recv(1) == b""
         except ConnectionResetError:
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
 
 
@@ -386,7 +392,7 @@ def expect(client: Client, data: bytes) -> None:
         got = client.read_exact(len(data))
     except ConnectionError as exc:
         raise AssertionError(f"expected {data[:200]!r}; {exc}") from None
-    except socket.timeout:
+    except TimeoutError:
         raise AssertionError(f"expected {data[:200]!r}; got {client.buffer[:200]!r} then silence") from None
     assert got == data
 
@@ -398,7 +404,7 @@ def drain(client: Client, idle: float = 2.0) -> tuple[bytes, bool]:
     while True:
         try:
             chunk = client.sock.recv(1 << 20)
-        except socket.timeout:
+        except TimeoutError:
             return data, False
         except (ConnectionResetError, BrokenPipeError):
             return data, True
@@ -513,7 +519,7 @@ class TextClient(Client):
         self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(1)
-        except socket.timeout:
+        except TimeoutError:
             return True
         finally:
             self.sock.settimeout(self.timeout)
@@ -562,7 +568,7 @@ def queue_files(data_dir: Path, name: str) -> list[str]:
     """Every file of queue ``name`` in ``data_dir`` (current, archives, packs, temp files)."""
     return sorted(
         f for f in os.listdir(data_dir)
-        if f == name or f.startswith(name + ".") or f.startswith(name + "~~")
+        if f == name or f.startswith((name + ".", name + "~~"))
     )
 
 
@@ -595,12 +601,15 @@ def drain_pipelined(server: ServerProcess, queue: str) -> list[bytes]:
     return values[:-1]  # type: ignore[return-value]
 
 
-def assert_numbered(values: list[bytes], expected: range | list[int], tag: bytes = b"", size: int | None = None) -> None:
+def assert_numbered(
+    values: list[bytes], expected: range | list[int], tag: bytes = b"", size: int | None = None,
+) -> None:
     """``values`` are exactly the :func:`numbered` items ``expected``, in order."""
     got = [number_of(v, tag) for v in values]
     expected = list(expected)
     if got != expected:
-        index = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+        index = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b),
+                     min(len(got), len(expected)))
         raise AssertionError(
             f"{len(got)} items, expected {len(expected)}; first difference at index {index}: "
             f"got {got[index:index + 5]}, expected {expected[index:index + 5]}"

@@ -169,7 +169,8 @@ def test_example_runs_as_written(example, readme_server):
             client.flush(queue)
         client.set_status("up")
     result = _run(example, cwd, env)
-    assert result.returncode == 0, f"{example} failed:\n{example.code}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    assert result.returncode == 0, (
+        f"{example} failed:\n{example.code}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
 
 
 def test_every_skipped_example_says_why():

@@ -6,12 +6,13 @@ from __future__ import annotations
 import gevent
 
 from kestrel_actors.actors import QueueBatch, QueueCollection, ServerStats
-from kestrel_actors.runtime import ReplyFuture
 from kestrel_actors.actors._collection import memory_opener
-from kestrel_actors.messages import Add, Remove
 from kestrel_actors.config import ServerConfig
+from kestrel_actors.messages import Add, Remove
+from kestrel_actors.runtime import ReplyFuture
 
-from ..helpers import resolve_queue as resolve, run_batch as run
+from ..helpers import resolve_queue as resolve
+from ..helpers import run_batch as run
 
 
 def test_a_queue_whose_actor_failed_is_reopened_on_the_next_lookup(tmp_path):
@@ -62,7 +63,8 @@ def test_an_alias_resolves_to_its_targets(tmp_path):
         assert ask_collection(world.collection, Resolve, "both", True).alias == ("left", "right")
         client = world.connect()
         assert client.send(b"set both 0 0 2\r\nhi\r\n") == b"STORED\r\n"
-        assert client.send(b"get left\r\nget right\r\n") == b"VALUE left 0 2\r\nhi\r\nEND\r\nVALUE right 0 2\r\nhi\r\nEND\r\n"
+        assert client.send(b"get left\r\nget right\r\n") == (
+            b"VALUE left 0 2\r\nhi\r\nEND\r\nVALUE right 0 2\r\nhi\r\nEND\r\n")
     finally:
         world.collection.stop()
 

@@ -16,13 +16,26 @@ import pytest
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
 from kestrel_actors.messages import (
-    Add, Confirm, Flush, JournalFailure, Open, OpenMany, Peek, PutBack, QueueBatch, Remove,
-    RemoveMany, Unremove,
+    Add,
+    Confirm,
+    Flush,
+    JournalFailure,
+    Open,
+    OpenMany,
+    Peek,
+    PutBack,
+    QueueBatch,
+    Remove,
+    RemoveMany,
+    Unremove,
 )
 from kestrel_actors.queue import QueueCore
 from kestrel_actors.runtime import ReplyFuture
 
-from ..helpers import PATIENCE, World, batch_reply as later, resolve_queue as resolve, run_batch as run, settle
+from ..helpers import PATIENCE, World, settle
+from ..helpers import batch_reply as later
+from ..helpers import resolve_queue as resolve
+from ..helpers import run_batch as run
 
 
 def soon() -> float:

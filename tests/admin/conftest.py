@@ -11,7 +11,6 @@ import pytest
 
 from ..helpers import free_port
 
-
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
 

@@ -14,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ..helpers import act_json, get_json, request, stats_of, write_config
 
-
 DISTRIBUTION_KEYS = {"count", "sum", "average", "minimum", "maximum", "p50", "p90", "p95", "p99", "p999", "p9999"}
 
 
@@ -391,7 +390,7 @@ def test_admin_port_listens_on_admin_host_not_on_host(tmp_path):
     server.admin_host = "127.0.0.2"
     server.start()
     try:
-        assert get_json("http://127.0.0.2:%d/ping" % server.admin_port) == {"response": "pong"}
+        assert get_json(f"http://127.0.0.2:{server.admin_port}/ping") == {"response": "pong"}
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", server.admin_port), timeout=2).close()
         assert server.client().set("stays", b"x") == b"STORED"  # memcache still on --host

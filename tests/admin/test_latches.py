@@ -7,13 +7,13 @@ import time
 
 import gevent
 
-from kestrel_actors.stats import ServerStats
 from kestrel_actors.admin._ostrich import MAX_PERIODS, NamedListeners, PeriodLatches
 from kestrel_actors.snapshot import StatsSnapshot
+from kestrel_actors.stats import ServerStats
 
 
 def snapshot(cmd_set: int = 0) -> StatsSnapshot:
-    counters = {name: 0 for name in ServerStats.COUNTERS}
+    counters = dict.fromkeys(ServerStats.COUNTERS, 0)
     counters["cmd_set"] = cmd_set
     return StatsSnapshot(time=time.time(), start_time=time.time(), version="test", status="Up", readable=True,
                          writeable=True, server_counters=counters, queues=[], reserved_memory=0)

@@ -5,6 +5,7 @@ names and values."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from pathlib import Path
@@ -193,5 +194,5 @@ def test_p99_from_the_prometheus_buckets_is_within_25_percent(spread):
 def test_bounds_are_the_histograms_own_and_at_most_a_quarter_apart():
     assert set(PROMETHEUS_BOUNDS) <= set(BOUNDS)  # so a bucket's count is exact
     above_eight = [bound for bound in PROMETHEUS_BOUNDS if bound >= 8]
-    assert all(upper / lower <= 1.25 for lower, upper in zip(above_eight, above_eight[1:]))
+    assert all(upper / lower <= 1.25 for lower, upper in itertools.pairwise(above_eight))
     assert PROMETHEUS_BOUNDS[0] == 1 and PROMETHEUS_BOUNDS[-1] == 2**30

@@ -39,7 +39,8 @@ def _snapshot(every_name: tuple[str, ...] = NAMES):
         # as the queue actor answers
         lines = [*core.stats(2, index), ("oldest_item_age", 1500 * index), ("journal_failing", 0)]
         queues.append(QueueStats(name, lines, extra))
-    queues.append(QueueStats("everywhere", [("put_items", 4), ("put_bytes", 8), ("children", "jobs")], None, 1_700_000_001))
+    queues.append(QueueStats("everywhere", [("put_items", 4), ("put_bytes", 8), ("children", "jobs")], None,
+                             1_700_000_001))
     server = SimpleNamespace(stats=stats, status=ServerStatus(None), version="test",
                              config=SimpleNamespace(queue_config=lambda name: QueueConfig()))
     return take_snapshot(server, queues)
@@ -57,7 +58,8 @@ def _families_as_prometheus_client_writes_them(snapshot) -> bytes:
     for scope in snapshot.scopes()[1:]:
         label = "alias" if snapshot.is_alias(scope) else "queue"
         for sample in scope_samples(snapshot, scope, every_series=True):
-            families, kind = (counters, CounterMetricFamily) if sample.kind == "counter" else (gauges, GaugeMetricFamily)
+            is_counter = sample.kind == "counter"
+            families, kind = (counters, CounterMetricFamily) if is_counter else (gauges, GaugeMetricFamily)
             family = families.get(sample.family)
             if family is None:
                 family = families[sample.family] = kind(sample.family, f"Kestrel {sample.kind} q/<{label}>/"

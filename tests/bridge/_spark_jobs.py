@@ -29,7 +29,8 @@ from functools import partial
 from pathlib import Path
 
 __all__ = [
-    "REPO", "batch_dir_values", "client", "drain", "file_sink_values", "kill_group", "listening", "load", "output_values",
+    "REPO", "batch_dir_values", "client", "drain", "file_sink_values", "kill_group", "listening", "load",
+    "output_values",
     "queue_stats", "read_json_output", "slow_identity", "spark_env", "start_bridge",
     "wait_for",
 ]

@@ -27,12 +27,12 @@ pytestmark = pytest.mark.spark
 
 
 def config(server, tmp_path, **changes) -> BridgeConfig:
-    settings = dict(
-        queue="work", job="kestrel_actors.spark_bridge.jobs:identity",
-        servers=(ServerAddress(server.host, server.port),), batch_size=100, batch_wait=1.0,
-        partitions=2, state_dir=str(tmp_path / "state"), until_empty=True,
-        retry_initial=0.1, retry_max=0.3,
-    )
+    settings = {
+        "queue": "work", "job": "kestrel_actors.spark_bridge.jobs:identity",
+        "servers": (ServerAddress(server.host, server.port),), "batch_size": 100, "batch_wait": 1.0,
+        "partitions": 2, "state_dir": str(tmp_path / "state"), "until_empty": True,
+        "retry_initial": 0.1, "retry_max": 0.3,
+    }
     settings.update(changes)
     return BridgeConfig(**settings)
 

@@ -59,5 +59,5 @@ def test_the_sink_takes_its_own_options_and_spark_s():
     sink = SourceOptions.parse({"queue": "q", "column": "line", "path": "/x",
                                 "checkpointLocation": "/c"}, sink=True)
     assert sink.column == "line"
-    with pytest.raises(ValueError, match="(?i)unknown option 'maxitemspertrigger'.*column"):
+    with pytest.raises(ValueError, match=r"(?i)unknown option 'maxitemspertrigger'.*column"):
         SourceOptions.parse({"queue": "q", "maxItemsPerTrigger": "5"}, sink=True)

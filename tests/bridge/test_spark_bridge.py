@@ -33,7 +33,6 @@ from kestrel_actors.spark_bridge import (
 )
 
 from ._spark_jobs import (
-    client,
     drain,
     kill_group,
     load,
@@ -49,11 +48,11 @@ VOCAB = [f"w{i}" for i in range(50)] + ["kestrel", "queue", "spark", "actor"]
 
 
 def config(server, tmp_path, **changes) -> BridgeConfig:
-    settings = dict(
-        queue="work", job=f"{JOBS}:identity", servers=(ServerAddress(server.host, server.port),),
-        batch_size=10_000, batch_wait=1.0, partitions=2, state_dir=str(tmp_path / "state"),
-        until_empty=True, retry_initial=0.1, retry_max=0.5,
-    )
+    settings = {
+        "queue": "work", "job": f"{JOBS}:identity", "servers": (ServerAddress(server.host, server.port),),
+        "batch_size": 10_000, "batch_wait": 1.0, "partitions": 2, "state_dir": str(tmp_path / "state"),
+        "until_empty": True, "retry_initial": 0.1, "retry_max": 0.5,
+    }
     settings.update(changes)
     return BridgeConfig(**settings)
 

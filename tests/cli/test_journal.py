@@ -9,8 +9,14 @@ from click.testing import CliRunner
 from kestrel_actors.cli import main
 from kestrel_actors.journal import Item, replay_queue
 from kestrel_actors.journal._format import (
-    encode_add, encode_confirm_remove, encode_continue, encode_legacy_remove_tentative, encode_remove,
-    encode_remove_tentative, encode_save_xid, encode_unremove,
+    encode_add,
+    encode_confirm_remove,
+    encode_continue,
+    encode_legacy_remove_tentative,
+    encode_remove,
+    encode_remove_tentative,
+    encode_save_xid,
+    encode_unremove,
 )
 
 
@@ -82,9 +88,11 @@ def test_pack_compacts_a_stopped_queue_into_one_file(tmp_path):
     assert "Packed 'q'" in result.output
     assert sorted(os.listdir(tmp_path)) == [".lock", "other", "q"]  # the lock file stays (issue 21.1)
     after = replay_queue(str(tmp_path), "q")
-    assert [i.data for i in after.items] == [i.data for i in expected.items] == [b"old 47", b"old 48", b"old 49", b"new", b"newer"]
+    assert [i.data for i in after.items] == [i.data for i in expected.items] == [
+        b"old 47", b"old 48", b"old 49", b"new", b"newer"]
     assert {x: i.data for x, i in after.open_items.items()} == {1: b"old 45"}
-    assert os.path.getsize(tmp_path / "q") == sum(21 + len(d) for d in (b"old 45", b"old 47", b"old 48", b"old 49", b"new", b"newer")) + 5
+    kept = (b"old 45", b"old 47", b"old 48", b"old 49", b"new", b"newer")
+    assert os.path.getsize(tmp_path / "q") == sum(21 + len(d) for d in kept) + 5
 
 
 def test_pack_refuses_unknown_queues(tmp_path):

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import termios
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..helpers import create_queues, free_port
 

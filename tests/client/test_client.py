@@ -114,10 +114,9 @@ def test_reliable_read_is_confirmed_when_the_block_ends(client, qname):
 
 def test_reliable_read_that_raises_puts_the_item_back_at_the_head(client, qname):
     client.put_many(qname, [b"first", b"second"])
-    with pytest.raises(RuntimeError, match="handler failed"):
-        with client.reliable(qname) as item:
-            assert item == b"first"
-            raise RuntimeError("handler failed")
+    with pytest.raises(RuntimeError, match="handler failed"), client.reliable(qname) as item:
+        assert item == b"first"
+        raise RuntimeError("handler failed")
     assert client.queue_stats(qname)["open_transactions"] == 0
     assert client.get(qname) == b"first"
     assert client.get(qname) == b"second"
@@ -159,10 +158,9 @@ def test_monitor_batch_abort_and_exception(client, qname):
     stats = client.queue_stats(qname)
     assert (stats["items"], stats["open_transactions"]) == (2, 0)
     assert client.peek(qname) == b"b"
-    with pytest.raises(KeyError):
-        with client.monitor(qname, 1, 2) as batch:
-            assert sorted(batch.items) == [b"a", b"b"]
-            raise KeyError("no")
+    with pytest.raises(KeyError), client.monitor(qname, 1, 2) as batch:
+        assert sorted(batch.items) == [b"a", b"b"]
+        raise KeyError("no")
     assert sorted([client.get(qname), client.get(qname)]) == [b"a", b"b"]
     empty = client.monitor(qname, 0, 5)
     assert not empty and empty.items == []

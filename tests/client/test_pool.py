@@ -66,10 +66,9 @@ def test_a_reliable_read_is_confirmed_or_aborted_on_its_server(trio):
     with single(target) as one:
         one.put_many("rel", [b"a", b"b"])
     with Client([s.address for s in trio], timeout=2.0) as pool:
-        with pytest.raises(ValueError):
-            with pool.reliable("rel") as item:
-                assert item == b"a"
-                raise ValueError
+        with pytest.raises(ValueError), pool.reliable("rel") as item:
+            assert item == b"a"
+            raise ValueError
         assert items_on(target, "rel") == 2
         with pool.reliable("rel") as item:
             assert item == b"a"
@@ -102,7 +101,7 @@ class HangingUp:
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.1)
-        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
         self.accepted = 0
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)

@@ -251,8 +251,9 @@ m.version((err, v) => {
     m.get('node_q', (err, data) => {
       out.get = data;
       m.set('node_q', 'again', 0, () => {
-        const timer = setTimeout(() => { out.flush = 'no answer'; console.log(JSON.stringify(out)); process.exit(0); }, 3000);
-        m.flush((err, res) => { clearTimeout(timer); out.flush = err ? String(err) : res; console.log(JSON.stringify(out)); process.exit(0); });
+        const done = () => { console.log(JSON.stringify(out)); process.exit(0); };
+        const timer = setTimeout(() => { out.flush = 'no answer'; done(); }, 3000);
+        m.flush((err, res) => { clearTimeout(timer); out.flush = err ? String(err) : res; done(); });
       });
     });
   });

@@ -48,7 +48,7 @@ def start_cluster(make_server, join_args, zk_client, prefix):
         everyone = {s.port for s in servers}
         for set_name in ("read", "write"):
             path = f"{prefix}/{set_name}"
-            if not wait_for(lambda: server_set_ports(zk_client, path) == everyone, timeout=45):
+            if not wait_for(lambda path=path: server_set_ports(zk_client, path) == everyone, timeout=45):
                 logs = "\n".join(f"--- server {s.port}:\n{s.log()}" for s in servers)
                 pytest.fail(f"{set_name} set shows {server_set_ports(zk_client, path)}, want "
                             f"{everyone}; children {zk_client.get_children(path)}\n{logs}")

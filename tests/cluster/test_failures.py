@@ -109,7 +109,8 @@ def test_zookeeper_stopped_and_restarted_under_load(make_server, tmp_path, qname
         watcher = zk.kazoo()
         try:
             for set_name in ("read", "write"):
-                assert wait_for(lambda: ports(watcher, f"{prefix}/{set_name}") == everyone, timeout=30), \
+                path = f"{prefix}/{set_name}"
+                assert wait_for(lambda path=path: ports(watcher, path) == everyone, timeout=30), \
                     [s.log()[-1500:] for s in servers]
             assert wait_for(lambda: all(stats_of(s)["zookeeper_connected"] == "1" for s in servers), timeout=10)
             for set_name in ("read", "write"):  # each joined once per set: no stale member left over

@@ -5,13 +5,11 @@ the connection state are in ``stats``, ``/stats.json`` and ``/metrics``."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import os
+import re
 import subprocess
 import sys
-import re
 import time
 import urllib.request
 
@@ -72,7 +70,7 @@ def test_three_servers_join_both_sets_as_twitter_members(make_server, join_args,
                for _ in range(3)]
     expected = {s.port for s in servers}
     for set_name in ("read", "write"):
-        assert wait_for(lambda: ports(zk_client, f"{prefix}/{set_name}") == expected, timeout=15), \
+        assert wait_for(lambda set_name=set_name: ports(zk_client, f"{prefix}/{set_name}") == expected, timeout=15), \
             (set_name, members(zk_client, f"{prefix}/{set_name}"))
         found = members(zk_client, f"{prefix}/{set_name}")
         assert all(MEMBER.match(name) for name in found), found

@@ -331,8 +331,8 @@ def test_unknown_keys_name_the_line():
         fanout = true
         [bogus]
     """) == [
-        "k.toml:3: maxItems: unknown server setting: max_items is a queue setting; "
-        'put it in [queue_defaults] or [queues."name"]',
+        ("k.toml:3: maxItems: unknown server setting: max_items is a queue setting; "
+         'put it in [queue_defaults] or [queues."name"]'),
         "k.toml:6: queue_defaults.max_itemz: unknown queue setting (did you mean max_items?)",
         'k.toml:9: queues."jobs+a".fanout: unknown queue setting (did you mean fanout_only?)',
         "k.toml:10: bogus: unknown server setting",
@@ -351,8 +351,8 @@ def test_bad_values_name_the_line():
     """) == [
         "k.toml:2: port: expected an integer between 0 and 65535; got 70000",
         'k.toml:3: default_status: expected one of "Up", "ReadOnly", "WriteAvoid", "Quiescent"; got \'down\'',
-        'k.toml:5: queues.a.sync_journal: expected "never", "always" or a duration: seconds as a number, '
-        'or a string like "100ms", "30s", "5m", "1h"; got \'sometimes\'',
+        ('k.toml:5: queues.a.sync_journal: expected "never", "always" or a duration: seconds as a number, '
+         'or a string like "100ms", "30s", "5m", "1h"; got \'sometimes\''),
         "k.toml:6: queues.a.keep_journal: expected true or false; got 'yes'",
         "k.toml:8: queues.b.max_items: expected an integer between 0 and 2147483647; got -1",
     ]

@@ -43,7 +43,7 @@ def raw_reply(client: Client, command: bytes) -> bytes:
     """The whole reply to ``command`` up to its final ``END``."""
     client.send(command + b"\r\n")
     while not client.buffer.endswith(b"END\r\n"):
-        if not client._fill():  # noqa: SLF001
+        if not client._fill():
             raise AssertionError(f"closed; buffered {client.buffer!r}")
     data, client.buffer = client.buffer, b""
     return data

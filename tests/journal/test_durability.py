@@ -15,7 +15,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,8 +23,19 @@ import time
 import pytest
 
 from ..helpers import (
-    Client, Pipeline, ServerProcess, assert_numbered, drain_pipelined, files_size, free_port, listening,
-    number_of, numbered, queue_files, stat, write_config,
+    Client,
+    Pipeline,
+    ServerProcess,
+    assert_numbered,
+    drain_pipelined,
+    files_size,
+    free_port,
+    listening,
+    number_of,
+    numbered,
+    queue_files,
+    stat,
+    write_config,
 )
 
 SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGKILL, id="SIGKILL")]
@@ -125,7 +135,7 @@ def test_open_one_to_four_confirm_two_and_four_restart(make_server, sig):
     for word in words:
         client.set("q", word)
     readers = [server.client() for _ in range(4)]
-    for reader, word in zip(readers, words):
+    for reader, word in zip(readers, words[:4], strict=True):
         assert reader.get("q/open") == word
     assert readers[1].call(b"get q/close") == b"END"
     assert readers[3].call(b"get q/close") == b"END"
@@ -227,7 +237,7 @@ def _producer(host: str, port: int, tag: bytes, acked: list[int], errors: list[s
                 return
             acked.append(n)
             n += 1
-    except socket.timeout:
+    except TimeoutError:
         errors.append(f"{tag!r} {n}: timed out")
     except (ConnectionError, OSError):
         pass  # the server was killed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
+from pathlib import Path
 
 import gevent
 import gevent.event
@@ -340,7 +341,7 @@ def test_rewrite_writes_open_reads_descending_then_items(data_dir):
     expected = (encode_add(Item(b"d", 1)) + encode_remove_tentative(3) + encode_add(Item(b"b", 1))
                 + encode_remove_tentative(2) + encode_add(Item(b"a", 1)) + encode_remove_tentative(1)
                 + encode_add(Item(b"e", 1)))
-    assert open(os.path.join(data_dir, "q"), "rb").read() == expected
+    assert Path(data_dir, "q").read_bytes() == expected
     assert journal.size() == len(expected)
     assert summary(replay_queue(data_dir, "q")) == before
     journal.add(Item(b"f", 2))
@@ -381,10 +382,10 @@ def test_a_crash_at_any_step_of_a_rewrite_loses_nothing(tmp_path, monkeypatch, a
         state = State(items[2:], {1: Item(b"item 1", 1, 0, 1)})
         calls = 0
 
-        def crashing(real):
+        def crashing(real, crash_at=step):
             def wrapper(*args, **kwargs):
                 nonlocal calls
-                if calls == step:
+                if calls == crash_at:
                     raise Crash()
                 calls += 1
                 return real(*args, **kwargs)
@@ -451,7 +452,7 @@ def test_open_backs_out_open_reads_in_ascending_xid_order(data_dir):
     assert state.xid == 4 and all(i.xid == 0 for i in state.items)
     assert journal.size() == size_before + 10
     journal.close()
-    tail = open(os.path.join(data_dir, "q"), "rb").read()[size_before:]
+    tail = Path(data_dir, "q").read_bytes()[size_before:]
     assert tail == b"\x05\x03\x00\x00\x00\x05\x01\x00\x00\x00"  # UNREMOVE 3, then UNREMOVE 1
     journal, state = open_file_journal(data_dir, "q", QueueConfig())
     assert [i.data for i in state.items] == [b"one", b"three", b"five"] and journal.size() == size_before + 10
@@ -479,7 +480,7 @@ def test_file_opener_builds_a_queue_core_that_survives_a_restart(data_dir):
 
 
 def test_file_opener_without_journal_erases_old_files(data_dir):
-    open(os.path.join(data_dir, "t"), "wb").write(encode_add(Item(b"old", 1)))
+    Path(data_dir, "t").write_bytes(encode_add(Item(b"old", 1)))
     open(os.path.join(data_dir, "t.5"), "wb").close()
     core = make_file_opener(data_dir)("t", QueueConfig(keep_journal=False))
     assert isinstance(core.journal, MemoryJournal) and os.listdir(data_dir) == [] and not core.items

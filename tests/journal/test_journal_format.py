@@ -11,16 +11,33 @@ import pytest
 
 from kestrel_actors.journal import CORRUPT, TORN, Item, RecordReader
 from kestrel_actors.journal._format import (
-    OP_ADD, OP_ADD_XID, OP_ADDX, OP_CONFIRM_REMOVE, OP_CONTINUE, OP_REMOVE, OP_REMOVE_TENTATIVE,
-    OP_REMOVE_TENTATIVE_XID, OP_SAVE_XID, OP_UNREMOVE, AddRecords, encode_add, encode_add_xid, encode_confirm_remove,
-    encode_continue, encode_legacy_add, encode_legacy_remove_tentative, encode_remove,
-    encode_remove_tentative, encode_save_xid, encode_unremove,
+    OP_ADD,
+    OP_ADD_XID,
+    OP_ADDX,
+    OP_CONFIRM_REMOVE,
+    OP_CONTINUE,
+    OP_REMOVE,
+    OP_REMOVE_TENTATIVE,
+    OP_REMOVE_TENTATIVE_XID,
+    OP_SAVE_XID,
+    OP_UNREMOVE,
+    AddRecords,
+    encode_add,
+    encode_add_xid,
+    encode_confirm_remove,
+    encode_continue,
+    encode_legacy_add,
+    encode_legacy_remove_tentative,
+    encode_remove,
+    encode_remove_tentative,
+    encode_save_xid,
+    encode_unremove,
 )
 
 
 def addx(data: bytes, add_time: int = 1000, expiry: int = 0) -> bytes:
     """An ADDX record built by hand, the way Kestrel's QItem.pack lays it out."""
-    return bytes([2]) + struct.pack("<i", len(data) + 16) + struct.pack("<q", add_time) + struct.pack("<q", expiry) + data
+    return bytes([2]) + struct.pack("<iqq", len(data) + 16, add_time, expiry) + data
 
 
 def with_xid(op: int, xid: int) -> bytes:
@@ -41,7 +58,8 @@ def test_encoders_match_the_hand_built_layout():
     assert encode_unremove(258) == b"\x05\x02\x01\x00\x00"
     assert encode_confirm_remove(7) == b"\x06\x07\x00\x00\x00"
     assert encode_save_xid(-2) == b"\x04\xfe\xff\xff\xff"
-    assert encode_add_xid(3, item) == b"\x07\x03\x00\x00\x00" + addx(b"hello world", 1_234_567_890_123, 1_234_567_899_000)[1:]
+    as_addx = addx(b"hello world", 1_234_567_890_123, 1_234_567_899_000)
+    assert encode_add_xid(3, item) == b"\x07\x03\x00\x00\x00" + as_addx[1:]
     assert encode_continue(3, item)[0] == OP_CONTINUE
     assert encode_legacy_add(b"abc", 17) == b"\x00\x07\x00\x00\x00\x11\x00\x00\x00abc"
     assert encode_legacy_remove_tentative() == b"\x03"
@@ -87,7 +105,8 @@ def test_every_opcode_decodes():
     assert found[8].xid == 14 and found[8].item == Item(b"cont", 7, 8)
     assert found[9].xid == 15
     offsets = [r.offset for r in found]
-    assert offsets[0] == 0 and all(r.offset + r.size == n for r, n in zip(found, offsets[1:] + [len(blob)]))
+    ends = [*offsets[1:], len(blob)]
+    assert offsets[0] == 0 and all(r.offset + r.size == n for r, n in zip(found, ends, strict=True))
 
 
 def test_legacy_add_expiry_is_seconds():
@@ -202,8 +221,8 @@ def test_growing_end_clears_a_torn_stop():
 
 
 def test_opcode_constants():
-    assert (OP_ADD, OP_REMOVE, OP_ADDX, OP_REMOVE_TENTATIVE, OP_SAVE_XID, OP_UNREMOVE, OP_CONFIRM_REMOVE,
-            OP_ADD_XID, OP_CONTINUE, OP_REMOVE_TENTATIVE_XID) == tuple(range(10))
+    assert tuple(range(10)) == (OP_ADD, OP_REMOVE, OP_ADDX, OP_REMOVE_TENTATIVE, OP_SAVE_XID, OP_UNREMOVE,
+                                OP_CONFIRM_REMOVE, OP_ADD_XID, OP_CONTINUE, OP_REMOVE_TENTATIVE_XID)
 
 
 def test_a_file_is_read_in_chunks_that_malloc_keeps_in_its_heap(tmp_path):

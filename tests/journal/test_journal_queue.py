@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 from collections import deque
+from pathlib import Path
 
 import gevent
 import gevent.event
@@ -184,7 +185,7 @@ def test_without_aggressive_rewrites_an_empty_queue_waits_too(tmp_path):
     queue.remove()
     assert queue.journal.rewrites == 2
     durable(queue.journal)
-    assert on_disk(str(tmp_path)) == ([], {x: b"\x00" for x in range(1, 9)})
+    assert on_disk(str(tmp_path)) == ([], dict.fromkeys(range(1, 9), b"\x00"))
     queue.journal.close()
 
 
@@ -194,9 +195,9 @@ def test_big_current_file_rotates_and_asks_for_a_checkpoint(tmp_path):
     queue = MiniQueue(journal, config)
     for i in range(30):
         queue.add(b"%04d" % i + b"." * 996)
-    assert journal.rotations == 2 and not journal._checkpoint  # noqa: SLF001 - 20420 <= 25000
+    assert journal.rotations == 2 and not journal._checkpoint
     queue.add(b"last")
-    assert journal.rotations == 3 and journal._checkpoint  # noqa: SLF001 - 30630 > 25000
+    assert journal.rotations == 3 and journal._checkpoint
     assert len(archived_files(str(tmp_path), "q")) == 3 and journal.in_read_behind
     durable(journal)
     assert on_disk(str(tmp_path))[0] == [b"%04d" % i + b"." * 996 for i in range(30)] + [b"last"]
@@ -241,7 +242,11 @@ def test_read_behind_across_rotations_and_restarts(tmp_path):
                 break
             assert item.data == expected.popleft()
             if item.xid:
-                queue.confirm(item.xid) if rng.random() < 0.5 else (queue.unremove(item.xid), expected.appendleft(item.data))
+                if rng.random() < 0.5:
+                    queue.confirm(item.xid)
+                else:
+                    queue.unremove(item.xid)
+                    expected.appendleft(item.data)
         durable(queue.journal)
         assert queue.journal.rotations >= round_ // 2
         # restart: replay with read-behind, back out open reads, go on
@@ -319,7 +324,7 @@ def test_packing_while_reading_behind_bounds_the_files(tmp_path):
         if i % 2:
             assert queue.remove().data == expected.popleft()
         if i % 50 == 49:
-            journal._wait_for_pack()  # noqa: SLF001
+            journal._wait_for_pack()
             durable(journal)
             assert on_disk(data_dir) == (list(expected), {})
     assert journal.packs >= 1 and journal.in_read_behind
@@ -379,14 +384,14 @@ def test_pack_archives_replays_to_the_same_queue(tmp_path):
             continue
         before = replay_queue(data_dir, "q")
         upto = rng.choice(archives)
-        later_files = archives[archives.index(upto) + 1:] + ["q"]
+        later_files = [*archives[archives.index(upto) + 1:], "q"]
         fds = [os.open(os.path.join(data_dir, f), os.O_RDONLY) for f in later_files] if seed % 2 else []
         try:
             assert pack_archives(data_dir, "q", upto, [(fd, os.fstat(fd).st_size) for fd in fds]) == upto
         finally:
             for fd in fds:
                 os.close(fd)
-        placeholders += sum(1 for r in RecordReader(open(os.path.join(data_dir, upto), "rb").read())
+        placeholders += sum(1 for r in RecordReader(Path(data_dir, upto).read_bytes())
                             if r.item is not None and r.item.data == b"")
         after = replay_queue(data_dir, "q")
         assert [(i.data, i.add_time, i.expiry) for i in after.items] == \
@@ -407,7 +412,9 @@ def test_replay_with_read_behind_matches_a_full_replay(tmp_path):
         full = replay_queue(data_dir, "q")
         limit = rng.choice([1, 5, 12, 30])
         part = replay_queue(data_dir, "q", max_memory_size=limit)
-        assert (part.length, part.bytes, part.total_items, part.xid) == (full.length, full.bytes, full.total_items, full.xid)
+        def totals(state):
+            return state.length, state.bytes, state.total_items, state.xid
+        assert totals(part) == totals(full)
         assert {x: i.data for x, i in part.open_items.items()} == {x: i.data for x, i in full.open_items.items()}
         assert [i.data for i in part.items] == [i.data for i in full.items][:len(part.items)], seed
         expected = [i.data for _x, i in sorted(full.open_items.items())] + [i.data for i in full.items]

@@ -9,8 +9,16 @@ import pytest
 
 from kestrel_actors.journal import Item, archived_files, journal_files, queue_names, replay_queue
 from kestrel_actors.journal._format import (
-    encode_add, encode_add_xid, encode_confirm_remove, encode_continue, encode_legacy_add,
-    encode_legacy_remove_tentative, encode_remove, encode_remove_tentative, encode_save_xid, encode_unremove,
+    encode_add,
+    encode_add_xid,
+    encode_confirm_remove,
+    encode_continue,
+    encode_legacy_add,
+    encode_legacy_remove_tentative,
+    encode_remove,
+    encode_remove_tentative,
+    encode_save_xid,
+    encode_unremove,
 )
 
 

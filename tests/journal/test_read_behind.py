@@ -18,8 +18,17 @@ import time
 import pytest
 
 from ..helpers import (
-    Client, Pipeline, ServerProcess, assert_numbered, drain_pipelined, number_of, numbered,
-    queue_files, read_rss_kib, stat, write_config,
+    Client,
+    Pipeline,
+    ServerProcess,
+    assert_numbered,
+    drain_pipelined,
+    number_of,
+    numbered,
+    queue_files,
+    read_rss_kib,
+    stat,
+    write_config,
 )
 
 KIB = 1024

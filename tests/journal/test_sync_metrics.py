@@ -18,12 +18,12 @@ import gevent
 import gevent.event
 from prometheus_client.parser import text_string_to_metric_families
 
-from kestrel_actors.stats import ServerStats
 from kestrel_actors.admin._ostrich import ostrich_stats
 from kestrel_actors.admin._prometheus import exposition
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import FileJournal, Item, encode_add
 from kestrel_actors.snapshot import take_snapshot
+from kestrel_actors.stats import ServerStats
 from kestrel_actors.status import ServerStatus
 
 

@@ -24,7 +24,6 @@ from kestrel_actors.loadtests.report import EXIT_FAILED, Outcome, tally
 from ..helpers import REPO, ServerProcess
 
 
-
 def run_load(server, *args: str, via: str = "module", timeout: float = 60,
              port: int | None = None) -> tuple[int, dict, str]:
     """Run a scenario against ``server`` (``-p port``: the memcache port unless given);
@@ -66,8 +65,8 @@ def test_put_many_with_gets(server, loop):
     code, record, out = run_load(server, "put-many", "-c", "8", "-n", "400", "-r", "4", "-Q", "2",
                                  "-g", *loop_args(loop))
     assert_clean(code, record, out, 400)
-    assert ("Put 400 items of 1024 bytes in bursts of 4 to 127.0.0.1:%d in 2 queues named spam "
-            "using 8 clients." % server.port) in out
+    assert (f"Put 400 items of 1024 bytes in bursts of 4 to 127.0.0.1:{server.port} in 2 queues named spam "
+            "using 8 clients.") in out
     assert "Distribution in usec: min=" in out
     assert record["get"]["items"] == 400 and record["get"]["misses"] == 0
 
@@ -557,7 +556,8 @@ def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
     just_short = Row(bench, "cmd", ours=ours, peer=Side(records=[{"rate": 90.4}]))
     assert just_short.met is False  # 0.9956x: the table must not print it as the goal's 1.00
     assert "| 0.99 | ≥ 1.0× | no |" in render([just_short], 1, peer="/bin/peer")
-    exact = Row(bench, "cmd", ours=Side(records=[{**ours.records[0], "rate": 29.0}]), peer=Side(records=[{"rate": 100.0}]))
+    exact = Row(bench, "cmd", ours=Side(records=[{**ours.records[0], "rate": 29.0}]),
+                peer=Side(records=[{"rate": 100.0}]))
     assert "| 0.29 | ≥ 1.0× | no |" in render([exact], 1, peer="/bin/peer")  # 0.28999... is still 0.29
 
 
@@ -586,7 +586,8 @@ def test_floor_server_stores_what_put_many_sends(tmp_path):
 
     port = free_port()
     journal = tmp_path / "floor.journal"
-    proc = subprocess.Popen([sys.executable, "-m", "kestrel_actors.loadtests.floor_server", str(port), str(journal)], cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "kestrel_actors.loadtests.floor_server", str(port), str(journal)],
+                            cwd=REPO)
     try:
         assert wait_for(lambda: _accepts(port), timeout=20)
         result = subprocess.run(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kestrel_actors import protocol as p
-from kestrel_actors.protocol import MemcacheDecoder, TextDecoder, ThriftDecoder
 from kestrel_actors.client.thrift import encode_call
+from kestrel_actors.protocol import MemcacheDecoder, TextDecoder, ThriftDecoder
 
 DROP = p.Bad(None, close=True)
 

@@ -251,6 +251,6 @@ def test_value_reply_bytes():
 def test_a_connections_value_replies_are_value_reply_whatever_came_before():
     replies = ValueReplies()
     latin1 = p.parse_request_line([b"get", b"Q\xe9"]).queue
-    for queue, data in [("work", b"hello"), ("work", b"world"), ("work", b"hello!"), ("q", b"hello!"),
-                        ("q", b""), ("jobs+\u6f22", b"x"), (latin1, b"x"), ("work", b"x" * 1024), ("work", b"y" * 1024)]:
+    for queue, data in [("work", b"hello"), ("work", b"world"), ("work", b"hello!"), ("q", b"hello!"), ("q", b""),
+                        ("jobs+\u6f22", b"x"), (latin1, b"x"), ("work", b"x" * 1024), ("work", b"y" * 1024)]:
         assert replies.reply(queue, data) == value_reply(queue, data)

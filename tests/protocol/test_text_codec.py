@@ -7,13 +7,13 @@ import pytest
 from kestrel_actors.protocol._commands import Bad
 from kestrel_actors.protocol._text import (
     MAX_PUT_BUFFER,
+    TEXT_NO_ITEM,
+    TEXT_NOT_THAT_MANY,
     TEXT_OP_DELETE,
     TEXT_OP_FLUSH,
     TEXT_OP_GET_ITEM,
     TEXT_OP_MONITOR,
     TEXT_OP_SET_ITEM,
-    TEXT_NO_ITEM,
-    TEXT_NOT_THAT_MANY,
     TEXT_ZERO,
     TextDecoder,
     text_count,

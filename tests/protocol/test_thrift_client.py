@@ -120,6 +120,5 @@ def test_an_exception_reply_is_raised_and_the_connection_goes_on(peer):
 
 
 def test_a_closed_connection_raises(peer):
-    with ThriftClient("127.0.0.1", peer.port, timeout=5) as client:
-        with pytest.raises(TTransportException):
-            client.peek("drop")
+    with ThriftClient("127.0.0.1", peer.port, timeout=5) as client, pytest.raises(TTransportException):
+        client.peek("drop")

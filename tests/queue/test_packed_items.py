@@ -53,7 +53,8 @@ def test_long_items_stay_whole_between_packed_ones():
         items.append(item(index, size))
     lone = [entry for entry in items._entries if isinstance(entry, Item)]
     per_chunk = -(-CHUNK_BYTES // 500)  # items of 500 B that fill a chunk
-    assert [len(entry.data) for entry in lone] == [LONE_ITEM_BYTES, 3 * LONE_ITEM_BYTES, *[500] * (300 % per_chunk), 100]
+    assert [len(entry.data) for entry in lone] == [
+        LONE_ITEM_BYTES, 3 * LONE_ITEM_BYTES, *[500] * (300 % per_chunk), 100]
     assert [items.popleft() for _ in sizes] == [item(i, size) for i, size in enumerate(sizes)]
 
 

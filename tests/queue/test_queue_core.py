@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kestrel_actors.protocol import expiry_from_exptime
-from kestrel_actors.queue import QueueCore
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
+from kestrel_actors.protocol import expiry_from_exptime
+from kestrel_actors.queue import QueueCore
 
 NOW = 1_700_000_000_000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kestrel_actors.queue import WaitList, Waiter
+from kestrel_actors.queue import Waiter, WaitList
 
 
 class _Batch:
@@ -77,9 +77,9 @@ def test_entries_of_woken_waiters_do_not_pile_up():
         waiter = Waiter(_Batch(), 0, [], None)
         waits.park(waiter, deadline)
         waits.remove(waiter)
-    assert len(waits._in_order) < 100  # noqa: SLF001
-    assert len(waits._deadlines) < 100  # noqa: SLF001
-    assert len(waits._arrivals) < 100  # noqa: SLF001
+    assert len(waits._in_order) < 100
+    assert len(waits._deadlines) < 100
+    assert len(waits._arrivals) < 100
     assert waits.oldest() is keep
 
 
@@ -92,7 +92,7 @@ def test_entries_of_woken_waiters_with_earlier_deadlines_do_not_pile_up():
         waiter = Waiter(_Batch(), 0, [], None)
         waits.park(waiter, now + 30)
         waits.remove(waiter)
-    assert len(waits._deadlines) < 100  # noqa: SLF001
+    assert len(waits._deadlines) < 100
     assert waits.oldest() is keep
 
 
@@ -116,6 +116,6 @@ def test_once_every_waiter_has_gone_any_deadline_is_in_order_again():
     waits.park(long_wait, now + 30)
     waits.remove(long_wait)  # woken: nothing parked is left
     waits.park(short_wait, now - 1)
-    assert not waits._deadlines  # noqa: SLF001 - not on the heap behind a waiter that has gone
+    assert not waits._deadlines
     assert waits.take_due() == [short_wait]
     assert not waits and waits.take_due() == []

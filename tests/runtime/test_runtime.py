@@ -244,7 +244,7 @@ def test_ask_to_an_inline_actor_runs_on_its_own_greenlet():
 
 
 def test_an_inline_failure_stops_the_actor_not_the_caller(inline_pair):
-    log, a, _b = inline_pair
+    _log, a, _b = inline_pair
     a.tell(("boom", 1))  # no exception here: a tell has no one to report to
     gevent.sleep(0.01)
     assert not a.is_alive()
@@ -253,7 +253,7 @@ def test_an_inline_failure_stops_the_actor_not_the_caller(inline_pair):
 
 
 def test_a_stop_inside_an_inline_handler_turns_what_is_queued_into_dead_letters(inline_pair):
-    log, a, b = inline_pair
+    log, a, _b = inline_pair
 
     class Relay(GeventActor):
         inline_dispatch = True

@@ -13,7 +13,6 @@ is in its queue's journal; a SIGKILL right after ``STORED`` never loses a copy.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -274,13 +273,13 @@ def test_queue_whose_file_cannot_be_created_answers(mount_tmpfs):
     server.start()
     try:
         client = server.client(REPLY_TIMEOUT)
-        replies = [client.set("q%d" % n, b"x") for n in range(12)]
+        replies = [client.set(f"q{n}", b"x") for n in range(12)]
         assert replies[0] == b"STORED"
         failed = [n for n, reply in enumerate(replies) if reply != b"STORED"]
         assert failed, "the inodes never ran out"
         assert all(replies[n] == b"SERVER_ERROR cannot open queue: No space left on device" for n in failed)
         text = TextClient(server.host, text_port, REPLY_TIMEOUT)
-        assert text_put(text, "q%d" % failed[0], b"y") == b"-cannot open queue: No space left on device"
+        assert text_put(text, f"q{failed[0]}", b"y") == b"-cannot open queue: No space left on device"
         assert client.set("q0", b"again") == b"STORED"
         assert client.stats()["queue_q0_items"] == "2"
         assert client.get("q0") == b"x"

@@ -6,13 +6,25 @@ from __future__ import annotations
 import random
 import re
 import time
+from pathlib import Path
 
 import pytest
-from ..helpers import (
-    assert_dropped, assert_reply_then_close, assert_silent, assert_still_open, drain, drain_queue,
-    expect, fill, send_quietly, stats_of, unique, value, wait_for,
-)
 
+from ..helpers import (
+    assert_dropped,
+    assert_reply_then_close,
+    assert_silent,
+    assert_still_open,
+    drain,
+    drain_queue,
+    expect,
+    fill,
+    send_quietly,
+    stats_of,
+    unique,
+    value,
+    wait_for,
+)
 
 
 @pytest.fixture
@@ -32,7 +44,7 @@ def qname() -> str:
 
 
 def rss_kib(server) -> int:
-    status = open(f"/proc/{server.proc.pid}/status").read()
+    status = Path(f"/proc/{server.proc.pid}/status").read_text()
     return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1))
 
 
@@ -90,7 +102,8 @@ def test_exptime_is_parsed_before_flags(module_server, canary, qname):
 @pytest.mark.parametrize("flags", [b"abc", b"2147483648", b"-2147483649", b"4294967295", b"1.0"])
 def test_bad_flags_is_client_error_stays_open_and_consumes_the_data(module_server, canary, qname, flags):
     c = module_server.client()
-    c.send(b"set %s %s 0 5\r\nhello\r\nset %s 0 0 2\r\nok\r\nget %s\r\n" % (qname.encode(), flags, qname.encode(), qname.encode()))
+    q = qname.encode()
+    c.send(b"set %s %s 0 5\r\nhello\r\nset %s 0 0 2\r\nok\r\nget %s\r\n" % (q, flags, q, q))
     expect(c, b"CLIENT_ERROR\r\nSTORED\r\n" + value(qname, b"ok"))
     assert_still_open(c)
 
@@ -206,7 +219,7 @@ GARBAGE = {
 def test_garbage_never_hurts_the_server(module_server, canary, name):
     c = module_server.client()
     send_quietly(c, GARBAGE[name])
-    data, closed = drain(c, 0.5)
+    data, _closed = drain(c, 0.5)
     assert data in (b"", b"CLIENT_ERROR\r\n", b"END\r\n"), data  # whatever happens: no item, no crash
     c.close()
 
@@ -308,7 +321,7 @@ def test_a_monitor_whose_client_does_not_read_stops_opening_items(module_server,
     time.sleep(0.3)  # the monitor waits on the empty queue
     before = rss_kib(module_server)
     producer = module_server.client()
-    for start in range(0, count, 100):  # items arrive while the monitor runs
+    for _ in range(0, count, 100):  # items arrive while the monitor runs
         fill(producer, qname, *([item] * 100))
     time.sleep(0.5)
     grown = rss_kib(module_server) - before

@@ -8,8 +8,21 @@ import time
 import pytest
 
 from ..helpers import (
-    LONG_WAIT_MS, PATIENCE, ServerProcess, assert_dropped, assert_silent, assert_still_open, drain_queue,
-    expect, fill, queue_stat, stats_of, unique, value, wait_for, wait_queue_stat,
+    LONG_WAIT_MS,
+    PATIENCE,
+    ServerProcess,
+    assert_dropped,
+    assert_silent,
+    assert_still_open,
+    drain_queue,
+    expect,
+    fill,
+    queue_stat,
+    stats_of,
+    unique,
+    value,
+    wait_for,
+    wait_queue_stat,
 )
 
 LONG = b"%d" % LONG_WAIT_MS

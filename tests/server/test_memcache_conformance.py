@@ -17,9 +17,21 @@ import time
 import pytest
 
 from ..helpers import (
-    assert_dropped, assert_reply_then_close, assert_silent, assert_still_open, drain_queue, expect,
-    fill, queue_stat, set_cmd, stats_of, unique, value, wait_queue_stat,
+    assert_dropped,
+    assert_reply_then_close,
+    assert_silent,
+    assert_still_open,
+    drain_queue,
+    expect,
+    fill,
+    queue_stat,
+    set_cmd,
+    stats_of,
+    unique,
+    value,
+    wait_queue_stat,
 )
+
 
 def test_set_then_get_exact_bytes(module_server, qname):
     c = module_server.client()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import time
-from ..helpers import assert_still_open, expect, fill, stats_of, value, wait_for
 
+from ..helpers import assert_still_open, expect, fill, stats_of, value, wait_for
 
 GLOBAL_KEYS = [
     "uptime", "time", "version", "curr_items", "total_items", "bytes", "reserved_memory_ratio",
@@ -198,7 +198,7 @@ def test_flush_and_delete_counters(server):
     stats = dict(stat_lines(c))
     assert stats["queue_deletes"] == "1"
     assert stats["queue_creates"] == "2"
-    assert not any(k.startswith("queue_r_") or k.startswith("queue_nosuch_") for k in stats)
+    assert not any(k.startswith(("queue_r_", "queue_nosuch_")) for k in stats)
     assert stats["curr_items"] == "0"
 
 
@@ -257,7 +257,8 @@ def test_dump_stats_of_a_missing_name(server):
 
 
 def _dump_block(name: str, stats: dict[str, str]) -> bytes:
-    lines = [f"queue '{name}' {{"] + [f"  {k}={stats[f'queue_{name}_{k}']}" for k in [*QUEUE_STATS, "oldest_item_age", "journal_failing"]] + ["}"]
+    keys = [*QUEUE_STATS, "oldest_item_age", "journal_failing"]
+    lines = [f"queue '{name}' {{", *[f"  {k}={stats[f'queue_{name}_{k}']}" for k in keys], "}"]
     return "\r\n".join(lines).encode()
 
 

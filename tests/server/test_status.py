@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from kestrel_actors.config import ServerConfig
@@ -54,7 +56,7 @@ def test_what_each_status_blocks(status, reads, writes, graceful):
 
 def test_strictness_order():
     order = [Status.UP, Status.WRITE_AVOID, Status.READ_ONLY, Status.QUIESCENT, Status.DOWN]
-    for looser, stricter in zip(order, order[1:]):
+    for looser, stricter in itertools.pairwise(order):
         assert stricter.stricter_than(looser) and not looser.stricter_than(stricter)
     assert not Status.UP.stricter_than(Status.UP)
 

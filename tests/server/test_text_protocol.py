@@ -18,7 +18,6 @@ from kestrel_actors import KESTREL_VERSION
 
 from ..helpers import start_text_server, text_client, wait_for
 
-
 TEXT_CONFIG = """\
 [queues.tfanout]
 fanout_only = true

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Self
 
 import pytest
 
@@ -60,7 +61,7 @@ class Probe:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Probe:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
