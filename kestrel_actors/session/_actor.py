@@ -73,6 +73,10 @@ JOIN_BELOW: Final = 64 * 1024
 """A flush of several replies is joined into one write below this many bytes; from it on the
 transport writes them as they are (a megabyte joined cost a mapping and its page faults:
 issue 53)."""
+LONE_PARTS: Final = 3
+"""A flush of at most this many parts (a lone GET hit's header, data and ``END``) is written as
+its parts with one ``writev``, never joined: joining copied the item's data once more, and cost
+more instructions than the kernel's gathering (ADR 0020)."""
 _NO_OPS: Final[list[Any]] = []
 """``batch_ops`` between batches (never changed): a session keeps no operation, and so no
 item's bytes, after its batch is answered."""
@@ -763,14 +767,19 @@ class SessionActor(GeventActor):
         for part in out:
             size += len(part)
         self.context.stats.bytes_written += size
+        parts = len(out)
         try:
-            if size < JOIN_BELOW or len(out) == 1:
-                data = b"".join(out)  # one reply (the usual case) is not copied
+            if parts == 1:  # a reply of one part (a SET's, a miss's): sent as it is
+                data = out[0]
                 out.clear()
                 self.transport.sendall(data)
-            else:
+            elif parts <= LONE_PARTS or size >= JOIN_BELOW:
                 self.transport.send_parts(out, size)
                 out.clear()
+            else:
+                data = b"".join(out)
+                out.clear()
+                self.transport.sendall(data)
         except OSError:
             out.clear()
             self._hang_up()

@@ -538,19 +538,22 @@ class SocketTransport(Transport):
         if self.closed:
             raise OSError(errno.EBADF, "the connection is closed")
         out = self._out
-        waiting = len(out)
+        if out:  # written after what waits, by the write watcher
+            out.extend(parts)
+            self._out_bytes += size
+            self._out_held += size
+            self._backed_up()
+            return
+        try:
+            sent = _writev(self.fd, parts if len(parts) <= IOV_MAX else parts[:IOV_MAX])
+        except BlockingIOError:
+            sent = 0
+        if sent == size:  # the usual case: the kernel took it all, nothing is kept
+            return
         out.extend(parts)
-        self._out_bytes += size
-        self._out_held += size
-        if not waiting:
-            try:
-                self._write_out()
-            except OSError:
-                self._drop_output()
-                raise
-            if not out:
-                return
-            self._await_writable()
+        self._out_bytes += size - sent
+        self._out_held += size - self._drop_sent(sent)
+        self._await_writable()
         self._backed_up()
 
     def _await_writable(self) -> None:
@@ -584,6 +587,13 @@ class SocketTransport(Transport):
         except BlockingIOError:
             return
         self._out_bytes -= sent
+        self._out_held -= self._drop_sent(sent)
+
+    def _drop_sent(self, sent: int) -> int:
+        """Drop the first ``sent`` bytes of ``_out`` (what a ``writev`` took): whole buffers,
+        and of the one it stopped in, all but its unsent part (``_unsent``). Returns the memory
+        let go of (``_footprint``); the caller settles ``_out_bytes`` and ``_out_held``."""
+        out = self._out
         held = 0
         index = 0
         while index < len(out) and sent >= len(out[index]):
@@ -596,7 +606,7 @@ class SocketTransport(Transport):
             held += _footprint(head) - _footprint(rest)
             out[index] = rest
         del out[:index]
-        self._out_held -= held
+        return held
 
     def _writable(self) -> None:
         try:
