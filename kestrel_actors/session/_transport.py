@@ -16,10 +16,10 @@ drain tells it to go on). The kernel holds at most ``UNSENT_IN_KERNEL`` bytes no
 what waits is the server's to keep, in sight of the budget below. A session's flush of many
 replies (a part of a batch of fetches, up to about 1 MiB) comes as parts (``send_parts``) and
 is written with ``writev`` as it is: joined, each flush cost a fresh mapping and its page
-faults. So does a lone GET hit's reply (its header, data and ``END``): joined, its data was
-copied once more, for more instructions than the gathering costs (ADR 0020). What the kernel
-does not take is kept, from where it stopped (``_drop_sent``), and written on with ``writev``:
-a write costs what it sends, not what waits.
+faults. So does a lone GET hit's reply (its header, data and ``END``) from 8 KiB on: joined,
+its data was copied once more (below that, the kernel's gathering costs more: ADR 0020). What
+the kernel does not take is kept, from where it stopped (``_drop_sent``), and written on with
+``writev``: a write costs what it sends, not what waits.
 
 The end of input (the client's FIN: a half-close, ``shutdown(SHUT_WR)``, or a close) is not a
 hang-up: the client may still read, so the session answers every request read before it, then

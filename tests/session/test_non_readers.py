@@ -218,14 +218,16 @@ LONE_HITS = 40
 
 
 def test_a_slow_reader_gets_lone_hits_written_in_parts_whole_and_in_order(server):
-    """A lone GET hit's reply (header, data, ``END``) is written as its parts with one ``writev``
-    (``SessionActor._flush``, ``SocketTransport.send_parts``). A client reading through a small
-    window makes the kernel take only some of them (``TCP_NOTSENT_LOWAT``): the rest, cut in any
-    of the three, is kept and sent from where it stopped. The GETs alternate between two queues,
-    so each is a batch, and a flush, of its own; the items' sizes differ, so the cuts fall in
-    different places; every reply arrives whole and in order."""
+    """A lone GET hit's reply (header, data, ``END``) of ``LONE_WRITEV_FROM`` bytes or more is
+    written as its parts with one ``writev`` (``SessionActor._flush``, ``SocketTransport.send_parts``),
+    a smaller one joined. A client reading through a small window makes the kernel take only some
+    of them (``TCP_NOTSENT_LOWAT``): the rest, cut in any of the three, is kept and sent from where
+    it stopped. The GETs alternate between two queues, so each is a batch, and a flush, of its own;
+    the items' sizes differ, so the cuts fall in different places; every reply arrives whole and
+    in order."""
     queues = [unique("slow"), unique("slow")]
-    sizes = [20_000 + 997 * index for index in range(LONE_HITS)]  # 20-59 KiB, below JOIN_BELOW
+    # mostly 20-59 KiB (written as parts, below JOIN_BELOW), every fourth 1-7 KiB (joined)
+    sizes = [1_000 + 150 * index if index % 4 == 0 else 20_000 + 997 * index for index in range(LONE_HITS)]
     items = [numbered(index, size) for index, size in enumerate(sizes)]
     filler = server.client()
     for queue in queues:
