@@ -249,7 +249,7 @@ REQUEST_PATH = {
     # an except clause's class; the idle timer's loop (gevent's), when an idle timeout is set
     "SocketTransport._readable": {"BlockingIOError", "loop", "now"},
     "SocketTransport._account": set(),
-    # a reply (a lone GET hit's as its parts): an except clause's class, the error of a closed connection
+    # a reply (a lone GET hit's from 8 KiB as its parts): an except clause's class, a closed connection's error
     "SocketTransport.sendall": {"BlockingIOError", "EBADF"},
     "SocketTransport.send_parts": {"BlockingIOError", "EBADF"},
     "SocketTransport._drop_sent": set(),
