@@ -244,11 +244,15 @@ REQUEST_PATH = {
     "Dispatcher._run": {"switch"},  # gevent's hub
     "Dispatcher.tell_from_hub": {"loop", "pendingcnt"},
     "GeventRef.tell": {" not found"},  # the message of a tell to a stopped actor
-    "record_batch": {"add_time"},  # a fetch's result
+    "record_batch": set(),
     "SessionActor.fetch": set(),
     # an except clause's class; the idle timer's loop (gevent's), when an idle timeout is set
     "SocketTransport._readable": {"BlockingIOError", "loop", "now"},
     "SocketTransport._account": set(),
+    # a reply (a lone GET hit's from 8 KiB as its parts): an except clause's class, a closed connection's error
+    "SocketTransport.sendall": {"BlockingIOError", "EBADF"},
+    "SocketTransport.send_parts": {"BlockingIOError", "EBADF"},
+    "SocketTransport._drop_sent": set(),
     # heapify when compacting, and the heap's tie-breaking count, for a deadline out of order
     "WaitList.park": {"heapify", "next"},
     "WaitList.oldest": set(),

@@ -16,8 +16,10 @@ drain tells it to go on). The kernel holds at most ``UNSENT_IN_KERNEL`` bytes no
 what waits is the server's to keep, in sight of the budget below. A session's flush of many
 replies (a part of a batch of fetches, up to about 1 MiB) comes as parts (``send_parts``) and
 is written with ``writev`` as it is: joined, each flush cost a fresh mapping and its page
-faults. What waits is written from where it stopped, again with ``writev``: a write costs what
-it sends, not what waits.
+faults. So does a lone GET hit's reply (its header, data and ``END``) from 8 KiB on: joined,
+its data was copied once more (below that, the kernel's gathering costs more: ADR 0020). What
+the kernel does not take is kept, from where it stopped (``_drop_sent``), and written on with
+``writev``: a write costs what it sends, not what waits.
 
 The end of input (the client's FIN: a half-close, ``shutdown(SHUT_WR)``, or a close) is not a
 hang-up: the client may still read, so the session answers every request read before it, then
@@ -538,19 +540,22 @@ class SocketTransport(Transport):
         if self.closed:
             raise OSError(errno.EBADF, "the connection is closed")
         out = self._out
-        waiting = len(out)
+        if out:  # written after what waits, by the write watcher
+            out.extend(parts)
+            self._out_bytes += size
+            self._out_held += size
+            self._backed_up()
+            return
+        try:
+            sent = _writev(self.fd, parts if len(parts) <= IOV_MAX else parts[:IOV_MAX])
+        except BlockingIOError:
+            sent = 0
+        if sent == size:  # the usual case: the kernel took it all, nothing is kept
+            return
         out.extend(parts)
-        self._out_bytes += size
-        self._out_held += size
-        if not waiting:
-            try:
-                self._write_out()
-            except OSError:
-                self._drop_output()
-                raise
-            if not out:
-                return
-            self._await_writable()
+        self._out_bytes += size - sent
+        self._out_held += size - self._drop_sent(sent)
+        self._await_writable()
         self._backed_up()
 
     def _await_writable(self) -> None:
@@ -584,6 +589,13 @@ class SocketTransport(Transport):
         except BlockingIOError:
             return
         self._out_bytes -= sent
+        self._out_held -= self._drop_sent(sent)
+
+    def _drop_sent(self, sent: int) -> int:
+        """Drop the first ``sent`` bytes of ``_out`` (what a ``writev`` took): whole buffers,
+        and of the one it stopped in, all but its unsent part (``_unsent``). Returns the memory
+        let go of (``_footprint``); the caller settles ``_out_bytes`` and ``_out_held``."""
+        out = self._out
         held = 0
         index = 0
         while index < len(out) and sent >= len(out[index]):
@@ -596,7 +608,7 @@ class SocketTransport(Transport):
             held += _footprint(head) - _footprint(rest)
             out[index] = rest
         del out[:index]
-        self._out_held -= held
+        return held
 
     def _writable(self) -> None:
         try:

@@ -362,7 +362,7 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
             _tally(buckets, usec)
             return
         if kind is Remove or kind is Open:
-            item = results[0]
+            item: Item | None = results[0]  # typed: the compiled build reads add_time natively
             if item is None:
                 metrics.get_items_miss += 1
                 if batch.parked:  # waited out its timeout

@@ -28,7 +28,7 @@ from kestrel_actors.session._budget import BufferBudget
 from kestrel_actors.session._transport import SocketTransport
 from kestrel_actors.stats import ServerStats
 
-from ..helpers import fill, stats_of, unique, value, wait_for
+from ..helpers import fill, numbered, stats_of, unique, value, wait_for
 
 ITEM = 64 * 1024
 PEEKS = 200
@@ -212,3 +212,37 @@ def test_a_lone_reply_the_kernel_takes_whole_leaves_the_transport_free():
     finally:
         transport.close()
         theirs.close()
+
+
+LONE_HITS = 40
+
+
+def test_a_slow_reader_gets_lone_hits_written_in_parts_whole_and_in_order(server):
+    """A lone GET hit's reply (header, data, ``END``) of ``LONE_WRITEV_FROM`` bytes or more is
+    written as its parts with one ``writev`` (``SessionActor._flush``, ``SocketTransport.send_parts``),
+    a smaller one joined. A client reading through a small window makes the kernel take only some
+    of them (``TCP_NOTSENT_LOWAT``): the rest, cut in any of the three, is kept and sent from where
+    it stopped. The GETs alternate between two queues, so each is a batch, and a flush, of its own;
+    the items' sizes differ, so the cuts fall in different places; every reply arrives whole and
+    in order."""
+    queues = [unique("slow"), unique("slow")]
+    # mostly 20-59 KiB (written as parts, below JOIN_BELOW), every fourth 1-7 KiB (joined)
+    sizes = [1_000 + 150 * index if index % 4 == 0 else 20_000 + 997 * index for index in range(LONE_HITS)]
+    items = [numbered(index, size) for index, size in enumerate(sizes)]
+    filler = server.client()
+    for queue in queues:
+        fill(filler, queue, *items[queues.index(queue)::2])
+    filler.close()
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a window that fills at once
+    reader.connect((server.host, server.port))
+    reader.sendall(b"".join(b"get %s\r\n" % queues[index % 2].encode() for index in range(LONE_HITS)))
+    expected = b"".join(value(queues[index % 2], item) for index, item in enumerate(items))
+    reader.settimeout(30)
+    received = bytearray()
+    while len(received) < len(expected):
+        chunk = reader.recv(4096)  # a slow reader: a small window, a small read at a time
+        assert chunk, len(received)
+        received += chunk
+    reader.close()
+    assert bytes(received) == expected
