@@ -488,7 +488,8 @@ class FileJournal(Journal):
 
     def _delete_later(self, paths: list[str]) -> None:
         """Delete ``paths`` on the threadpool, from a greenlet of their own: nothing waits for
-        it but :meth:`close` (a file left by a stop is deleted at the next start)."""
+        it but :meth:`close` and :meth:`erase` (a file left by a crash is deleted at the next
+        start)."""
         if paths:
             self._deleting = [job for job in self._deleting if not job.dead]
             self._deleting.append(gevent.spawn(run_blocking, delete_files, paths))
