@@ -225,7 +225,8 @@ REQUEST_PATH = {
     "SessionActor._start_batch": {"queue"},  # a command's queue: each protocol has its own classes
     "SessionActor._batch_done": set(),
     "SessionActor._answer": set(),
-    "SessionActor._joins_batch": {"queue"},  # the next command's queue, as in _start_batch
+    "SessionActor._compile_rest": set(),
+    "MemcacheHandler.joins": {"QUEUE_KINDS", "queue"},  # a follower neither a GET nor a SET
     "SessionActor._flush": set(),
     "SessionActor._write_refusal": set(),
     "MemcacheHandler.compile": {"max_open_transactions"},  # the config: an interpreted dataclass
@@ -274,6 +275,10 @@ REQUEST_PATH = {
     "PackedItems.popleft": set(),
     "PackedItems.head": set(),
     "PackedItems._take_packed": set(),
+    "PackedItems._drop_first": set(),
+    "FileJournal.remove": set(),
+    # its leader (a Protocol: the journal, or a replay), asked only at the end of a run of records
+    "ReadBehindReader.next_item": {"flush", "name", "size", "written_size"},
     "_unpack": set(),
     "ValueReplies.reply": set(),
     "_tally": set(),

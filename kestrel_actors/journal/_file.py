@@ -37,6 +37,7 @@ from ._checkpoint import Checkpoint, CheckpointFile, remove_checkpoint, tail_crc
 from ._failures import FailureLog
 from ._files import (
     archived_files,
+    delete_files,
     erase_files,
     file_timestamp,
     fsync_dir,
@@ -136,6 +137,8 @@ class FileJournal(Journal):
         self.checkpoints = 0
         self._pack_job: gevent.Greenlet[..., Any] | None = None
         self._checkpoint_job: gevent.Greenlet[..., Any] | None = None
+        self._deleting: list[gevent.Greenlet[..., Any]] = []
+        """The deletions of the files rewrites replaced (``<name>~~<ms>.gone``) still under way."""
         self._checkpoint_again: Any = None
         """The queue whose checkpoint was due while one was being written (a rotation's must
         not be skipped: the next one may be 4 MiB away)."""
@@ -213,6 +216,7 @@ class FileJournal(Journal):
         self.closed = True
         self._wait_for_checkpoint()
         self._wait_for_pack()
+        self._wait_for_deletions()
         self._end_read_behind()
         self._writer.close(sync=True)
 
@@ -221,6 +225,7 @@ class FileJournal(Journal):
         self.closed = True
         self._wait_for_checkpoint()
         self._wait_for_pack()
+        self._wait_for_deletions()
         self._end_read_behind()
         self._writer.close(sync=False)
         remove_checkpoint(self.data_dir, self.name)
@@ -405,7 +410,9 @@ class FileJournal(Journal):
         Refused (False) in read-behind, where the items on disk are not in ``queue.items``.
         An error before the snapshot is committed leaves the old files (False); one after it
         leaves a committed pack that the next listing finishes. Either is logged once per
-        change of state.
+        change of state. The files replaced are renamed out of the way (``<name>~~<ms>.gone``)
+        and deleted on the threadpool: unlinking hundreds of megabytes on the queue's greenlet
+        held the whole event loop while the disk freed their blocks.
         """
         if self.closed:
             return False
@@ -420,6 +427,7 @@ class FileJournal(Journal):
         data_dir = self.data_dir
         writer = self._writer
         after_commit: OSError | None = None
+        gone: list[str] = []
         with writer.exclusive():
             if writer.unwritten and writer.error is None:
                 return False  # a hold keeps records back: a snapshot would make them durable early
@@ -448,7 +456,8 @@ class FileJournal(Journal):
                 return False
             try:
                 run_blocking(fsync_dir, data_dir)
-                archived_files(data_dir, self.name)  # deletes every archive, renames the pack
+                # every archive renamed out of the way (deleted below, off the loop), the pack into place
+                archived_files(data_dir, self.name, gone=gone)
                 os.replace(rotated_path, self.path)
                 run_blocking(fsync_dir, data_dir)
             except OSError as exc:
@@ -463,6 +472,7 @@ class FileJournal(Journal):
                 self._sequence.marks.append([0, self.name, 0])
             else:
                 self._sequence = None  # where the snapshot ended up is not known: no checkpoints
+        self._delete_later(gone)
         self._max_ts = file_timestamp(rotated, self.name) or self._max_ts
         self._update_archived_size()
         self.rewrites += 1
@@ -475,6 +485,14 @@ class FileJournal(Journal):
             self.rewrite_failures.succeeded()
         self.pack_failures.succeeded()  # the archives a failed pack was for are compacted now
         return True
+
+    def _delete_later(self, paths: list[str]) -> None:
+        """Delete ``paths`` on the threadpool, from a greenlet of their own: nothing waits for
+        it but :meth:`close` and :meth:`erase` (a file left by a crash is deleted at the next
+        start)."""
+        if paths:
+            self._deleting = [job for job in self._deleting if not job.dead]
+            self._deleting.append(gevent.spawn(run_blocking, delete_files, paths))
 
     def _update_archived_size(self) -> None:
         try:
@@ -662,6 +680,11 @@ class FileJournal(Journal):
         # one finishing may start the next (one was due meanwhile): wait for that too
         while (job := self._checkpoint_job) is not None and not job.dead:
             job.join()
+
+    def _wait_for_deletions(self) -> None:
+        """Wait for the files replaced by rewrites to be deleted (blocking this greenlet)."""
+        jobs, self._deleting = self._deleting, []
+        gevent.joinall(jobs)
 
     def _wait_for_pack(self) -> None:
         # a finishing pack may start the next one (the reader moved on meanwhile): wait for

@@ -7,6 +7,8 @@
                            timestamp is ``<= ms``; any listing deletes those archives and
                            renames the pack to ``<name>.<ms>`` (the commit point of a pack)
 ``<name>~~<ms>``           a temporary file being written; deleted when the queue is replayed
+``<name>~~<ms>.gone``      an archive a rewrite replaced, renamed out of the way and being
+                           deleted on the threadpool; deleted when the queue is replayed
 =========================  ===============================================================
 
 Queue names never contain ``.``, ``/`` or ``~``, so the part of a file name before the first
@@ -29,11 +31,13 @@ import time
 import structlog
 
 __all__ = [
+    "GONE_SUFFIX",
     "PACK_SUFFIX",
     "TEMP_MARK",
     "NotRegularFile",
     "archived_files",
     "check_regular",
+    "delete_files",
     "delete_temp_files",
     "erase_files",
     "file_size",
@@ -54,6 +58,7 @@ TEMP_MARK = "~~"
 CHECKPOINT_DIR = ".checkpoint"
 """Where each queue's checkpoint is kept (journal/_checkpoint.py)."""
 PACK_SUFFIX = ".pack"
+GONE_SUFFIX = ".gone"
 
 _warned: set[str] = set()
 
@@ -208,15 +213,22 @@ def _timed_files(data_dir: str, name: str, listing: list[str] | None = None) -> 
     return found
 
 
-def _collapse_pack(data_dir: str, name: str, files: list[tuple[int, bool, str]]) -> bool:
-    """Finish the first pack found: delete the archives it summarises, rename it into place."""
+def _collapse_pack(data_dir: str, name: str, files: list[tuple[int, bool, str]], gone: list[str] | None) -> bool:
+    """Finish the first pack found: delete the archives it summarises (or, given ``gone``,
+    rename each to ``<name>~~<ms>.gone`` and list its path there), rename it into place."""
     for pack_ts, is_pack, pack_name in files:
         if not is_pack:
             continue
         for ts, other_is_pack, filename in files:
             if ts <= pack_ts and not other_is_pack:
+                path = os.path.join(data_dir, filename)
                 try:
-                    os.unlink(os.path.join(data_dir, filename))
+                    if gone is None:
+                        os.unlink(path)
+                    else:
+                        doomed = os.path.join(data_dir, f"{name}{TEMP_MARK}{ts}{GONE_SUFFIX}")
+                        os.replace(path, doomed)
+                        gone.append(doomed)
                 except FileNotFoundError:
                     pass
         final = pack_name[: -len(PACK_SUFFIX)]
@@ -235,15 +247,19 @@ thread while the queue lists from the hub: one listing at a time, or the second 
 the file the first just renamed into place."""
 
 
-def archived_files(data_dir: str, name: str, listing: list[str] | None = None) -> list[str]:
+def archived_files(data_dir: str, name: str, listing: list[str] | None = None,
+                   gone: list[str] | None = None) -> list[str]:
     """The archived files of queue ``name``, oldest first, after finishing any pack.
 
     ``listing``: the directory's files of this queue, listed just before (else it is listed
-    now); once a pack is finished the directory is listed again."""
+    now); once a pack is finished the directory is listed again. ``gone``: the archives a pack
+    replaces are not deleted but renamed out of the way (``<name>~~<ms>.gone``) and their
+    paths appended there, for :func:`delete_files` to delete off the event loop (a rewrite:
+    unlinking a big file frees its blocks, which can take the disk tens of milliseconds)."""
     with _listing:
         while True:
             files = _timed_files(data_dir, name, listing)
-            if not _collapse_pack(data_dir, name, files):
+            if not _collapse_pack(data_dir, name, files, gone):
                 return [filename for _ts, _pack, filename in files]
             listing = None
 
@@ -275,9 +291,19 @@ def queue_names(data_dir: str) -> list[str]:
     return sorted(names)
 
 
+def delete_files(paths: list[str]) -> None:
+    """Unlink each of ``paths`` (blocking: run it on the threadpool); one already gone, or one
+    that cannot be unlinked now, is left to :func:`delete_temp_files` at the next start."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def delete_temp_files(data_dir: str, name: str, listing: list[str] | None = None) -> list[str]:
-    """Delete ``<name>~~*`` (an interrupted rewrite or pack); returns the names deleted.
-    ``listing``: as for :func:`archived_files`."""
+    """Delete ``<name>~~*`` (an interrupted rewrite or pack, the replaced archives a rewrite
+    had not deleted yet); returns the names deleted. ``listing``: as for :func:`archived_files`."""
     prefix = name + TEMP_MARK
     deleted = []
     for filename in _listdir(data_dir) if listing is None else listing:

@@ -102,7 +102,7 @@ _pack_xid: Final = _XID.pack
 _unpack_i32: Final = _I32.unpack_from
 _unpack_addx_body: Final = _ADDX_BODY.unpack_from
 
-REMOVE_RECORD = b"\x01"
+REMOVE_RECORD: Final = b"\x01"
 
 
 # -- encoders ------------------------------------------------------------------------------

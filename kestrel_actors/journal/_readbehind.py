@@ -79,6 +79,9 @@ class ReadBehindReader:
         self._now_ms = now_ms
         self._fd: int | None = None
         self._reader: RecordReader | None = None
+        self._in_leaders_file = False
+        """Whether the open file is the leader's (:attr:`in_current_file` when it was opened,
+        until :meth:`file_finished`): its end moves as the leader writes."""
         self.stalled = False
         """Set when the next record could not be written (a failing writer, a hold): the
         reader returns ``None`` without having caught up, and read-behind goes on."""
@@ -96,7 +99,8 @@ class ReadBehindReader:
 
         The leader is asked where it is only when the cursor reaches the end it last learnt
         (what was written then): the records before that end are whole and stay as they are,
-        so a run of them is read with no call to the leader per record."""
+        so a run of them is read with no call to the leader per record, nor a comparison of
+        file names (``_in_leaders_file`` is known since the file was opened)."""
         leader = self.leader
         while True:
             reader = self._reader
@@ -107,7 +111,7 @@ class ReadBehindReader:
                     continue
                 reader = self._reader
                 assert reader is not None
-            current = self.in_current_file
+            current = self._in_leaders_file
             if current and reader.position >= reader.end:
                 if self.offset >= leader.size():
                     return None
@@ -136,6 +140,7 @@ class ReadBehindReader:
         renames it) and ends at ``final_size`` (a replay may have cut a torn tail)."""
         if self.in_current_file:
             self.filename = filename
+            self._in_leaders_file = False
             if self._reader is not None:
                 self._reader.set_end(final_size)
 
@@ -158,7 +163,8 @@ class ReadBehindReader:
             return False
         # in the leader's file, only what the leader has written is read (the file's size may
         # end inside a record being written)
-        end = self.leader.written_size() if self.in_current_file else None
+        self._in_leaders_file = current = self.in_current_file
+        end = self.leader.written_size() if current else None
         self._reader = RecordReader(self._fd, self.offset, end, now_ms=self._now_ms, read=self._read)
         return True
 

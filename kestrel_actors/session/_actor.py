@@ -94,6 +94,7 @@ _perf_counter: Final = time.perf_counter
 _monotonic: Final = time.monotonic  # read through a C static, not the module (ADR 0015)
 # deque's methods through C statics too: ``pending.popleft()`` looks the name up on each call
 _append: Final = deque.append
+_appendleft: Final = deque.appendleft
 _clear: Final = deque.clear
 _extend: Final = deque.extend
 _popleft: Final = deque.popleft
@@ -513,11 +514,14 @@ class SessionActor(GeventActor):
         pending = self.pending
         preset, last = handler.compile(first, ops)  # _pump checked the head's write refusal
         _popleft(pending)
-        if preset is None and (last or not self._joins_batch(name)):
-            self.lone = first  # a batch of one request: no entries (see ``lone``)
-            entries = _NO_ENTRIES
+        if preset is None:
+            if last or not pending or not handler.joins(pending[0], name):
+                self.lone = first  # a batch of one request: no entries (see ``lone``)
+                entries = _NO_ENTRIES
+            else:  # the next request joins: _compile_rest takes it without asking again
+                entries = self._compile_rest(first, None, False, ops, name, True)
         else:
-            entries = self._compile_rest(first, preset, last, ops, name)
+            entries = self._compile_rest(first, preset, last, ops, name, False)
         self.batch = entries
         self.batch_ops = ops
         self.batch_queue = name
@@ -535,17 +539,26 @@ class SessionActor(GeventActor):
         return True
 
     def _compile_rest(self, first: Any, preset: p.Bad | None, last: bool, ops: list[Any],
-                      name: str) -> list[tuple[Any, int, p.Bad | None, bool]]:
+                      name: str, joining: bool) -> list[tuple[Any, int, p.Bad | None, bool]]:
         """The entries of a batch that does not hold ``first`` alone (compiled into ``ops``
-        already): the requests for queue ``name`` that follow it join it."""
+        already): the requests for queue ``name`` that follow it join it. ``joining``: the
+        head of ``pending`` is known to join (the caller asked).
+
+        Each request is taken off ``pending`` before it is asked about, and put back if it
+        does not join: one ``popleft`` per request, where a look at ``pending[0]`` first
+        was two generic reads more (a deque has no native index)."""
         pending = self.pending
         handler = self.handler
         entries = [(first, len(ops), preset, bool(ops) and type(ops[-1]) is Open)]
         if preset is not None and preset.close:
             _clear(pending)
             return entries
-        while not last and len(entries) < MAX_BATCH and self._joins_batch(name):
-            command = pending[0]
+        while not last and pending and len(entries) < MAX_BATCH:
+            command = _popleft(pending)
+            if not joining and not handler.joins(command, name):
+                _appendleft(pending, command)
+                break
+            joining = False
             before = len(ops)
             # a request behind the head (a write after a read) is checked here, not by _pump
             refusal = self._write_refusal(command)
@@ -553,23 +566,12 @@ class SessionActor(GeventActor):
                 preset, last = refusal, True
             else:
                 preset, last = handler.compile(command, ops)
-            _popleft(pending)
             count = len(ops) - before
             entries.append((command, count, preset, count > 0 and type(ops[-1]) is Open))
             if preset is not None and preset.close:
                 _clear(pending)
                 break
         return entries
-
-    def _joins_batch(self, name: str) -> bool:
-        """Whether the request at the head of ``pending`` goes to queue ``name`` in the batch
-        being compiled."""
-        pending = self.pending
-        if not pending:
-            return False
-        command = pending[0]
-        return (type(command) in self.queue_kinds and command.queue == name
-                and self.handler.goes_to_queue(command))
 
     def _batch_done(self, done: BatchDone) -> None:
         self.waiting = None

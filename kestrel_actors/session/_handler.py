@@ -162,6 +162,12 @@ class Handler:
         """Whether a command of a ``QUEUE_KINDS`` type needs its queue at all."""
         raise NotImplementedError
 
+    def joins(self, command: Any, queue: str) -> bool:
+        """Whether ``command``, pending behind a request for ``queue`` in the batch being
+        compiled, joins that batch: an operation on ``queue`` too. A handler may answer it
+        from its own command classes (a field read natively, no lookup by name)."""
+        return type(command) in self.QUEUE_KINDS and command.queue == queue and self.goes_to_queue(command)
+
     def creates(self, command: Any) -> bool:
         """Whether a request creates a missing queue (behaviour §5.2)."""
         raise NotImplementedError

@@ -243,6 +243,14 @@ class MemcacheHandler(Handler):
     def goes_to_queue(self, command: Any) -> bool:
         return True
 
+    def joins(self, command: Any, queue: str) -> bool:
+        # a pipelined GET or SET (the usual follower): its queue read natively
+        if type(command) is GetCommand:
+            return command.queue == queue
+        if type(command) is SetCommand:
+            return command.queue == queue
+        return type(command) in self.QUEUE_KINDS and command.queue == queue
+
     def creates(self, command: Any) -> bool:
         if type(command) is GetCommand:
             return not command.abort and (command.open or not command.close)

@@ -337,6 +337,7 @@ def test_rewrite_writes_open_reads_descending_then_items(data_dir):
     state = State([Item(b"e", 1)], {1: Item(b"a", 1, 0, 1), 2: Item(b"b", 1, 0, 2), 3: Item(b"d", 1, 0, 3)})
     before = summary(replay_queue(data_dir, "q"))
     assert journal.rewrite(state)
+    journal._wait_for_deletions()
     assert os.listdir(data_dir) == ["q"] and journal.rewrites == 1 and journal.archived_size == 0
     expected = (encode_add(Item(b"d", 1)) + encode_remove_tentative(3) + encode_add(Item(b"b", 1))
                 + encode_remove_tentative(2) + encode_add(Item(b"a", 1)) + encode_remove_tentative(1)
@@ -354,7 +355,56 @@ def test_empty_rewrite_is_a_zero_byte_file(data_dir):
     journal.add(Item(b"a", 1))
     journal.remove()
     assert journal.rewrite(State())
+    journal._wait_for_deletions()
     assert os.listdir(data_dir) == ["q"] and os.path.getsize(os.path.join(data_dir, "q")) == 0
+    journal.close()
+
+
+def test_a_rewrite_deletes_the_files_it_replaced_off_the_event_loop(data_dir, monkeypatch):
+    """The archives and the old current file are renamed ``q~~<ms>.gone`` by the rewrite and
+    unlinked on the threadpool, never on the loop's thread; the queue replays the same."""
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    for data in (b"a", b"b", b"c"):
+        journal.add(Item(data, 1))
+        journal.rotate()
+    journal.remove()
+    durable(journal)
+    before = summary(replay_queue(data_dir, "q"))
+    unlinked = []
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        unlinked.append((str(path), threading.get_ident()))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    assert journal.rewrite(State([Item(b"b", 1), Item(b"c", 1)]))
+    left = sorted(os.listdir(data_dir))  # nothing unlinked yet: this greenlet has not yielded
+    assert left[0] == "q" and len(left) == 5 and all(f.startswith("q~~") and f.endswith(".gone") for f in left[1:])
+    journal._wait_for_deletions()
+    # (the others unlinked are the checkpoint's, in its own directory)
+    gone = sorted(os.path.basename(path) for path, _thread in unlinked if os.path.dirname(path) == data_dir)
+    assert gone == left[1:] and all(thread != threading.get_ident() for _path, thread in unlinked)
+    assert os.listdir(data_dir) == ["q"] and summary(replay_queue(data_dir, "q")) == before
+    journal.add(Item(b"d", 1))
+    journal.close()
+    assert summary(replay_queue(data_dir, "q"))[0] == [b"b", b"c", b"d"]
+
+
+def test_a_leftover_gone_file_is_deleted_at_start_and_never_replayed(data_dir):
+    """A stop before a rewrite's deletions finished leaves ``q~~<ms>.gone`` files: the next
+    start deletes them and replays only the journal's own files."""
+    journal = FileJournal(data_dir, "q", QueueConfig())
+    journal.add(Item(b"kept", 1))
+    journal.rotate()
+    journal.add(Item(b"kept too", 1))
+    journal.close()
+    for ts in (1, 2**40):  # before and after the archive's timestamp
+        with open(os.path.join(data_dir, f"q~~{ts}.gone"), "wb") as gone:
+            gone.write(encode_add(Item(b"replaced %d" % ts, 1)))
+    journal, state = open_file_journal(data_dir, "q", QueueConfig())
+    assert [i.data for i in state.items] == [b"kept", b"kept too"]
+    assert not any(f.endswith(".gone") for f in os.listdir(data_dir))
     journal.close()
 
 

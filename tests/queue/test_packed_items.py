@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from kestrel_actors.queue import Item, PackedItems
-from kestrel_actors.queue._items import CHUNK_BYTES, LONE_ITEM_BYTES
+from kestrel_actors.queue._items import CHUNK_BYTES, COMPACT_AT, LONE_ITEM_BYTES
 
 
 def item(index: int, size: int = 100) -> Item:
@@ -81,3 +81,25 @@ def test_a_mixed_workload_matches_a_deque():
             items.appendleft(back)
         assert len(items) == len(expected)
     assert list(items) == expected
+
+
+def test_a_drain_with_items_put_back_keeps_order_and_lets_taken_slots_go():
+    """The list behind the entries: items taken at the head and put back in runs, through the
+    compactions of the taken slots, come out as from a deque; a drained queue keeps fewer than
+    COMPACT_AT slots."""
+    rng = random.Random(21)
+    items, expected = PackedItems(), []
+    for index in range(5 * COMPACT_AT):
+        new = item(index, LONE_ITEM_BYTES if index % 3 else 100)
+        items.append(new)
+        expected.append(new)
+    while expected:
+        taken = [items.popleft() for _ in range(min(len(expected), rng.randint(1, 3 * COMPACT_AT)))]
+        assert taken == expected[:len(taken)]
+        back = rng.randint(0, len(taken) - 1)  # at least one stays taken
+        for one in reversed(taken[len(taken) - back:]):
+            items.appendleft(one)
+        del expected[:len(taken) - back]
+        assert len(items) == len(expected) and list(items) == expected
+    assert not items and items.head() is None
+    assert len(items._entries) < COMPACT_AT
