@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-
-from ..helpers import assert_still_open, expect, fill, stats_of, value, wait_for
+from ..helpers import LONG_WAIT_MS, assert_still_open, expect, fill, stats_of, value, wait_for
 
 GLOBAL_KEYS = [
     "uptime", "time", "version", "curr_items", "total_items", "bytes", "reserved_memory_ratio",
@@ -226,7 +225,7 @@ def test_waiters_stat_counts_blocked_readers(server):
     c = server.client()
     blocked = [server.client() for _ in range(2)]
     for b in blocked:
-        b.send(b"get q/t=3000\r\n")
+        b.send(b"get q/t=%d\r\n" % LONG_WAIT_MS)
     assert wait_for(lambda: dict(stat_lines(c)).get("queue_q_waiters") == "2")
     blocked[0].close()
     assert wait_for(lambda: dict(stat_lines(c)).get("queue_q_waiters") == "1")
