@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from ..helpers import PATIENCE, ServerProcess, drain_queue, start_text_server, stats_of, unique, value, wait_for
+from ..helpers import ServerProcess, drain_queue, start_text_server, stats_of, unique, value, wait_for
 
 TRIES = 20
 DEADLINE = 10.0
