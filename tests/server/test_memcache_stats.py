@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+
 from ..helpers import LONG_WAIT_MS, assert_still_open, expect, fill, stats_of, value, wait_for
 
 GLOBAL_KEYS = [
