@@ -1000,7 +1000,7 @@ def resolve_queue(collection: Any, name: str) -> Any:
     """The ref of queue ``name``'s actor, asked of ``collection`` (created if need be)."""
     reply = ReplyFuture()
     collection.tell(Resolve(name, True, reply))
-    return reply.get(timeout=2).ref
+    return reply.get(timeout=PATIENCE).ref
 
 
 def batch_reply(ref: Any, *ops: Any, session: Any = None) -> ReplyFuture:
@@ -1012,4 +1012,4 @@ def batch_reply(ref: Any, *ops: Any, session: Any = None) -> ReplyFuture:
 
 def run_batch(ref: Any, *ops: Any, session: Any = None) -> list[Any]:
     """Tell a queue's actor one batch and wait for its results, one per operation."""
-    return batch_reply(ref, *ops, session=session).get(timeout=3).results
+    return batch_reply(ref, *ops, session=session).get(timeout=PATIENCE).results

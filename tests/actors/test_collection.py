@@ -11,6 +11,7 @@ from kestrel_actors.config import ServerConfig
 from kestrel_actors.messages import Add, Remove
 from kestrel_actors.runtime import ReplyFuture
 
+from ..helpers import PATIENCE
 from ..helpers import resolve_queue as resolve
 from ..helpers import run_batch as run
 
@@ -24,7 +25,7 @@ def test_a_queue_whose_actor_failed_is_reopened_on_the_next_lookup(tmp_path):
         first.tell(QueueBatch([object()], None, held))  # an operation the queue does not know: it fails
         gevent.sleep(0.05)
         assert not first.is_alive()
-        assert held.get(timeout=1).results == [None]  # answered as closed, not left hanging
+        assert held.get(timeout=PATIENCE).results == [None]  # answered as closed, not left hanging
         second = resolve(collection, "jobs")
         assert second is not first and second.is_alive()
         assert run(second, Add(b"b", 0), Remove(None))[0] is True
@@ -35,7 +36,7 @@ def test_a_queue_whose_actor_failed_is_reopened_on_the_next_lookup(tmp_path):
 def ask_collection(collection, message_type, *args):
     reply = ReplyFuture()
     collection.tell(message_type(*args, reply))
-    return reply.get(timeout=2)
+    return reply.get(timeout=PATIENCE)
 
 
 def test_a_lookup_without_create_does_not_make_the_queue(world):

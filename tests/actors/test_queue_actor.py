@@ -32,14 +32,16 @@ from kestrel_actors.messages import (
 from kestrel_actors.queue import QueueCore
 from kestrel_actors.runtime import ReplyFuture
 
-from ..helpers import PATIENCE, World, settle
+from ..helpers import LONG_WAIT_MS, PATIENCE, World, settle
 from ..helpers import batch_reply as later
 from ..helpers import resolve_queue as resolve
 from ..helpers import run_batch as run
 
 
 def soon() -> float:
-    return time.monotonic() + 2.0
+    """The deadline of a read that must end for another reason (an item): far beyond the
+    test's patience, so a read that waited for it fails the test."""
+    return time.monotonic() + LONG_WAIT_MS / 1000
 
 
 def data(results) -> list:
@@ -164,7 +166,7 @@ def test_a_blocking_read_is_woken_by_a_put(jobs):
     gevent.sleep(0.05)
     assert not waiting.ready()  # parked on the empty queue
     assert run(jobs, Add(b"late", 0)) == [True]
-    assert data(waiting.get(timeout=1).results) == [b"late"]
+    assert data(waiting.get(timeout=PATIENCE).results) == [b"late"]
 
 
 class _Answered:
@@ -185,8 +187,8 @@ def test_a_put_that_wakes_a_reader_is_answered_before_the_reader(jobs):
     jobs.tell(QueueBatch([Remove(soon())], None, reader))
     gevent.sleep(0.05)
     jobs.tell(QueueBatch([Add(b"item", 0)], None, writer))
-    assert data(reader.done.get(timeout=1).results) == [b"item"]
-    assert writer.done.get(timeout=1).results == [True]
+    assert data(reader.done.get(timeout=PATIENCE).results) == [b"item"]
+    assert writer.done.get(timeout=PATIENCE).results == [True]
     assert order == ["writer", "reader"]
 
 
@@ -204,18 +206,18 @@ def test_waiters_are_woken_oldest_first_one_item_each(jobs):
     second = later(jobs, Remove(soon()))
     gevent.sleep(0.02)
     run(jobs, Add(b"one", 0))
-    assert data(first.get(timeout=1).results) == [b"one"]
+    assert data(first.get(timeout=PATIENCE).results) == [b"one"]
     gevent.sleep(0.05)
     assert not second.ready()
     run(jobs, Add(b"two", 0))
-    assert data(second.get(timeout=1).results) == [b"two"]
+    assert data(second.get(timeout=PATIENCE).results) == [b"two"]
 
 
 def test_a_parked_batch_goes_on_after_its_fetch(jobs):
     waiting = later(jobs, Remove(soon()), Add(b"after", 0), Peek(None))
     gevent.sleep(0.02)
     run(jobs, Add(b"item", 0))
-    results = waiting.get(timeout=1).results
+    results = waiting.get(timeout=PATIENCE).results
     assert results[0].data == b"item" and results[1] is True and results[2].data == b"after"
 
 
@@ -225,7 +227,7 @@ def test_an_unremove_wakes_a_waiter(jobs):
     waiting = later(jobs, Remove(soon()))
     gevent.sleep(0.02)
     run(jobs, Unremove((item.xid,)))
-    assert data(waiting.get(timeout=1).results) == [b"x"]
+    assert data(waiting.get(timeout=PATIENCE).results) == [b"x"]
 
 
 def test_a_blocking_read_over_the_session_wakes_on_a_set_from_another(world):
@@ -234,7 +236,7 @@ def test_a_blocking_read_over_the_session_wakes_on_a_set_from_another(world):
     from kestrel_actors.runtime import Dispatcher
     from kestrel_actors.session import Received
 
-    Dispatcher.current().deliver(reader.ref, Received(reader.decoder.feed(b"get jobs/t=2000\r\n")))
+    Dispatcher.current().deliver(reader.ref, Received(reader.decoder.feed(b"get jobs/t=%d\r\n" % LONG_WAIT_MS)))
     settle()
     assert reader.transport.take() == b""
     assert writer.send(b"set jobs 0 0 5\r\nhello\r\n") == b"STORED\r\n"
@@ -247,7 +249,7 @@ def test_a_hang_up_cancels_the_wait_and_the_item_goes_to_the_next(world):
     from kestrel_actors.session import Received
 
     gone, writer = world.connect(), world.connect()
-    Dispatcher.current().deliver(gone.ref, Received(gone.decoder.feed(b"get jobs/t=2000\r\n")))
+    Dispatcher.current().deliver(gone.ref, Received(gone.decoder.feed(b"get jobs/t=%d\r\n" % LONG_WAIT_MS)))
     settle()
     gone.hang_up()
     assert writer.send(b"set jobs 0 0 1\r\nx\r\n") == b"STORED\r\n"
@@ -286,7 +288,7 @@ def test_a_copy_wakes_a_reader_parked_on_a_child(world):
 
     writer, reader = world.connect(), world.connect()
     writer.send(b"get topic\r\nget topic+sub\r\n")
-    Dispatcher.current().deliver(reader.ref, Received(reader.decoder.feed(b"get topic+sub/t=2000\r\n")))
+    Dispatcher.current().deliver(reader.ref, Received(reader.decoder.feed(b"get topic+sub/t=%d\r\n" % LONG_WAIT_MS)))
     settle()
     assert writer.send(b"set topic 0 0 3\r\nnew\r\n") == b"STORED\r\n"
     settle()
@@ -396,7 +398,7 @@ def test_a_handler_that_raises_answers_its_batch_as_closed_and_the_queue_reopens
     first = resolve(world.collection, "jobs")
     run(first, Add(b"kept", 0))
     held = later(first, Add(b"x", 0), object())  # an operation the queue does not know
-    results = held.get(timeout=2).results
+    results = held.get(timeout=PATIENCE).results
     assert results[0] is True and results[1] is None
     gevent.sleep(0.05)
     assert not first.is_alive()

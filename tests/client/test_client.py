@@ -27,12 +27,12 @@ from kestrel_actors.client._wire import (
     wait_ms,
 )
 
-from ..helpers import free_port, wait_for
+from ..helpers import PATIENCE, free_port, wait_for, wait_queue_stat
 
 
 @pytest.fixture
 def client(module_server):
-    with Client(module_server.address, timeout=2.0) as client:
+    with Client(module_server.address, timeout=PATIENCE) as client:
         yield client
 
 
@@ -85,21 +85,22 @@ def test_put_into_a_full_queue_is_false_and_put_many_counts_only_the_stored(make
 
 def test_get_waits_for_an_item(client, qname):
     later(0.3, lambda: Client(client.servers[0].address).put(qname, b"late"))
-    assert client.get(qname, timeout=5.0) == b"late"
+    assert client.get(qname, timeout=PATIENCE) == b"late"
 
 
 def test_a_wait_longer_than_the_socket_timeout(module_server, qname):
-    """``/t=`` beyond the socket timeout: the read's socket waits its wait plus the margin."""
+    """``/t=`` beyond the socket timeout: the read's socket waits its wait plus the margin.
+    Each item comes well after the socket timeout (0.5 s) and long before the wait ends, so
+    no deadline of the test's own is raced by a loaded machine (an END at a 1.5 s wait, read
+    within the 0.5 s margin, was)."""
     with Client(module_server.address, timeout=0.5) as client:
-        start = time.monotonic()
-        assert client.get(qname, timeout=1.5) is None
-        assert time.monotonic() - start >= 1.4
         later(1.2, lambda: Client(module_server.address).put(qname, b"after the socket timeout"))
-        assert client.get(qname, timeout=3.0) == b"after the socket timeout"
-        with client.reliable(qname, timeout=1.2) as item:
-            assert item is None
-        assert client.put(qname, b"still usable")  # the connection was not declared dead
-        assert client.get(qname) == b"still usable"
+        assert client.get(qname, timeout=PATIENCE) == b"after the socket timeout"
+        later(1.2, lambda: Client(module_server.address).put(qname, b"reliable, after it too"))
+        with client.reliable(qname, timeout=PATIENCE) as item:
+            assert item == b"reliable, after it too"
+    with Client(module_server.address) as client:
+        assert client.get(qname) is None  # the reliable read was confirmed
 
 
 def test_reliable_read_is_confirmed_when_the_block_ends(client, qname):
@@ -131,7 +132,7 @@ def test_reliable_read_of_nothing_yields_none(client, qname):
 
 def test_reliable_read_waits(client, qname):
     later(0.3, lambda: Client(client.servers[0].address).put(qname, b"x"))
-    with client.reliable(qname, timeout=5.0) as item:
+    with client.reliable(qname, timeout=PATIENCE) as item:
         assert item == b"x"
     assert client.get(qname) is None
 
@@ -206,14 +207,17 @@ def test_writes_refused_by_the_server_status_are_a_server_error(make_server):
         assert client.get("ro") is None  # reads are still allowed
 
 
-def test_a_refused_request_is_a_client_error(client, qname):
+def test_a_refused_request_is_a_client_error(client, qname, module_server):
     """confirm of more items than are open: ``ERROR``."""
     client.put(qname, b"x")
     batch = client.monitor(qname, 1, 1)
     batch._parts[0].count = 2  # ask the server to confirm more than it holds open
     with pytest.raises(ClientError, match="ERROR"):
         batch.confirm()
-    assert client.get(qname) == b"x"  # the failed connection was dropped: the item came back
+    # the failed connection was dropped; the server gives its open item back when it has seen
+    # the close, which a loaded machine can hold back past the next request
+    wait_queue_stat(module_server, qname, "open_transactions", "0")
+    assert client.get(qname) == b"x"  # the item came back
 
 
 def test_no_server_is_connect_failed(qname):
@@ -226,7 +230,7 @@ def test_no_server_is_connect_failed(qname):
 
 def test_a_server_that_dies_mid_call_is_connection_lost(make_server, qname):
     server = make_server()
-    with Client(server.address, timeout=1.0, retry_after=0.1) as client:
+    with Client(server.address, timeout=PATIENCE, retry_after=0.1) as client:
         waiter = threading.Thread(target=lambda: (time.sleep(0.5), server.kill()), daemon=True)
         waiter.start()
         with pytest.raises(ConnectionLost):
@@ -308,7 +312,8 @@ def test_connections_are_pooled(make_server, qname):
             assert client.get(qname) == b"%d" % i
         with client.reliable(qname, timeout=0.1) as item:
             assert item is None
-        assert connections() == (1, 1)
+        # one made; one open once the start-up check's hang-up is counted (it may lag on load)
+        assert wait_for(lambda: connections() == (1, 1))
         client.put_many(qname, [b"a", b"b", b"c"])
         held = [client.monitor(qname, 1, 1) for _ in range(3)]  # each holds its connection
         assert [batch.items for batch in held] == [[b"a"], [b"b"], [b"c"]]

@@ -11,15 +11,17 @@ import gevent.pool
 
 from kestrel_actors.client import Client, cooperative
 
+from ..helpers import PATIENCE
+
 
 def test_threads_share_one_client(module_server):
-    with Client(module_server.address, timeout=5.0) as client:
+    with Client(module_server.address, timeout=PATIENCE) as client:
         got: list[bytes] = []
         lock = threading.Lock()
 
         def reader() -> None:
             for _ in range(50):
-                with client.reliable("threads", timeout=5.0) as item:
+                with client.reliable("threads", timeout=PATIENCE) as item:
                     assert item is not None
                     with lock:
                         got.append(item)
@@ -43,8 +45,8 @@ def test_greenlets_wait_cooperatively(module_server):
     """Twenty greenlets block in ``get`` on one hub while another greenlet puts: with blocking
     sockets the first reader would hold the hub for its whole wait and every read would time
     out before the writer ran."""
-    with Client(module_server.address, timeout=5.0) as client:
-        readers = [gevent.spawn(client.get, "green", 5.0) for _ in range(20)]
+    with Client(module_server.address, timeout=PATIENCE) as client:
+        readers = [gevent.spawn(client.get, "green", PATIENCE) for _ in range(20)]
         gevent.sleep(0.2)  # every reader is now parked in its blocking read
 
         def write() -> None:
@@ -69,13 +71,13 @@ def test_a_plain_thread_gets_blocking_sockets_even_with_gevent_loaded():
 
 
 def test_reliable_reads_in_greenlets(module_server):
-    with Client(module_server.address, timeout=5.0) as client:
+    with Client(module_server.address, timeout=PATIENCE) as client:
         client.put_many("green_rel", [b"%d" % i for i in range(10)])
         pool = gevent.pool.Pool(5)
         results: list[bytes] = []
 
         def take() -> None:
-            with client.reliable("green_rel", timeout=1.0) as item:
+            with client.reliable("green_rel", timeout=PATIENCE) as item:
                 gevent.sleep(0.01)  # others run while this item is open
                 results.append(item)
 
@@ -93,10 +95,10 @@ import sys, threading
 from kestrel_actors.client import Client
 
 got = []
-with Client(sys.argv[1], timeout=5.0) as client:
+with Client(sys.argv[1], timeout=float(sys.argv[2])) as client:
     # patched threads are greenlets: a reader blocked in a plain socket would hold the
     # one hub for its whole wait, and the writer would only run after every read timed out
-    readers = [threading.Thread(target=lambda: got.append(client.get("patched", 3.0)))
+    readers = [threading.Thread(target=lambda: got.append(client.get("patched", float(sys.argv[2]))))
                for _ in range(10)]
     for reader in readers:
         reader.start()
@@ -113,7 +115,7 @@ def test_a_monkey_patched_program(module_server):
     threads (greenlets) share one client, blocking reads and a writer interleaved. The sockets
     cooperate through the patched socket module here; test_greenlets_wait_cooperatively
     covers the client's own choice on an unpatched hub."""
-    proc = subprocess.run([sys.executable, "-c", MONKEY_PATCHED, module_server.address],
+    proc = subprocess.run([sys.executable, "-c", MONKEY_PATCHED, module_server.address, str(PATIENCE)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(i) for i in range(10)]

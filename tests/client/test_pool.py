@@ -10,7 +10,7 @@ import pytest
 
 from kestrel_actors.client import Client, ConnectionLost
 
-from ..helpers import ServerProcess, wait_for
+from ..helpers import PATIENCE, ServerProcess, wait_for
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def trio(make_server):
 
 
 def single(server: ServerProcess) -> Client:
-    return Client(server.address, timeout=2.0)
+    return Client(server.address, timeout=PATIENCE)
 
 
 def items_on(server: ServerProcess, queue: str) -> int:
@@ -28,7 +28,7 @@ def items_on(server: ServerProcess, queue: str) -> int:
 
 
 def test_writes_go_round_robin_and_reads_find_every_item(trio):
-    with Client([s.address for s in trio], timeout=2.0) as pool:
+    with Client([s.address for s in trio], timeout=PATIENCE) as pool:
         assert all(pool.put("rr", b"%d" % i) for i in range(30))
         assert [items_on(s, "rr") for s in trio] == [10, 10, 10]
         assert pool.put_many("rr", [b"x", b"y"]) == 2  # one batch stays together on one server
@@ -41,7 +41,7 @@ def test_writes_go_round_robin_and_reads_find_every_item(trio):
 
 
 def test_a_read_finds_an_item_on_any_server(trio):
-    with Client([s.address for s in trio], timeout=2.0) as pool:
+    with Client([s.address for s in trio], timeout=PATIENCE) as pool:
         for server in trio:
             with single(server) as one:
                 one.put("any", server.address.encode())
@@ -51,21 +51,21 @@ def test_a_read_finds_an_item_on_any_server(trio):
 
 
 def test_a_blocking_read_waits_on_each_server_in_turn(trio):
-    with Client([s.address for s in trio], timeout=2.0, wait_slice=0.2) as pool:
+    with Client([s.address for s in trio], timeout=PATIENCE, wait_slice=0.2) as pool:
         for server in trio:
             def put_later(server=server):
                 time.sleep(0.5)
                 with single(server) as one:
                     one.put("wait", b"from " + server.address.encode())
             threading.Thread(target=put_later, daemon=True).start()
-            assert pool.get("wait", timeout=10.0) == b"from " + server.address.encode()
+            assert pool.get("wait", timeout=PATIENCE) == b"from " + server.address.encode()
 
 
 def test_a_reliable_read_is_confirmed_or_aborted_on_its_server(trio):
     target = trio[1]
     with single(target) as one:
         one.put_many("rel", [b"a", b"b"])
-    with Client([s.address for s in trio], timeout=2.0) as pool:
+    with Client([s.address for s in trio], timeout=PATIENCE) as pool:
         with pytest.raises(ValueError), pool.reliable("rel") as item:
             assert item == b"a"
             raise ValueError
@@ -84,7 +84,7 @@ def test_monitor_gathers_from_several_servers(trio):
     for i, server in enumerate(trio):
         with single(server) as one:
             one.put_many("mon", [b"%d-%d" % (i, j) for j in range(2)])
-    with Client([s.address for s in trio], timeout=2.0) as pool:
+    with Client([s.address for s in trio], timeout=PATIENCE) as pool:
         got: list[bytes] = []
         while len(got) < 6:
             with pool.monitor("mon", 1, 6) as batch:
@@ -125,7 +125,7 @@ class HangingUp:
 def test_a_failed_server_is_skipped_until_its_backoff_ends(make_server):
     server, broken = make_server(), HangingUp()
     try:
-        with Client([broken.address, server.address], timeout=2.0, retry_after=3.0) as pool:
+        with Client([broken.address, server.address], timeout=PATIENCE, retry_after=3.0) as pool:
             start = time.monotonic()
             assert all(pool.put("backoff", b"%d" % i) for i in range(10))  # the broken one failed ...
             assert pool.get("backoff") == b"0" and pool.get("backoff", timeout=0.3) == b"1"
@@ -149,7 +149,7 @@ def test_one_server_killed_mid_run_loses_nothing_acknowledged(trio):
     Delivery is at least once: an item whose confirm failed with the kill may have been removed
     (the reply was lost) or come back; a put whose reply was lost may be stored twice."""
     victim = trio[1]
-    pool = Client([s.address for s in trio], timeout=2.0, retry_after=0.3, wait_slice=0.1)
+    pool = Client([s.address for s in trio], timeout=PATIENCE, retry_after=0.3, wait_slice=0.1)
     acknowledged: list[bytes] = []
     after_kill: list[bytes] = []  # acknowledged once the victim was dead: on the other two
     confirmed: list[bytes] = []

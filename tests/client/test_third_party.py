@@ -129,7 +129,7 @@ def test_pylibmc_poll_timeout_must_exceed_the_wait(module_server):
     assert short.get("plm_wait/t=1500") is None  # a miss after 0.5 s ...
     with pytest.raises(pylibmc.Error, match="DISABLED"):
         short.set("plm_wait", b"x")  # ... and the server is disabled for a while
-    patient = pylibmc.Client([module_server.address], behaviors={"_poll_timeout": 3000})
+    patient = pylibmc.Client([module_server.address], behaviors={"_poll_timeout": int(PATIENCE * 1000)})
     assert patient.get("plm_wait/t=1500") is None
     assert patient.set("plm_wait", b"x")
 

@@ -24,9 +24,9 @@ from thriftpy2.thrift import TApplicationException
 
 from kestrel_actors.journal import RecordReader
 
-from ..helpers import Client, ServerProcess, free_port, get_json, log_lines, mounted_tmpfs, request
+from ..helpers import PATIENCE, Client, ServerProcess, free_port, get_json, log_lines, mounted_tmpfs, request
 
-REPLY_TIMEOUT = 5.0
+REPLY_TIMEOUT = PATIENCE
 """Every reply must come within this (a hang fails the test instead of stalling it)."""
 
 
@@ -169,7 +169,7 @@ def _full_disk_scenario(server: ServerProcess, disk: Path, text_port: int) -> No
     refused.add(n)
 
     filler.unlink()  # space comes back: writes resume by themselves
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE
     while True:
         n += 1
         reply = client.set("jobs", item(n))
@@ -247,7 +247,7 @@ def test_full_disk_reads_succeed_and_replay_matches(small_disk):
         assert client.call(b"get reads/close").startswith(b"SERVER_ERROR journal write failed: ")
         assert client.stats()["queue_reads_items"] != ""
         filler.unlink()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE
         while client.set("reads", item(1000, 1000)) != b"STORED":
             assert time.monotonic() < deadline, "writes did not resume"
             time.sleep(0.1)
@@ -359,7 +359,7 @@ def test_full_disk_with_small_journals_logs_once_per_change(small_disk, tmp_path
                 assert event.get("errno") == "ENOSPC", event
 
         filler.unlink()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE
         for queue in ("big", "packed", "rw"):
             _queue_stored(client, queue, item(1000, 1000), deadline)
         for n in range(60):  # keep rotating, packing and rewriting: the work that failed recovers
@@ -417,17 +417,25 @@ def test_rotations_that_fail_with_eperm_are_logged_once_and_recover(small_disk, 
             stored[queue].append(n)
             n += 1
 
+        def write_round() -> None:
+            put("packed")
+            put("rw")
+            assert number(client.get("rw")) == stored["rw"].pop(0)  # empty again: a rewrite is due
+
         for _ in range(10):
             put("packed")
         put("rw")  # its file exists before no file can be made
         assert number(client.get("rw")) == stored["rw"].pop(0)
         immutable(True)
-        started = time.monotonic()
-        while time.monotonic() - started < 3:
-            put("packed")
-            put("rw")
-            assert number(client.get("rw")) == stored["rw"].pop(0)  # empty again: a rewrite is due
-            time.sleep(0.01)
+        # writes until both kinds of work have failed (counted in rounds, not seconds: a loaded
+        # machine makes fewer in a given time), then as many again that fail the same way
+        expected = {("packed", "journal rotation failing"), ("rw", "journal rewrite failing")}
+        deadline = time.monotonic() + PATIENCE
+        while not expected <= set(state_changes(log_lines(server)[0], "failing")):
+            assert time.monotonic() < deadline, "no rotation or rewrite failed"
+            write_round()
+        for _ in range(100):
+            write_round()
         events, raw = log_lines(server)
         failing = state_changes(events, "failing")
         assert ("packed", "journal rotation failing") in failing, failing
@@ -440,7 +448,7 @@ def test_rotations_that_fail_with_eperm_are_logged_once_and_recover(small_disk, 
         assert not raw, raw[:20]
 
         immutable(False)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE
         while True:
             put("packed")
             put("rw")
@@ -513,7 +521,7 @@ def test_a_write_failing_with_another_errno_answers_server_error_and_recovers(tm
                 time.sleep(0.05)
         finally:
             resource.prlimit(pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE
         while (reply := client.set("jobs", item(n, 1000))) != b"STORED":
             assert reply.startswith(b"SERVER_ERROR "), reply
             refused.append(n)
@@ -696,7 +704,7 @@ def test_a_fanout_childs_failing_write_answers_server_error(small_disk, tmp_path
         assert client.stats()["queue_fan+kid_items"]
         filler.unlink()
         n += 1
-        _queue_stored(client, "fan", item(n), time.monotonic() + 10)
+        _queue_stored(client, "fan", item(n), time.monotonic() + PATIENCE)
         stored.append(n)
         client.close()
         events, raw = log_lines(server)
@@ -753,7 +761,7 @@ def test_health_and_the_journal_failing_gauge_follow_a_full_disk(small_disk):
         assert get_json(server.admin_url + "/ping") == {"response": "pong"}  # only says it answers
 
         filler.unlink()
-        _queue_stored(client, "jobs", item(n + 1), time.monotonic() + 10)
+        _queue_stored(client, "jobs", item(n + 1), time.monotonic() + PATIENCE)
         assert request(server.admin_url + "/health")[:3] == (200, "text/plain; charset=utf-8", b"ok")
         assert journal_failing(server) == ({"other": 0, "jobs": 0}, {"other": 0, "jobs": 0})
         client.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ..helpers import (
+    PATIENCE,
     assert_dropped,
     assert_reply_then_close,
     assert_silent,
@@ -69,7 +70,7 @@ def test_storage_line_with_fewer_than_five_tokens_closes_without_reply(module_se
 def test_non_numeric_or_out_of_range_byte_count_closes(module_server, canary, qname, count):
     c = module_server.client()
     c.send(b"set %s 0 0 %s\r\nhello\r\n" % (qname.encode(), count))
-    data, closed = drain(c, 3.0)
+    data, closed = drain(c, PATIENCE)
     assert closed
     assert data in (b"", b"CLIENT_ERROR\r\n")
     assert_not_created(module_server, qname)
@@ -79,7 +80,7 @@ def test_non_numeric_or_out_of_range_byte_count_closes(module_server, canary, qn
 def test_negative_byte_count_closes(module_server, canary, qname, count):
     c = module_server.client()
     c.send(b"set %s 0 0 %s\r\nhello\r\n" % (qname.encode(), count))
-    data, closed = drain(c, 3.0)
+    data, closed = drain(c, PATIENCE)
     assert closed
     assert data in (b"", b"CLIENT_ERROR\r\n")
     assert_not_created(module_server, qname)
@@ -244,7 +245,7 @@ def test_many_bad_clients_in_a_row(module_server, canary):
     for line in [b"bogus\r\n", b"get a.b\r\n", b"set x\r\n", b"get q/t=x\r\n", b"get /open\r\n"] * 4:
         c = module_server.client()
         c.send(line)
-        assert drain(c, 3.0)[1]
+        assert drain(c, PATIENCE)[1]
     assert_still_open(module_server.client())
 
 
@@ -254,7 +255,7 @@ def test_dropped_and_closed_connections_are_not_leaked(server):
     for line in bad_lines * 3:
         c = server.client()
         c.send(line)
-        assert drain(c, 3.0)[1], line
+        assert drain(c, PATIENCE)[1], line
     probe = server.client()
     assert wait_for(lambda: probe.stats()["curr_connections"] == "1")
 

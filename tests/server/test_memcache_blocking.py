@@ -12,7 +12,6 @@ from ..helpers import (
     PATIENCE,
     ServerProcess,
     assert_dropped,
-    assert_silent,
     assert_still_open,
     drain_queue,
     expect,
@@ -100,7 +99,7 @@ def test_waits_end_at_their_own_deadlines_whatever_order_they_began_in(module_se
     start = time.monotonic()
     long_wait.send(b"get %s/t=%s\r\n" % (qname.encode(), LONG))
     wait_waiters(module_server, qname, 1)
-    middle_wait.send(b"get %s/t=3000\r\n" % qname.encode())
+    middle_wait.send(b"get %s/t=5000\r\n" % qname.encode())  # far beyond the short one, even under load
     wait_waiters(module_server, qname, 2)
     short_wait.send(b"get %s/t=400\r\n" % qname.encode())
     expect(short_wait, b"END\r\n")
@@ -108,7 +107,7 @@ def test_waits_end_at_their_own_deadlines_whatever_order_they_began_in(module_se
     fill(module_server.client(), qname, b"first")
     expect(long_wait, value(qname, b"first"))  # the oldest waiter takes the item
     expect(middle_wait, b"END\r\n")
-    assert time.monotonic() - start >= 2.95  # its own deadline, not the short one's
+    assert time.monotonic() - start >= 4.95  # its own deadline, not the short one's
     assert queue_stat(module_server, qname, "waiters") == "0"
 
 
@@ -254,12 +253,12 @@ def test_close_open_with_timeout_confirms_then_waits(module_server, qname):
 
 def test_blocking_get_holds_up_later_pipelined_commands(module_server, qname):
     """The pipelined VERSION answers only after the wait's END (order), which comes no sooner
-    than its deadline."""
+    than its deadline. (No window of silence is asserted: a loaded machine can hold this test
+    back past the deadline, and an END before it fails the bound below all the same.)"""
     c = module_server.client()
     start = time.monotonic()
     c.send(b"get %s/t=500\r\nversion\r\nget %s\r\n" % (qname.encode(), qname.encode()))
-    assert_silent(c, 0.35)
-    expect(c, b"END\r\n")
+    expect(c, b"END\r\n")  # first: the VERSION sent behind the wait did not overtake it
     assert time.monotonic() - start >= 0.49
     assert c.read_line().startswith(b"VERSION ")
     expect(c, b"END\r\n")
@@ -348,8 +347,7 @@ def test_monitor_with_fewer_items_waits_until_the_deadline(wide_server, qname):
     start = time.monotonic()
     c.send(b"monitor %s 1 3\r\nversion\r\n" % qname.encode())
     expect(c, value(qname, b"only"))
-    assert_silent(c, 0.5)
-    expect(c, b"END\r\n")
+    expect(c, b"END\r\n")  # a final END before the deadline fails the bound below
     assert time.monotonic() - start >= 0.95  # the deadline, not before
     assert c.read_line().startswith(b"VERSION ")  # held up until the final END
 

@@ -16,7 +16,7 @@ import pytest
 
 from kestrel_actors import KESTREL_VERSION
 
-from ..helpers import start_text_server, text_client, wait_for
+from ..helpers import PATIENCE, start_text_server, text_client, wait_for
 
 TEXT_CONFIG = """\
 [queues.tfanout]
@@ -79,7 +79,7 @@ def test_exact_bytes_of_a_put_and_a_get(t):
     t.send(b"put tbytes:\nhello world\n\nget tbytes\nget tbytes\n")
     expected = b"+1\n:hello world\n*\n"
     data = b""
-    t.sock.settimeout(5.0)
+    t.sock.settimeout(PATIENCE)
     while len(data) < len(expected):
         chunk = t.sock.recv(1024)
         assert chunk, data

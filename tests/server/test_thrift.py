@@ -19,7 +19,7 @@ from thriftpy2.transport import TTransportException
 from kestrel_actors import KESTREL_VERSION
 from kestrel_actors.client.thrift import Item, Status, ThriftClient, decode_reply, encode_call
 
-from ..helpers import ServerProcess, default_ports_held, wait_for, write_config
+from ..helpers import PATIENCE, ServerProcess, default_ports_held, wait_for, write_config
 
 
 @pytest.fixture
@@ -341,7 +341,7 @@ def _read_frame(sock: socket.socket) -> bytes:
 
 
 def _closes(sock: socket.socket) -> bool:
-    sock.settimeout(5)
+    sock.settimeout(PATIENCE)
     try:
         return sock.recv(100) == b""
     except ConnectionResetError:

@@ -13,7 +13,7 @@ from kestrel_actors.session._budget import BufferBudget
 from kestrel_actors.session._transport import SocketTransport
 from kestrel_actors.stats import ServerStats
 
-from ..helpers import wait_for
+from ..helpers import PATIENCE, wait_for
 
 
 def _connection(budget: BufferBudget, stats: ServerStats) -> tuple[SocketTransport, socket.socket]:
@@ -25,7 +25,7 @@ def _connection(budget: BufferBudget, stats: ServerStats) -> tuple[SocketTranspo
 
 
 def _settled(check) -> bool:
-    return wait_for(lambda: gevent.sleep(0.01) or check(), 5.0, 0.0)
+    return wait_for(lambda: gevent.sleep(0.01) or check(), PATIENCE, 0.0)
 
 
 def test_the_budget_sums_what_each_connection_holds_and_forgets_a_closed_one():

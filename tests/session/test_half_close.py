@@ -72,7 +72,7 @@ def test_memcache_requests_before_a_half_close_are_answered(server, shape):
         queue = unique("half")
         assert half_close(server.host, server.port, request(queue)) == reply(queue)
         assert drain_queue(server, queue) == left
-    assert wait_for(lambda: stats_of(server)["curr_connections"] == "1", 5.0)  # the stats client
+    assert wait_for(lambda: stats_of(server)["curr_connections"] == "1")  # the stats client
 
 
 # -- the text protocol ------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_a_parked_get_ends_with_the_half_close_and_the_later_requests_are_answer
     queue = unique("parked")
     with socket.create_connection((server.host, server.port), timeout=DEADLINE) as sock:
         sock.sendall(b"get %s/t=60000\r\n" % queue.encode())
-        assert wait_for(lambda: stats_of(server).get(f"queue_{queue}_waiters") == "1", 5.0)
+        assert wait_for(lambda: stats_of(server).get(f"queue_{queue}_waiters") == "1")
         sock.sendall(memcache_set(queue, b"late"))
         sock.shutdown(socket.SHUT_WR)
         sock.settimeout(DEADLINE)

@@ -28,7 +28,7 @@ from kestrel_actors.session._budget import BufferBudget
 from kestrel_actors.session._transport import SocketTransport
 from kestrel_actors.stats import ServerStats
 
-from ..helpers import fill, numbered, stats_of, unique, value, wait_for
+from ..helpers import PATIENCE, fill, numbered, stats_of, unique, value, wait_for
 
 ITEM = 64 * 1024
 PEEKS = 200
@@ -190,7 +190,7 @@ def test_parts_that_wait_unsent_mark_the_transport_backed_up_until_the_client_ta
 
         assert wait_for(read_some, 10.0, 0.0)
         assert bytes(received) == b"".join(parts)
-        assert wait_for(lambda: gevent.sleep(0.01) or resumed, 5.0, 0.0)
+        assert wait_for(lambda: gevent.sleep(0.01) or resumed, PATIENCE, 0.0)
         assert resumed == [[]]  # drained: the session is told to go on, once
         assert not transport.backed_up
     finally:
@@ -207,7 +207,7 @@ def test_a_lone_reply_the_kernel_takes_whole_leaves_the_transport_free():
     try:
         transport.send_parts([b"STORED\r\n", b"END\r\n"], 13)
         assert not transport.backed_up
-        theirs.settimeout(5)
+        theirs.settimeout(PATIENCE)
         assert theirs.recv(64) == b"STORED\r\nEND\r\n"
     finally:
         transport.close()

@@ -15,7 +15,7 @@ from kestrel_actors.runtime import Dispatcher
 from kestrel_actors.session import MemcacheHandler, Received, Reload, Shutdown, TextHandler
 from kestrel_actors.status import Status
 
-from ..helpers import BufferTransport, settle
+from ..helpers import LONG_WAIT_MS, BufferTransport, settle
 
 
 def test_set_then_get_exact_bytes(world):
@@ -77,7 +77,7 @@ def test_close_confirms_the_open_read(world):
 
 def test_a_waiting_get_is_answered_by_a_later_set(world):
     waiter, writer = world.connect(), world.connect()
-    assert waiter.send(b"get late/t=2000\r\n") == b""  # parked in the queue's wait-list
+    assert waiter.send(b"get late/t=%d\r\n" % LONG_WAIT_MS) == b""  # parked in the queue's wait-list
     writer.send(b"set late 0 0 4\r\nlate\r\n")
     settle()
     assert waiter.transport.take() == b"VALUE late 0 4\r\nlate\r\nEND\r\n"
@@ -163,7 +163,7 @@ def test_drain_answers_a_waiting_read_and_nothing_after_it(world):
     """Kestrel evicts waiters at shutdown: the blocking read is answered, then the connection
     closes; what the client pipelined behind it is neither run nor answered."""
     client = world.connect()
-    assert client.send(b"get q/t=5000\r\nset q 0 0 1\r\nx\r\n") == b""
+    assert client.send(b"get q/t=%d\r\nset q 0 0 1\r\nx\r\n" % LONG_WAIT_MS) == b""
     assert client.drain() == b"END\r\n"
     assert client.transport.closed and world.finished == [client.session]
     assert world.connect().send(b"get q\r\n") == b"END\r\n"  # the SET never ran

@@ -14,7 +14,7 @@ from kestrel_actors.session._budget import BufferBudget
 from kestrel_actors.session._transport import SocketTransport
 from kestrel_actors.stats import ServerStats
 
-from ..helpers import wait_for
+from ..helpers import PATIENCE, wait_for
 
 
 def _connection(commands: list) -> tuple[SocketTransport, socket.socket]:
@@ -31,10 +31,10 @@ def test_requests_in_and_replies_out_through_the_descriptor():
     transport, client = _connection(commands)
     try:
         client.sendall(b"get q\r\n")
-        assert wait_for(lambda: gevent.sleep(0.01) or commands, 5.0, 0.0)
+        assert wait_for(lambda: gevent.sleep(0.01) or commands, PATIENCE, 0.0)
         assert [command.queue for command in commands] == ["q"]
         transport.sendall(b"END\r\n")
-        client.settimeout(5.0)
+        client.settimeout(PATIENCE)
         assert client.recv(16) == b"END\r\n"
     finally:
         transport.close()
