@@ -39,6 +39,7 @@ from ._files import (
     archived_files,
     delete_files,
     erase_files,
+    file_size,
     file_timestamp,
     fsync_dir,
     open_regular,
@@ -64,6 +65,12 @@ log = structlog.get_logger("kestrel_actors.journal")
 CHECKPOINT_BYTES = 4 * 1024 * 1024
 """Journal bytes written between two checkpoints (beside one at each rotation): what a restart
 replays at most (about 35,000 records of 100 B)."""
+
+DELETE_OFF_LOOP_FROM = 64 * 1024 * 1024
+"""Bytes replaced by a rewrite from which they are deleted on the threadpool: below it they
+are unlinked at once (a journal of up to ``max_journal_size``, 16 MiB by default, frees its
+blocks in well under a millisecond), so the directory holds only the new file when the rewrite
+answers, as in Kestrel."""
 
 MAINTENANCE_RETRY = 1.0
 """Seconds a queue waits after a failed rotation or rewrite before it tries again (each try
@@ -487,10 +494,14 @@ class FileJournal(Journal):
         return True
 
     def _delete_later(self, paths: list[str]) -> None:
-        """Delete ``paths`` on the threadpool, from a greenlet of their own: nothing waits for
-        it but :meth:`close` and :meth:`erase` (a file left by a crash is deleted at the next
-        start)."""
-        if paths:
+        """Delete ``paths``: at once below :data:`DELETE_OFF_LOOP_FROM` bytes in all, else on
+        the threadpool, from a greenlet of their own, which nothing waits for but :meth:`close`
+        and :meth:`erase` (a file left by a crash is deleted at the next start)."""
+        if not paths:
+            return
+        if sum(file_size(path) for path in paths) < DELETE_OFF_LOOP_FROM:
+            delete_files(paths)
+        else:
             self._deleting = [job for job in self._deleting if not job.dead]
             self._deleting.append(gevent.spawn(run_blocking, delete_files, paths))
 

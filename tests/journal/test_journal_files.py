@@ -337,7 +337,7 @@ def test_rewrite_writes_open_reads_descending_then_items(data_dir):
     state = State([Item(b"e", 1)], {1: Item(b"a", 1, 0, 1), 2: Item(b"b", 1, 0, 2), 3: Item(b"d", 1, 0, 3)})
     before = summary(replay_queue(data_dir, "q"))
     assert journal.rewrite(state)
-    journal._wait_for_deletions()
+    # files this small are unlinked before the rewrite answers, as Kestrel's are
     assert os.listdir(data_dir) == ["q"] and journal.rewrites == 1 and journal.archived_size == 0
     expected = (encode_add(Item(b"d", 1)) + encode_remove_tentative(3) + encode_add(Item(b"b", 1))
                 + encode_remove_tentative(2) + encode_add(Item(b"a", 1)) + encode_remove_tentative(1)
@@ -355,14 +355,15 @@ def test_empty_rewrite_is_a_zero_byte_file(data_dir):
     journal.add(Item(b"a", 1))
     journal.remove()
     assert journal.rewrite(State())
-    journal._wait_for_deletions()
     assert os.listdir(data_dir) == ["q"] and os.path.getsize(os.path.join(data_dir, "q")) == 0
     journal.close()
 
 
 def test_a_rewrite_deletes_the_files_it_replaced_off_the_event_loop(data_dir, monkeypatch):
-    """The archives and the old current file are renamed ``q~~<ms>.gone`` by the rewrite and
-    unlinked on the threadpool, never on the loop's thread; the queue replays the same."""
+    """From ``DELETE_OFF_LOOP_FROM`` bytes (here any), the archives and the old current file are
+    renamed ``q~~<ms>.gone`` by the rewrite and unlinked on the threadpool, never on the loop's
+    thread; the queue replays the same."""
+    monkeypatch.setattr("kestrel_actors.journal._file.DELETE_OFF_LOOP_FROM", 0)
     journal = FileJournal(data_dir, "q", QueueConfig())
     for data in (b"a", b"b", b"c"):
         journal.add(Item(data, 1))
