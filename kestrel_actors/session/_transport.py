@@ -178,7 +178,7 @@ _waiting: Final = array.array("i", [0])
 def first_read_bytes(fd: int) -> int:
     """How many bytes a newcomer's first read would take now (``FIONREAD``; 0 if the kernel cannot
     say: the read itself tells what happened). Over ``LIGHT_FIRST_READ`` it waits for its turn
-    (see the module docstring)."""
+    (see the module docstring). The idle check asks it too: unread bytes are not idleness."""
     try:
         _ioctl(fd, _FIONREAD, _waiting)
     except OSError:
@@ -313,7 +313,7 @@ class SocketTransport(Transport):
     """Owns one accepted, non-blocking socket; see the module docstring."""
 
     __slots__ = ("sock", "_reading", "fd", "decoder", "on_commands", "on_hang_up", "on_input_end", "stats",
-                 "_watcher", "_handed", "closed", "_idle_timer", "_idle_timeout", "_last_read",
+                 "_watcher", "_handed", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_unread_seen",
                  "_out", "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
                  "held", "peer", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued")
 
@@ -374,6 +374,9 @@ class SocketTransport(Transport):
         self._idle_timeout = idle_timeout
         self._idle_timer: Any = None
         self._last_read = loop.now()
+        """When the client was last seen sending (a read, or more unread bytes: ``_check_idle``)."""
+        self._unread_seen = 0
+        """The unread bytes ``_check_idle`` saw then (0 after a read)."""
         if idle_timeout:
             # Kestrel's client_timeout: a connection that sends nothing for that long is closed
             self._idle_timer = loop.timer(idle_timeout, idle_timeout / 4)
@@ -391,13 +394,25 @@ class SocketTransport(Transport):
             self._readable()
 
     def _check_idle(self) -> None:
+        """Close the connection if its client has sent nothing for ``idle_timeout``. Bytes
+        waiting unread, more than the last check saw, were sent since: when the loop was held
+        up (the process stopped, the hub busy) past the timeout, this check comes due in the
+        same pass as the read of the request that came meanwhile, and runs first; and while
+        reading is paused, a client that goes on sending is not idle either."""
         if self.closed:
             return
-        if self._idle_timer.loop.now() - self._last_read >= self._idle_timeout:
-            log.info("closing idle connection", idle_seconds=self._idle_timeout)
-            self._stop_reading()
-            self._idle_timer.stop()
-            self.on_hang_up()
+        now = self._idle_timer.loop.now()
+        if now - self._last_read < self._idle_timeout:
+            return
+        unread = first_read_bytes(self.fd)
+        if unread > self._unread_seen:
+            self._last_read = now
+            self._unread_seen = unread
+            return
+        log.info("closing idle connection", idle_seconds=self._idle_timeout)
+        self._stop_reading()
+        self._idle_timer.stop()
+        self.on_hang_up()
 
     def _first_readable(self) -> None:
         """The first read: at once if small, else when its turn comes (module docstring)."""
@@ -441,6 +456,7 @@ class SocketTransport(Transport):
             return
         if self._idle_timer is not None:
             self._last_read = self._idle_timer.loop.now()
+            self._unread_seen = 0
         self.stats.bytes_read += len(data)
         decoder = self.decoder
         try:

@@ -9,6 +9,8 @@ import pytest
 
 from kestrel_actors.runtime import GeventActor, GeventFuture, ReplyFuture
 
+from ..helpers import PATIENCE
+
 
 class Recorder(GeventActor):
     def __init__(self) -> None:
@@ -532,8 +534,14 @@ def test_on_the_hub_an_actor_told_from_a_nested_run_takes_its_messages_in_order_
 def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
     """One ready socket: its callback's tell runs the receiver on the hub, no dispatcher.
     Several sockets ready in one loop iteration: their tells go through the dispatcher, all
-    together, so that an end-of-burst hook still sees the whole burst."""
+    together, so that an end-of-burst hook still sees the whole burst.
+
+    The lone socket is alone in its loop iteration because this test arms no timer that could
+    come due with it: it waits for the socket's callback on an event whose only timer is the
+    clients' patience (a ``gevent.sleep`` would be a timer due in the same iteration whenever
+    load held the process back past it)."""
     import socket
+    import time
 
     from kestrel_actors.runtime import Dispatcher
 
@@ -542,6 +550,8 @@ def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
     loop = gevent.get_hub().loop
     pairs = [socket.socketpair() for _ in range(3)]
     watchers = []
+    called: list[int] = []
+    lone_done = gevent.event.Event()
     try:
         for number, (ours, _theirs) in enumerate(pairs):
             ours.setblocking(False)
@@ -550,21 +560,22 @@ def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
             def readable(ours=ours, number=number):
                 ours.recv(16)
                 dispatcher.tell_from_hub(ref, f"socket-{number}")
+                called.append(number)
+                lone_done.set()
 
             watcher.start(readable)
             watchers.append(watcher)
-        for _attempt in range(5):  # one socket alone (a timer firing in the same iteration,
-            pairs[0][1].send(b"x")  # from elsewhere in the process, would count as another event)
-            gevent.sleep(0.02)
-            if log == [("socket-0", True)]:
-                break
-            log.clear()
-        assert log == [("socket-0", True)]
+        pairs[0][1].send(b"x")
+        assert lone_done.wait(PATIENCE)
+        assert log == [("socket-0", True)]  # told, and run, before its callback returned
         log.clear()
         for _ours, theirs in pairs:  # three at once: one loop iteration sees them all
             theirs.send(b"x")
-        gevent.sleep(0.02)
+        deadline = time.monotonic() + PATIENCE
+        while len(log) < 3 and time.monotonic() < deadline:
+            gevent.sleep(0.01)
         assert sorted(log) == [("socket-0", False), ("socket-1", False), ("socket-2", False)]
+        assert sorted(called) == [0, 0, 1, 2]
     finally:
         for watcher in watchers:
             watcher.stop()

@@ -12,7 +12,9 @@ global counters start their own server.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -610,6 +612,35 @@ def test_client_timeout_closes_an_idle_connection(make_server):
     other = server.client()
     assert wait_for(lambda: other.stats()["queue_idle_items"] == "1")
     assert other.get("idle") == b"held"
+
+
+def test_client_timeout_answers_a_request_that_waited_unread_while_the_server_was_held_up(make_server):
+    """The server is stopped (SIGSTOP) for longer than ``--client-timeout`` while a request
+    waits unread in its socket: when it runs again, the idle check comes due in the same loop
+    pass as the request, and the connection is not idle, since its client has sent a request.
+    It is answered; once the connection really sends nothing for that long, it is closed."""
+    timeout = 1.0
+    server = make_server("--client-timeout", str(timeout))
+    pid = server.proc.pid
+    client = server.client()
+    assert client.call(b"version").startswith(b"VERSION ")
+    answered = time.monotonic()  # the server's idle clock started before it answered
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: _process_state(pid) == "T")
+        client.send(b"version\r\n")  # into the stopped server's socket buffer, unread
+        # stopped past the timeout on the server's clock (a monotonic one runs on meanwhile)
+        time.sleep(max(0.0, answered + 1.5 * timeout - time.monotonic()))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert client.read_line().startswith(b"VERSION ")
+    assert client.is_closed()  # idle from here on: closed, within the clients' patience
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of ``/proc/<pid>/stat`` (``T``: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
 
 
 def test_connection_limit_refuse_writes(make_server, tmp_path):

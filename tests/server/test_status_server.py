@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from ..helpers import Client, ServerProcess, start_text_server, text_client
+from ..helpers import LONG_WAIT_MS, Client, ServerProcess, start_text_server, text_client, wait_for
 
 
 def fresh(server: ServerProcess) -> Client:
@@ -198,39 +198,59 @@ def test_default_status_from_the_config(make_server, tmp_path):
     assert client.set("dflt", b"x") == b"SERVER_ERROR"
 
 
-def test_grace_period_reports_at_once_and_enforces_later(make_server, tmp_path):
-    """A stricter status is reported at once and enforced only after the grace period. The
-    checks of "not yet enforced" mean something only when all were answered within the grace
-    period, counted from before the change was sent; when load held them back longer, the
-    change is undone (a loosening change applies at once) and tried again."""
-    grace = 1.0
+def test_grace_period_reports_at_once_and_enforces_not_yet(make_server, tmp_path):
+    """A stricter status is reported at once, and during the grace period it is not enforced and
+    a further stricter change is rejected silently. The period is far beyond the clients'
+    patience, so however long load holds this test back, every check falls inside it (when the
+    period ends is the pure tests' business: ``test_status.py``, on a fake clock)."""
     config = tmp_path / "grace.toml"
-    config.write_text(f'status_change_grace_period = "{grace}s"\n')
+    config.write_text(f'status_change_grace_period = "{LONG_WAIT_MS}ms"\n')
     server = make_server("--config", str(config))
     admin = server.client()
-    for _attempt in range(5):
-        changed = time.monotonic()
-        assert admin.call(b"status readonly") == b"END"
-        applied = time.monotonic()  # the server's grace period began before it answered
-        assert admin.call(b"status") == b"READONLY"  # reported at once
-        assert admin.set("grace", b"early") == b"STORED"  # not enforced yet
-        # while the change is pending, a further stricter change is rejected silently
-        assert admin.call(b"status quiescent") == b"END"
-        assert admin.call(b"status") == b"READONLY"
-        if time.monotonic() - changed < grace:
-            break
-        assert admin.call(b"status up") == b"END"
-        assert admin.get("grace") == b"early"
-    else:
-        pytest.fail("five tries at the checks above each took longer than the grace period")
-    time.sleep(max(0.0, grace + 0.2 - (time.monotonic() - applied)))
-    writer = fresh(server)
-    assert writer.set("grace", b"late") == b"SERVER_ERROR"
-    assert writer.is_closed()
+    assert admin.call(b"status readonly") == b"END"
+    assert admin.call(b"status") == b"READONLY"  # reported at once
+    assert admin.set("grace", b"early") == b"STORED"  # not enforced yet
+    assert fresh(server).set("grace", b"fresh") == b"STORED"  # on a new connection neither
+    # while the change is pending, a further stricter change is rejected silently
+    assert admin.call(b"status quiescent") == b"END"
+    assert admin.call(b"status") == b"READONLY"
+    assert admin.get("grace") == b"early"  # nor are reads blocked
+    # a loosening change applies at once, and cancels the pending one
+    assert admin.call(b"status up") == b"END"
+    assert admin.call(b"status") == b"UP"
+    assert admin.set("grace", b"after") == b"STORED"
+    assert admin.get("grace") == b"fresh"
+    assert admin.get("grace") == b"after"
+
+
+def test_grace_period_enforces_the_stricter_status_when_it_is_over(make_server, tmp_path):
+    """Once the (short) grace period is over, the stricter status is enforced: a write is
+    refused. Writes until then are stored; the test waits for the refusal, not for a time."""
+    config = tmp_path / "grace.toml"
+    config.write_text('status_change_grace_period = "300ms"\n')
+    server = make_server("--config", str(config))
+    admin = server.client()
+    assert admin.call(b"status readonly") == b"END"
+    stored = 0
+
+    def refused() -> bool:
+        nonlocal stored
+        writer = fresh(server)
+        reply = writer.set("grace", b"%d" % stored)
+        if reply == b"STORED":
+            stored += 1
+            writer.close()
+            return False
+        assert reply == b"SERVER_ERROR" and writer.is_closed()
+        return True
+
+    assert wait_for(refused)
+    assert admin.call(b"status") == b"READONLY"
+    assert [admin.get("grace") for _ in range(stored)] == [b"%d" % n for n in range(stored)]
+    assert admin.get("grace") is None
     # a loosening change applies at once
     assert admin.call(b"status up") == b"END"
     assert admin.set("grace", b"again") == b"STORED"
-    assert admin.get("grace") == b"early"
     assert admin.get("grace") == b"again"
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from kestrel_actors.protocol import MemcacheDecoder
 from kestrel_actors.session._budget import BufferBudget
-from kestrel_actors.session._transport import SocketTransport
+from kestrel_actors.session._transport import BACKLOG_COMMANDS, SocketTransport
 from kestrel_actors.stats import ServerStats
 
 from ..helpers import PATIENCE, wait_for
@@ -61,3 +61,26 @@ def test_a_closed_transport_never_writes_to_the_socket_that_reuses_its_descripto
     finally:
         for sock in opened:
             sock.close()
+
+
+def test_a_paused_connection_whose_unread_input_does_not_grow_is_closed_as_idle():
+    """Unread input counts as sent only when there is more of it than the idle check last saw:
+    a client whose requests wait unread while reading is paused (here: a backlog the session
+    never works off), and that sends nothing more, is still closed after the idle timeout."""
+    commands: list = []
+    hung_up: list = []
+    ours, client = socket.socketpair()
+    ours.setblocking(False)
+    transport = SocketTransport(ours, MemcacheDecoder(), commands.extend, lambda: hung_up.append(True),
+                                ServerStats(), BufferBudget(1 << 30), idle_timeout=0.2)
+    transport.start()
+    try:
+        backlog = BACKLOG_COMMANDS + 1
+        client.sendall(b"get q\r\n" * backlog)  # one read: past the backlog, reading pauses
+        assert wait_for(lambda: gevent.sleep(0.01) or len(commands) >= backlog, PATIENCE, 0.0)
+        client.sendall(b"get q\r\n")  # waits unread from now on
+        assert wait_for(lambda: gevent.sleep(0.01) or hung_up, PATIENCE, 0.0)
+        assert len(commands) == backlog  # the last request was never read
+    finally:
+        transport.close()
+        client.close()
