@@ -11,7 +11,9 @@ serves both:
   current file ``<name>``: the cursor never reads past what the writer has written, and if
   records are still pending it flushes them first. A rotation renames the file under it, which
   changes nothing but the name it remembers (it holds its own descriptor). Reads run on
-  gevent's threadpool (the journal passes its ``read``), so the hub never waits for the disk.
+  gevent's threadpool (the journal passes its ``read``), so the hub never waits for the disk,
+  and the chunk after the one being read is read ahead meanwhile (``read_ahead``), so the
+  queue seldom waits either (issue 56).
 * a replay at startup (``_replay``), which reads the files in order: the cursor keeps memory
   bounded while the replay goes on, and where it stands at the end (:attr:`position`) is where
   the live journal's cursor begins.
