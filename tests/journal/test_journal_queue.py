@@ -349,6 +349,29 @@ def test_a_chunk_read_ahead_reads_its_own_descriptor(tmp_path):
         os.close(other)
 
 
+def test_on_the_hub_a_chunk_not_read_yet_is_not_waited_for(tmp_path):
+    """The hub waits for no file: asked there before its chunk is in, a read ahead says so
+    (the reader then reads for itself, as before); asked again off the hub, it waits."""
+    from kestrel_actors.journal._file import _read_ahead
+
+    path = tmp_path / "a"
+    path.write_bytes(b"a" * 100_000)
+    fd = os.open(path, os.O_RDONLY)
+    seen = []
+
+    def on_the_hub() -> None:
+        ahead = _read_ahead(fd, 50_000, 0)
+        seen.append((ahead, ahead.result()))  # its end reaches the hub only after this callback
+
+    try:
+        gevent.get_hub().loop.run_callback(on_the_hub)
+        gevent.sleep(0)
+        ahead, on_hub = seen[0]
+        assert on_hub is None and ahead.result() == b"a" * 50_000
+    finally:
+        os.close(fd)
+
+
 # -- packing --------------------------------------------------------------------------------------
 
 def test_reading_behind_does_not_write_the_journal_for_every_read(tmp_path):
