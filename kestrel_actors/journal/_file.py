@@ -56,7 +56,7 @@ from ._format import (
 from ._pack import commit_pack, prepare_pack, write_snapshot
 from ._readbehind import ReadBehindPosition, ReadBehindReader
 from ._sequence import AddSequence
-from ._writer import JournalWriter, SyncStats, run_blocking
+from ._writer import JournalWriter, Started, SyncStats, run_blocking, start_blocking
 
 __all__ = ["FileJournal"]
 
@@ -87,6 +87,48 @@ def _unlink_quietly(path: str) -> None:
 def _pread(fd: int, length: int, offset: int) -> bytes:
     """The read-behind reader's reads: on the threadpool, so the hub never waits for the disk."""
     return run_blocking(os.pread, fd, length, offset)
+
+
+def _read_ahead(fd: int, length: int, offset: int) -> _ReadAhead | None:
+    """The read-behind reader's next chunk, read on the threadpool while it reads the one it has
+    (``None`` if no descriptor is left for it: the reader then reads the chunk itself)."""
+    try:
+        own = os.dup(fd)
+    except OSError:
+        return None
+    return _ReadAhead(start_blocking(_pread_and_close, own, length, offset))
+
+
+def _pread_and_close(fd: int, length: int, offset: int) -> bytes:
+    try:
+        return os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+
+
+class _ReadAhead:
+    """A chunk being read ahead (``journal._format.AheadRead``), through a descriptor of its
+    own: the reader may close its file meanwhile (a rotation, the end of read-behind), and a
+    read left running on a closed descriptor could read whatever file took its number."""
+
+    __slots__ = ("_job", "_data")
+
+    def __init__(self, job: Started) -> None:
+        self._job = job
+        self._data: bytes | None = None
+
+    def result(self) -> bytes | None:
+        data = self._data
+        if data is None:
+            job = self._job
+            if not job.ready() and getcurrent() is gevent.get_hub():
+                return None  # the hub waits for no file: the reader reads for itself
+            try:
+                data = job.get()
+            except OSError:
+                return None  # the reader's own read meets the error, where it is handled
+            self._data = data
+        return data
 
 
 def _limits_of(queue: Any, fallback: QueueConfig) -> QueueLimits:
@@ -538,7 +580,7 @@ class FileJournal(Journal):
         return item
 
     def _read_behind_from(self, position: ReadBehindPosition) -> ReadBehindReader:
-        return ReadBehindReader(self, position.filename, position.offset, read=_pread)
+        return ReadBehindReader(self, position.filename, position.offset, read=_pread, read_ahead=_read_ahead)
 
     @property
     def current_file(self) -> str:

@@ -27,7 +27,7 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterator
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Protocol
 
 from ..queue import Item
 from ._files import open_regular
@@ -229,10 +229,26 @@ ReadFn = Callable[[int, int, int], bytes]
 """``read(fd, length, offset) -> bytes``, ``os.pread`` by default (a journal may pass one
 that runs on gevent's threadpool)."""
 
+
+class AheadRead(Protocol):
+    """A read started before it is needed (:data:`ReadAheadFn`)."""
+
+    def result(self) -> bytes | None:
+        """The bytes read, waiting for them if need be; ``None`` if the read failed or cannot
+        be waited for here (the reader then reads for itself). Asked again, the same bytes."""
+
+
+ReadAheadFn = Callable[[int, int, int], "AheadRead | None"]
+"""``read_ahead(fd, length, offset)``: start reading ``length`` bytes at ``offset`` in the
+background (read-behind: on gevent's threadpool), or ``None`` if it cannot."""
+
 CHUNK_SIZE = 512 * 1024
 """Bytes a reader reads at a time: under the server's fixed ``MMAP_THRESHOLD`` (``_malloc``), so
 each chunk reuses heap memory. At 1 MiB every chunk was a fresh mapping, faulted in page by page
 and unmapped again: about a quarter of a page fault per 1 KiB item read behind."""
+BRIDGE_SIZE = 4096
+"""Bytes of a chunk read ahead that go with the end of the chunk before it into one small buffer,
+when a record lies across the two: the rest of the chunk is then read where it lies."""
 NO_LIMIT = (1 << 62) - 1
 """No item is this long: a reader given no ``max_item_size`` stops only at the end. The largest
 int the compiled build holds unboxed: ``1 << 62`` made every comparison with it a boxed one."""
@@ -251,7 +267,8 @@ class RecordReader:
 
     def __init__(self, source: Source, start: int = 0, end: int | None = None, *,
                  now_ms: int | None = None, read: ReadFn | None = None,
-                 chunk_size: int = CHUNK_SIZE, max_item_size: int | None = None) -> None:
+                 chunk_size: int = CHUNK_SIZE, max_item_size: int | None = None,
+                 read_ahead: ReadAheadFn | None = None) -> None:
         if isinstance(source, int):
             self._fd: int | None = source
             self._buf: bytes = b""
@@ -274,6 +291,11 @@ class RecordReader:
         """Offset just after the last whole record read."""
         self.problem: Problem | None = None
         self.records = 0
+        self._read_ahead = read_ahead
+        self._ahead: AheadRead | None = None
+        """The chunk after the buffer, being read since the buffer was (``read_ahead``)."""
+        self._ahead_at = 0
+        """Where :attr:`_ahead` starts in the file: where the buffer read with it ended."""
 
     @property
     def end(self) -> int:
@@ -300,13 +322,56 @@ class RecordReader:
         offset = self._buf_start + i
         if self._end - offset < n or self._fd is None:
             return False
+        if self._ahead is not None and self._take_ahead(offset, n):
+            return True
+        self._ahead = None
         want = max(n, min(self._chunk, self._end - offset))
         # the unread rest of the buffer is read again with the next chunk (the file does not
         # change before ``end``): joining the two copied the whole chunk once more
         self._buf = self._read(self._fd, want, offset)
         self._buf_start = offset
         self._i = 0
+        if len(self._buf) == want:
+            self._start_ahead()
         return len(self._buf) >= n
+
+    def _start_ahead(self) -> None:
+        """With ``read_ahead``, start reading the chunk after the buffer (up to what ``end``
+        says now), so that it is there when the buffer's records have been read."""
+        read_ahead = self._read_ahead
+        if read_ahead is None or self._fd is None:
+            return
+        at = self._buf_start + len(self._buf)
+        length = min(self._chunk, self._end - at)
+        if length > 0:
+            self._ahead = read_ahead(self._fd, length, at)
+            self._ahead_at = at
+
+    def _take_ahead(self, offset: int, n: int) -> bool:
+        """Make ``n`` bytes at ``offset`` available from the chunk read ahead, if it holds them:
+        it becomes the buffer (the next is started), or, for a record that begins in the
+        buffer and ends in it, a small buffer joins the two (:data:`BRIDGE_SIZE`) and the
+        chunk waits for the records after it."""
+        ahead = self._ahead
+        assert ahead is not None
+        data = ahead.result()
+        at = self._ahead_at
+        if data is None or offset + n > at + len(data):
+            return False
+        if offset >= at:
+            self._ahead = None
+            self._buf = data
+            self._buf_start = at
+            self._i = offset - at
+            self._start_ahead()
+            return True
+        buf_start = self._buf_start
+        if buf_start + len(self._buf) < at:
+            return False  # the buffer does not reach the chunk (not the one it was read after)
+        self._buf = self._buf[offset - buf_start:at - buf_start] + data[:max(offset + n - at, BRIDGE_SIZE)]
+        self._buf_start = offset
+        self._i = 0
+        return True
 
     def _fail(self, kind: str, message: str) -> None:
         self.problem = Problem(kind, self.position, message)

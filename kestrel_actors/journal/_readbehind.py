@@ -11,7 +11,9 @@ serves both:
   current file ``<name>``: the cursor never reads past what the writer has written, and if
   records are still pending it flushes them first. A rotation renames the file under it, which
   changes nothing but the name it remembers (it holds its own descriptor). Reads run on
-  gevent's threadpool (the journal passes its ``read``), so the hub never waits for the disk.
+  gevent's threadpool (the journal passes its ``read``), so the hub never waits for the disk,
+  and the chunk after the one being read is read ahead meanwhile (``read_ahead``), so the
+  queue seldom waits either (issue 56).
 * a replay at startup (``_replay``), which reads the files in order: the cursor keeps memory
   bounded while the replay goes on, and where it stands at the end (:attr:`position`) is where
   the live journal's cursor begins.
@@ -26,7 +28,7 @@ import structlog
 
 from ..queue import Item
 from ._files import NotRegularFile, open_regular
-from ._format import ReadFn, RecordReader
+from ._format import ReadAheadFn, ReadFn, RecordReader
 
 __all__ = ["Leader", "ReadBehindPosition", "ReadBehindReader"]
 
@@ -71,11 +73,12 @@ class ReadBehindReader:
     """A forward cursor over a queue's journal files: ``(filename, offset)``."""
 
     def __init__(self, leader: Leader, filename: str, offset: int, *, read: ReadFn | None = None,
-                 now_ms: int | None = None) -> None:
+                 now_ms: int | None = None, read_ahead: ReadAheadFn | None = None) -> None:
         self.leader = leader
         self.filename = filename
         self.offset = offset
         self._read = read
+        self._read_ahead = read_ahead
         self._now_ms = now_ms
         self._fd: int | None = None
         self._reader: RecordReader | None = None
@@ -165,7 +168,8 @@ class ReadBehindReader:
         # end inside a record being written)
         self._in_leaders_file = current = self.in_current_file
         end = self.leader.written_size() if current else None
-        self._reader = RecordReader(self._fd, self.offset, end, now_ms=self._now_ms, read=self._read)
+        self._reader = RecordReader(self._fd, self.offset, end, now_ms=self._now_ms, read=self._read,
+                                    read_ahead=self._read_ahead)
         return True
 
     def _advance(self) -> bool:

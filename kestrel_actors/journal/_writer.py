@@ -71,7 +71,7 @@ import structlog
 from ._failures import FailureLog, error_fields
 from ._files import open_regular
 
-__all__ = ["ALWAYS", "NEVER", "PERIODIC", "JournalWriter", "SyncStats", "run_blocking"]
+__all__ = ["ALWAYS", "NEVER", "PERIODIC", "JournalWriter", "Started", "SyncStats", "run_blocking", "start_blocking"]
 
 _T = TypeVar("_T")
 
@@ -160,6 +160,32 @@ def run_blocking(fn: Callable[..., _T], *args: Any) -> _T:
     if type(result) is _Raised:
         raise result.exc
     return result  # type: ignore[no-any-return]  # what fn returned, through the threadpool
+
+
+class Started:
+    """A call :func:`start_blocking` started on gevent's threadpool; its result is taken later."""
+
+    __slots__ = ("_job",)
+
+    def __init__(self, job: Any) -> None:
+        self._job = job
+
+    def ready(self) -> bool:
+        return bool(self._job.ready())
+
+    def get(self) -> Any:
+        """What the call returned, waiting for it (not on the hub: see :meth:`ready`); raises
+        what it raised."""
+        result = self._job.get()
+        if type(result) is _Raised:
+            raise result.exc
+        return result
+
+
+def start_blocking(fn: Callable[..., Any], *args: Any) -> Started:
+    """Start ``fn(*args)`` on gevent's threadpool and return at once: :func:`run_blocking` for
+    a caller that has something to do meanwhile (read-behind reads the next chunk so)."""
+    return Started(gevent.get_hub().threadpool.spawn(_capturing, fn, args))
 
 
 def _length(chunks: list[bytes]) -> int:

@@ -250,3 +250,71 @@ def test_a_file_is_read_in_chunks_that_malloc_keeps_in_its_heap(tmp_path):
     assert [r.item.data for r in found[::2]] == [bytes([i % 251]) * 1024 for i in range(3000)]
     assert len(chunks) > 1
     assert all(sys.getsizeof(chunk) < MMAP_THRESHOLD for chunk in chunks)
+
+
+class _Ahead:
+    """A read ahead that is done at once (the journal's runs on gevent's threadpool)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def result(self) -> bytes:
+        return self.data
+
+
+def test_a_reader_given_read_ahead_reads_each_chunk_before_it_needs_it(tmp_path):
+    """Read-behind reads the next chunk while the queue serves the one it has (issue 56): every
+    chunk after the first comes from a read started ahead, records that lie across two chunks
+    and records larger than a chunk included (the reader reads those itself), each in order."""
+    sizes = [37, 5, 900, 64, 3000, 1, 511] * 12  # 3000 > the chunk: read by the reader itself
+    blob = b"".join(encode_add(Item(bytes([i % 251]) * size, i)) + encode_remove()
+                    for i, size in enumerate(sizes))
+    path = tmp_path / "q"
+    path.write_bytes(blob)
+    own_reads: list[tuple[int, int]] = []
+    aheads: list[tuple[int, int]] = []
+
+    def read(fd: int, length: int, offset: int) -> bytes:
+        own_reads.append((offset, length))
+        return os.pread(fd, length, offset)
+
+    def read_ahead(fd: int, length: int, offset: int) -> _Ahead:
+        aheads.append((offset, length))
+        return _Ahead(os.pread(fd, length, offset))
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader = RecordReader(fd, read=read, read_ahead=read_ahead, chunk_size=2048)
+        items = []
+        while (item := reader.next_item()) is not None:
+            items.append(item)
+    finally:
+        os.close(fd)
+    assert [(item.data, item.add_time) for item in items] == [(bytes([i % 251]) * size, i)
+                                                               for i, size in enumerate(sizes)]
+    assert reader.problem is None and reader.position == len(blob)
+    # the first chunk, and each record over a chunk (12), are the reader's own reads
+    assert own_reads[0] == (0, 2048) and len(own_reads) == 1 + 12
+    assert len(aheads) > 20
+    # what is read ahead starts where the chunk before it ends and goes no further than the file
+    assert all(offset + length <= len(blob) for offset, length in aheads)
+    starts = [offset for offset, _ in aheads]
+    assert starts == sorted(set(starts))
+
+
+def test_a_read_ahead_that_fails_leaves_the_read_to_the_reader(tmp_path):
+    blob = b"".join(encode_add(Item(bytes([i]) * 100, i)) for i in range(200))
+    path = tmp_path / "q"
+    path.write_bytes(blob)
+    fd = os.open(path, os.O_RDONLY)
+
+    class Failed:
+        def result(self) -> None:
+            return None
+
+    try:
+        reader = RecordReader(fd, chunk_size=1000, read_ahead=lambda fd, length, offset: Failed())
+        items = [record.item.data for record in reader]
+    finally:
+        os.close(fd)
+    assert items == [bytes([i]) * 100 for i in range(200)] and reader.problem is None

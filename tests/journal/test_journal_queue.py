@@ -291,6 +291,87 @@ def test_one_cursor_reads_behind_the_writer_then_the_replay_then_the_writer_agai
     journal.close()
 
 
+def test_read_behind_reads_its_next_chunk_ahead_across_rotations_and_a_restart(tmp_path):
+    """Read-behind reads the chunk after the one it serves on the threadpool meanwhile (issue
+    56): items larger and smaller than a record's share of a chunk, so records lie across
+    chunks; the current file rotates while the cursor reads it, and the server restarts
+    halfway: every item once, in order, memory within the limit."""
+    from kestrel_actors.journal._format import CHUNK_SIZE
+
+    data_dir = str(tmp_path)
+    config = QueueConfig(max_memory_size=1 << 20, max_journal_size=10**10, default_journal_size=10**10)
+    journal = FileJournal(data_dir, "q", config)
+    queue = MiniQueue(journal, config)
+    rng = random.Random(56)
+    sent: list[bytes] = []
+
+    def add(count: int) -> None:
+        for _ in range(count):
+            data = b"%07d" % len(sent) + bytes([len(sent) % 251]) * rng.choice((10, 700, 4093, 9000))
+            sent.append(data)
+            queue.add(data)
+
+    add(900)  # about 3.2 MiB: read-behind from the first MiB, through rotated files
+    assert journal.in_read_behind and journal.rotations >= 2
+    got = [queue.remove().data for _ in range(200)]
+    reader = journal._reader._reader  # the cursor's file: its second chunk was read ahead
+    assert reader is not None and reader._ahead_at >= CHUNK_SIZE
+    add(400)  # the current file rotates while the cursor reads behind in it
+    got += [queue.remove().data for _ in range(300)]
+    durable(journal)
+    journal.close()  # with a chunk read ahead: it reads through a descriptor of its own
+
+    journal, state = open_file_journal(data_dir, "q", config, read_behind=True)
+    queue = MiniQueue(journal, config, state)
+    while (item := queue.remove()) is not None:
+        got.append(item.data)
+        assert queue.mem_bytes <= config.max_memory_size + 9100
+    assert got == sent and not journal.in_read_behind
+    journal.close()
+
+
+def test_a_chunk_read_ahead_reads_its_own_descriptor(tmp_path):
+    """The cursor closes its file when it moves on or read-behind ends, maybe with a chunk still
+    being read: that read has a descriptor of its own, not a number another file may take."""
+    from kestrel_actors.journal._file import _read_ahead
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.write_bytes(b"a" * 100_000)
+    second.write_bytes(b"b" * 100_000)
+    fd = os.open(first, os.O_RDONLY)
+    ahead = _read_ahead(fd, 50_000, 1000)
+    os.close(fd)
+    other = os.open(second, os.O_RDONLY)  # most likely the number just closed
+    try:
+        assert ahead is not None and ahead.result() == b"a" * 50_000
+        assert ahead.result() == b"a" * 50_000
+    finally:
+        os.close(other)
+
+
+def test_on_the_hub_a_chunk_not_read_yet_is_not_waited_for(tmp_path):
+    """The hub waits for no file: asked there before its chunk is in, a read ahead says so
+    (the reader then reads for itself, as before); asked again off the hub, it waits."""
+    from kestrel_actors.journal._file import _read_ahead
+
+    path = tmp_path / "a"
+    path.write_bytes(b"a" * 100_000)
+    fd = os.open(path, os.O_RDONLY)
+    seen = []
+
+    def on_the_hub() -> None:
+        ahead = _read_ahead(fd, 50_000, 0)
+        seen.append((ahead, ahead.result()))  # its end reaches the hub only after this callback
+
+    try:
+        gevent.get_hub().loop.run_callback(on_the_hub)
+        gevent.sleep(0)
+        ahead, on_hub = seen[0]
+        assert on_hub is None and ahead.result() == b"a" * 50_000
+    finally:
+        os.close(fd)
+
+
 # -- packing --------------------------------------------------------------------------------------
 
 def test_reading_behind_does_not_write_the_journal_for_every_read(tmp_path):
