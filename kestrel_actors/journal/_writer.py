@@ -215,6 +215,34 @@ def write_all(fd: int, chunks: list[bytes]) -> None:
                 rest = rest[os.write(fd, rest):]
 
 
+class _FileLock:
+    """The writer's hold on its file (``JournalWriter._io``): a gevent ``Semaphore`` that also
+    says natively whether it is held. The request path asks that of every lone request
+    (:meth:`JournalWriter.durable_now`); the semaphore's ``locked()`` was a call by name (ADR 0020)."""
+
+    __slots__ = ("_semaphore", "held")
+
+    def __init__(self) -> None:
+        self._semaphore = gevent.lock.Semaphore()
+        self.held = False
+        """From the moment :meth:`acquire` returns until :meth:`release`."""
+
+    def acquire(self) -> None:
+        """Take the file, waiting (this greenlet only) while another holds it."""
+        self._semaphore.acquire()
+        self.held = True
+
+    def release(self) -> None:
+        self.held = False
+        self._semaphore.release()
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
 class JournalWriter:
     """Appends to the current journal file of one queue, from its own greenlet."""
 
@@ -285,7 +313,7 @@ class JournalWriter:
         self._overlap = False
         """With ``always``: the sessions take the hub longer than an fdatasync, so a round starts
         as soon as records wait, before the last round's answers go (:meth:`_synced_from_turn`)."""
-        self._io = gevent.lock.Semaphore()
+        self._io = _FileLock()
         self._timer: gevent.Greenlet[..., Any] | None = None
         self.sync_stats: SyncStats | None = None
         self._marks: list[list[float]] | None = None
@@ -381,7 +409,7 @@ class JournalWriter:
             and self.error is None
             and self._held_at is None
             and not self.closed
-            and not self._io.locked()
+            and not self._io.held
         ):
             # no need to take _io: an inline write never waits (at most INLINE_WRITE_MAX bytes,
             # no threadpool), so no other greenlet runs before it ends to see the lock, and a
@@ -408,7 +436,7 @@ class JournalWriter:
             or self.error is not None
             or self._held_at is not None
             or self.closed
-            or self._io.locked()
+            or self._io.held
             or self.appended - self.written > INLINE_WRITE_MAX
         ):
             return

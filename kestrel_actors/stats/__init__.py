@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from ._server import (
     BOUNDS,
+    BUCKETS,
     LATENCIES,
     MAX_FSYNC_ERROR_NAMES,
     QUEUE_METRICS,
     SERVER_METRICS,
-    SUM,
     Histogram,
     QueueMetrics,
     ServerStats,
@@ -20,11 +20,11 @@ from ._server import (
 
 __all__ = [
     "BOUNDS",
+    "BUCKETS",
     "LATENCIES",
     "MAX_FSYNC_ERROR_NAMES",
     "QUEUE_METRICS",
     "SERVER_METRICS",
-    "SUM",
     "Histogram",
     "QueueMetrics",
     "ServerStats",

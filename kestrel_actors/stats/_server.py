@@ -30,7 +30,7 @@ from ..messages import MANY_FETCHES, Add, Open, Peek, QueueBatch, Remove
 from ..queue import Item
 
 __all__ = [
-    "BOUNDS", "LATENCIES", "QUEUE_METRICS", "SERVER_METRICS", "SUM", "Histogram", "QueueMetrics", "ServerStats",
+    "BOUNDS", "BUCKETS", "LATENCIES", "QUEUE_METRICS", "SERVER_METRICS", "Histogram", "QueueMetrics", "ServerStats",
     "bucket_index", "record_batch",
 ]
 
@@ -97,63 +97,63 @@ MAX_FSYNC_ERROR_NAMES = 16
 """Distinct ``fsync_error_<class>`` counters kept; further classes count as ``Exception``."""
 
 
-SUM: Final = len(BOUNDS) + 1
-"""Where a histogram's list keeps the sum of its values, after the overflow bucket."""
-
-
-def _tally(buckets: list[int], value: int, times: int = 1) -> None:
-    """Count ``value`` (not negative) ``times`` in a :class:`Histogram`'s ``buckets``.
-
-    Written as ``x = x + n``: mypyc compiles ``buckets[i] += n`` to a generic addition of boxed
-    integers, and this to a native one.
-    """
-    index = bucket_index(value)
-    buckets[index] = buckets[index] + times
-    buckets[SUM] = buckets[SUM] + value * times
+BUCKETS: Final = len(BOUNDS) + 1
+"""A histogram's buckets: one per bound, then the overflow bucket."""
 
 
 class Histogram:
     """Counts of values in :data:`BOUNDS` buckets, and their sum.
 
-    ``buckets`` is one list (the counts, the overflow count, then the sum at :data:`SUM`) so
-    that the request path records a value with two list updates and no call. The count is
-    the sum of the buckets, worked out when read. Percentiles, minimum and maximum are read
-    from the buckets (a bucket's upper bound), as ostrich's own ``Histogram`` does: within a
-    fifth of the true value, in constant memory.
+    ``buckets`` is a list of :data:`BUCKETS` counts, ``total`` the sum of the values: the
+    request path records a value (:meth:`add`) with one list update and one native addition
+    (a sum kept in the list was boxed anew for every value: ADR 0020). The count is the sum of
+    the buckets, worked out when read. Percentiles, minimum and maximum are read from the
+    buckets (a bucket's upper bound), as ostrich's own ``Histogram`` does: within a fifth of
+    the true value, in constant memory.
     """
 
-    __slots__ = ("buckets",)
+    __slots__ = ("buckets", "total")
 
     def __init__(self) -> None:
-        self.buckets = [0] * (SUM + 1)
+        self.buckets = [0] * BUCKETS
+        self.total = 0
 
     @property
     def count(self) -> int:
-        return sum(self.buckets[:SUM])
+        return sum(self.buckets)
 
     @property
     def sum(self) -> int:
-        return self.buckets[SUM]
+        return self.total
 
     def add(self, value: int, times: int = 1) -> None:
+        """Count ``value`` (a negative one as 0: a clock step backwards) ``times``.
+
+        Written as ``x = x + n``: mypyc compiles ``buckets[i] += n`` to a generic addition of
+        boxed integers, and this to a native one."""
         if value < 0:
             value = 0
-        _tally(self.buckets, value, times)
+        index = bucket_index(value)
+        buckets = self.buckets
+        buckets[index] = buckets[index] + times
+        self.total = self.total + value * times
 
     def copy(self) -> Histogram:
         other = Histogram()
         other.buckets = list(self.buckets)
+        other.total = self.total
         return other
 
     def merge(self, other: Histogram) -> None:
-        # in place: a queue's QueueMetrics slots hold this very list
         self.buckets[:] = map(add, self.buckets, other.buckets)
+        self.total = self.total + other.total
 
     def minus(self, earlier: Histogram | None) -> Histogram:
         """What was recorded since ``earlier`` (a copy of this histogram taken before)."""
         result = self.copy()
         if earlier is not None:
             result.buckets = [a - b for a, b in zip(self.buckets, earlier.buckets, strict=False)]
+            result.total = self.total - earlier.total
         return result
 
     def percentile(self, fraction: float) -> int:
@@ -163,20 +163,20 @@ class Histogram:
             return 0
         target = max(1, int(fraction * count + 0.5))
         seen = 0
-        for index in range(SUM):
+        for index in range(BUCKETS):
             seen += self.buckets[index]
             if seen >= target:
                 return _bound(index)
         return _bound(len(BOUNDS))
 
     def minimum(self) -> int:
-        for index in range(SUM):
+        for index in range(BUCKETS):
             if self.buckets[index]:
                 return _bound(index)
         return 0
 
     def maximum(self) -> int:
-        for index in range(SUM - 1, -1, -1):
+        for index in range(BUCKETS - 1, -1, -1):
             if self.buckets[index]:
                 return _bound(index)
         return 0
@@ -208,20 +208,20 @@ class QueueMetrics:
     """One queue's histograms and hit/miss counters (ostrich-only figures).
 
     Histograms are made on their first value: most queues never see most of them. The
-    request path reaches the bucket lists of those it records most through slots.
+    request path reaches those it records most through slots.
     """
 
-    __slots__ = ("histograms", "get_items_hit", "get_items_miss", "set_buckets", "hit_buckets", "miss_buckets",
-                 "delivery_buckets")
+    __slots__ = ("histograms", "get_items_hit", "get_items_miss", "set_latency", "hit_latency", "miss_latency",
+                 "delivery_latency")
 
     def __init__(self) -> None:
         self.histograms: dict[str, Histogram] = {}
         self.get_items_hit = 0
         self.get_items_miss = 0
-        self.set_buckets: list[int] | None = None
-        self.hit_buckets: list[int] | None = None
-        self.miss_buckets: list[int] | None = None
-        self.delivery_buckets: list[int] | None = None
+        self.set_latency: Histogram | None = None
+        self.hit_latency: Histogram | None = None
+        self.miss_latency: Histogram | None = None
+        self.delivery_latency: Histogram | None = None
 
     def histogram(self, name: str) -> Histogram:
         histogram = self.histograms.get(name)
@@ -229,7 +229,7 @@ class QueueMetrics:
             histogram = self.histograms[name] = Histogram()
             slot = _SLOTS.get(name)
             if slot is not None:
-                setattr(self, slot, histogram.buckets)
+                setattr(self, slot, histogram)
         return histogram
 
     def merge(self, other: QueueMetrics) -> None:
@@ -241,17 +241,17 @@ class QueueMetrics:
     def copy(self) -> QueueMetrics:
         other = QueueMetrics()
         for name, histogram in self.histograms.items():
-            other.histogram(name).buckets[:] = histogram.buckets
+            other.histogram(name).merge(histogram)
         other.get_items_hit = self.get_items_hit
         other.get_items_miss = self.get_items_miss
         return other
 
 
 _SLOTS = {
-    "set_latency_usec": "set_buckets",
-    "get_hit_latency_usec": "hit_buckets",
-    "get_miss_latency_usec": "miss_buckets",
-    "delivery_latency_msec": "delivery_buckets",
+    "set_latency_usec": "set_latency",
+    "get_hit_latency_usec": "hit_latency",
+    "get_miss_latency_usec": "miss_latency",
+    "delivery_latency_msec": "delivery_latency",
 }
 
 
@@ -358,8 +358,7 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
     if len(ops) == 1 and len(results) == 1:
         kind = type(ops[0])
         if kind is Add:
-            buckets = metrics.set_buckets or metrics.histogram("set_latency_usec").buckets
-            _tally(buckets, usec)
+            (metrics.set_latency or metrics.histogram("set_latency_usec")).add(usec)
             return
         if kind is Remove or kind is Open:
             item: Item | None = results[0]  # typed: the compiled build reads add_time natively
@@ -368,18 +367,13 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
                 if batch.parked:  # waited out its timeout
                     metrics.histogram("get_timeout_msec").add(usec // 1000)
                     return
-                buckets = metrics.miss_buckets or metrics.histogram("get_miss_latency_usec").buckets
-                _tally(buckets, usec)
+                (metrics.miss_latency or metrics.histogram("get_miss_latency_usec")).add(usec)
                 return
             metrics.get_items_hit += 1
-            msec = int(_time() * 1000) - item.add_time
-            if msec < 0:
-                msec = 0
-            buckets = metrics.delivery_buckets or metrics.histogram("delivery_latency_msec").buckets
-            _tally(buckets, msec)
+            msec = int(_time() * 1000) - item.add_time  # add counts a clock step backwards as 0
+            (metrics.delivery_latency or metrics.histogram("delivery_latency_msec")).add(msec)
             if not batch.parked:  # a GET that waited counts no hit latency
-                buckets = metrics.hit_buckets or metrics.histogram("get_hit_latency_usec").buckets
-                _tally(buckets, usec)
+                (metrics.hit_latency or metrics.histogram("get_hit_latency_usec")).add(usec)
             return
     sets = hits = misses = 0
     delivered: list[Item] | None = None
@@ -417,15 +411,15 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
             metrics.histogram("get_miss_latency_usec").add(usec, misses)
     if delivered or many:
         now_ms = int(_time() * 1000)
-        buckets = metrics.delivery_buckets or metrics.histogram("delivery_latency_msec").buckets
+        delivery = metrics.delivery_latency or metrics.histogram("delivery_latency_msec")
         if delivered:
-            _tally_delivery(buckets, delivered, now_ms)
+            _tally_delivery(delivery, delivered, now_ms)
         if many:
             for items in many:
-                _tally_delivery(buckets, items, now_ms)
+                _tally_delivery(delivery, items, now_ms)
 
 
-def _tally_delivery(buckets: list[int], items: list[Item], now_ms: int) -> None:
+def _tally_delivery(delivery: Histogram, items: list[Item], now_ms: int) -> None:
     """Count each item's time in the queue (``delivery_latency_msec``), once per run of items
     added in the same millisecond (a burst of SETs is read back as one): a monitor's thousand
     items cost a tally per run, not a call per item."""
@@ -435,9 +429,9 @@ def _tally_delivery(buckets: list[int], items: list[Item], now_ms: int) -> None:
         add_time: int = item.add_time
         if add_time != run_time or not run:
             if run:
-                _tally(buckets, max(0, now_ms - run_time), run)
+                delivery.add(now_ms - run_time, run)
             run_time = add_time
             run = 0
         run += 1
     if run:
-        _tally(buckets, max(0, now_ms - run_time), run)
+        delivery.add(now_ms - run_time, run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import random
 
-from kestrel_actors.stats import BOUNDS, SUM, Histogram, bucket_index
+from kestrel_actors.stats import BOUNDS, BUCKETS, Histogram, QueueMetrics, bucket_index
 
 
 def test_memory_is_fixed_whatever_is_recorded():
@@ -16,7 +16,7 @@ def test_memory_is_fixed_whatever_is_recorded():
         histogram.add(int(rng.lognormvariate(6, 2)))
     histogram.add(2**40)  # beyond the last bound: the overflow bucket
     histogram.add(-5)  # a clock step backwards counts as 0
-    assert len(histogram.buckets) == size == len(BOUNDS) + 2 == SUM + 1  # the buckets, overflow, the sum
+    assert len(histogram.buckets) == size == len(BOUNDS) + 1 == BUCKETS  # the buckets and the overflow
     assert histogram.count == 100_002
 
 
@@ -61,4 +61,15 @@ def test_minus_merge_and_cumulative():
     merged.merge(before)
     merged.merge(delta)
     assert merged.buckets == after.buckets
+    assert merged.sum == after.sum == 310
     assert after.cumulative((1, 16, 128, 4**15)) == [0, 1, 4, 4]
+
+
+def test_a_queues_metrics_copy_keeps_counts_and_sums_apart_from_the_original():
+    metrics = QueueMetrics()
+    metrics.histogram("set_latency_usec").add(40, times=3)
+    assert metrics.set_latency is metrics.histogram("set_latency_usec")  # the request path's slot
+    copy = metrics.copy()
+    metrics.histogram("set_latency_usec").add(1000)
+    assert (copy.histogram("set_latency_usec").count, copy.histogram("set_latency_usec").sum) == (3, 120)
+    assert (metrics.histogram("set_latency_usec").count, metrics.histogram("set_latency_usec").sum) == (4, 1120)
