@@ -7,12 +7,12 @@ happens in actors. Sessions reach the server only through their ``SessionContext
 
 from __future__ import annotations
 
-import _socket
 import errno
 import gc
 import os
 import resource
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +36,7 @@ from .runtime import ReplyFuture
 from .service import ServiceNotifier
 from .session import (
     CLIENT_SOCKET_OPTIONS,
-    LIGHT_FIRST_READ,
+    Acceptor,
     Connections,
     MemcacheHandler,
     Reload,
@@ -44,7 +44,7 @@ from .session import (
     Shutdown,
     TextHandler,
     ThriftHandler,
-    first_read_bytes,
+    accept_burst,
 )
 from .status import ServerStatus
 
@@ -103,38 +103,45 @@ class _Listener(StreamServer):
         for level, option, value in CLIENT_SOCKET_OPTIONS:
             self.socket.setsockopt(level, option, value)
 
-    # None: nothing accepted, which gevent's BaseServer allows (its StreamServer stub says a
-    # socket always comes)
-    def do_read(self) -> tuple[Any, Any, int] | None:  # type: ignore[override]
-        """The next client to set up now; heavy newcomers on the way are handed to ``handle``
-        here (it queues them for their turn) and do not count against ``max_accept``. What
-        gevent hands ``handle`` is the socket, its peer's address, and how many bytes of its
-        first read wait already (asked once, here: ``Connections.accept`` need not ask the
-        kernel again, and reads a light request at once)."""
+    def _do_read(self) -> None:
+        """gevent's accept loop (the listening socket's watcher calls it), compiled
+        (``session.accept_burst``: gevent's made five interpreted calls per client); what it
+        does on a failure is gevent's. Each client goes to ``handle(sock, address, waiting)``,
+        ``waiting`` the bytes of its first read that wait already (asked once:
+        ``Connections.accept`` need not ask the kernel again, and reads a light request at once);
+        heavy newcomers do not count against ``max_accept``."""
         listening = self.socket
-        for _ in range(HEAVY_PER_ITERATION):
-            try:
-                # the raw descriptor: no socket object made and thrown away (not in the stubs)
-                fd, address = listening._accept()  # type: ignore[attr-defined]
-            except BlockingIOError:
-                return None
-            except OSError as exc:
-                if exc.errno not in _OUT_OF_FDS:
-                    raise
-                self._refuse(listening, exc)
-                return None
-            # the C socket type, not socket.py's subclass: its making and closing are C calls,
-            # where the subclass's are interpreted ones, and nothing here uses what it adds
-            sock = _socket.socket(listening.family, listening.type, listening.proto, fd)
-            sock.setblocking(False)
-            if not self._options_copied and not self._give_options(sock):
-                continue
-            waiting = first_read_bytes(fd)
-            if waiting <= LIGHT_FIRST_READ:
-                return sock, address, waiting
-            # gevent's do_handle hands ``handle`` what it is given (its stub says a socket.socket and an address)
-            self.do_handle(sock, address, waiting)  # type: ignore[call-arg, arg-type]
-        return None
+        try:
+            # gevent's handle (private, so not in its stubs)
+            accept_burst(listening, self._handle, self.max_accept, HEAVY_PER_ITERATION,  # type: ignore[attr-defined]
+                         None if self._options_copied else self._give_options)
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_FDS:
+                self._accept_failed()
+                return
+            self._refuse(listening, exc)
+        except BaseException:  # noqa: BLE001 - gevent's loop catches all, and says so
+            self._accept_failed()
+            return
+        self.delay = self.min_delay
+
+    def _accept_failed(self) -> None:
+        """gevent's handling of a failed accept or set-up (``BaseServer._do_read``): reported to
+        the hub, then the listener closes (a fatal error) or pauses, longer each time."""
+        self.loop.handle_error(self, *sys.exc_info())
+        exc = sys.exc_info()[1]
+        assert exc is not None  # called from an except clause
+        if self.is_fatal_error(exc):
+            self.close()
+            sys.stderr.write(f"ERROR: {self} failed with {str(exc) or repr(exc)}\n")
+            return
+        if self.delay >= 0:
+            self.stop_accepting()
+            self._timer = self.loop.timer(self.delay)
+            # gevent's own (private, so not in its stubs)
+            resume: Callable[[], None] = self._start_accepting_if_started  # type: ignore[attr-defined]
+            self._timer.start(resume)
+            self.delay = min(self.max_delay, self.delay * 2)
 
     def _give_options(self, sock: Any) -> bool:
         """For the first socket accepted, whether the kernel copied the listening socket's
@@ -342,15 +349,20 @@ class Server:
             # its tenth of a second of imports before the first port opens, not while the
             # others take connections that a failure to bind the admin port would reset
             from . import admin  # noqa: F401
-        listener = self._listen(self.config.host, self.config.port, self._serve_memcache)
+        config = self.config
+        listener = self._listen(config.host, config.port, Acceptor(
+            self.connections, MemcacheDecoder, (config.max_line_bytes, config.max_item_bytes), MemcacheHandler))
         self._listeners.append(listener)
         text = thrift = None
         if self.config.text_port:
-            text = self._listen(self.config.host, self.config.text_port, self._serve_text)
+            text = self._listen(config.host, config.text_port, Acceptor(
+                self.connections, TextDecoder, (config.max_line_bytes,), TextHandler))
             self._listeners.append(text)
             log.info("listening", protocol="text", host=self.config.host, port=text.server_port)
         if self.config.thrift_port:
-            thrift = self._listen(self.config.host, self.config.thrift_port, self._serve_thrift)
+            # a thrift frame holds one call: the largest item plus room for the message around it
+            thrift = self._listen(config.host, config.thrift_port, Acceptor(
+                self.connections, ThriftDecoder, (config.max_item_bytes + 64 * 1024,), ThriftHandler))
             self._listeners.append(thrift)
             log.info("listening", protocol="thrift", host=self.config.host, port=thrift.server_port)
         if self.config.admin_port:
@@ -376,7 +388,7 @@ class Server:
         log.info("listening", protocol="admin http", host=host, port=bound,
                  token_required=self.config.admin_token is not None)
 
-    def _listen(self, host: str, port: int, handle: Callable[[Any, Any], None]) -> StreamServer:
+    def _listen(self, host: str, port: int, handle: Callable[[Any, Any, int], None]) -> StreamServer:
         listener = _Listener((host, port), handle, backlog=1024, spawn=None)
         try:
             listener.start()
@@ -462,20 +474,6 @@ class Server:
         while True:
             gevent.sleep(frequency)
             self.collection.tell(ForAll(ForAllKind.SWEEP, IGNORE))
-
-    # -- connections ----------------------------------------------------------------------
-
-    def _serve_memcache(self, sock: Any, address: Any, waiting: int | None = None) -> None:
-        decoder = MemcacheDecoder(self.config.max_line_bytes, self.config.max_item_bytes)
-        self.connections.accept(sock, address, decoder, MemcacheHandler, waiting)
-
-    def _serve_text(self, sock: Any, address: Any, waiting: int | None = None) -> None:
-        self.connections.accept(sock, address, TextDecoder(self.config.max_line_bytes), TextHandler, waiting)
-
-    def _serve_thrift(self, sock: Any, address: Any, waiting: int | None = None) -> None:
-        # a frame holds one call: the largest item plus room for the message around it
-        decoder = ThriftDecoder(self.config.max_item_bytes + 64 * 1024)
-        self.connections.accept(sock, address, decoder, ThriftHandler, waiting)
 
     # -- what sessions ask of the server ----------------------------------------------------
 

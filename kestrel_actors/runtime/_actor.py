@@ -134,7 +134,10 @@ _STOP_MESSAGES: Final = _PYKKA_MESSAGES - {ProxyCall, ProxyGetAttr, ProxySetAttr
 
 assert len(_STOP_MESSAGES) == 1, _STOP_MESSAGES
 _STOP: Final[type] = next(iter(_STOP_MESSAGES))
-"""pykka's stop message (what its ``Actor.stop`` tells), made by :meth:`GeventActor.stop`."""
+"""pykka's stop message (what its ``Actor.stop`` tells)."""
+_STOP_MESSAGE: Final = _STOP()
+"""The one stop :meth:`GeventActor.stop` tells: a ``NamedTuple`` of no fields, whose making is an
+interpreted ``__new__`` (pykka's loop tells it by its type alone)."""
 
 _OWN_GREENLET: set[type] = set()
 """Message types that never run inline (see :func:`on_own_greenlet`)."""
@@ -694,7 +697,7 @@ class GeventActor(pykka.Actor):
         # pykka's ``Actor.stop`` (its stop message told to the actor's ref), compiled: pykka's is
         # an interpreted call and its ``actor_ref`` an interpreted property, and a session stops
         # itself this way at the end of every connection
-        self.ref.tell(_STOP())
+        self.ref.tell(_STOP_MESSAGE)
 
     def _stop(self) -> None:
         # pykka's ``_stop`` (flag set, then ``on_stop``, whose failure is the actor's), less the
@@ -729,6 +732,11 @@ class GeventActor(pykka.Actor):
         # declared on this compiled class, so that the mailbox calls a compiled subclass's handler
         # through mypyc's method table rather than a lookup up pykka's classes and a generic call
         return super().on_receive(message)
+
+    def on_start(self) -> None:
+        # pykka's no-op, compiled: pykka's loop calls it at the start of every actor's loop (a
+        # session's runs at its stop), and an interpreted method is a frame more
+        pass
 
     def on_inbox_empty(self) -> None:
         """Called before the actor waits for its next message (hook)."""

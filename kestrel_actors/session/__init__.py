@@ -8,14 +8,15 @@
   :class:`Handler` of ``_handler``, which also declares :class:`HandlerSession`: what a
   handler may ask of its session).
 * :class:`SessionContext` (``_context``): what a session may ask of the server.
-* :class:`Connections` (``_connections``): a socket, a transport and a session, wired up;
+* :class:`Connections` (``_connections``): a socket, a transport and a session, wired up
+  (a listener's accept loop, :func:`accept_burst`, hands each client to an :class:`Acceptor`);
   a session sends through a :class:`Transport` (``_transport``); the socket transports tell
   the server-wide ``BufferBudget`` (``_budget``) what they buffer, bounded by
   ``max_buffered_bytes``.
 """
 
 from ._actor import Disconnected, Drain, EndOfInput, MonitorState, Received, SessionActor
-from ._connections import Connections
+from ._connections import Acceptor, Connections, accept_burst
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Answer, Handler
 from ._memcache import MemcacheHandler
@@ -24,7 +25,7 @@ from ._thrift import ThriftHandler
 from ._transport import CLIENT_SOCKET_OPTIONS, LIGHT_FIRST_READ, Transport, first_read_bytes
 
 __all__ = [
-    "CLIENT_SOCKET_OPTIONS", "LIGHT_FIRST_READ", "Answer", "Connections", "Disconnected", "Drain", "EndOfInput",
-    "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload", "SessionActor", "SessionContext", "Shutdown",
-    "TextHandler", "ThriftHandler", "Transport", "first_read_bytes",
+    "CLIENT_SOCKET_OPTIONS", "LIGHT_FIRST_READ", "Acceptor", "Answer", "Connections", "Disconnected", "Drain",
+    "EndOfInput", "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload", "SessionActor",
+    "SessionContext", "Shutdown", "TextHandler", "ThriftHandler", "Transport", "accept_burst", "first_read_bytes",
 ]

@@ -7,7 +7,9 @@ dispatcher, which tells the session actor from a greenlet (ADR 0002).
 
 from __future__ import annotations
 
+import _socket
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import gevent.event
@@ -22,7 +24,7 @@ from ._context import SessionContext
 from ._handler import Handler
 from ._transport import LIGHT_FIRST_READ, CommandSink, SocketTransport, first_read_bytes, take_turns
 
-__all__ = ["Connections"]
+__all__ = ["Acceptor", "Connections", "accept_burst"]
 
 log = structlog.get_logger("kestrel_actors.server")
 
@@ -126,6 +128,60 @@ class Connections:
         for session, ref in list(self.live.values()):
             session.closed = True  # at once, as a hang-up: its replies are dropped from now on
             tell_quietly(ref, Disconnected())
+
+
+def accept_burst(listening: Any, handle: Callable[[Any, Any, int], None], lights: int, heavies: int,
+                 give_options: Callable[[Any], bool] | None) -> None:
+    """A listener's accept loop (``server._Listener``), compiled: gevent's is interpreted, and so
+    were the five calls it made per client. Accepts until the kernel's backlog is empty, at most
+    ``lights`` clients whose first read is light (they are set up at once) and ``heavies`` heavy
+    ones in a row (only looked at: they wait for their turn), and hands each to ``handle(sock,
+    address, waiting)``, ``waiting`` the bytes of its first read the kernel holds already.
+    ``give_options``: asked of each socket while the listener does not know that the kernel
+    copies its options (``False``: the socket is closed, its client gone). Raises what
+    ``accept`` raises other than would-block, for the listener to handle."""
+    family = listening.family
+    kind = listening.type
+    proto = listening.proto
+    light = 0
+    heavy = 0
+    while light < lights and heavy < heavies:
+        try:
+            # the raw descriptor: no socket object made and thrown away
+            fd, address = listening._accept()
+        except BlockingIOError:
+            return
+        # the C socket type, not socket.py's subclass: its making and closing are C calls,
+        # where the subclass's are interpreted ones, and nothing here uses what it adds
+        sock = _socket.socket(family, kind, proto, fd)
+        sock.setblocking(False)
+        if give_options is not None and not give_options(sock):
+            continue
+        waiting = first_read_bytes(fd)
+        if waiting <= LIGHT_FIRST_READ:
+            light += 1
+            heavy = 0
+        else:
+            heavy += 1
+        handle(sock, address, waiting)
+
+
+class Acceptor:
+    """What a listener hands each client it accepts (``handle(sock, address, waiting)``): a
+    fresh decoder of its protocol and the protocol's handler class, to :meth:`Connections.accept`.
+    Compiled, so the listener's loop sets a client up with no interpreted call between."""
+
+    __slots__ = ("connections", "decoder_class", "decoder_args", "handler_class")
+
+    def __init__(self, connections: Connections, decoder_class: type[Any], decoder_args: tuple[Any, ...],
+                 handler_class: type[Handler]) -> None:
+        self.connections = connections
+        self.decoder_class = decoder_class
+        self.decoder_args = decoder_args
+        self.handler_class = handler_class
+
+    def __call__(self, sock: Any, address: Any, waiting: int | None = None) -> None:
+        self.connections.accept(sock, address, self.decoder_class(*self.decoder_args), self.handler_class, waiting)
 
 
 def peer_name(address: Any) -> str:
