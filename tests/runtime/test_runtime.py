@@ -532,7 +532,8 @@ def test_on_the_hub_an_actor_told_from_a_nested_run_takes_its_messages_in_order_
 def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
     """One ready socket: its callback's tell runs the receiver on the hub, no dispatcher.
     Several sockets ready in one loop iteration: their tells go through the dispatcher, all
-    together, so that an end-of-burst hook still sees the whole burst."""
+    together after the iteration's callbacks, so that an end-of-burst hook still sees the whole
+    burst; a receiver that may run on the hub runs there (no greenlet switch), in order."""
     import socket
 
     from kestrel_actors.runtime import Dispatcher
@@ -561,10 +562,20 @@ def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
             log.clear()
         assert log == [("socket-0", True)]
         log.clear()
+        due_seen = []
+
+        def readable_seen(ours=pairs[0][0]):
+            ours.recv(16)
+            dispatcher.tell_from_hub(ref, "socket-0")
+            due_seen.append(len(dispatcher.due))  # handed over, not told yet
+
+        watchers[0].stop()
+        watchers[0].start(readable_seen)
         for _ours, theirs in pairs:  # three at once: one loop iteration sees them all
             theirs.send(b"x")
         gevent.sleep(0.02)
-        assert sorted(log) == [("socket-0", False), ("socket-1", False), ("socket-2", False)]
+        assert sorted(log) == [("socket-0", True), ("socket-1", True), ("socket-2", True)]
+        assert due_seen and due_seen[0] >= 1
     finally:
         for watcher in watchers:
             watcher.stop()
