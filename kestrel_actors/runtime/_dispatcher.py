@@ -28,19 +28,25 @@ class Dispatcher:
     is the loop's only ready event, :meth:`tell_from_hub` tells at once, and such a receiver
     runs right there, without a greenlet switch. Otherwise the callback hands the tell to
     :meth:`deliver`, and all due tells are made together, once per burst (so that a burst's
-    requests share a journal write): on the hub, in one loop callback (:meth:`_run_on_hub`),
-    while each receiver may run there, as :meth:`tell_from_hub`'s would; from the first that
+    requests share a journal write): a small burst (:data:`HUB_BURST_MAX`) on the hub, in one
+    loop callback (:meth:`_run_on_hub`), while each receiver may run there, as
+    :meth:`tell_from_hub`'s would. A larger burst goes to a dispatcher greenlet, on which an
+    idle receiver runs inline, and so does the rest of a small one from its first tell that
     would run inline where the hub may not (:func:`runs_off_hub`: a queue with journal file
-    work due), the rest go to a dispatcher greenlet, on which an idle receiver runs inline. A
-    burst of sessions and queues on the hub costs no greenlet switch (two a burst on the
-    greenlet: ADR 0020). If a handler suspends a dispatcher greenlet (journal file work on the
-    threadpool), the next :meth:`deliver` from elsewhere wakes another dispatcher for what is
-    due, so one slow queue does not hold up the rest. Tells still reach each actor in order:
-    they are taken from one FIFO, and a busy actor queues them in its own inbox.
+    work due). A small burst on the hub costs no greenlet switch (two on the greenlet: ADR 0020).
+    If a handler suspends a dispatcher greenlet (journal file work on the threadpool), the next
+    :meth:`deliver` from elsewhere starts another burst for what is due, so one slow queue does
+    not hold up the rest. Tells still reach each actor in order: they are taken from one FIFO,
+    and a busy actor queues them in its own inbox.
     """
 
     _by_hub: ClassVar[weakref.WeakKeyDictionary[Any, Dispatcher]] = weakref.WeakKeyDictionary()
     MAX_PARKED: Final = 8
+    HUB_BURST_MAX: Final = 4
+    """The most tells a burst may hold to be told on the hub. Each costs more there than inline on
+    a dispatcher greenlet (the hub's nesting rules, a queue's ``may_run_on_hub``: about 600
+    instructions with its batch), which saves the burst two greenlet switches (about 2,000):
+    a flood's burst (a SET and a GET) gains, a burst of 100 clients' requests would lose."""
 
     def __init__(self, hub: Any) -> None:
         self.hub = hub
@@ -87,6 +93,9 @@ class Dispatcher:
         hand the rest, from the first that may not, to a dispatcher greenlet."""
         self.woken = False
         due = self.due
+        if len(due) > self.HUB_BURST_MAX:
+            self._wake_greenlet()
+            return
         self.on_hub = True
         try:
             while due:
