@@ -44,8 +44,9 @@ Everything else happens behind the inbox's ``put``/``get``:
 
 ``_dispatcher`` adds a :class:`~._dispatcher.Dispatcher`: a hub callback (a socket read)
 tells at once when it is the loop's only ready event and the receiver may run on the hub;
-otherwise it hands the tell over, and the dispatcher makes a burst's tells together, on the hub
-while their receivers may run there, else on a dispatcher greenlet (:func:`runs_off_hub`).
+otherwise it hands the tell over, and the dispatcher makes a burst's tells together: a small
+burst on the hub while their receivers may run there (:func:`runs_off_hub`), else on a
+dispatcher greenlet.
 """
 
 from __future__ import annotations
