@@ -585,6 +585,26 @@ def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
         ref.stop()
 
 
+def test_a_burst_larger_than_hub_burst_max_is_told_from_a_greenlet_in_order():
+    """Up to ``HUB_BURST_MAX`` tells a burst runs on the hub; a larger one on a dispatcher
+    greenlet, where each tell costs less (its two switches are shared by the whole burst)."""
+    from kestrel_actors.runtime import Dispatcher
+
+    log, _flag, ref = _hub_safe(True)
+    dispatcher = Dispatcher.current()
+    loop = gevent.get_hub().loop
+    try:
+        for size in (Dispatcher.HUB_BURST_MAX, Dispatcher.HUB_BURST_MAX + 1):
+            log.clear()
+            for number in range(size):  # from hub callbacks of one loop iteration
+                loop.run_callback(dispatcher.deliver, ref, number)
+            gevent.sleep(0.02)
+            on_hub = size <= Dispatcher.HUB_BURST_MAX
+            assert log == [(number, on_hub) for number in range(size)]
+    finally:
+        ref.stop()
+
+
 # -- pykka's loop does the work (issue 25.2) -------------------------------------------------------
 
 
