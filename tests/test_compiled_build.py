@@ -261,7 +261,9 @@ REQUEST_PATH = {
     "QueueActor._wake_one": set(),
     "_Mailbox.enqueue": set(),
     "_ToSession.hand_over": set(),  # a read's commands, handed to the dispatcher
-    "Dispatcher.deliver": {"run_callback", "switch", "spawn", "_run"},  # waking a dispatcher (gevent)
+    "Dispatcher.deliver": {"run_callback", "_run_on_hub"},  # a burst's callback (gevent's loop)
+    "Dispatcher._run_on_hub": set(),
+    "runs_off_hub": set(),
     "FileJournal.rotation_due": set(),
     "QueueActor.may_run_on_hub": set(),
     # a connection's repeated request line; a new one is split into tokens (bytes methods)

@@ -44,7 +44,9 @@ Everything else happens behind the inbox's ``put``/``get``:
 
 ``_dispatcher`` adds a :class:`~._dispatcher.Dispatcher`: a hub callback (a socket read)
 tells at once when it is the loop's only ready event and the receiver may run on the hub;
-otherwise it hands the tell to a dispatcher greenlet, which makes a burst's tells together.
+otherwise it hands the tell over, and the dispatcher makes a burst's tells together: a small
+burst on the hub while their receivers may run there (:func:`runs_off_hub`), else on a
+dispatcher greenlet.
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ from pykka import ActorDeadError
 from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr
 
 __all__ = [
-    "GeventActor", "GeventFuture", "GeventRef", "ReplyFuture", "of_this_hub", "on_own_greenlet", "tell",
-    "tell_quietly",
+    "GeventActor", "GeventFuture", "GeventRef", "ReplyFuture", "of_this_hub", "on_own_greenlet", "runs_off_hub",
+    "tell", "tell_quietly",
 ]
 
 T = TypeVar("T")
@@ -614,6 +616,21 @@ def tell(receiver: Any, message: Any) -> None:
         return
     ref: GeventRef = receiver  # typed: the compiled build calls its method directly
     ref.tell(message)
+
+
+def runs_off_hub(receiver: Any, message: Any) -> bool:
+    """Whether a greenlet's tell of ``message`` would run ``receiver``'s handler inline where a
+    tell from the hub may not: an idle inline actor that may not run on the hub now (journal file
+    work may be due). :meth:`GeventRef.tell`'s rules, asked without telling: the dispatcher's
+    burst on the hub hands such a tell to a dispatcher greenlet, which runs it inline."""
+    if type(receiver) is not GeventRef:
+        return False  # a future or a join: its tell runs nothing that may wait
+    ref: GeventRef = receiver  # typed: the compiled build reads its fields natively
+    mailbox = ref.mailbox
+    if ref.stopped_flag._set or not mailbox.idle or not mailbox.inline or type(message) in _NOT_INLINE:
+        return False  # not run inline by any tell: queued (and its greenlet woken) alike
+    actor = mailbox.actor
+    return actor is None or not actor.may_run_on_hub()
 
 
 def tell_quietly(receiver: Any, message: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Final
 import gevent
 from greenlet import getcurrent
 
-from ._actor import of_this_hub, tell_quietly
+from ._actor import of_this_hub, runs_off_hub, tell_quietly
 
 __all__ = ["Dispatcher"]
 
@@ -21,22 +21,32 @@ _popleft: Final = deque.popleft
 
 
 class Dispatcher:
-    """Makes tells on behalf of the hub, from a greenlet, in the order they were handed over.
+    """Makes tells on behalf of the hub, in the order they were handed over.
 
     A hub callback (a socket became readable) may run a handler only if the receiver says none
     can suspend now (``may_run_on_hub``): the hub has nowhere to switch to. When the callback
     is the loop's only ready event, :meth:`tell_from_hub` tells at once, and such a receiver
     runs right there, without a greenlet switch. Otherwise the callback hands the tell to
-    :meth:`deliver`; one dispatcher greenlet, woken once per burst, makes all due tells
-    together (so that a burst's requests share a journal write), and an idle receiver runs
-    inline on it. If a handler suspends a dispatcher (journal file work on the threadpool),
-    the next :meth:`deliver` from elsewhere wakes another dispatcher for what is due, so one
-    slow queue does not hold up the rest. Tells still reach each actor in
-    order: they are taken from one FIFO, and a busy actor queues them in its own inbox.
+    :meth:`deliver`, and all due tells are made together, once per burst (so that a burst's
+    requests share a journal write): a small burst (:data:`HUB_BURST_MAX`) on the hub, in one
+    loop callback (:meth:`_run_on_hub`), while each receiver may run there, as
+    :meth:`tell_from_hub`'s would. A larger burst goes to a dispatcher greenlet, on which an
+    idle receiver runs inline, and so does the rest of a small one from its first tell that
+    would run inline where the hub may not (:func:`runs_off_hub`: a queue with journal file
+    work due). A small burst on the hub costs no greenlet switch (two on the greenlet: ADR 0020).
+    If a handler suspends a dispatcher greenlet (journal file work on the threadpool), the next
+    :meth:`deliver` from elsewhere starts another burst for what is due, so one slow queue does
+    not hold up the rest. Tells still reach each actor in order: they are taken from one FIFO,
+    and a busy actor queues them in its own inbox.
     """
 
     _by_hub: ClassVar[weakref.WeakKeyDictionary[Any, Dispatcher]] = weakref.WeakKeyDictionary()
     MAX_PARKED: Final = 8
+    HUB_BURST_MAX: Final = 4
+    """The most tells a burst may hold to be told on the hub. Each costs more there than inline on
+    a dispatcher greenlet (the hub's nesting rules, a queue's ``may_run_on_hub``: about 600
+    instructions with its batch), which saves the burst two greenlet switches (about 2,000):
+    a flood's burst (a SET and a GET) gains, a burst of 100 clients' requests would lose."""
 
     def __init__(self, hub: Any) -> None:
         self.hub = hub
@@ -46,6 +56,8 @@ class Dispatcher:
         self.parked: list[Any] = []
         self.running: set[Any] = set()
         self.woken = False
+        self.on_hub = False
+        """A burst is being told on the hub (:meth:`_run_on_hub`): a tell due meanwhile joins it."""
 
     @classmethod
     def current(cls) -> Dispatcher:
@@ -66,13 +78,38 @@ class Dispatcher:
         tell_quietly(ref, message)
 
     def deliver(self, ref: Any, message: Any) -> None:
-        """``ref.tell(message)`` soon, from a dispatcher greenlet, after what is already due.
+        """``ref.tell(message)`` soon, with the burst's other tells, after what is already due.
 
         A dead receiver is skipped silently, as a tell to it would fail.
         """
         _append(self.due, (ref, message))
-        if self.woken or _getcurrent() in self.running:
+        if self.woken or self.on_hub or _getcurrent() in self.running:
             return  # a dispatcher is about to run, or is running right here
+        self.woken = True
+        self.loop.run_callback(self._run_on_hub)
+
+    def _run_on_hub(self) -> None:
+        """Make the due tells on the hub (a loop callback) while their receivers may run there;
+        hand the rest, from the first that may not, to a dispatcher greenlet."""
+        self.woken = False
+        due = self.due
+        if len(due) > self.HUB_BURST_MAX:
+            self._wake_greenlet()
+            return
+        self.on_hub = True
+        try:
+            while due:
+                ref, message = due[0]
+                if runs_off_hub(ref, message):
+                    break
+                _popleft(due)
+                tell_quietly(ref, message)
+        finally:
+            self.on_hub = False
+        if due and not self.woken:
+            self._wake_greenlet()
+
+    def _wake_greenlet(self) -> None:
         self.woken = True
         if self.parked:
             self.loop.run_callback(self.parked.pop().switch)

@@ -534,7 +534,8 @@ def test_on_the_hub_an_actor_told_from_a_nested_run_takes_its_messages_in_order_
 def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
     """One ready socket: its callback's tell runs the receiver on the hub, no dispatcher.
     Several sockets ready in one loop iteration: their tells go through the dispatcher, all
-    together, so that an end-of-burst hook still sees the whole burst.
+    together after the iteration's callbacks, so that an end-of-burst hook still sees the whole
+    burst; a receiver that may run on the hub runs there (no greenlet switch), in order.
 
     The lone socket is alone in its loop iteration because this test arms no timer that could
     come due with it: it waits for the socket's callback on an event whose only timer is the
@@ -569,19 +570,49 @@ def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
         assert lone_done.wait(PATIENCE)
         assert log == [("socket-0", True)]  # told, and run, before its callback returned
         log.clear()
+        due_seen = []
+
+        def readable_seen(ours=pairs[0][0]):
+            ours.recv(16)
+            dispatcher.tell_from_hub(ref, "socket-0")
+            due_seen.append(len(dispatcher.due))  # handed over, not told yet
+
+        watchers[0].stop()
+        watchers[0].start(readable_seen)
         for _ours, theirs in pairs:  # three at once: one loop iteration sees them all
             theirs.send(b"x")
         deadline = time.monotonic() + PATIENCE
         while len(log) < 3 and time.monotonic() < deadline:
             gevent.sleep(0.01)
-        assert sorted(log) == [("socket-0", False), ("socket-1", False), ("socket-2", False)]
-        assert sorted(called) == [0, 0, 1, 2]
+        assert sorted(log) == [("socket-0", True), ("socket-1", True), ("socket-2", True)]
+        assert due_seen and due_seen[0] >= 1
+        assert sorted(called) == [0, 1, 2]  # the lone socket's, then the burst's two others
     finally:
         for watcher in watchers:
             watcher.stop()
         for ours, theirs in pairs:
             ours.close()
             theirs.close()
+        ref.stop()
+
+
+def test_a_burst_larger_than_hub_burst_max_is_told_from_a_greenlet_in_order():
+    """Up to ``HUB_BURST_MAX`` tells a burst runs on the hub; a larger one on a dispatcher
+    greenlet, where each tell costs less (its two switches are shared by the whole burst)."""
+    from kestrel_actors.runtime import Dispatcher
+
+    log, _flag, ref = _hub_safe(True)
+    dispatcher = Dispatcher.current()
+    loop = gevent.get_hub().loop
+    try:
+        for size in (Dispatcher.HUB_BURST_MAX, Dispatcher.HUB_BURST_MAX + 1):
+            log.clear()
+            for number in range(size):  # from hub callbacks of one loop iteration
+                loop.run_callback(dispatcher.deliver, ref, number)
+            gevent.sleep(0.02)
+            on_hub = size <= Dispatcher.HUB_BURST_MAX
+            assert log == [(number, on_hub) for number in range(size)]
+    finally:
         ref.stop()
 
 
