@@ -253,7 +253,7 @@ REQUEST_PATH = {
     # a reply (a lone GET hit's from 8 KiB as its parts): an except clause's class, a closed connection's error
     "SocketTransport.sendall": {"BlockingIOError", "EBADF"},
     "SocketTransport.send_parts": {"BlockingIOError", "EBADF"},
-    "SocketTransport._drop_sent": set(),
+    "SocketTransport._drop_sent": {"nbytes"},  # the unsent rest of a part, a memoryview (rare)
     # heapify when compacting, and the heap's tie-breaking count, for a deadline out of order
     "WaitList.park": {"heapify", "next"},
     "WaitList.oldest": set(),
@@ -285,6 +285,15 @@ REQUEST_PATH = {
     "ValueReplies.reply": set(),
     "Histogram.add": set(),
     "HeldMemory.moved": set(),
+    # a monitor stream's items opened, sent and confirmed (the Spark source's server work, ADR 0022)
+    "SessionActor._monitor_step": set(),
+    "MemcacheHandler.add_item_replies": set(),
+    "ValueReplies.add_stream_parts": set(),
+    "_footprint": {"obj"},  # what a memoryview (an unsent rest, rare) keeps alive
+    "QueueCore.confirm": set(),
+    "FileJournal.remove_tentative": set(),
+    "FileJournal.confirm_remove": set(),
+    "_xid_record": set(),
 }
 """Compiled functions that run for every SET or GET (at 100 clients, or alone) (``Class.method`` or a module's
 function), and the names each may still look up (the actors' ``on_receive`` is left out: past

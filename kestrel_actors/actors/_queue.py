@@ -611,7 +611,8 @@ class QueueActor(GeventActor):
         items = []
         size = 0
         transactional = kind is OpenMany
-        for _ in range(op.max_items):
+        limit: int = op.max_items  # typed: a native loop (over ``op``'s, an object, each step boxed and compared)
+        for _ in range(limit):
             item = core.remove(now_ms, transactional=transactional)
             if item is None:
                 break

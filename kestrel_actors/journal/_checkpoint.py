@@ -10,8 +10,11 @@ the add records (``added``) and the ones removed from the run (``consumed``), an
 place of every ``MARK_EVERY``-th add record (``_sequence.AddSequence``): the head is the last
 mark at or before ``consumed``, plus a few records to skip.
 
-The file is ``<data_dir>/.checkpoint/<name>``: the line ``kestrel-checkpoint 1``, one line of
-JSON (the state; item data in base64), and the CRC-32 of both in hex. It is written to
+The file is ``<data_dir>/.checkpoint/<name>``: the line ``kestrel-checkpoint 2``, one line of
+JSON (the state; each item's length, add time and expiry), the items' bytes back to back (the
+front, then the open reads), and the CRC-32 of all that in hex. The bytes are not in the JSON:
+one taken while a ``monitor`` holds 10,000 reads of 1 KiB open cost the server about 450 million
+instructions as base64 inside JSON (version 1, still read), 30 million as they are. It is written to
 ``<name>~~tmp`` in that directory, fsynced, renamed into place and the directory fsynced, after
 the journal records up to its position were fsynced. Journal files are named in it by name,
 inode number and size, and the 64 bytes before the checkpoint's position by their CRC-32: a
@@ -28,6 +31,7 @@ import json
 import os
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -46,7 +50,8 @@ __all__ = [
 
 log = structlog.get_logger("kestrel_actors.journal")
 
-MAGIC = b"kestrel-checkpoint 1\n"
+MAGIC = b"kestrel-checkpoint 2\n"
+MAGIC_V1 = b"kestrel-checkpoint 1\n"
 TAIL_BYTES = 64
 """Bytes before the checkpoint's position whose CRC-32 it records."""
 
@@ -78,42 +83,75 @@ class Checkpoint:
     """``[index, file number in files, offset]`` of the marks after the head's."""
 
 
-def _item(item: Item) -> list[object]:
-    return [base64.b64encode(item.data).decode("ascii"), item.add_time, item.expiry]
-
-
-def _unitem(fields: list[object]) -> Item:
-    data, add_time, expiry = fields
-    return Item(base64.b64decode(str(data)), int(add_time), int(expiry))  # type: ignore[call-overload]
-
-
 def encode(ck: Checkpoint) -> bytes:
+    datas = [item.data for item in ck.front]
+    datas.extend(item.data for item in ck.open_items.values())
     body = json.dumps({
         "queue": ck.queue, "files": [[f.name, f.inode, f.size] for f in ck.files], "tail_crc": ck.tail_crc,
         "head_offset": ck.head_offset, "head_skip": ck.head_skip, "length": ck.length, "bytes": ck.bytes,
-        "xid": ck.xid, "added": ck.added, "consumed": ck.consumed, "front": [_item(i) for i in ck.front],
-        "open": [[xid, *_item(i)] for xid, i in ck.open_items.items()], "marks": ck.marks,
+        "xid": ck.xid, "added": ck.added, "consumed": ck.consumed,
+        "front": [[len(i.data), i.add_time, i.expiry] for i in ck.front],
+        "open": [[xid, len(i.data), i.add_time, i.expiry] for xid, i in ck.open_items.items()], "marks": ck.marks,
     }, separators=(",", ":")).encode("ascii") + b"\n"
-    return MAGIC + body + b"%08x\n" % zlib.crc32(MAGIC + body)
+    whole = b"".join([MAGIC, body, *datas])
+    return whole + b"%08x\n" % zlib.crc32(whole)
 
 
 def decode(raw: bytes) -> Checkpoint:
     """The checkpoint in ``raw``; ValueError (or KeyError, TypeError) if it is damaged."""
-    head, _, crc = raw.rstrip(b"\n").rpartition(b"\n")
-    head += b"\n"
-    if not head.startswith(MAGIC) or int(crc, 16) != zlib.crc32(head):
+    if raw.startswith(MAGIC_V1):
+        return _decode_v1(raw)
+    whole, crc = raw[:-9], raw[-9:]
+    if not whole.startswith(MAGIC) or crc[-1:] != b"\n" or int(crc[:-1], 16) != zlib.crc32(whole):
         raise ValueError("bad checksum")
-    doc = json.loads(head[len(MAGIC):])
+    end = whole.index(b"\n", len(MAGIC))
+    doc = json.loads(whole[len(MAGIC):end])
+    at = end + 1
+
+    def item(length: object, add_time: object, expiry: object) -> Item:
+        nonlocal at
+        start, at = at, at + int(length)  # type: ignore[call-overload]
+        if at > len(whole):
+            raise ValueError("an item runs past the end")
+        return Item(whole[start:at], int(add_time), int(expiry))  # type: ignore[call-overload]
+
+    front = [item(*fields) for fields in doc["front"]]
     open_items = {}
     for xid, *fields in doc["open"]:
-        item = _unitem(fields)
+        opened = item(*fields)
+        opened.xid = int(xid)
+        open_items[int(xid)] = opened
+    if at != len(whole):
+        raise ValueError("bytes after the last item")
+    return _state(doc, front, open_items)
+
+
+def _decode_v1(raw: bytes) -> Checkpoint:
+    """Version 1: the items' bytes in base64 inside the JSON."""
+    head, _, crc = raw.rstrip(b"\n").rpartition(b"\n")
+    head += b"\n"
+    if int(crc, 16) != zlib.crc32(head):
+        raise ValueError("bad checksum")
+    doc = json.loads(head[len(MAGIC_V1):])
+    open_items = {}
+    for xid, *fields in doc["open"]:
+        item = _unitem_v1(fields)
         item.xid = int(xid)
         open_items[int(xid)] = item
+    return _state(doc, [_unitem_v1(f) for f in doc["front"]], open_items)
+
+
+def _unitem_v1(fields: list[object]) -> Item:
+    data, add_time, expiry = fields
+    return Item(base64.b64decode(str(data)), int(add_time), int(expiry))  # type: ignore[call-overload]
+
+
+def _state(doc: dict[str, Any], front: list[Item], open_items: dict[int, Item]) -> Checkpoint:
     return Checkpoint(
         queue=doc["queue"], files=[CheckpointFile(str(n), int(i), int(s)) for n, i, s in doc["files"]],
         tail_crc=int(doc["tail_crc"]), head_offset=int(doc["head_offset"]), head_skip=int(doc["head_skip"]),
         length=int(doc["length"]), bytes=int(doc["bytes"]), xid=int(doc["xid"]), added=int(doc["added"]),
-        consumed=int(doc["consumed"]), front=[_unitem(f) for f in doc["front"]], open_items=open_items,
+        consumed=int(doc["consumed"]), front=front, open_items=open_items,
         marks=[[int(a), int(b), int(c)] for a, b, c in doc["marks"]])
 
 

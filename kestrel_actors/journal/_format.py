@@ -93,12 +93,10 @@ _ADDX: Final = struct.Struct("<biqq")      # opcode, size (= len + 16), add time
 _pack_addx: Final = _ADDX.pack  # bound once: ``_ADDX.pack(...)`` looks "pack" up on every ADD
 _XID_ADDX = struct.Struct("<biiqq")  # opcode, xid, size, add time ms, expiry ms
 _LEGACY_ADD: Final = struct.Struct("<bii")  # opcode, size (= len + 4), expiry s
-_XID = struct.Struct("<bi")          # opcode, xid
 _I32 = struct.Struct("<i")
 _ADDX_BODY = struct.Struct("<iqq")
 _ITEM_HEAD = struct.Struct("<qq")
 # bound once, as ``_pack_addx``: the records a read or a read-behind fill writes and reads per item
-_pack_xid: Final = _XID.pack
 _unpack_i32: Final = _I32.unpack_from
 _unpack_addx_body: Final = _ADDX_BODY.unpack_from
 
@@ -178,21 +176,29 @@ def encode_legacy_remove_tentative() -> bytes:
     return b"\x03"
 
 
+def _xid_record(op: int, xid: int) -> bytes:
+    """``<bi``: the opcode, then the xid (signed 32-bit little-endian), as one 40-bit integer's
+    bytes: compiled, ``int.to_bytes`` is a native call that boxes one integer, where
+    ``_XID.pack`` was a generic call boxing each argument (two records per item a ``monitor``
+    opens and a ``confirm`` takes)."""
+    return (xid << 8 | op).to_bytes(5, "little", signed=True)
+
+
 def encode_save_xid(xid: int) -> bytes:
-    return _pack_xid(OP_SAVE_XID, xid)
+    return _xid_record(OP_SAVE_XID, xid)
 
 
 def encode_unremove(xid: int) -> bytes:
-    return _pack_xid(OP_UNREMOVE, xid)
+    return _xid_record(OP_UNREMOVE, xid)
 
 
 def encode_confirm_remove(xid: int) -> bytes:
-    return _pack_xid(OP_CONFIRM_REMOVE, xid)
+    return _xid_record(OP_CONFIRM_REMOVE, xid)
 
 
 def encode_remove_tentative(xid: int) -> bytes:
     """REMOVE_TENTATIVE_XID (9), what 2.4 writes for every transactional remove."""
-    return _pack_xid(OP_REMOVE_TENTATIVE_XID, xid)
+    return _xid_record(OP_REMOVE_TENTATIVE_XID, xid)
 
 
 # -- reading -------------------------------------------------------------------------------

@@ -354,8 +354,8 @@ class ValueReplies:
     reads items of one size from one queue, and the line is then two comparisons instead of an
     encode and a format."""
 
-    __slots__ = ("_line", "_queue", "_size", "_stamped_line_bytes", "_stamped_prefix", "_stamped_queue",
-                 "_stamped_size", "_stamped_time")
+    __slots__ = ("_joint", "_joint_line", "_line", "_queue", "_size", "_stamped_line_bytes", "_stamped_prefix",
+                 "_stamped_queue", "_stamped_size", "_stamped_time")
 
     def __init__(self) -> None:
         self._queue = ""
@@ -366,6 +366,9 @@ class ValueReplies:
         self._stamped_size = -1
         self._stamped_time = -1
         self._stamped_line_bytes = b""
+        self._joint_line = b""
+        self._joint = b""
+        """``END`` and then ``_joint_line``, one part (:meth:`add_stream_parts`)."""
 
     def reply(self, queue: str, data: bytes) -> bytes:
         return b"".join((self._value_line(queue, len(data)), data, _VALUE_END))
@@ -388,6 +391,28 @@ class ValueReplies:
         """:meth:`stamped`'s three parts appended to ``out`` (as :meth:`add_parts`)."""
         out.append(self._stamped_line(queue, len(data), add_time))
         out.append(data)
+        out.append(_VALUE_END)
+
+    def add_stream_parts(self, out: list[bytes], queue: str, data: bytes, add_time: int, stamped: bool,
+                         follows: bool) -> None:
+        """One reply of a monitor stream (stamped or not) appended to ``out`` as :meth:`add_parts`,
+        except that with ``follows`` (the previous reply in ``out`` is one of these) that
+        reply's ``END`` and this one's ``VALUE`` line go out as one part: a stream of n replies
+        is 2n + 1 parts, not 3n, and every part costs the ``writev`` and the sender's
+        bookkeeping. :meth:`end_stream` appends the last reply's ``END``."""
+        line = self._stamped_line(queue, len(data), add_time) if stamped else self._value_line(queue, len(data))
+        if follows:
+            if line is not self._joint_line:  # items of one size and millisecond share it
+                self._joint = _VALUE_END + line
+                self._joint_line = line
+            out.append(self._joint)
+        else:
+            out.append(line)
+        out.append(data)
+
+    @staticmethod
+    def end_stream(out: list[bytes]) -> None:
+        """The ``END`` of the last reply :meth:`add_stream_parts` appended."""
         out.append(_VALUE_END)
 
     def _value_line(self, queue: str, size: int) -> bytes:

@@ -141,7 +141,7 @@ class QueueCore:
         self.held: HeldMemory = HELD
         """Told of every change of ``mem_bytes`` (an attribute: the compiled build calls it natively)."""
         self.open_reads: dict[int, Item] = {}
-        self._open_since: dict[int, int] = {}
+        """Open reads by xid, oldest first (each item's ``opened`` says when)."""
         self._xid = 0
         self.total_items = 0
         self.put_bytes = 0
@@ -225,8 +225,8 @@ class QueueCore:
         if transactional:
             xid = self._xid = next_xid(self._xid, self.open_reads)
             item.xid = xid
+            item.opened = now_ms
             self.open_reads[xid] = item
-            self._open_since[xid] = now_ms
             self.journal.remove_tentative(xid)
         else:
             self.journal.remove()
@@ -268,10 +268,11 @@ class QueueCore:
     def confirm(self, xid: int) -> Item | None:
         """Drop open item ``xid`` for good and return it; ``None`` (nothing journaled) if it is
         unknown."""
-        item = self.open_reads.pop(xid, None)
+        open_reads = self.open_reads
+        item = open_reads.get(xid)  # get and del are native where pop(xid, None) is a call by name
         if item is None:
             return None
-        del self._open_since[xid]
+        del open_reads[xid]
         self.journal.confirm_remove(xid)
         return item
 
@@ -280,7 +281,6 @@ class QueueCore:
         item = self.open_reads.pop(xid, None)
         if item is None:
             return False
-        del self._open_since[xid]
         item.xid = 0
         self.journal.unremove(xid)
         self.items.appendleft(item)  # an unremoved item always goes back into memory (behaviour §5.8)
@@ -438,9 +438,9 @@ class QueueCore:
             self.metrics.histogram("fill_readbehind_usec").add(int((_perf_counter() - started) * 1e6))
 
     def _time_out_oldest_open(self, now_ms: int) -> None:
-        if not self._open_since:
+        if not self.open_reads:
             return
-        xid, since = next(iter(self._open_since.items()))
+        xid, item = next(iter(self.open_reads.items()))
         timeout_ms = int(self.config.open_transaction_timeout * 1000)  # type: ignore[operator]
-        if now_ms - since > timeout_ms:
+        if now_ms - item.opened > timeout_ms:
             self.unremove(xid)

@@ -736,7 +736,7 @@ class SessionActor(GeventActor):
             self.waiting = None
             self.pending.appendleft(_MONITOR_RESUME)
 
-    def _monitor_step(self, items: list[Any]) -> None:
+    def _monitor_step(self, items: list[Item]) -> None:
         monitor = self.monitor
         assert monitor is not None
         name = monitor.queue
@@ -746,15 +746,15 @@ class SessionActor(GeventActor):
                 self._give_back(name, [item.xid for item in items])
                 return
             opened = self.open_reads.setdefault(name, deque())
-            for item in items:
+            for item in items:  # typed: the compiled build reads ``xid`` natively
                 _append(opened, item.xid)
             self.handler.add_item_replies(name, items, monitor.stamped, self.out)
             monitor.remaining -= len(items)
-        elif time.monotonic() < monitor.deadline:
+        elif _monotonic() < monitor.deadline:
             monitor.deadline = 0.0  # the queue answered a miss: it closed, so the stream ends
         self._flush()
         if self.transport.backed_up:  # go on once the client has taken what it was sent
-            self.pending.appendleft(_MONITOR_RESUME)
+            _appendleft(self.pending, _MONITOR_RESUME)
             return
         self._monitor_next()
 

@@ -276,12 +276,12 @@ class MemcacheHandler(Handler):
     def add_item_replies(self, queue: str, items: list[Any], stamped: bool, out: list[bytes]) -> None:
         values = self.values
         item: Item
-        if stamped:
-            for item in items:  # typed: the compiled build reads its fields natively
-                values.add_stamped_parts(out, queue, item.data, item.add_time)
-        else:
-            for item in items:
-                values.add_parts(out, queue, item.data)
+        follows = False
+        for item in items:  # typed: the compiled build reads its fields natively
+            values.add_stream_parts(out, queue, item.data, item.add_time, stamped, follows)
+            follows = True
+        if follows:
+            values.end_stream(out)
 
     def server_error_reply(self, message: str) -> bytes:
         return p.server_error(message)

@@ -5,14 +5,19 @@ rewrites after the checkpoint; a rewrite deletes a checkpoint that names the fil
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
+import zlib
 
 import gevent
+import pytest
 
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import open_file_journal, replay_queue
-from kestrel_actors.queue import QueueCore
+from kestrel_actors.journal._checkpoint import Checkpoint, CheckpointFile, decode, encode
+from kestrel_actors.queue import Item, QueueCore
 
 CONFIG = QueueConfig(max_memory_size=16 * 1024, default_journal_size=8 * 1024, max_journal_size=1 << 30)
 NOW = 1_700_000_000_000
@@ -134,3 +139,43 @@ def test_a_rewrite_deletes_the_checkpoint_and_the_next_one_starts_from_it(tmp_pa
         _crash(core)
     gevent.spawn(run).get()
     _compare(tmp_path, data_dir)
+
+
+def _state_with_items() -> tuple[list[bytes], Checkpoint]:
+    """A checkpoint's state holding given-back items and open reads of every byte value."""
+    datas = [bytes(range(256)) * 4, b"\n", b"", b"\r\nEND\r\n" * 3, os.urandom(1024)]
+    front = [Item(datas[0], NOW, 0), Item(datas[1], NOW + 1, NOW + 60_000)]
+    open_items = {7: Item(datas[2], NOW + 2, 0, 7), 9: Item(datas[3], NOW + 3, 0, 9), 12: Item(datas[4], NOW, 5, 12)}
+    state = Checkpoint(queue="q", files=[CheckpointFile("q", 11, 4096)], tail_crc=5, head_offset=64, head_skip=2,
+                       length=9, bytes=4000, xid=12, added=20, consumed=11, front=front, open_items=open_items,
+                       marks=[[4096, 0, 128]])
+    return datas, state
+
+
+def test_a_checkpoint_keeps_its_items_bytes_as_they_are():
+    """The items a checkpoint holds (given back, open: a monitor's 10,000 reads) are written as
+    their bytes, not in base64 inside the JSON line, and read back the same; a changed byte of
+    one of them, or a file cut short, is a damaged checkpoint."""
+    datas, state = _state_with_items()
+    raw = encode(state)
+    assert len(raw) < sum(len(data) for data in datas) + 600  # base64 alone adds a third: 1,100 bytes
+    assert decode(raw) == state
+    for damaged in (raw[:600] + bytes([raw[600] ^ 1]) + raw[601:], raw[:-20] + raw[-9:]):
+        with pytest.raises(ValueError):
+            decode(damaged)
+
+
+def test_a_version_1_checkpoint_is_still_read():
+    """Version 1 (item bytes in base64 inside the JSON) is read as it was written."""
+    _, state = _state_with_items()
+
+    def item(i: Item) -> list[object]:
+        return [base64.b64encode(i.data).decode("ascii"), i.add_time, i.expiry]
+
+    body = json.dumps({
+        "queue": "q", "files": [["q", 11, 4096]], "tail_crc": 5, "head_offset": 64, "head_skip": 2, "length": 9,
+        "bytes": 4000, "xid": 12, "added": 20, "consumed": 11, "front": [item(i) for i in state.front],
+        "open": [[xid, *item(i)] for xid, i in state.open_items.items()], "marks": [[4096, 0, 128]],
+    }).encode("ascii") + b"\n"
+    head = b"kestrel-checkpoint 1\n" + body
+    assert decode(head + b"%08x\n" % zlib.crc32(head)) == state

@@ -254,3 +254,21 @@ def test_a_connections_value_replies_are_value_reply_whatever_came_before():
     for queue, data in [("work", b"hello"), ("work", b"world"), ("work", b"hello!"), ("q", b"hello!"), ("q", b""),
                         ("jobs+\u6f22", b"x"), (latin1, b"x"), ("work", b"x" * 1024), ("work", b"y" * 1024)]:
         assert replies.reply(queue, data) == value_reply(queue, data)
+
+
+def test_a_monitor_streams_parts_are_its_replies_each_end_joined_to_the_next_line():
+    """A monitor stream of n replies goes out as 2n + 1 parts (``END`` and the next ``VALUE``
+    line as one), and they are the n replies' bytes whatever the sizes, times and queues."""
+    replies = ValueReplies()
+    stream = [("work", b"a" * 1024, 1), ("work", b"b" * 1024, 1), ("work", b"c" * 1024, 2), ("work", b"", 2),
+              ("q", b"d", 2), ("q", b"d", 2), ("work", b"e" * 1024, 1)]
+    for stamped in (True, False):
+        out: list[bytes] = []
+        follows = False
+        for queue, data, add_time in stream:
+            replies.add_stream_parts(out, queue, data, add_time, stamped, follows)
+            follows = True
+        replies.end_stream(out)
+        assert len(out) == 2 * len(stream) + 1
+        expected = [replies.stamped(q, d, t) if stamped else value_reply(q, d) for q, d, t in stream]
+        assert b"".join(out) == b"".join(expected)
