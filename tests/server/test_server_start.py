@@ -83,3 +83,37 @@ def test_the_listener_gives_client_sockets_their_options_and_says_what_waits():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_failed_set_up_pauses_the_listener_then_it_serves_the_next_client():
+    """A client whose set-up raises (not an out-of-descriptors refusal) is handled as gevent's
+    accept loop does: reported to the hub, the listener pauses for ``delay`` (doubled each time
+    in a row), then accepts again, and a success resets the pause."""
+    code = (
+        "import socket, gevent\n"
+        "from kestrel_actors.server import _Listener\n"
+        "accepted = []\n"
+        "def handle(sock, address, waiting=None):\n"
+        "    accepted.append(sock)\n"
+        "    if len(accepted) == 1:\n"
+        "        raise RuntimeError('set-up failed')\n"
+        "listener = _Listener(('127.0.0.1', 0), handle, spawn=None)\n"
+        "listener.start()\n"
+        "first_delay = listener.delay\n"
+        "clients = [socket.create_connection(('127.0.0.1', listener.server_port))]\n"
+        "with gevent.Timeout(10):\n"
+        "    while not accepted:\n"
+        "        gevent.sleep(0.001)\n"
+        "assert listener.delay == 2 * first_delay, (listener.delay, first_delay)\n"
+        "clients.append(socket.create_connection(('127.0.0.1', listener.server_port)))\n"
+        "with gevent.Timeout(10):\n"
+        "    while len(accepted) < 2:\n"
+        "        gevent.sleep(0.001)\n"
+        "assert listener.delay == first_delay, listener.delay\n"
+        "assert not listener.closed\n"
+        "print('served after the pause')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "served after the pause" in result.stdout
+    assert "RuntimeError: set-up failed" in result.stderr  # the hub's report of it
