@@ -49,6 +49,22 @@ def test_the_values_come_out_whole_and_in_order_however_the_bytes_are_cut(step):
     assert left == b"VERSION 1\r\n"  # the next reply is left alone
 
 
+@pytest.mark.parametrize("step", [100, 300, 1000])
+def test_a_header_line_longer_than_one_step_of_a_cut_block_is_made_whole(step):
+    """A block cut inside its header line is made whole a step of bytes at a time until its
+    length is known: a queue name longer than that step still reads."""
+    key = b"k" * 400
+    scan = ValueScan("monitor", key, 10)
+    data = reply([b"abc", b"x" * 700], key) + b"VERSION 1\r\n"
+    for at in range(0, len(data), step):
+        piece = data[at:at + step]
+        taken = scan.feed(piece)
+        if scan.done:
+            break
+    assert scan.values().values() == [b"abc", b"x" * 700]
+    assert piece[taken:] + data[at + step:] == b"VERSION 1\r\n"
+
+
 def test_an_empty_monitor_is_one_end():
     scan, left = scan_in_pieces(b"END\r\n", 1)
     assert scan.done and scan.values().count == 0 and not left
