@@ -394,6 +394,18 @@ def test_histograms_count_with_native_arithmetic():
 
 
 @needs_build
+def test_the_monitor_scan_reads_bytes_and_digits_natively():
+    """The planner's per-item scan (ADR 0022) reads the received ``bytes`` and builds a
+    header's numbers in machine integers: a tagged ``int`` multiply of a 13-digit stamp went
+    through ``PyNumber_Multiply``, a ``bytearray``'s byte through ``PyObject_GetItem``. (The
+    only generic item access left copies a value, view to view, in ``HeaderScan.put``.)"""
+    source = generated_source()
+    generic = [line.strip() for line in function_lines(source, "HeaderScan.scan")
+               if re.search(r"CPyTagged_Multiply|PyNumber_\w+\(|PyObject_GetItem\(|CPyBytes_GetSlice\(", line)]
+    assert generic == []
+
+
+@needs_build
 def test_the_request_path_looks_nothing_up_by_name():
     """Compiled code reads a typed attribute, calls a typed method and reads a ``Final`` constant
     natively; an ``Any`` or a ``Protocol`` in between, a type tested through a local

@@ -321,13 +321,20 @@ class Connection:
         (``stamped``)."""
         scan = ValueScan(command, key, limit, stamped, into)
         buf = self.buf
+        # Each piece goes to the scan as ``recv`` made it, never onto ``buf`` (ADR 0022: the
+        # scan reads it where it lies); ``buf`` keeps only what follows the reply.
+        piece = bytes(buf) if buf else self._chunk(b"VALUE|END")
+        buf.clear()
         while True:
-            taken = scan.feed(buf)
-            if taken:
-                del buf[:taken]
+            taken = scan.feed(piece)
             if scan.done:
+                buf += memoryview(piece)[taken:]
                 return scan.values()
-            self._recv(b"VALUE|END")
+            try:
+                piece = self._chunk(b"VALUE|END")
+            except ReplyTimeout as exc:  # part of a reply, then silence: the server's fault
+                raise UnexpectedReply(f"incomplete {command} reply ({scan.taken} values "
+                                      f"taken): {exc}") from None
 
     def read_stats(self) -> dict[str, str]:
         """The ``STAT name value`` lines up to ``END``."""

@@ -140,6 +140,21 @@ def get_reply_size(buf: bytes | bytearray, at: int, hit_len: int) -> int:
     raise UnexpectedReply(f"not an item this run put: {bytes(buf[at:at + 60])!r}...")
 
 
+_ZERO_STAMP = bytes(8)
+
+
+def _holds_zero(stamps: bytes | memoryview) -> bool:
+    """Whether one of the int64 ``stamps`` is 0: eight zero bytes at a multiple of 8, found by
+    a C-level search (an epoch millisecond's low bytes are never all zero)."""
+    data = stamps if isinstance(stamps, bytes) else bytes(stamps)
+    at = data.find(_ZERO_STAMP)
+    while at >= 0:
+        if at % 8 == 0:
+            return True
+        at = data.find(_ZERO_STAMP, at + 1)
+    return False
+
+
 @dataclass(frozen=True)
 class PackedValues:
     """Values back to back: their lengths (uint32, little-endian) and their bytes. Two
@@ -158,6 +173,9 @@ class PackedValues:
 
     def stamps_or(self, default_ms: int) -> PackedValues:
         """These values with an enqueue time for each: ``default_ms`` where none is known."""
+        if (self.stamps is not None and len(self.stamps) == 8 * self.count
+                and not _holds_zero(self.stamps)):
+            return self  # (the planner asks this of each part twice: no number boxed)
         stamps = array("q")
         if self.stamps is not None:
             stamps.frombytes(self.stamps)
@@ -207,15 +225,21 @@ class PackedValues:
 
 _VALUE_END = b"\r\nEND\r\n"
 _TAIL = len(_VALUE_END)
+_LINE_STEP = 256
+"""Bytes taken at a time to make a cut header line whole (a value's length is known after it)."""
 
 
 class ValueScan:
     """A ``monitor`` reply — ``VALUE`` blocks, each with its ``END``, then a final ``END`` —
-    taken in bulk as its bytes arrive (sans I/O: :meth:`feed` is given what has been
-    received). The lines are Kestrel's ``VALUE <queue> 0 <length>``; any other line goes
-    through :func:`parse_value_header`, so errors are mapped as for one value. ``stamped``:
-    the stream was asked for enqueue times, ``VALUE <queue> 0 <length> <stamp>`` (a line
-    without one, from a server that ignores the option, gives 0)."""
+    taken in bulk as its bytes arrive (sans I/O: :meth:`feed` is given each piece received).
+    The lines are Kestrel's ``VALUE <queue> 0 <length>``; any other line goes through
+    :func:`parse_value_header`, so errors are mapped as for one value. ``stamped``: the stream
+    was asked for enqueue times, ``VALUE <queue> 0 <length> <stamp>`` (a line without one, from
+    a server that ignores the option, gives 0).
+
+    Each piece is read where it lies and each value copied once, into the values' buffer
+    (``into`` if given); only a block cut by a piece's end is kept apart, and made whole with
+    as few of the next piece's bytes as it needs (ADR 0022)."""
 
     def __init__(self, command: str, key: bytes, limit: int, stamped: bool = False,
                  into: bytearray | None = None) -> None:
@@ -230,34 +254,73 @@ class ValueScan:
         # One C-level match per item takes its whole header line (a planner scans 50,000 a batch)
         self._header = re.compile(re.escape(b"VALUE " + key + b" 0 ")
                                   + (rb"(\d+)(?: (\d+))?\r\n" if stamped else rb"(\d+)()\r\n"))
-        self._lengths = array("I")
-        self._data = bytearray() if into is None else into
-        self._used = 0  # the bytes of ``_data`` taken (interpreted; compiled: HeaderScan's)
-        # the enqueue times' digits, made numbers in one C-level pass by :meth:`values`
-        self._stamps: list[bytes] | None = [] if stamped else None
-        # Compiled, blocks of Kestrel's own form are taken by HeaderScan (ADR 0022), into its
-        # lists, and the match below takes only the rest (the final END, an error), into the
-        # same lists so that the order holds. Interpreted, that loop is slower than the match.
-        self._fast = HeaderScan(b"VALUE " + key + b" 0 ", stamped) if _SCAN_COMPILED else None
+        self._stamped = stamped
+        # What has been taken, whichever way: compiled, blocks of Kestrel's own form are taken
+        # by its scan (ADR 0022) and the match takes only the rest (the final END, an error),
+        # in order. Interpreted, that loop is slower than the match, which takes them all.
+        self._taken = HeaderScan(b"VALUE " + key + b" 0 ", stamped,
+                                 bytearray() if into is None else into)
+        self._fast = _SCAN_COMPILED
+        # the start of a block cut by the last piece's end, in the pieces it came in (a value
+        # larger than a piece is joined once, when whole), and the bytes that make it whole
+        # (0: not known yet, its header line is cut)
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._wanted = 0
 
-    def feed(self, buf: bytearray) -> int:
-        """Take the complete blocks at the start of ``buf`` (and the final ``END``, which
-        sets :attr:`done`); returns how many bytes were taken, which the caller removes
-        before the next call."""
-        header, lengths, data, stamps = self._header.match, self._lengths, self._data, self._stamps
+    def feed(self, piece: bytes) -> int:
+        """Take ``piece``, the next bytes received; returns how many of them are this reply's:
+        all of them until the final ``END`` (which sets :attr:`done`), whose following bytes
+        are another reply's, left to the caller."""
+        at = 0
+        try:
+            while self._pending:  # the cut block first, made whole from this piece's start
+                size, wanted = self._pending_size, self._wanted
+                if wanted and size + len(piece) - at < wanted:  # not whole yet
+                    self._pending.append(piece[at:] if at else piece)
+                    self._pending_size += len(piece) - at
+                    return len(piece)
+                take = wanted - size if wanted else _LINE_STEP
+                self._pending.append(piece[at:at + take])
+                joined = b"".join(self._pending)
+                pos = self._scan(joined, 0)
+                if self.done or pos:  # past the cut block: go on in the piece itself
+                    at += pos - size
+                    self._pending, self._pending_size = [], 0
+                    if self.done:
+                        return at
+                else:  # its header line was cut: its length is known now, or more is needed
+                    at += len(joined) - size
+                    self._pending, self._pending_size = [joined], len(joined)
+                    if at >= len(piece):
+                        return len(piece)
+            pos = self._scan(piece, at)
+            if not self.done:
+                rest = piece[pos:]
+                if rest:
+                    self._pending, self._pending_size = [rest], len(rest)
+                return len(piece)
+            return pos
+        finally:
+            self._taken.release()
+
+    def _scan(self, buf: bytes, pos: int) -> int:
+        """Take the whole blocks in ``buf`` from ``pos`` on; returns where they end (and sets
+        :attr:`done` at the final ``END``, :attr:`_wanted` for a block it stops inside)."""
+        taken = self._taken
+        lengths, stamps, stamped = taken.lengths, taken.stamps, self._stamped
+        header = self._header.match
         fast = self._fast
         tail = _TAIL
-        pos, size = 0, len(buf)
-        if fast is not None and len(buf) < fast.wanted:
-            return 0  # still inside the value it stopped in (the caller took what was taken)
-        received = bytes(buf) if fast is not None else b""  # (one copy of what came)
-        with memoryview(buf) as view:
+        size = len(buf)
+        self._wanted = 0
+        with memoryview(buf) as source:
             while True:
-                if fast is not None:
-                    pos = fast.scan(received, pos, data)
-                    if fast.stopped == _SCAN_MORE:
+                if fast:
+                    pos = taken.scan(buf, pos, source)
+                    if taken.stopped == _SCAN_MORE:
+                        self._wanted = taken.wanted
                         break
-                    self._used = fast.used
                 found = header(buf, pos)
                 if found is not None:
                     start = found.end()
@@ -267,7 +330,7 @@ class ValueScan:
                     eol = buf.find(b"\r\n", pos)  # not a whole header of this queue: END, or an error
                     if eol < 0:
                         break
-                    parsed = parse_value_header(self.command, bytes(buf[pos:eol]), self.key)
+                    parsed = parse_value_header(self.command, buf[pos:eol], self.key)
                     if parsed is None:
                         self.done = True
                         pos = eol + 2
@@ -275,47 +338,41 @@ class ValueScan:
                     start, length, stamp = eol + 2, parsed, b"0"
                 end = start + length
                 if end + tail > size:
+                    self._wanted = end + tail - pos
                     break
                 if not buf.startswith(_VALUE_END, end):
-                    got = bytes(buf[end:end + tail])
+                    got = buf[end:end + tail]
                     if not got.startswith(b"\r\n"):
                         raise UnexpectedReply(f"value of {length} bytes not followed by CRLF")
                     raise UnexpectedReply(f"expected END after a value, got {got[2:]!r}")
-                if fast is not None:
-                    fast.lengths.append(length)
-                    if stamps is not None:
-                        fast.stamps.append(int(stamp))
-                else:
-                    lengths.append(length)
-                    if stamps is not None:
-                        stamps.append(stamp)
-                used = self._used
-                if used + length <= len(data):
-                    data[used:used + length] = view[start:end]
-                else:
-                    data[used:] = view[start:end]
-                self._used = used + length
-                if fast is not None:
-                    fast.used = self._used
+                lengths.append(length)
+                if stamped:
+                    stamps.append(int(stamp))
+                taken.put(source, start, end)
                 pos = end + tail
-        if (len(lengths) if fast is None else len(fast.lengths)) > self.limit:
+        if len(lengths) > self.limit:
             raise UnexpectedReply(f"{self.command}: more than the {self.limit} items asked for")
         return pos
+
+    @property
+    def taken(self) -> int:
+        """The values taken so far."""
+        return len(self._taken.lengths)
 
     def values(self) -> PackedValues:
         """What was scanned (once :attr:`done`; its buffer is handed over, not copied: a
         buffer given as ``into`` as a view, so that while the values live it cannot be
         resized, which is how a pool knows it is still in use)."""
-        fast = self._fast
-        lengths = self._lengths if fast is None else array("I", fast.lengths)
-        stamps = None if self._stamps is None else \
-            array("q", map(int, self._stamps) if fast is None else fast.stamps)
+        taken = self._taken
+        lengths = array("I", taken.lengths)
+        # as unsigned (a stamp is never negative: the same bytes): array's "q" parses each
+        # number through PyArg_Parse, "Q" converts it directly, twice as fast
+        stamps = array("Q", taken.stamps) if self._stamped else None
         if sys.byteorder != "little":
             lengths.byteswap()
             if stamps is not None:
                 stamps.byteswap()
-        used = self._used if fast is None else fast.used
-        data = self._data
+        used, data = taken.used, taken.data
         if self._into:
             values: bytearray | memoryview = memoryview(data)[:used]
         else:

@@ -1,8 +1,10 @@
 """The `kestrel` source's planner work per item, without Spark or a server (ADR 0022).
 
 What the planner does with a micro-batch once the server has answered: each connection's
-``monitor`` reply (stamped ``VALUE`` blocks) received in pieces of the client's receive size
-and scanned (:class:`~kestrel_actors.client.ValueScan`), the batch's write-ahead file staged
+``monitor`` reply (stamped ``VALUE`` blocks) received by the client's own code
+(``Connection.read_packed_values``, from a socket stand-in whose ``recv`` returns the reply's
+next piece, as the kernel's copy would) and scanned (:class:`~kestrel_actors.client.ValueScan`),
+the batch's write-ahead file staged
 (written, checksummed by slices, ``fsync``) and published, and the previous batch released at
 its commit, as the source's read-ahead overlaps them (a batch lives while the next is opened).
 Prints CPU µs and minor page faults per item over the batches after the first two, and which
@@ -22,8 +24,8 @@ import click
 
 import kestrel_actors
 from kestrel_actors.client import PackedValues
+from kestrel_actors.client._connection import Connection
 from kestrel_actors.client._scan import COMPILED
-from kestrel_actors.client._wire import ValueScan
 from kestrel_actors.spark_bridge._wal import BatchPart, WriteAheadLog
 
 try:
@@ -31,7 +33,6 @@ try:
 except ImportError:  # a checkout before the pool: every batch gets fresh buffers
     BufferPool = None  # type: ignore[assignment,misc]
 
-_RECV = 64 * 1024  # the client's receive size (client/_connection.py)
 _WARM_BATCHES = 2
 
 
@@ -52,20 +53,26 @@ def monitor_reply(queue: str, count: int, item_bytes: int, first_stamp: int,
     return b"".join(blocks) + b"END\r\n"
 
 
+class _Replay:
+    """A connected socket's stand-in: ``recv`` returns the reply's next piece."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
+        self.at = 0
+
+    def recv(self, size: int) -> bytes:
+        piece = self.reply[self.at:self.at + size]
+        self.at += len(piece)
+        return piece
+
+
 def receive(reply: bytes, queue: str, limit: int, into: bytearray | None) -> PackedValues:
-    """Feed ``reply`` as the client receives it (client/_connection.py's read_packed_values)."""
-    scan = ValueScan("monitor", queue.encode(), limit, True,
-                     **({} if into is None else {"into": into}))
-    buf = bytearray()
-    for at in range(0, len(reply), _RECV):
-        buf += reply[at:at + _RECV]
-        taken = scan.feed(buf)
-        if taken:
-            del buf[:taken]
-        if scan.done:
-            break
-    assert scan.done
-    return scan.values()
+    """``reply`` received and scanned by the client's code (client/_connection.py)."""
+    wire = Connection("127.0.0.1", 0)
+    wire.sock = _Replay(reply)
+    values = wire.read_packed_values(queue.encode(), limit, stamped=True, into=into)
+    assert wire.sock.at == len(reply) and not wire.buf
+    return values
 
 
 @click.command()

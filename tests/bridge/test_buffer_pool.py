@@ -12,10 +12,8 @@ def filled(pool: BufferPool, values: list[bytes]):
     """A monitor reply scanned into a buffer from the pool, as the planner does."""
     into = pool.take()
     scan = ValueScan("monitor", b"q", 100, into=into)
-    buf = bytearray(b"".join(b"VALUE q 0 %d\r\n%s\r\nEND\r\n" % (len(v), v) for v in values)
-                    + b"END\r\n")
-    del buf[:scan.feed(buf)]
-    assert scan.done
+    reply = b"".join(b"VALUE q 0 %d\r\n%s\r\nEND\r\n" % (len(v), v) for v in values) + b"END\r\n"
+    assert scan.feed(reply) == len(reply) and scan.done
     return into, scan.values()
 
 

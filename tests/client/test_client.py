@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -18,6 +19,7 @@ from kestrel_actors.client import (
     UnexpectedReply,
     reply_error,
 )
+from kestrel_actors.client._connection import Connection
 from kestrel_actors.client._wire import (
     expect_deleted,
     get_options,
@@ -252,6 +254,40 @@ def test_raw_connection(client, qname):
             conn.exchange(b"get %s\r\n" % qname.encode(), b"END\r\n")
     finally:
         conn.close()
+
+
+def test_a_monitor_reply_read_from_the_pieces_received_leaves_the_next_reply(client, qname):
+    """``read_packed_values`` scans each received piece where it lies (values larger than a
+    piece, headers cut between two); what follows the reply stays for the next read."""
+    values = [bytes([i]) * size for i, size in enumerate([1, 70_000, 0, 3, 150_000, 5000])]
+    client.put_many(qname, values)
+    conn = client.connection()
+    try:
+        conn.send(b"monitor %s 1 10 stamp\r\nversion\r\n" % qname.encode())
+        packed = conn.read_packed_values(qname.encode(), 10, stamped=True)
+        assert packed.values() == values and conn.read_line().startswith(b"VERSION ")
+        stamps = memoryview(packed.stamps).cast("q").tolist()
+        assert len(stamps) == len(values) and min(stamps) > 1_600_000_000_000
+        conn.send(b"confirm %s %d\r\n" % (qname.encode(), len(values)))
+        conn.read_end("confirm")
+    finally:
+        conn.close()
+    assert client.queue_stats(qname)["items"] == 0
+
+
+def test_a_monitor_reply_that_stops_halfway_is_the_server_s_fault():
+    """Part of a reply, then silence past the timeout: UnexpectedReply (an empty queue's
+    silence would be a ReplyTimeout)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        conn = Connection("127.0.0.1", listener.getsockname()[1], timeout=0.3).connect()
+        peer, _ = listener.accept()
+        try:
+            peer.sendall(b"VALUE q 0 3\r\nabc\r\nEND\r\nVALUE q 0 10\r\nab")
+            with pytest.raises(UnexpectedReply, match="incomplete monitor reply"):
+                conn.read_packed_values(b"q", 5)
+        finally:
+            peer.close()
+            conn.close()
 
 
 def test_reply_lines_map_to_one_exception_each():

@@ -6,6 +6,8 @@ compiled build does; here compiled or not, as the build is)."""
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
 
 from kestrel_actors.client import PackedValues, ServerError, UnexpectedReply, _scan, _wire
@@ -24,14 +26,17 @@ def reply(values: list[bytes], key: bytes = b"q") -> bytes:
     return b"".join(b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(v), v) for v in values) + b"END\r\n"
 
 
-def scan_in_pieces(data: bytes, step: int, limit: int = 100) -> tuple[ValueScan, bytearray]:
-    scan, buf = ValueScan("monitor", b"q", limit), bytearray()
+def scan_in_pieces(data: bytes, step: int, limit: int = 100, **options) -> tuple[ValueScan, bytes]:
+    """``data`` fed in pieces of ``step`` bytes, as ``recv`` returns them; also the bytes after
+    the reply (the next reply's), which the scan must leave to its caller."""
+    scan = ValueScan("monitor", b"q", limit, **options)
     for at in range(0, len(data), step):
-        buf += data[at:at + step]
-        del buf[:scan.feed(buf)]
+        piece = data[at:at + step]
+        taken = scan.feed(piece)
         if scan.done:
-            break
-    return scan, buf
+            return scan, piece[taken:] + data[at + step:]
+        assert taken == len(piece)
+    return scan, b""
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 13, 64, 1 << 20])
@@ -41,7 +46,23 @@ def test_the_values_come_out_whole_and_in_order_however_the_bytes_are_cut(step):
     packed = scan.values()
     assert packed.count == len(VALUES) and packed.values() == VALUES
     assert bytes(packed.data) == b"".join(VALUES)
-    assert b"VERSION 1\r\n".startswith(bytes(left))  # the next reply is left alone
+    assert left == b"VERSION 1\r\n"  # the next reply is left alone
+
+
+@pytest.mark.parametrize("step", [100, 300, 1000])
+def test_a_header_line_longer_than_one_step_of_a_cut_block_is_made_whole(step):
+    """A block cut inside its header line is made whole a step of bytes at a time until its
+    length is known: a queue name longer than that step still reads."""
+    key = b"k" * 400
+    scan = ValueScan("monitor", key, 10)
+    data = reply([b"abc", b"x" * 700], key) + b"VERSION 1\r\n"
+    for at in range(0, len(data), step):
+        piece = data[at:at + step]
+        taken = scan.feed(piece)
+        if scan.done:
+            break
+    assert scan.values().values() == [b"abc", b"x" * 700]
+    assert piece[taken:] + data[at + step:] == b"VERSION 1\r\n"
 
 
 def test_an_empty_monitor_is_one_end():
@@ -89,11 +110,7 @@ def test_a_stamped_stream_keeps_each_enqueue_time_and_a_line_without_one_gets_th
     option (Kestrel) answers without it: 0, which ``stamps_or`` replaces by the read time."""
     data = (b"VALUE q 0 2\r\nab\r\nEND\r\nVALUE q 0 0 1700000000123\r\n\r\nEND\r\n"
             b"VALUE q 0 1 1700000000456\r\nc\r\nEND\r\nEND\r\n")
-    scan = ValueScan("monitor", b"q", 10, stamped=True)
-    buf = bytearray()
-    for at in range(0, len(data), step):
-        buf += data[at:at + step]
-        del buf[:scan.feed(buf)]
+    scan, _ = scan_in_pieces(data, step, 10, stamped=True)
     packed = scan.values()
     assert scan.done and packed.values() == [b"ab", b"", b"c"]
     stamped = packed.stamps_or(1700000000999)
@@ -105,16 +122,23 @@ def test_a_stamped_stream_keeps_each_enqueue_time_and_a_line_without_one_gets_th
         scan_in_pieces(b"VALUE q 0 1 1700000000456\r\nc\r\nEND\r\nEND\r\n", 100)
 
 
+def test_stamps_are_told_zero_only_by_a_whole_zero_stamp():
+    """``stamps_or`` looks for a 0 without boxing each stamp: eight zero bytes that straddle
+    two stamps are no zero stamp."""
+    one_then_high = array("q", [1, 1 << 56]).tobytes()  # 01 00.. 00 | 00.. 00 01: 14 zero bytes
+    packed = PackedValues(array("I", [0, 0]).tobytes(), b"", one_then_high)
+    assert packed.stamps_or(7) is packed
+    zero = PackedValues(array("I", [0, 0, 0]).tobytes(), b"", array("q", [1, 0, 5]).tobytes())
+    assert memoryview(zero.stamps_or(7).stamps).cast("q").tolist() == [1, 7, 5]
+
+
 @pytest.mark.parametrize("step", [1, 4, 1 << 20])
 def test_odd_headers_between_kestrels_own_come_out_in_order(step):
     """A line the compiled scan leaves to the match (flags other than 0, a value with no stamp,
     a stamp of more digits than 63 bits hold) keeps its place among the others."""
     data = (b"VALUE q 0 1 1700000000001\r\na\r\nEND\r\nVALUE q 7 1\r\nb\r\nEND\r\n"
             b"VALUE q 0 1\r\nc\r\nEND\r\nVALUE q 0 1 1700000000004\r\nd\r\nEND\r\nEND\r\n")
-    scan, buf = ValueScan("monitor", b"q", 10, stamped=True), bytearray()
-    for at in range(0, len(data), step):
-        buf += data[at:at + step]
-        del buf[:scan.feed(buf)]
+    scan, _ = scan_in_pieces(data, step, 10, stamped=True)
     packed = scan.values()
     assert scan.done and packed.values() == [b"a", b"b", b"c", b"d"]
     assert memoryview(packed.stamps).cast("q").tolist() == [1700000000001, 0, 0, 1700000000004]
@@ -128,10 +152,7 @@ def test_values_written_into_a_reused_buffer_are_exactly_the_reply_s(step, room)
     part written, so the buffer cannot be resized (reused) while they live."""
     data = reply(VALUES)[:-5] + b"VALUE q 7 1\r\nb\r\nEND\r\nEND\r\n"  # a line for the match
     into = bytearray(b"\xee" * room)
-    scan, buf = ValueScan("monitor", b"q", 100, into=into), bytearray()
-    for at in range(0, len(data), step):
-        buf += data[at:at + step]
-        del buf[:scan.feed(buf)]
+    scan, _ = scan_in_pieces(data, step, into=into)
     packed = scan.values()
     assert scan.done and packed.values() == [*VALUES, b"b"]
     assert bytes(packed.data) == b"".join(VALUES) + b"b"
