@@ -293,7 +293,7 @@ class SessionActor(GeventActor):
                 self._local(refusal)
                 break
             if kind in self.queue_kinds and self.handler.goes_to_queue(command):
-                if not self._start_batch():
+                if not self._start_batch(command):
                     break
                 continue
             _popleft(pending)
@@ -496,9 +496,9 @@ class SessionActor(GeventActor):
 
     # -- batches ------------------------------------------------------------------------------
 
-    def _start_batch(self) -> bool:
-        """Compile the requests at the head of ``pending`` into one batch and send it."""
-        first = self.pending[0]
+    def _start_batch(self, first: Any) -> bool:
+        """Compile the requests at the head of ``pending`` (``first``, still in it, and those
+        that join it) into one batch and send it."""
         name = first.queue
         handler = self.handler
         ref = self.refs.get(name)
