@@ -294,7 +294,7 @@ class _HubRuns:
             raise
         finally:
             self.depth = depth
-        if depth == 0:
+        if depth == 0 and self.queued:  # tells the run made to actors busy up the stack
             queued = self.queued
             self.depth = 1
             try:

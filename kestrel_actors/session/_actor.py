@@ -499,8 +499,8 @@ class SessionActor(GeventActor):
     def _start_batch(self, first: Any) -> bool:
         """Compile the requests at the head of ``pending`` (``first``, still in it, and those
         that join it) into one batch and send it."""
-        name = first.queue
         handler = self.handler
+        name = handler.queue_of(first)
         ref = self.refs.get(name)
         if ref is None or not ref.is_alive():
             ref = self._listed_queue(name)
