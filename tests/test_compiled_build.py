@@ -222,7 +222,8 @@ REQUEST_PATH = {
     # name: what it may still look up by name, and why
     "SessionActor.on_receive": set(),
     "SessionActor._pump": set(),
-    "SessionActor._start_batch": {"queue"},  # a command's queue: each protocol has its own classes
+    "SessionActor._start_batch": set(),
+    "MemcacheHandler.queue_of": set(),
     "SessionActor._batch_done": set(),
     "SessionActor._answer": set(),
     "SessionActor._compile_rest": set(),

@@ -196,19 +196,20 @@ def _length(chunks: list[bytes]) -> int:
     return total
 
 
-def write_all(fd: int, chunks: list[bytes]) -> None:
-    """Write every chunk, in order, with as few system calls as possible."""
+def write_all(fd: int, chunks: list[bytes], size: int) -> None:
+    """Write every chunk, in order, with as few system calls as possible. ``size``: their bytes in
+    all (the caller counted them)."""
     count = len(chunks)
     for start in range(0, count, IOV_MAX):
-        group = chunks if count <= IOV_MAX else chunks[start:start + IOV_MAX]
-        if count == 1:
-            # one chunk (a lone GET's REMOVE; an ADD is two): ``write`` allocates no iovec
-            # and buffer arrays, as ``writev`` does for each call (issue 24)
-            done = _write(fd, group[0])
-            total = len(group[0])
+        if count <= IOV_MAX:
+            group = chunks
+            total = size
         else:
-            done = _writev(fd, group)
+            group = chunks[start:start + IOV_MAX]
             total = _length(group)
+        # one chunk (a lone GET's REMOVE; an ADD is two): ``write`` allocates no iovec and
+        # buffer arrays, as ``writev`` does for each call (issue 24)
+        done = _write(fd, group[0]) if count == 1 else _writev(fd, group)
         if done < total:  # a short write: finish the rest one buffer at a time
             rest = memoryview(b"".join(group))[done:]
             while rest:
@@ -767,12 +768,13 @@ class JournalWriter:
             else:
                 self._chunks = []
                 records = self._records - self._written_records
-            target = self.written + _length(chunks)
+            size = _length(chunks)
+            target = self.written + size
             try:
-                if target - self.written <= INLINE_WRITE_MAX:
-                    write_all(self._fd, chunks)
+                if size <= INLINE_WRITE_MAX:
+                    write_all(self._fd, chunks, size)
                 else:
-                    run_blocking(write_all, self._fd, chunks)
+                    run_blocking(write_all, self._fd, chunks, size)
             except OSError as exc:
                 self._chunks[:0] = chunks
                 self._torn = True

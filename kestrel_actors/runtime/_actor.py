@@ -88,6 +88,7 @@ _getcurrent: Final = getcurrent
 the module's dict (a tell asks it; ADR 0015)."""
 # deque's methods through C statics too: ``items.popleft()`` looks the name up on each call
 _append: Final = deque.append
+_appendleft: Final = deque.appendleft
 _popleft: Final = deque.popleft
 
 
@@ -293,7 +294,7 @@ class _HubRuns:
             raise
         finally:
             self.depth = depth
-        if depth == 0:
+        if depth == 0 and self.queued:  # tells the run made to actors busy up the stack
             queued = self.queued
             self.depth = 1
             try:
@@ -499,10 +500,13 @@ class _Mailbox:
                         continue
                     self.idle = True
                     return
-                entry = items[0]
+                # taken first and put back if it is not run here: a deque has no native index,
+                # and a look at ``items[0]`` before the ``popleft`` was a generic read per message
+                entry = _popleft(items)
                 if type(entry) is _Letter:
                     # tested on the entry itself, so that the compiled build reads it natively
                     if entry.reply_to is not None:  # an ask: pykka's loop answers it
+                        _appendleft(items, entry)
                         break
                     message = entry.message
                 else:
@@ -513,8 +517,8 @@ class _Mailbox:
                     type(message) in _NOT_INLINE
                     or (on_hub and not actor.may_run_on_hub())
                 ):
+                    _appendleft(items, entry)
                     break
-                _popleft(items)
                 actor.on_receive(message)
         except BaseException as exc:
             if not isinstance(exc, (gevent.GreenletExit, gevent.Timeout)):
@@ -596,13 +600,16 @@ class GeventRef(pykka.ActorRef[Any]):
         mailbox = self.mailbox
         # _Mailbox.ran_inline's rules, written out: a call less per tell on the request path
         if mailbox.idle and mailbox.inline and type(message) not in _NOT_INLINE:
-            if _getcurrent() is not mailbox.hub:
+            hub_runs = mailbox.hub_runs
+            # inside a hub run the teller is the hub (a run never switches): no ``getcurrent``
+            # call for the tell a session's batch makes to its queue
+            if not hub_runs.depth and _getcurrent() is not mailbox.hub:
                 mailbox._run_inline(message, False)
                 return
             actor = mailbox.actor
             assert actor is not None  # an idle mailbox has its actor: a typed, direct call
             if actor.may_run_on_hub():
-                mailbox.hub_runs.run(mailbox, message)
+                hub_runs.run(mailbox, message)
                 return
         mailbox.enqueue(message)  # bare: see _Letter
 

@@ -293,7 +293,7 @@ class SessionActor(GeventActor):
                 self._local(refusal)
                 break
             if kind in self.queue_kinds and self.handler.goes_to_queue(command):
-                if not self._start_batch():
+                if not self._start_batch(command):
                     break
                 continue
             _popleft(pending)
@@ -496,11 +496,11 @@ class SessionActor(GeventActor):
 
     # -- batches ------------------------------------------------------------------------------
 
-    def _start_batch(self) -> bool:
-        """Compile the requests at the head of ``pending`` into one batch and send it."""
-        first = self.pending[0]
-        name = first.queue
+    def _start_batch(self, first: Any) -> bool:
+        """Compile the requests at the head of ``pending`` (``first``, still in it, and those
+        that join it) into one batch and send it."""
         handler = self.handler
+        name = handler.queue_of(first)
         ref = self.refs.get(name)
         if ref is None or not ref.is_alive():
             ref = self._listed_queue(name)

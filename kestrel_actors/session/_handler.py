@@ -162,6 +162,12 @@ class Handler:
         """Whether a command of a ``QUEUE_KINDS`` type needs its queue at all."""
         raise NotImplementedError
 
+    def queue_of(self, command: Any) -> str:
+        """The queue a command of a ``QUEUE_KINDS`` type names (its ``queue``). A handler may
+        read it from its own command classes natively; here it is a lookup by name."""
+        name: str = command.queue
+        return name
+
     def joins(self, command: Any, queue: str) -> bool:
         """Whether ``command``, pending behind a request for ``queue`` in the batch being
         compiled, joins that batch: an operation on ``queue`` too. A handler may answer it

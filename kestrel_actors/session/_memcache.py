@@ -243,6 +243,14 @@ class MemcacheHandler(Handler):
     def goes_to_queue(self, command: Any) -> bool:
         return True
 
+    def queue_of(self, command: Any) -> str:
+        # a SET or a GET (nearly every request): its queue read natively
+        if type(command) is SetCommand:
+            return command.queue
+        if type(command) is GetCommand:
+            return command.queue
+        return super().queue_of(command)
+
     def joins(self, command: Any, queue: str) -> bool:
         # a pipelined GET or SET (the usual follower): its queue read natively
         if type(command) is GetCommand:

@@ -572,9 +572,10 @@ def test_write_all_writes_one_record_or_many_in_order(tmp_path):
     path = tmp_path / "f"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
-        write_all(fd, [b"one"])
-        write_all(fd, [b"two", b"-", b"three"])
-        write_all(fd, [b"%d," % i for i in range(2000)])  # more chunks than IOV_MAX
+        write_all(fd, [b"one"], 3)
+        write_all(fd, [b"two", b"-", b"three"], 9)
+        many = [b"%d," % i for i in range(2000)]  # more chunks than IOV_MAX
+        write_all(fd, many, sum(map(len, many)))
     finally:
         os.close(fd)
     assert path.read_bytes() == b"onetwo-three" + b"".join(b"%d," % i for i in range(2000))
