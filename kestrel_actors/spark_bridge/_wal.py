@@ -234,7 +234,10 @@ def read_slice(where: WalSlice) -> PackedValues:
             or zlib.crc32(stamps, zlib.crc32(data, zlib.crc32(lengths))) != where.crc:
         raise WalCorrupt(f"kestrel: {where.path} does not hold micro-batch {where.seq}'s items "
                          f"as planned (checksum of bytes {where.data_at}+{where.data_size})")
-    return PackedValues(lengths, data, stamps)
+    # The lengths and the times become Arrow's uint32 and int64 columns, read as such, which
+    # a file's offsets do not align: those two are copied (12 bytes an item); the data,
+    # Arrow's bytes, stays a view of the file where the store maps it (1 KiB an item).
+    return PackedValues(bytes(lengths), data, bytes(stamps))
 
 
 class WriteAheadLog:
