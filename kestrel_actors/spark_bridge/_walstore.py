@@ -44,9 +44,9 @@ __all__ = ["S3_OPTIONS", "S3Access", "Staged", "WalLocation", "WalStore", "open_
 
 SUPPORTED = "a local path, file:///path, or s3a://bucket/prefix (s3:// too)"
 _S3_SCHEMES = ("s3a", "s3")
-# Option names as written in the docs; SourceOptions hands them over lower-cased.
 Buffer = bytes | memoryview
 """Bytes read from the log: a copy, or a view of memory that stays valid while it lives."""
+# Option names as written in the docs; SourceOptions hands them over lower-cased.
 S3_OPTIONS = ("walS3Endpoint", "walS3AccessKey", "walS3SecretKey", "walS3Region")
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
@@ -213,7 +213,7 @@ class LocalStore:
             if not os.fstat(f.fileno()).st_size:  # an empty file cannot be mapped
                 return [b"" for _ in ranges]
             mapped = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-        # unmapped when the last view of it goes (the file's descriptor is closed already)
+        # unmapped (and the mapping's own copy of the descriptor closed) when its last view goes
         return [mapped[offset:offset + size] for offset, size in ranges]
 
     def delete(self, name: str) -> None:
