@@ -7,6 +7,11 @@ It reads nothing: each micro-batch is ``rowsPerBatch`` rows in partitions of
 ``timestamp``), its value buffer made once per worker process. What is left is Spark's Python
 data source machinery alone: the planner's round trips, a Python worker per task, the Arrow
 batch back to the JVM and into rows. The ``kestrel`` source cannot be faster than this.
+
+With ``rows`` it plans no micro-batch past that many rows, as the ``kestrel`` source plans
+none once its queue is drained: a query stopped then has no task running, and Spark kills
+the Python worker of a task it interrupts, so the next query would pay for new workers (a
+worker's start, pyspark and pyarrow imported: ~0.4 s of CPU each).
 """
 
 from __future__ import annotations
@@ -32,9 +37,11 @@ class CeilingSource(DataSource):
         return "value binary, queue string, server string, timestamp timestamp"
 
     def streamReader(self, schema) -> DataSourceStreamReader:
+        rows = self.options.get("rows")
         return _CeilingReader(int(self.options.get("rowsPerBatch", 50_000)),
                               int(self.options.get("rowsPerPartition", 12_500)),
-                              int(self.options.get("itemBytes", 1024)))
+                              int(self.options.get("itemBytes", 1024)),
+                              None if rows is None else int(rows))
 
 
 @dataclass
@@ -60,16 +67,21 @@ def _column(kind: str, value: bytes, count: int) -> Any:
 
 
 class _CeilingReader(DataSourceStreamReader):
-    def __init__(self, rows_per_batch: int, rows_per_partition: int, item_bytes: int) -> None:
+    def __init__(self, rows_per_batch: int, rows_per_partition: int, item_bytes: int,
+                 rows: int | None = None) -> None:
         self.rows_per_batch = rows_per_batch
         self.rows_per_partition = rows_per_partition
         self.item_bytes = item_bytes
+        self.rows = rows  # None: a micro-batch every trigger, forever
 
     def initialOffset(self) -> dict:
         return {"seq": 0}
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        return {"seq": int(start.get("seq", 0)) + 1}
+        seq = int(start.get("seq", 0))
+        if self.rows is not None and seq * self.rows_per_batch >= self.rows:
+            return start
+        return {"seq": seq + 1}
 
     def partitions(self, start: dict, end: dict) -> list[_Rows]:
         batches = int(end["seq"]) - int(start.get("seq", 0))

@@ -267,11 +267,12 @@ def _python_ceiling(spark, rows_per_batch: int, rows_per_partition: int, count: 
                     item_bytes: int, checkpoint: str) -> QueryFigures:
     """The ``python-ceiling`` source (:mod:`._ceiling_source`: a Python streaming data source
     that reads nothing) through the same query: what Spark's Python data source path alone
-    allows."""
+    allows. It plans no rows past ``count``, so it is stopped with no task running, as the
+    ``kestrel`` query is once drained (the next query then reuses the Python workers)."""
     return _until_rows(lambda: (
         spark.readStream.format("python-ceiling").option("rowsPerBatch", rows_per_batch)
         .option("rowsPerPartition", rows_per_partition).option("itemBytes", item_bytes)
-        .load().writeStream.format("noop").option("checkpointLocation", checkpoint).start()),
+        .option("rows", count).load().writeStream.format("noop").option("checkpointLocation", checkpoint).start()),
         count)
 
 

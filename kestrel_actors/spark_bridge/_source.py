@@ -37,7 +37,9 @@ docs/adr/0013-spark-exactly-once.md):
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 import threading
 import time
 from array import array
@@ -696,15 +698,13 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if len(packed.data) > _MAX_BINARY_COLUMN:
             raise ValueError(f"kestrel source: a partition of {len(packed.data):,} bytes does "
                              "not fit one Arrow binary column (2 GiB); lower itemsPerPartition")
-        # (numpy would cost each Python worker ~0.15 s to import, for one cumulative sum)
-        offsets = array("i", accumulate(packed.sizes(), initial=0))
         # Every column is built from buffers: pa.scalar and pa.array import pandas, ~0.5 s of
         # CPU in each Python worker before its first rows. The enqueue times are as the file
         # keeps them (epoch ms), cast to Spark's microseconds.
         stamps = pa.Array.from_buffers(pa.timestamp("ms", tz="UTC"), n,
                                        [None, pa.py_buffer(packed.stamps or b"")])
         yield pa.RecordBatch.from_arrays(
-            [pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+            [pa.Array.from_buffers(pa.binary(), n, [None, _value_offsets(packed),
                                                     pa.py_buffer(packed.data)]),
              _repeated(partition.queue, n), _repeated(partition.server, n),
              stamps.cast(pa.timestamp("us", tz="UTC"))],
@@ -958,8 +958,29 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         error=str(exc)[:300])
 
 
+def _value_offsets(packed: PackedValues) -> Any:
+    """The Arrow buffer of a binary column's offsets (int32, one more than the values) from
+    the values' lengths, summed by Arrow: a Python running sum costs ~0.05 µs per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc  # imported by the timestamp column's cast anyway
+
+    count = packed.count
+    if sys.byteorder != "little":  # the file's lengths are little-endian; Arrow's are native
+        return pa.py_buffer(array("i", accumulate(packed.sizes(), initial=0)))
+    # The sums fit an int32 (read() refuses a column over 2 GiB), so their uint32 bytes are
+    # the offsets after the first, 0.
+    sums = pc.cumulative_sum(pa.Array.from_buffers(pa.uint32(), count,
+                                                   [None, pa.py_buffer(packed.lengths)]))
+    offsets = bytearray(4 * (count + 1))
+    offsets[4:] = memoryview(sums.buffers()[1])[:4 * count]
+    return pa.py_buffer(offsets)
+
+
+@functools.lru_cache(maxsize=16)
 def _repeated(text: str, count: int) -> Any:
-    """An Arrow string column of ``count`` times ``text``, made from its buffers."""
+    """An Arrow string column of ``count`` times ``text``, made from its buffers. A worker
+    reads partition after partition of the same queues and servers and sizes, and a column
+    is immutable: it is made once for them (~0.06 µs per row each time)."""
     import pyarrow as pa
 
     value = text.encode("utf-8")

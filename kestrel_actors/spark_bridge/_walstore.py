@@ -12,7 +12,10 @@ The log (:mod:`._wal`) needs five things of its storage, and each store gives th
   completion), never part of one, and a later read or listing sees it (S3 is strongly
   consistent). A PUT under an existing name replaces the object whole, as a rename does.
 * ranges of a published file (an executor's slice), the whole file (a replay), whether one
-  exists, the names listed, and deleting one.
+  exists, the names listed, and deleting one. A directory's ranges are views of the file
+  mapped into memory, not copies: a published file is never changed in place (a rewrite is a
+  new file renamed over it, a commit unlinks it), so a mapping keeps the bytes it mapped, and
+  an executor hands them to Arrow without a copy or a fresh buffer's page faults.
 
 An unsupported scheme (``hdfs://``, ``gs://``, ...) is refused when the options are parsed, so
 a query never writes its log into a local directory named after the scheme.
@@ -28,6 +31,7 @@ a Python data source runs in Python workers, which do not see Spark's configurat
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -40,6 +44,8 @@ __all__ = ["S3_OPTIONS", "S3Access", "Staged", "WalLocation", "WalStore", "open_
 
 SUPPORTED = "a local path, file:///path, or s3a://bucket/prefix (s3:// too)"
 _S3_SCHEMES = ("s3a", "s3")
+Buffer = bytes | memoryview
+"""Bytes read from the log: a copy, or a view of memory that stays valid while it lives."""
 # Option names as written in the docs; SourceOptions hands them over lower-cased.
 S3_OPTIONS = ("walS3Endpoint", "walS3AccessKey", "walS3SecretKey", "walS3Region")
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
@@ -133,8 +139,9 @@ class WalStore(Protocol):
 
     def read(self, name: str) -> bytes: ...
 
-    def read_ranges(self, name: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
-        """The bytes at each (offset, size); FileNotFoundError if there is no such file."""
+    def read_ranges(self, name: str, ranges: Iterable[tuple[int, int]]) -> list[Buffer]:
+        """The bytes at each (offset, size), shorter where the file ends first;
+        FileNotFoundError if there is no such file."""
 
     def delete(self, name: str) -> None:
         """Remove the file if it is there."""
@@ -201,9 +208,13 @@ class LocalStore:
     def read(self, name: str) -> bytes:
         return (self.directory / name).read_bytes()
 
-    def read_ranges(self, name: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, name: str, ranges: Iterable[tuple[int, int]]) -> list[Buffer]:
         with open(self.directory / name, "rb") as f:
-            return [os.pread(f.fileno(), size, offset) for offset, size in ranges]
+            if not os.fstat(f.fileno()).st_size:  # an empty file cannot be mapped
+                return [b"" for _ in ranges]
+            mapped = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        # unmapped (and the mapping's own copy of the descriptor closed) when its last view goes
+        return [mapped[offset:offset + size] for offset, size in ranges]
 
     def delete(self, name: str) -> None:
         (self.directory / name).unlink(missing_ok=True)
@@ -282,9 +293,9 @@ class S3Store:
         with self.fs.open_input_file(self._key(name)) as f:
             return bytes(f.readall())
 
-    def read_ranges(self, name: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, name: str, ranges: Iterable[tuple[int, int]]) -> list[Buffer]:
         with self.fs.open_input_file(self._key(name)) as f:
-            return [bytes(f.read_at(size, offset)) for offset, size in ranges]
+            return [memoryview(f.read_at(size, offset)) for offset, size in ranges]
 
     def delete(self, name: str) -> None:
         try:

@@ -11,12 +11,16 @@ import time
 
 import pytest
 
+from kestrel_actors.client import PackedValues
 from kestrel_actors.spark_bridge._source import (
     FIRST_BATCH_ITEMS,
     KestrelDataSource,
+    KestrelPartition,
     KestrelStreamReader,
+    SourceOptions,
+    _PlannedBatch,
 )
-from kestrel_actors.spark_bridge._wal import WalCorrupt, WriteAheadLog
+from kestrel_actors.spark_bridge._wal import BatchPart, WalCorrupt, WriteAheadLog
 
 from ._spark_jobs import load, queue_stats
 
@@ -312,3 +316,55 @@ def test_a_committed_batch_s_buffers_take_a_later_batch_s_items_and_a_live_one_s
     assert shared(third_buffers, first_buffers)  # reused: batch 1 was committed
     assert not shared(third_buffers, second_buffers)  # batch 2 was live while batch 3 was opened
     assert got == items
+
+
+def _part(values: list[bytes]) -> BatchPart:
+    return BatchPart("s1", 1.5, PackedValues.of(values).stamps_or(1500), "q")
+
+
+def _one_batch_in_a_log(tmp_path, values: list[bytes], step: int):
+    """Batch 1 of ``values`` written to a log in ``tmp_path``, cut into partitions of
+    ``step``, and a reader as an executor unpickles it (no server: ``read`` touches none)."""
+    wal = WriteAheadLog(str(tmp_path))
+    parts = [_part(values)]
+    batch = _PlannedBatch(1, parts, wal.write(1, parts, step))
+    stream = KestrelStreamReader(SourceOptions.parse({"queue": "q",
+                                                      "walLocation": str(tmp_path)}))
+    return wal, pickle.loads(pickle.dumps(stream)), [
+        KestrelPartition(s.server, s.queue, s.where) for s in batch.slices(step)]
+
+
+def test_a_read_hands_arrow_the_files_bytes_without_copying_them(tmp_path):
+    """An executor's ``read`` maps its slice of the write-ahead file: the values reach Arrow
+    as a view of the file, not a copy (a pass over 1 KiB per row, and a fresh buffer's page
+    faults, in every Python worker: issue 57 point 4). A file that a commit unlinks, or that
+    a rewrite replaces, after the read leaves the rows as they were read."""
+    import os
+    import tracemalloc
+
+    values = [os.urandom(1024) for _ in range(4000)]
+    wal, stream, partitions = _one_batch_in_a_log(tmp_path, values, 2000)
+    list(stream.read(partitions[0]))  # the modules it imports are not its rows
+    tracemalloc.start()
+    try:
+        [rows] = stream.read(partitions[1])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2000 * 1024 / 8, peak  # the lengths, times and offsets: 16 bytes a row
+    wal.remove(1)
+    wal.write(1, [_part([b"y" * 1024] * 4000)])
+    assert rows.column("value").to_pylist() == values[2000:]
+
+
+def test_a_worker_makes_the_queue_and_server_columns_once_for_its_partitions(tmp_path):
+    """Partition after partition of one queue and server (and size) get the same ``queue``
+    and ``server`` columns, made once in the Python worker (a column is immutable)."""
+    _, stream, partitions = _one_batch_in_a_log(tmp_path, [b"v%d" % i for i in range(30)], 10)
+    batches = [batch for partition in partitions for batch in stream.read(partition)]
+    assert [b.column("value").to_pylist() for b in batches] == [
+        [b"v%d" % i for i in range(first, first + 10)] for first in (0, 10, 20)]
+    for column in ("queue", "server"):
+        made = {batch.column(column).buffers()[2].address for batch in batches}
+        assert len(made) == 1, column
+    assert batches[0].column("server").to_pylist() == ["s1"] * 10

@@ -39,3 +39,19 @@ def test_python_ceiling_streams_its_rows_and_the_bench_reads_its_figures(spark, 
     table = spark.sql("select value, queue, server, timestamp from ceiling_rows").collect()
     assert len(table) == 7 and {bytes(r.value) for r in table} == {b"xxxxx"}
     assert all(r.queue == "q" and r.server == "s" and r.timestamp is not None for r in table)
+
+
+def test_python_ceiling_plans_no_rows_past_its_total():
+    """With ``rows`` the ceiling, like the drained ``kestrel`` query, plans no micro-batch past
+    the rows the bench counts, so the bench stops it with no task running: Spark kills the
+    Python worker of a task it interrupts, and the next query would pay for new workers."""
+    from kestrel_actors.loadtests._ceiling_source import CeilingSource
+
+    reader = CeilingSource({"rowsPerBatch": "7", "rowsPerPartition": "3", "itemBytes": "5",
+                            "rows": "14"}).streamReader(None)
+    first = reader.latestOffset(reader.initialOffset())
+    second = reader.latestOffset(first)
+    assert [p.count for p in reader.partitions(reader.initialOffset(), second)] == [3, 3, 3, 3, 2]
+    assert reader.latestOffset(second) == second  # 14 rows planned: nothing more
+    endless = CeilingSource({"rowsPerBatch": "7"}).streamReader(None)
+    assert endless.latestOffset({"seq": 1000}) == {"seq": 1001}
