@@ -13,7 +13,8 @@ A pykka runtime is an actor class that fills three hooks, as ``ThreadingActor`` 
 actor's greenlet; pykka's own test suite runs against this runtime in ``make test``
 (``tests/runtime/test_pykka_suite.py``). Four pykka internals are kept for speed, and only four
 (ADR 0001 says why, with the measurements and the pykka versions tested): ``__init__`` sets
-pykka's four fields itself (``actor_stopped`` a plain flag, not a ``threading.Event``),
+pykka's four fields itself, as properties over its own attributes (``actor_stopped`` a plain
+flag, not a ``threading.Event``),
 the actor's ref is an ``ActorRef`` whose ``tell`` runs an inline handler without an envelope,
 an actor started with ``start_unlisted`` (a session) is not in pykka's ``ActorRegistry``,
 so ``_stop`` does pykka's steps less the registry for it, and once such an actor's loop has
