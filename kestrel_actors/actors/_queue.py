@@ -94,6 +94,11 @@ def _written() -> None:
     """What waits for records no answer waits for: nothing."""
 
 
+_WRITTEN: Final = _written
+""":func:`_written` through a C static: a function named as a value is looked up in the module's
+dict (a parked GET's turn ends with no answer, and passes it)."""
+
+
 def _reply_to(batch: QueueBatch) -> Any:
     """Where a batch's answer goes: its sender, or the join waiting for its fanout copies."""
     return batch.reply_to if batch.copies is None else batch.copies
@@ -352,7 +357,7 @@ class QueueActor(GeventActor):
         if not self._replies:
             # records with no answer to wait for them (a sweep's removes): written now, as
             # the end of a turn with answers writes them (the journal schedules nothing itself)
-            self.core.journal.after_durable(_written)
+            self.core.journal.after_durable(_WRITTEN)
             return
         # after the tells already due: every batch of this burst shares one journal write
         if self._dispatcher.after_burst(self.ref, _FLUSH_REPLIES):
@@ -627,7 +632,18 @@ class QueueActor(GeventActor):
 
     def _park(self, batch: QueueBatch, index: int, results: list[Any], deadline: float) -> None:
         batch.parked = True
-        self.waiters.park(Waiter(batch, index, results, batch.session), deadline)
+        session = batch.session
+        waiter = Waiter(batch, index, results, session)
+        if session is not None:
+            session.waiter = waiter  # for _cancel_waits; cleared when it leaves (_left)
+        self.waiters.park(waiter, deadline)
+
+    @staticmethod
+    def _left(waiter: Waiter) -> None:
+        """``waiter`` has left the wait-list: its session no longer points at it."""
+        session: Session | None = waiter.session  # typed: ``waiter`` written natively
+        if session is not None and session.waiter is waiter:
+            session.waiter = None
 
     def _start_timer(self, delay: float) -> Any:
         timer = self._loop.timer(delay)
@@ -642,6 +658,7 @@ class QueueActor(GeventActor):
             if waiter is None:
                 return
             waiters.remove(waiter)
+            self._left(waiter)
             session: Session | None = waiter.session  # typed: ``closed`` read natively
             if session is not None and (session.closed or session.input_ended):
                 self._answer_with_a_miss(waiter)
@@ -652,6 +669,7 @@ class QueueActor(GeventActor):
     def _expire_due(self) -> None:
         """The deadline timer fired: the batches parked past their deadline go on with a miss."""
         for waiter in self.waiters.take_due():
+            self._left(waiter)
             self.stats.get_misses += 1
             waiter.results.append(missed_result(waiter.batch.ops[waiter.index]))
             self._run(waiter.batch, waiter.index + 1, waiter.results)
@@ -665,11 +683,14 @@ class QueueActor(GeventActor):
         except ActorDeadError:  # its session ended (a failed handler stops it at once)
             pass
 
-    def _cancel_waits(self, session: Any) -> None:
-        waiter = self.waiters.of_session(session)
-        if waiter is not None:
+    def _cancel_waits(self, session: Session) -> None:
+        # the session's one batch in flight is this queue's (it tells this queue only): a waiter
+        # it points at, if still parked, is parked here
+        waiter: Waiter | None = session.waiter
+        if waiter is not None and waiter.parked:
             self.stats.waiters_aborted += 1
             self.waiters.remove(waiter)
+            self._left(waiter)
             self._answer_with_a_miss(waiter)
 
     # -- the rest -------------------------------------------------------------------------
@@ -727,6 +748,7 @@ class QueueActor(GeventActor):
         self._send_replies()
         core.close()
         for waiter in self.waiters.clear():
+            self._left(waiter)
             self._answer_with_a_miss(waiter)
         if erase:
             core.journal.erase()

@@ -59,7 +59,7 @@ class Session:
     Its ``__init__`` is written out (see the module docstring): one is made for every connection.
     """
 
-    __slots__ = ("id", "peer", "closed", "input_ended", "refuse_reads", "refuse_writes")
+    __slots__ = ("id", "peer", "closed", "input_ended", "refuse_reads", "refuse_writes", "waiter")
 
     def __init__(self, id: int, peer: str) -> None:  # noqa: A002 - the connection's number, as Kestrel names it
         self.id = id
@@ -71,6 +71,10 @@ class Session:
         self.refuse_reads = False
         """Set for the session's lifetime by ``connection_limit_refuse_*`` (behaviour §1)."""
         self.refuse_writes = False
+        self.waiter: Any = None
+        """The queue's ``Waiter`` of this session's batch while it is parked there (a session has
+        one batch in flight): how that queue finds it to cancel (``CancelWaits``). Only the
+        queue's actor sets it, and clears it when the waiter leaves, so no item outlives it."""
 
 
 # -- operations (one per request, or two: a GET that confirms and opens) -------------------

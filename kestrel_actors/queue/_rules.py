@@ -18,7 +18,7 @@ __all__ = [
     "next_xid",
 ]
 
-XID_MAX = 2**31 - 1
+XID_MAX: Final = 2**31 - 1  # Final: a C static in the compiled build, read per open read
 
 
 def next_xid(last: int, taken: dict[int, Any]) -> int:

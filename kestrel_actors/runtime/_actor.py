@@ -13,7 +13,8 @@ A pykka runtime is an actor class that fills three hooks, as ``ThreadingActor`` 
 actor's greenlet; pykka's own test suite runs against this runtime in ``make test``
 (``tests/runtime/test_pykka_suite.py``). Four pykka internals are kept for speed, and only four
 (ADR 0001 says why, with the measurements and the pykka versions tested): ``__init__`` sets
-pykka's four fields itself (``actor_stopped`` a plain flag, not a ``threading.Event``),
+pykka's four fields itself, as properties over its own attributes (``actor_stopped`` a plain
+flag, not a ``threading.Event``),
 the actor's ref is an ``ActorRef`` whose ``tell`` runs an inline handler without an envelope,
 an actor started with ``start_unlisted`` (a session) is not in pykka's ``ActorRegistry``,
 so ``_stop`` does pykka's steps less the registry for it, and once such an actor's loop has
@@ -426,7 +427,7 @@ class _Mailbox:
             # weak reference left to freed memory unlinks itself there later, and crashed the
             # server. The collector clears them first, which is why the cycles hid it. pykka
             # reads this only for a live actor (its proxy); a dead weak reference stands in.
-            actor.ref._actor_weakref = _NO_ACTOR
+            actor.ref.weak_actor = _NO_ACTOR
             self.actor = None
 
     def get(self) -> Any:
@@ -452,7 +453,7 @@ class _Mailbox:
                 return _failure_letter(exc)
         entry = _popleft(items)
         envelope = entry if type(entry) is _Letter else _Letter(entry)
-        if envelope.reply_to is None and actor.actor_stopped._set:  # type: ignore[attr-defined]
+        if envelope.reply_to is None and actor.stopped_flag._set:
             message = envelope.message
             if type(message) not in _PYKKA_MESSAGES:
                 try:
@@ -562,20 +563,49 @@ class GeventRef(pykka.ActorRef[Any]):
     def __init__(self, actor: GeventActor) -> None:
         # pykka's ActorRef.__init__ sets these five (the internal ADR 0001 keeps for pykka's
         # Actor.__init__, here for its ref): an interpreted call through ``super()`` cost a
-        # connection 1.5 µs more than the stores (one ref per connection's actor)
-        self._actor_weakref = weakref.ref(actor)
-        self.actor_class = type(actor)
+        # connection 1.5 µs more than the stores (one ref per connection's actor). They are this
+        # class's own attributes, pykka's names properties over them: stored in an instance dict
+        # (made for the first), they cost a connection 1,800 instructions more
+        self.weak_actor: weakref.ref[Any] = weakref.ref(actor)
+        self.kind: type[Any] = type(actor)
         self.urn_number = actor.urn_number
         """Its actor's (``actor_urn``, formatted when read)."""
         self._urn: str | None = None
-        mailbox: _Mailbox = actor.actor_inbox  # type: ignore[assignment]
-        self.actor_inbox = mailbox
-        stopped_flag = actor.stopped_flag
-        self.actor_stopped = stopped_flag  # type: ignore[assignment]
-        # pykka's fields again, as this class's own (typed) attributes: compiled code reads these
-        # natively, pykka's through the instance's dict
+        self.mailbox: _Mailbox = actor.mailbox
+        self.stopped_flag = actor.stopped_flag
+
+    @property
+    def _actor_weakref(self) -> weakref.ref[Any]:
+        """pykka's weak reference to the actor (its proxies read it)."""
+        return self.weak_actor
+
+    @_actor_weakref.setter
+    def _actor_weakref(self, ref: weakref.ref[Any]) -> None:
+        self.weak_actor = ref
+
+    @property
+    def actor_class(self) -> type[Any]:
+        return self.kind
+
+    @actor_class.setter
+    def actor_class(self, kind: type[Any]) -> None:
+        self.kind = kind
+
+    @property
+    def actor_inbox(self) -> Any:
+        return self.mailbox
+
+    @actor_inbox.setter
+    def actor_inbox(self, mailbox: Any) -> None:
         self.mailbox = mailbox
-        self.stopped_flag = stopped_flag
+
+    @property
+    def actor_stopped(self) -> Any:
+        return self.stopped_flag
+
+    @actor_stopped.setter
+    def actor_stopped(self, flag: Any) -> None:
+        self.stopped_flag = flag
 
     @property
     def actor_urn(self) -> str:
@@ -683,16 +713,41 @@ class GeventActor(pykka.Actor):
         # per connection)
         self.urn_number = next(_URN_NUMBERS)
         """Makes ``actor_urn``, formatted only when read: most actors (a connection's) never are."""
-        self.actor_inbox = self._create_actor_inbox()
+        # pykka's fields are properties over this class's own attributes (below): compiled code
+        # reads these natively, and no instance dict is made for pykka's (800 instructions and
+        # a dict per connection)
+        self.mailbox: _Mailbox = self._create_actor_inbox()
         self.stopped_flag = _StoppedFlag()
-        """``actor_stopped`` as this class's own attribute: compiled code reads it natively, where
-        pykka's fields live in the instance's dict."""
-        self.actor_stopped = self.stopped_flag  # type: ignore[assignment]
-        self._actor_ref = self.ref = GeventRef(self)
-        """``ref`` is ``actor_ref`` as a plain attribute: pykka's is an interpreted property, and
-        a session reads it for every batch it sends."""
+        self.ref = GeventRef(self)
+        """``actor_ref`` as a plain attribute: pykka's is an interpreted property, and a session
+        reads it for every batch it sends."""
         self.listed = True
         """Whether pykka's ``ActorRegistry`` lists it (:meth:`start_unlisted`)."""
+
+    @property
+    def actor_inbox(self) -> Any:
+        return self.mailbox
+
+    @actor_inbox.setter
+    def actor_inbox(self, mailbox: Any) -> None:
+        self.mailbox = mailbox
+
+    @property
+    def actor_stopped(self) -> Any:
+        return self.stopped_flag
+
+    @actor_stopped.setter
+    def actor_stopped(self, flag: Any) -> None:
+        self.stopped_flag = flag
+
+    @property
+    def _actor_ref(self) -> Any:
+        """What pykka's ``actor_ref`` property returns."""
+        return self.ref
+
+    @_actor_ref.setter
+    def _actor_ref(self, ref: Any) -> None:
+        self.ref = ref
 
     @property
     def actor_urn(self) -> str:
@@ -744,7 +799,7 @@ class GeventActor(pykka.Actor):
         return GeventFuture()
 
     def _start_actor_loop(self) -> None:
-        mailbox: _Mailbox = self.actor_inbox  # type: ignore[assignment]
+        mailbox = self.mailbox
         mailbox.actor = self
         mailbox.inline = self.inline_dispatch
         if self.greenlet_on_demand:

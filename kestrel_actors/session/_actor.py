@@ -94,6 +94,7 @@ _perf_counter: Final = time.perf_counter
 _monotonic: Final = time.monotonic  # read through a C static, not the module (ADR 0015)
 # deque's methods through C statics too: ``pending.popleft()`` looks the name up on each call
 _append: Final = deque.append
+_new_deque: Final = deque
 _appendleft: Final = deque.appendleft
 _clear: Final = deque.clear
 _extend: Final = deque.extend
@@ -650,7 +651,11 @@ class SessionActor(GeventActor):
             opened: Item | None = results[end - 1]
             if opened is not None:
                 # the session, not the reply, records what the client now holds open
-                _append(self.open_reads.setdefault(self.batch_queue, deque()), opened.xid)
+                open_reads = self.open_reads
+                opened_here = open_reads.get(self.batch_queue)
+                if opened_here is None:  # not ``setdefault``: that makes a deque for every open read
+                    opened_here = open_reads[self.batch_queue] = _new_deque()
+                _append(opened_here, opened.xid)
         self.handler.add_reply(command, results, position, end, out)
 
     def _drop_rest(self) -> None:

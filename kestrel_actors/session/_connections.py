@@ -48,6 +48,9 @@ class Connections:
         self._debug = self._log.is_enabled_for(logging.DEBUG)
         """Whether those two lines are logged: asked once, since a filtered call still costs its
         arguments and a call (``serve`` configures logging once, before the server exists)."""
+        self._dispatcher: Dispatcher | None = None
+        """The dispatcher of the hub the clients are accepted on, asked once (at the first):
+        ``Dispatcher.current()`` looks the hub up, 1,500 instructions a connection."""
 
     def accept(self, sock: Any, address: Any, decoder: Any, handler_class: type[Handler],
                waiting: int | None = None) -> None:
@@ -91,7 +94,10 @@ class Connections:
             stats.curr_connections, config.connection_limit_refuse_writes,
             config.connection_limit_refuse_reads,
         )
-        link = _ToSession(Dispatcher.current(), session)
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            dispatcher = self._dispatcher = Dispatcher.current()
+        link = _ToSession(dispatcher, session)
         transport = SocketTransport(sock, decoder, link, link.hang_up, stats, self.budget,
                                     config.client_timeout, session.peer,
                                     link.input_end if handler_class.ANSWERS_AFTER_FIN else None)

@@ -257,6 +257,38 @@ def test_a_hang_up_cancels_the_wait_and_the_item_goes_to_the_next(world):
     assert world.stats.waiters_aborted == 1
 
 
+
+def test_a_session_points_at_its_parked_waiter_only_while_it_waits(world, jobs):
+    """The queue finds a session's waiter through the session (to cancel it), and lets go of it
+    when it leaves: woken, timed out or cancelled, so no item outlives its wait there."""
+    from kestrel_actors.messages import CancelWaits, Session
+
+    session = Session(1, "test")
+    woken = ReplyFuture()
+    jobs.tell(QueueBatch([Remove(soon())], session, woken))
+    settle()
+    assert session.waiter is not None and session.waiter.parked
+    run(jobs, Add(b"one", 0))
+    assert data(woken.get(timeout=PATIENCE).results) == [b"one"]
+    assert session.waiter is None
+
+    timed_out = ReplyFuture()
+    jobs.tell(QueueBatch([Remove(time.monotonic() + 0.05)], session, timed_out))
+    assert data(timed_out.get(timeout=PATIENCE).results) == [None]
+    assert session.waiter is None
+
+    cancelled = ReplyFuture()
+    jobs.tell(QueueBatch([Remove(soon())], session, cancelled))
+    settle()
+    jobs.tell(CancelWaits(session))
+    assert data(cancelled.get(timeout=PATIENCE).results) == [None]
+    assert session.waiter is None and world.stats.waiters_aborted == 1
+    jobs.tell(CancelWaits(session))  # nothing parked: nothing to cancel
+    settle()
+    assert world.stats.waiters_aborted == 1
+    assert run(jobs, Add(b"two", 0)) == [True] and data(run(jobs, Remove(None))) == [b"two"]
+
+
 # -- fanout copies ----------------------------------------------------------------------------
 
 

@@ -1,7 +1,8 @@
-"""The queue's wait-list: arrival order, lookup by session, deadlines on one timer."""
+"""The queue's wait-list: arrival order, deadlines on one timer."""
 
 from __future__ import annotations
 
+import random
 import time
 
 from kestrel_actors.queue import Waiter, WaitList
@@ -30,15 +31,15 @@ def make() -> tuple[WaitList, list[_Timer]]:
     return WaitList(arm), timers
 
 
-def test_oldest_first_and_found_by_session():
+def test_oldest_first():
     waits, _ = make()
     a, b = Waiter(_Batch(), 0, [], "s1"), Waiter(_Batch(), 0, [], "s2")
     now = time.monotonic()
     waits.park(a, now + 10)
     waits.park(b, now + 5)
-    assert (len(waits), waits.oldest(), waits.of_session("s2")) == (2, a, b)
+    assert (len(waits), waits.oldest()) == (2, a)
     waits.remove(a)
-    assert (waits.oldest(), waits.of_session("s1")) == (b, None)
+    assert waits.oldest() is b
     waits.remove(b)
     assert not waits and waits.oldest() is None
 
@@ -119,3 +120,40 @@ def test_once_every_waiter_has_gone_any_deadline_is_in_order_again():
     assert not waits._deadlines
     assert waits.take_due() == [short_wait]
     assert not waits and waits.take_due() == []
+
+
+def test_waking_parking_and_leaving_in_any_order_keep_arrival_order_and_deadlines():
+    """Against a plain list: oldest first after any mix of parks, wakes of the oldest, leaves from
+    the middle (hang-ups) and deadlines coming due, past the point where passed entries are cut."""
+    rng = random.Random(56)
+    waits, _ = make()
+    parked: list[Waiter] = []  # the model: arrival order
+    now = time.monotonic()
+    for step in range(20_000):
+        action = rng.random()
+        due_only = step // 500 % 4 == 3
+        if action < 0.45 or not parked:
+            # mostly one timeout (in order), some earlier ones (the heap), some already due; in
+            # every fourth stretch all are due, so that take_due also takes every waiter there is
+            deadline = now + (-1.0 if due_only else rng.choice((1000.0, 1000.0, 1000.0, 500.0, -1.0)))
+            waiter = Waiter(_Batch(), step, [], None)
+            waits.park(waiter, deadline)
+            parked.append(waiter)
+        elif action < 0.85:
+            assert waits.oldest() is parked[0]
+            waits.remove(parked.pop(0))
+        elif action < (0.9 if due_only else 0.97):
+            waits.remove(parked.pop(rng.randrange(len(parked))))
+        else:
+            due = waits.take_due()
+            expected = [waiter for waiter in parked if waiter.deadline <= time.monotonic()]
+            assert set(due) == set(expected) and len(due) == len(expected)
+            assert [waiter.deadline for waiter in due] == sorted(waiter.deadline for waiter in due)
+            parked = [waiter for waiter in parked if waiter not in due]
+        assert len(waits) == len(parked)
+        assert waits.oldest() is (parked[0] if parked else None)
+        # what is passed is cut off, and what is kept is bounded by what is parked
+        assert waits._first < 32 and waits._in_order_first < 32
+        assert len(waits._arrivals) - waits._first <= 2 * len(parked) + 65
+        assert len(waits._in_order) - waits._in_order_first <= 2 * len(parked) + 65
+    assert list(waits.clear()) == parked
