@@ -14,6 +14,7 @@ program has imported it already, so a threads-only program (the Spark bridge) ne
 
 from __future__ import annotations
 
+import _socket
 import socket as _stdlib_socket
 import sys
 import time
@@ -24,7 +25,7 @@ from typing import Any
 from ._errors import ConnectFailed, ConnectionLost, ReplyTimeout, UnexpectedReply
 from ._wire import PackedValues, ValueScan, expect_end, get_reply_size, parse_stat, parse_stored, parse_value_header
 
-__all__ = ["Connection", "cooperative"]
+__all__ = ["Connection", "connect_socket", "cooperative"]
 
 _RECV = 64 * 1024  # larger recv() buffers are mmap-allocated per call: 10x slower
 _PIPELINE = 256  # pipelined SETs per round trip: neither side's socket buffer fills
@@ -49,6 +50,33 @@ def cooperative() -> Any | None:
     if monkey is not None and monkey.is_module_patched("socket"):
         return gevent_hub.get_hub()
     return None
+
+
+def connect_socket(socket_module: Any, host: str, port: int, timeout: float | None) -> Any:
+    """``socket_module.create_connection((host, port), timeout)``, but a numeric address (the
+    load tests' 127.0.0.1) is connected to as it is, without the module's resolver.
+
+    gevent's ``create_connection`` resolves every address on the hub's threadpool, a numeric
+    one too: ten clients connecting at once started ten OS threads. Python 3.11 crashes
+    (SIGSEGV in ``_PyThreadState_SetCurrent``) when a process exits before a thread it started
+    has first run: the load generator did, on a loaded machine, a fraction of a second after
+    its clients had connected. A name still goes through the module's resolver, whose lookup
+    may block (gevent's keeps it off the hub).
+    """
+    try:  # the C module's: gevent never patches it, and a numeric address needs no lookup
+        found = _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM, 0,
+                                    _socket.AI_NUMERICHOST | _socket.AI_NUMERICSERV)
+    except (OSError, UnicodeError):  # a name
+        return socket_module.create_connection((host, port), timeout=timeout)
+    family, kind, proto, _, address = found[0]
+    sock = socket_module.socket(family, kind, proto)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class Connection:
@@ -94,8 +122,7 @@ class Connection:
         socket_module = self._socket_module()
         for attempt in range(1, attempts + 1):
             try:
-                sock = socket_module.create_connection((self.host, self.port),
-                                                       timeout=self.connect_timeout)
+                sock = connect_socket(socket_module, self.host, self.port, self.connect_timeout)
                 break
             except OSError as exc:
                 self.retries += 1

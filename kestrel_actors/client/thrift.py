@@ -23,6 +23,7 @@ from thriftpy2.thrift import TApplicationException, TClient, TMessageType
 from thriftpy2.transport import TFramedTransport, TMemoryBuffer, TSocket, TTransportException
 
 from ..protocol.thrift import KESTREL_IDL, ThriftItem, ThriftQueueInfo, ThriftStatus
+from ._connection import connect_socket, cooperative
 
 __all__ = [
     "Item",
@@ -73,7 +74,7 @@ class ThriftClient:
         self._timeout_ms = max(1, int(timeout * 1000))
         socket_module = _socket_module(use_gevent)
         try:
-            sock = socket_module.create_connection((host, port), timeout=timeout)
+            sock = connect_socket(socket_module, host, port, timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as exc:
             raise TTransportException(TTransportException.NOT_OPEN,
@@ -134,8 +135,7 @@ class ThriftClient:
 
 
 def _socket_module(use_gevent: bool | None) -> Any:
-    from ._connection import cooperative  # one rule for when gevent is in charge
-
+    """gevent's socket module where gevent is in charge (:func:`cooperative`, the one rule)."""
     if use_gevent or (use_gevent is None and cooperative() is not None):
         from gevent import socket as gevent_socket
 

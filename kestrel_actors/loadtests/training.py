@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,13 +38,15 @@ def main(argv: list[str] | None = None) -> int:
             command = bench.load_args(quick=True, scale=args.scale)
             server = Server(bench.serve_args)
             try:
-                run = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests", *command,
+                # -X faulthandler: a generator killed by a signal prints its Python stacks
+                run = subprocess.run([sys.executable, "-X", "faulthandler", "-m", "kestrel_actors.loadtests", *command,
                                       "-p", str(server.port), "--no-progress", "--timeout", "300"],
                                      env=client_env, capture_output=True, text=True, timeout=600, check=False)
             finally:
                 code = server.stop()
             if run.returncode != 0:
-                print(f"training: {' '.join(command)} failed ({run.returncode}): {run.stderr[-500:]}",
+                died = f", {signal.Signals(-run.returncode).name}" if run.returncode < 0 else ""
+                print(f"training: {' '.join(command)} failed ({run.returncode}{died}): {run.stderr[-1500:]}",
                       file=sys.stderr)
                 return 1
             if code != 0:

@@ -119,3 +119,36 @@ def test_a_monkey_patched_program(module_server):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(i) for i in range(10)]
+
+
+CONNECTING = """
+import os, sys
+import gevent.pool
+from kestrel_actors.client import Connection
+from kestrel_actors.client.thrift import ThriftClient
+
+host, port, thrift_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+connections = [Connection(host, port, use_gevent=True) for _ in range(10)]
+pool = gevent.pool.Pool(10)
+for conn in connections:
+    pool.spawn(conn.connect)
+pool.join(raise_error=True)
+for conn in connections:
+    conn.send(b"version\\r\\n")
+    assert conn.read_line().startswith(b"VERSION ")
+ThriftClient(host, thrift_port, use_gevent=True).close()
+print(len(os.listdir("/proc/self/task")))
+"""
+
+
+def test_greenlets_connect_to_a_numeric_address_without_starting_a_thread(make_server):
+    """Ten greenlets connect at once, as a load test's clients do, and a thrift client once:
+    gevent's own ``create_connection`` would resolve each numeric address on its threadpool,
+    starting up to ten OS threads, and Python 3.11 crashes when it exits before such a thread
+    has first run (the load generator died of SIGSEGV that way). In a fresh process: the
+    threadpool of this one may have its threads already."""
+    server = make_server(thrift_port=True)
+    proc = subprocess.run([sys.executable, "-c", CONNECTING, server.host, str(server.port), str(server.thrift_port)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1"]  # the main thread alone
