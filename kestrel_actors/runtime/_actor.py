@@ -87,6 +87,9 @@ _URN_FORMAT = str(uuid.uuid4().urn)[:-12] + "%012x"
 ``uuid4()`` per actor, without a ``getrandom`` system call for every connection."""
 _URN_NUMBERS = itertools.count(1)
 _getcurrent: Final = getcurrent
+_get_hub: Final = gevent.get_hub
+"""``gevent.get_hub`` through a C static, not a lookup in two modules' dicts: every connection's
+inbox asks it (about 450 instructions)."""
 """``getcurrent`` as a ``Final``: compiled code calls it through a C static rather than a lookup in
 the module's dict (a tell asks it; ADR 0015)."""
 # deque's methods through C statics too: ``items.popleft()`` looks the name up on each call
@@ -329,7 +332,7 @@ def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T
     Services with one instance per event loop (the hub's inline runs, the dispatcher, thrift's
     open reads) use it, so that a test or tool running its own hub gets its own.
     """
-    return of_hub(made, make, gevent.get_hub())
+    return of_hub(made, make, _get_hub())
 
 
 def of_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T], hub: Any) -> T:
@@ -367,7 +370,7 @@ class _Mailbox:
         self.inline = False
         self.actor: GeventActor | None = None
         self.greenlet: Any = None
-        hub = gevent.get_hub()
+        hub = _get_hub()
         self.hub = hub
         self.hub_runs: _HubRuns = of_hub(_hub_runs, _HubRuns, hub)
 

@@ -101,7 +101,8 @@ class Connections:
         link = _ToSession(dispatcher, session)
         transport = SocketTransport(sock, decoder, link, link.hang_up, stats, self.budget,
                                     config.client_timeout, session.peer,
-                                    link.input_end if handler_class.ANSWERS_AFTER_FIN else None)
+                                    link.input_end if handler_class.ANSWERS_AFTER_FIN else None,
+                                    dispatcher.loop)
         ref = SessionActor.start_unlisted(context, transport, session, handler_class)
         link.session = ref
         self.live[session.id] = (session, ref)
