@@ -19,7 +19,9 @@ the actor's ref is an ``ActorRef`` whose ``tell`` runs an inline handler without
 an actor started with ``start_unlisted`` (a session) is not in pykka's ``ActorRegistry``,
 so ``_stop`` does pykka's steps less the registry for it, and once such an actor's loop has
 ended its ref's weak reference to it (pykka's ``_actor_weakref``) is swapped for a dead one, so
-that reference counting may free it (:meth:`_Mailbox._ended`).
+that reference counting may free it (:meth:`_Mailbox._ended`). An unlisted actor that never had
+its greenlet and is stopped from its own handler ends without pykka's loop, which would do no more
+than on_start and the stop (:meth:`_Mailbox._end_unspawned`).
 Everything else happens behind the inbox's ``put``/``get``:
 
 * **inline dispatch** (ADR 0002): a tell to an *idle* actor (its greenlet parked in ``get`` on
@@ -85,6 +87,9 @@ _URN_FORMAT = str(uuid.uuid4().urn)[:-12] + "%012x"
 ``uuid4()`` per actor, without a ``getrandom`` system call for every connection."""
 _URN_NUMBERS = itertools.count(1)
 _getcurrent: Final = getcurrent
+_get_hub: Final = gevent.get_hub
+"""``gevent.get_hub`` through a C static, not a lookup in two modules' dicts: every connection's
+inbox asks it (about 450 instructions)."""
 """``getcurrent`` as a ``Final``: compiled code calls it through a C static rather than a lookup in
 the module's dict (a tell asks it; ADR 0015)."""
 # deque's methods through C statics too: ``items.popleft()`` looks the name up on each call
@@ -327,7 +332,7 @@ def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T
     Services with one instance per event loop (the hub's inline runs, the dispatcher, thrift's
     open reads) use it, so that a test or tool running its own hub gets its own.
     """
-    return of_hub(made, make, gevent.get_hub())
+    return of_hub(made, make, _get_hub())
 
 
 def of_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T], hub: Any) -> T:
@@ -365,7 +370,7 @@ class _Mailbox:
         self.inline = False
         self.actor: GeventActor | None = None
         self.greenlet: Any = None
-        hub = gevent.get_hub()
+        hub = _get_hub()
         self.hub = hub
         self.hub_runs: _HubRuns = of_hub(_hub_runs, _HubRuns, hub)
 
@@ -542,10 +547,30 @@ class _Mailbox:
             # an actor that never needed its greenlet, and what comes next ends it: pykka's loop
             # runs here, on this greenlet, and cannot wait (its first message is the end); a
             # session's hang-up is spared a greenlet's spawn and first switch
-            actor._actor_loop()
+            self._end_unspawned(actor)
             self._ended()
             return
         self.wake()
+
+    def _end_unspawned(self, actor: GeventActor) -> None:
+        """pykka's loop for an actor whose greenlet never ran, its next message its end. An
+        unlisted actor (a session: one per connection) stopped by :meth:`GeventActor.stop` has
+        nothing else in its inbox: what pykka's loop does then is done here, compiled (its five
+        interpreted calls cost a connection about 6,000 instructions): ``on_start`` (a failure
+        handled as pykka does: logged, the actor stopped), the stop taken (its ``_stop``), and an
+        empty inbox left. Anything else (a listed actor, a stop asked for with a reply, more
+        letters) runs pykka's own loop."""
+        items = self.items
+        if actor.listed or len(items) != 1 or type(items[0]) not in _STOP_MESSAGES:
+            actor._actor_loop()
+            return
+        try:
+            actor.on_start()
+        except Exception:  # noqa: BLE001 - pykka's own handling (its _actor_loop_setup)
+            actor._handle_failure(*sys.exc_info())
+        _popleft(items)  # a bare stop: no reply to set, not a dead letter (pykka's teardown, alike)
+        if not actor.stopped_flag._set:
+            actor._stop()
 
 
 class GeventRef(pykka.ActorRef[Any]):

@@ -335,11 +335,14 @@ class SocketTransport(Transport):
         idle_timeout: float | None = None,
         peer: str = "",
         on_input_end: Callable[[bool], None] | None = None,
+        loop: Any = None,
     ) -> None:
         """``on_hang_up``: the client has gone (a reset, a failed read or write, the idle
         timeout). ``on_input_end(final)``: the client's FIN, read (``final``: every request
         before it has been handed over) or seen by the hang-up watch while reading is paused
-        (requests before it may still be unread); without it, a FIN is a hang-up."""
+        (requests before it may still be unread); without it, a FIN is a hang-up. ``loop``: this
+        thread's hub's loop, if the caller has it at hand (asking the hub costs a connection
+        about 1,500 instructions)."""
         super().__init__()
         self.sock = sock
         self.peer = peer
@@ -370,7 +373,8 @@ class SocketTransport(Transport):
         """The memory ``_out`` keeps: a view keeps the whole reply it is part of."""
         self._closing = False
         self._linger: Any = None
-        loop = gevent.get_hub().loop
+        if loop is None:
+            loop = gevent.get_hub().loop
         self._watcher: Any = loop.io(self.fd, 1)  # the stubs lack a watcher's loop and active
         self._reading = False
         """Whether ``_watcher`` is started: kept here, because its ``active`` is a lookup by name

@@ -729,3 +729,42 @@ def test_an_actor_and_its_ref_have_one_urn():
         assert actor.actor_urn == "urn:uuid:set-on-the-ref"
     finally:
         ref.stop()
+
+
+def test_an_actor_that_never_ran_on_its_greenlet_ends_at_its_stop_as_pykkas_loop_would():
+    """Its stop, told by its own handler (a session's at its end) while its greenlet was never
+    needed, runs on the sender's greenlet: on_start, then on_stop, and no loop of pykka's (compiled,
+    it costs a connection's end five interpreted calls); an on_start that fails stops it as
+    pykka does, without on_stop."""
+    seen: list = []
+
+    class Ends(OnDemand):
+        fail = False
+
+        def on_start(self):
+            seen.append("on_start")
+            if self.fail:
+                raise ValueError("on_start failed")
+
+        def on_stop(self):
+            seen.append("on_stop")
+
+        def on_receive(self, message):
+            if message == "bye":
+                self.stop()
+
+        def _actor_loop(self):
+            seen.append("pykka's loop")
+            super()._actor_loop()
+
+    ref = Ends.start_unlisted()
+    ref.tell("hello")
+    ref.tell("bye")
+    assert seen == ["on_start", "on_stop"]
+    assert not ref.is_alive() and ref.mailbox.greenlet is None and not ref.mailbox.items
+    seen.clear()
+    Ends.fail = True
+    ref = Ends.start_unlisted()
+    ref.tell("bye")
+    assert seen == ["on_start"]
+    assert not ref.is_alive() and not ref.mailbox.items
