@@ -211,7 +211,7 @@ class LocalStore:
         # Read, not mapped: a mapped file that another host removes or truncates (a shared
         # file system, a zombie or speculative task still reading) ends the Python worker
         # with SIGBUS; a read gets an ordinary error, or bytes that no later change touches.
-        # It costs ~0.07 us per row more than a mapping (the kernel's copy; ADR 0022).
+        # It costs ~0.1 us per row more than a mapping (the kernel's copy; ADR 0022).
         fd = os.open(self.directory / name, os.O_RDONLY)
         try:
             return [_read_at(fd, offset, size) for offset, size in ranges]
