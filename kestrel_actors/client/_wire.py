@@ -308,7 +308,7 @@ class ValueScan:
         """Take the whole blocks in ``buf`` from ``pos`` on; returns where they end (and sets
         :attr:`done` at the final ``END``, :attr:`_wanted` for a block it stops inside)."""
         taken = self._taken
-        lengths, stamps, stamped = taken.lengths, taken.stamps, self._stamped
+        stamped = self._stamped
         header = self._header.match
         fast = self._fast
         tail = _TAIL
@@ -345,41 +345,31 @@ class ValueScan:
                     if not got.startswith(b"\r\n"):
                         raise UnexpectedReply(f"value of {length} bytes not followed by CRLF")
                     raise UnexpectedReply(f"expected END after a value, got {got[2:]!r}")
-                lengths.append(length)
-                if stamped:
-                    stamps.append(int(stamp))
+                taken.add(length, int(stamp) if stamped else 0)
                 taken.put(source, start, end)
                 pos = end + tail
-        if len(lengths) > self.limit:
+        if taken.count > self.limit:
             raise UnexpectedReply(f"{self.command}: more than the {self.limit} items asked for")
         return pos
 
     @property
     def taken(self) -> int:
         """The values taken so far."""
-        return len(self._taken.lengths)
+        return self._taken.count
 
     def values(self) -> PackedValues:
         """What was scanned (once :attr:`done`; its buffer is handed over, not copied: a
         buffer given as ``into`` as a view, so that while the values live it cannot be
         resized, which is how a pool knows it is still in use)."""
         taken = self._taken
-        lengths = array("I", taken.lengths)
-        # as unsigned (a stamp is never negative: the same bytes): array's "q" parses each
-        # number through PyArg_Parse, "Q" converts it directly, twice as fast
-        stamps = array("Q", taken.stamps) if self._stamped else None
-        if sys.byteorder != "little":
-            lengths.byteswap()
-            if stamps is not None:
-                stamps.byteswap()
         used, data = taken.used, taken.data
         if self._into:
             values: bytearray | memoryview = memoryview(data)[:used]
         else:
             del data[used:]
             values = data
-        return PackedValues(lengths.tobytes(), values,
-                            None if stamps is None else stamps.tobytes())
+        return PackedValues(taken.packed_lengths(), values,
+                            taken.packed_stamps() if self._stamped else None)
 
 
 def parse_stored(command: str, line: bytes) -> bool:

@@ -240,9 +240,9 @@ def read_slice(where: WalSlice) -> PackedValues:
             or crc32(stamps, crc32(data, crc32(lengths))) != where.crc:
         raise WalCorrupt(f"kestrel: {where.path} does not hold micro-batch {where.seq}'s items "
                          f"as planned (checksum of bytes {where.data_at}+{where.data_size})")
-    # The lengths and the times become Arrow's uint32 and int64 columns, read as such, which
-    # a file's offsets do not align: those two are copied (12 bytes an item); the data,
-    # Arrow's bytes, stays a view of the file where the store maps it (1 KiB an item).
+    # The lengths and the times become Arrow's uint32 and int64 columns, read as such: a view
+    # a store returns at a file's offset may not be aligned, so those two are made ``bytes``
+    # (a local read's already are: no copy); the data, Arrow's bytes, is handed over as read.
     return PackedValues(bytes(lengths), data, bytes(stamps))
 
 

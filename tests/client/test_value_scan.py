@@ -132,6 +132,30 @@ def test_stamps_are_told_zero_only_by_a_whole_zero_stamp():
     assert memoryview(zero.stamps_or(7).stamps).cast("q").tolist() == [1, 7, 5]
 
 
+@pytest.mark.parametrize("step", [3, 64, 1 << 20])
+@pytest.mark.parametrize("shape", ["runs", "all-distinct", "one"])
+def test_lengths_and_stamps_come_out_one_per_item_whether_they_repeat_or_not(step, shape):
+    """The scan keeps lengths and stamps as runs of repeats (a bulk put shares its enqueue
+    millisecond; items often share a size), and a stream where nothing repeats (items of
+    every size, enqueued slowly) by a pass of its own: either way one per item, in order."""
+    if shape == "runs":
+        sizes = [3] * 5 + [1] + [0] * 2 + [7] * 4 + [2, 5, 2]
+        stamps = [1700000000001] * 6 + [1700000000002] + [1700000000003] * 6 + [4, 4]
+    elif shape == "all-distinct":
+        sizes = list(range(12))
+        stamps = [1700000000000 + 3 * i for i in range(12)]
+    else:
+        sizes, stamps = [9], [1 << 62]
+    values = [bytes([65 + i]) * size for i, size in enumerate(sizes)]
+    data = b"".join(b"VALUE q 0 %d %d\r\n%s\r\nEND\r\n" % (len(v), t, v)
+                    for v, t in zip(values, stamps, strict=True)) + b"END\r\n"
+    scan, _ = scan_in_pieces(data, step, 100, stamped=True)
+    packed = scan.values()
+    assert scan.done and scan.taken == len(values) and packed.values() == values
+    assert memoryview(packed.lengths).cast("I").tolist() == sizes
+    assert memoryview(packed.stamps).cast("q").tolist() == stamps
+
+
 @pytest.mark.parametrize("step", [1, 4, 1 << 20])
 def test_odd_headers_between_kestrels_own_come_out_in_order(step):
     """A line the compiled scan leaves to the match (flags other than 0, a value with no stamp,
