@@ -217,6 +217,7 @@ class LocalStore:
             return [_read_at(fd, offset, size) for offset, size in ranges]
         finally:
             os.close(fd)
+
     def delete(self, name: str) -> None:
         (self.directory / name).unlink(missing_ok=True)
 
