@@ -251,6 +251,10 @@ REQUEST_PATH = {
     # an except clause's class; the idle timer's loop (gevent's), when an idle timeout is set
     "SocketTransport._readable": {"BlockingIOError", "loop", "now"},
     "SocketTransport._account": set(),
+    # a connection's set-up reads no config value (read once per server: ``Connections``); the
+    # handler's class attribute, the link's bound methods handed to the transport, a closed
+    # socket's close and the two log calls (refused, debug) remain
+    "Connections._open": {"ANSWERS_AFTER_FIN", "hang_up", "input_end", "close", "warning", "debug"},
     # a reply (a lone GET hit's from 8 KiB as its parts): an except clause's class, a closed connection's error
     "SocketTransport.sendall": {"BlockingIOError", "EBADF"},
     "SocketTransport.send_parts": {"BlockingIOError", "EBADF"},

@@ -59,6 +59,7 @@ from ._session_queue import (
     failed_result,
     first_failure,
     missed_result,
+    peer_name,
 )
 
 __all__ = [
@@ -110,4 +111,5 @@ __all__ = [
     "failed_result",
     "first_failure",
     "missed_result",
+    "peer_name",
 ]

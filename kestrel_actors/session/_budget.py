@@ -42,7 +42,10 @@ class BufferHolder(Protocol):
 
     held: int
     """Bytes this connection holds now, as last told to :meth:`BufferBudget.moved`."""
-    peer: str
+
+    @property
+    def peer(self) -> str:
+        """The client's ``host:port`` (for the log line of a shed)."""
 
     def shed(self) -> None:
         """Drop what is held (telling the budget so) and end the connection."""

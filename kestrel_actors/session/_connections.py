@@ -8,15 +8,19 @@ dispatcher, which tells the session actor from a greenlet (ADR 0002).
 from __future__ import annotations
 
 import _socket
+import array
+import fcntl
 import logging
+import os
 import struct
+import termios
 from collections.abc import Callable
 from typing import Any, Final
 
 import gevent.event
 import structlog
 
-from ..messages import Session
+from ..messages import Session, peer_name
 from ..runtime import Dispatcher, GeventRef, tell_quietly
 from ..status import session_refusals
 from ._actor import Disconnected, Drain, EndOfInput, SessionActor
@@ -25,7 +29,7 @@ from ._context import SessionContext
 from ._handler import Handler
 from ._transport import LIGHT_FIRST_READ, CommandSink, SocketTransport, first_read_bytes, take_turns
 
-__all__ = ["Acceptor", "Connections", "accept_burst", "backlog_length"]
+__all__ = ["Acceptor", "ClientSocket", "Connections", "accept_burst", "backlog_length"]
 
 log = structlog.get_logger("kestrel_actors.server")
 
@@ -35,8 +39,16 @@ class Connections:
 
     def __init__(self, context: SessionContext) -> None:
         self.context = context
-        self.budget = BufferBudget(context.config.max_buffered_bytes)
+        config = context.config
+        self.budget = BufferBudget(config.max_buffered_bytes)
         """What every connection buffers, bounded by ``max_buffered_bytes`` (not reloaded)."""
+        # read once here, not per connection (an interpreted dataclass's attributes, looked up by
+        # name: about 1,000 instructions a connection); a reload changes only queue settings
+        # and aliases, never these (``Server.reload``)
+        self.max_connections: int = config.max_connections
+        self.refuse_writes: int | None = config.connection_limit_refuse_writes
+        self.refuse_reads: int | None = config.connection_limit_refuse_reads
+        self.client_timeout: float | None = config.client_timeout
         self._next_session = 0
         self.live: dict[int, tuple[Session, Any]] = {}
         """Every session not yet finished, by id, with its actor (what a shutdown drains)."""
@@ -82,25 +94,22 @@ class Connections:
         read is due now (``SocketTransport.start``)."""
         context = self.context
         stats = context.stats
-        config = context.config
-        if stats.curr_connections >= config.max_connections:
+        if stats.curr_connections >= self.max_connections:
             log.warning("connection refused: too many connections", peer=peer_name(address))
             sock.close()
             return
         self._next_session += 1
-        session = Session(self._next_session, peer_name(address))
+        session = Session(self._next_session, address)
         stats.curr_connections += 1
         stats.total_connections += 1
         session.refuse_writes, session.refuse_reads = session_refusals(
-            stats.curr_connections, config.connection_limit_refuse_writes,
-            config.connection_limit_refuse_reads,
-        )
+            stats.curr_connections, self.refuse_writes, self.refuse_reads)
         dispatcher = self._dispatcher
         if dispatcher is None:
             dispatcher = self._dispatcher = Dispatcher.current()
         link = _ToSession(dispatcher, session)
         transport = SocketTransport(sock, decoder, link, link.hang_up, stats, self.budget,
-                                    config.client_timeout, session.peer,
+                                    self.client_timeout, address,
                                     link.input_end if handler_class.ANSWERS_AFTER_FIN else None,
                                     dispatcher.loop)
         ref = SessionActor.start_unlisted(context, transport, session, handler_class)
@@ -149,9 +158,6 @@ def accept_burst(listening: Any, handle: Callable[[Any, Any, int], None], lights
     ``give_options``: asked of each socket while the listener does not know that the kernel
     copies its options (``False``: the socket is closed, its client gone). Raises what
     ``accept`` raises other than would-block, for the listener to handle."""
-    family = listening.family
-    kind = listening.type
-    proto = listening.proto
     light = 0
     heavy = 0
     # the accept that finds the backlog empty costs a system call and a raised BlockingIOError
@@ -168,10 +174,10 @@ def accept_burst(listening: Any, handle: Callable[[Any, Any, int], None], lights
             fd, address = listening._accept()
         except BlockingIOError:
             return
-        # the C socket type, not socket.py's subclass: its making and closing are C calls,
-        # where the subclass's are interpreted ones, and nothing here uses what it adds
-        sock = _socket.socket(family, kind, proto, fd)
-        sock.setblocking(False)
+        # no socket object: made from a descriptor, CPython's checks it with a getsockname
+        # system call, and nothing here needs more than the descriptor (``ClientSocket``)
+        sock = ClientSocket(fd)
+        _ioctl(fd, _FIONBIO, _ON)  # non-blocking: one system call, as setblocking(False) made
         if give_options is not None and not give_options(sock):
             continue
         waiting = first_read_bytes(fd)
@@ -181,6 +187,54 @@ def accept_burst(listening: Any, handle: Callable[[Any, Any, int], None], lights
         else:
             heavy += 1
         handle(sock, address, waiting)
+
+
+_ioctl: Final = fcntl.ioctl
+_FIONBIO: Final = termios.FIONBIO
+_ON: Final = array.array("i", [1])
+"""``FIONBIO``'s argument (read, never written: one for every thread)."""
+
+
+class ClientSocket:
+    """An accepted client's descriptor with what the server asks of its socket: ``fileno``,
+    ``close`` and, rarely, an option (a shed's reset, the first socket's option check). A
+    ``socket`` object made from a descriptor costs a ``getsockname`` system call (CPython checks
+    the descriptor), one of ten per connection, and more instructions than this. Closes the
+    descriptor when let go of unclosed, as a socket does."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        """The descriptor, -1 once closed."""
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def close(self) -> None:
+        fd = self.fd
+        if fd >= 0:
+            self.fd = -1
+            os.close(fd)
+
+    def getsockopt(self, level: int, option: int) -> int:
+        sock = _socket.socket(fileno=self.fd)
+        try:
+            value: int = sock.getsockopt(level, option)
+        finally:
+            sock.detach()
+        return value
+
+    def setsockopt(self, level: int, option: int, value: int | bytes) -> None:
+        sock = _socket.socket(fileno=self.fd)
+        try:
+            sock.setsockopt(level, option, value)
+        finally:
+            sock.detach()
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            self.close()
 
 
 _TCP_INFO: Final = getattr(_socket, "TCP_INFO", -1)
@@ -221,13 +275,6 @@ class Acceptor:
 
     def __call__(self, sock: Any, address: Any, waiting: int | None = None) -> None:
         self.connections.accept(sock, address, self.decoder_class(*self.decoder_args), self.handler_class, waiting)
-
-
-def peer_name(address: Any) -> str:
-    try:
-        return f"{address[0]}:{address[1]}"
-    except (TypeError, IndexError):
-        return str(address)
 
 
 class _ToSession(CommandSink):

@@ -75,6 +75,7 @@ import gevent
 import structlog
 from mypy_extensions import mypyc_attr
 
+from ..messages import peer_name
 from ..protocol import Decoder
 
 if TYPE_CHECKING:
@@ -322,7 +323,7 @@ class SocketTransport(Transport):
     __slots__ = ("sock", "_reading", "fd", "decoder", "on_commands", "on_hang_up", "on_input_end", "stats",
                  "_watcher", "_handed", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_unread_seen",
                  "_out", "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
-                 "held", "peer", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued")
+                 "held", "address", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued")
 
     def __init__(
         self,
@@ -333,7 +334,7 @@ class SocketTransport(Transport):
         stats: ServerStats,
         budget: BufferBudget,
         idle_timeout: float | None = None,
-        peer: str = "",
+        address: Any = "",
         on_input_end: Callable[[bool], None] | None = None,
         loop: Any = None,
     ) -> None:
@@ -345,7 +346,8 @@ class SocketTransport(Transport):
         about 1,500 instructions)."""
         super().__init__()
         self.sock = sock
-        self.peer = peer
+        self.address = address
+        """The client's address as ``accept`` gave it (or a label): :attr:`peer` names it."""
         self.budget = budget
         self.held = 0
         """Bytes this connection holds, as last told to ``budget``."""
@@ -375,7 +377,7 @@ class SocketTransport(Transport):
         self._linger: Any = None
         if loop is None:
             loop = gevent.get_hub().loop
-        self._watcher: Any = loop.io(self.fd, 1)  # the stubs lack a watcher's loop and active
+        self._watcher: Any = _read_watcher(loop, self.fd)  # the stubs lack a watcher's loop and active
         self._reading = False
         """Whether ``_watcher`` is started: kept here, because its ``active`` is a lookup by name
         and ``resume`` asks after every request."""
@@ -391,6 +393,11 @@ class SocketTransport(Transport):
         if idle_timeout:
             # Kestrel's client_timeout: a connection that sends nothing for that long is closed
             self._idle_timer = loop.timer(idle_timeout, idle_timeout / 4)
+
+    @property
+    def peer(self) -> str:
+        """The client's ``host:port``, written out only when logged (``Session.peer``)."""
+        return peer_name(self.address)
 
     def start(self, read_now: bool = False) -> None:
         """Read from now on; ``read_now``: the first read is known to be due now, and is done at
@@ -702,7 +709,8 @@ class SocketTransport(Transport):
         self.closed = True
         self._release()
         self._stop_reading()
-        self._watcher.close()
+        _spare_watcher(self._watcher)
+        self._watcher = _NO_WATCHER  # another connection's from now on: never started or stopped here
         if self._writer is not None:
             self._writer.stop()
             self._writer.close()
@@ -731,6 +739,50 @@ class SocketTransport(Transport):
 
     def _drop_output(self) -> None:
         self._out, self._out_bytes, self._out_held, self.backed_up = [], 0, 0, False
+
+
+SPARE_WATCHERS: Final = 1024
+"""Read watchers of closed connections kept per hub for the next ones (see ``_read_watcher``)."""
+_spare_watchers: Final[dict[Any, list[Any]]] = {}
+
+
+def _read_watcher(loop: Any, fd: int) -> Any:
+    """A read watcher of ``fd`` (stopped): a closed connection's, given this descriptor, if one is
+    spare. gevent checks a descriptor with an ``fcntl`` system call when it makes a watcher, not
+    when an idle one is given another (one of ten system calls per connection), and making and
+    freeing a watcher costs more instructions than handing one on."""
+    spare = _spare_watchers.get(loop)
+    if spare:
+        watcher = spare.pop()
+        watcher.fd = fd
+        return watcher
+    return loop.io(fd, 1)
+
+
+def _spare_watcher(watcher: Any) -> None:
+    """Keep a closed connection's read watcher (stopped: its callback let go) for the next one."""
+    spare = _spare_watchers.get(watcher.loop)
+    if spare is None:
+        spare = _spare_watchers[watcher.loop] = []
+    if len(spare) < SPARE_WATCHERS:
+        spare.append(watcher)
+    else:
+        watcher.close()
+
+
+class _NoWatcher:
+    """A closed transport's read watcher: its own has gone to another connection."""
+
+    loop: Any = None
+
+    def start(self, *_args: Any) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+_NO_WATCHER: Final = _NoWatcher()
 
 
 def _unsent(data: bytes | memoryview, sent: int) -> bytes | memoryview:

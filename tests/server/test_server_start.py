@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+
+import pytest
 
 from ..helpers import REPO, free_port
 
@@ -117,3 +124,62 @@ def test_a_failed_set_up_pauses_the_listener_then_it_serves_the_next_client():
     assert result.returncode == 0, result.stderr
     assert "served after the pause" in result.stdout
     assert "RuntimeError: set-up failed" in result.stderr  # the hub's report of it
+
+
+_SYSCALL = re.compile(r"^\d+\s+(\w+)\((\d+)?(?:, (\w+))?(?:, (\d+))?")
+
+
+def _syscalls_per_connection(trace: str) -> list[list[str]]:
+    """Each accepted connection's system calls on its descriptor, from its ``accept4`` to its
+    ``close``, out of an ``strace -f`` of the server (``epoll_ctl`` names it third)."""
+    lives: dict[int, list[str]] = {}
+    done: list[list[str]] = []
+    for line in trace.splitlines():
+        match = _SYSCALL.match(line)
+        if match is None:
+            continue
+        name, first, second, third = match.groups()
+        accepted = re.search(r"^\d+\s+accept4?\(.*\) = (\d+)$", line)
+        if accepted:
+            lives[int(accepted.group(1))] = ["accept4"]
+            continue
+        fd = int(third) if name == "epoll_ctl" and third else int(first) if first else -1
+        if fd in lives:
+            lives[fd].append(f"{name} {second}" if name in ("ioctl", "fcntl") else name)
+            if name == "close":
+                done.append(lives.pop(fd))
+    return done
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="counted with strace")
+def test_a_connection_costs_the_server_no_system_call_beyond_its_io(make_server):
+    """A client that asks once and hangs up costs the server its accept, one ``FIONBIO`` (its
+    socket made non-blocking), one ``FIONREAD`` (how heavy its first read is), its reads, its
+    answer, its watcher's registration and its close: no ``getsockname`` (a ``socket`` object
+    made from the descriptor checks it) and, from the second connection on, no ``fcntl`` (a fresh
+    gevent watcher checks its descriptor; a closed connection's watcher is handed on)."""
+    server = make_server()
+    trace_path = server.data_dir.parent / "strace.txt"
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", str(trace_path), "-p", str(server.proc.pid)],
+                              stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)  # strace attaches to every thread
+        if tracer.poll() is not None:
+            pytest.skip(f"strace cannot attach here: {tracer.stderr.read().decode(errors='replace')[-300:]}")
+        for _ in range(6):
+            with socket.create_connection((server.host, server.port), timeout=10) as client:
+                client.sendall(b"get nothing_here\r\n")
+                assert client.recv(64) == b"END\r\n"
+                client.shutdown(socket.SHUT_WR)
+                assert client.recv(64) == b""  # the server closed its side: the life is over
+    finally:
+        time.sleep(0.5)
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(10)
+    lives = _syscalls_per_connection(trace_path.read_text())
+    assert len(lives) >= 6, lives
+    for life in lives[1:]:
+        assert "getsockname" not in life, life
+        assert not any(call.startswith("fcntl") for call in life), life
+        assert life.count("ioctl FIONBIO") == 1 and life.count("ioctl FIONREAD") == 1, life
+        assert len(life) <= 9, life
