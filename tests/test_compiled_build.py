@@ -388,6 +388,23 @@ def test_a_lone_request_is_batched_and_answered_without_a_tuple():
 
 
 @needs_build
+def test_a_get_s_fetch_is_told_apart_without_a_set_lookup():
+    """``QueueActor._run`` tells a GET's fetch (a ``Remove``, or an ``Open``) by two identity
+    tests before it asks ``FETCH_OPS`` or ``MANY_FETCHES``: each ``kind in`` a frozenset hashes
+    the class (``PySet_Contains``, about 70 instructions), and a GET asked both."""
+    lines = function_lines(generated_source(), "QueueActor._run")
+    lookups = [index for index, line in enumerate(lines)
+               if re.search(r"CPyStatic_\w*___(FETCH_OPS|MANY_FETCHES);", line)]
+    assert len(lookups) == 2, lookups
+    told = {}
+    for start, end in zip([0, *lookups], lookups, strict=False):
+        before = "\n".join(lines[start:end])
+        told[lines[end].strip()] = [name for name in ("Remove", "Open")
+                                    if not re.search(rf"CPyType_\w*___{name}\b", before)]
+    assert {lookup: missing for lookup, missing in told.items() if missing} == {}
+
+
+@needs_build
 def test_histograms_count_with_native_arithmetic():
     """``buckets[i] += n`` on a ``list[int]`` compiles to ``PyNumber_InPlaceAdd`` on boxed
     integers (mypyc 2.4); the request path's histogram updates are written so that they do not."""

@@ -477,7 +477,8 @@ class QueueActor(GeventActor):
                     results.append(self._add_with_copies(op.data, op.expiry, now_ms, batch, len(results)))
                 else:
                     results.append(self._add(op.data, op.expiry, now_ms))
-            elif kind in FETCH_OPS:
+            # a GET's fetch (Remove, or Open) told apart without hashing into FETCH_OPS
+            elif kind is Remove or kind is Open or kind in FETCH_OPS:
                 if fetched >= BATCH_FETCH_BYTES:
                     break  # answered in parts: the sender asks for the rest when it can send it
                 if (kind is Remove or kind is RemoveMany) and core.journal.failure is not None:
@@ -485,7 +486,8 @@ class QueueActor(GeventActor):
                     continue
                 result = self._fetch(op, kind, now_ms)
                 if result:
-                    fetched += BATCH_FETCH_BYTES if kind in MANY_FETCHES else len(cast(Item, result).data)
+                    many = kind is not Remove and kind is not Open and kind in MANY_FETCHES
+                    fetched += BATCH_FETCH_BYTES if many else len(cast(Item, result).data)
                 else:
                     deadline = op.deadline
                     if (
