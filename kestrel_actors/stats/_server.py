@@ -378,10 +378,7 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
     sets = hits = misses = 0
     delivered: list[Item] | None = None
     many: list[list[Item]] | None = None
-    # by index, not zip: no tuple per operation (a pipelined burst's batch holds hundreds)
-    for index in range(min(len(ops), len(results))):  # results may stop early (a part)
-        op = ops[index]
-        result = results[index]
+    for op, result in zip(ops, results):  # noqa: B905 - results may stop early (a part)
         kind = type(op)
         if kind is Add:
             sets += 1
