@@ -467,9 +467,28 @@ class QueueActor(GeventActor):
         ops = batch.ops
         now_ms = epoch_ms()
         fetched = 0
-        for index in range(start, len(ops)):
+        count = len(ops)
+        run_end = start  # where the last run of one shared plain fetch ends
+        skip_to = start
+        for index in range(start, count):
+            if index < skip_to:
+                continue  # taken with the run before it
             op = ops[index]
             kind = type(op)
+            if kind is Remove and index >= run_end and core.journal.failure is None:
+                # a pipelined burst of plain GETs shares one ``Remove`` (the session's): taken
+                # in one call while nothing but the head's removal is due (QueueCore.remove_run)
+                run_end = index + 1
+                while run_end < count and ops[run_end] is op:
+                    run_end += 1
+                if run_end - index > 1 and op.deadline is None and fetched < BATCH_FETCH_BYTES:
+                    before = len(results)
+                    fetched += core.remove_run(now_ms, run_end - index, BATCH_FETCH_BYTES - fetched, results)
+                    taken = len(results) - before
+                    stats.get_hits += taken
+                    skip_to = index + taken
+                    if taken:
+                        continue
             if type(op) is Add:  # on the op itself: narrows its type (see on_receive)
                 if op.chained and results[index - 1] is not True:
                     results.append(False)  # an earlier item of the same put was refused

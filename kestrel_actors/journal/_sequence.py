@@ -49,6 +49,15 @@ class AddSequence:
         else:
             self.consumed += 1
 
+    def pop_many(self, count: int) -> None:
+        """:meth:`pop`, ``count`` times."""
+        front = self.front
+        if front >= count:
+            self.front = front - count
+        else:
+            self.front = 0
+            self.consumed += count - front
+
     def head_mark(self) -> list[Any] | None:
         """The last mark at or before the head (older ones are dropped), or None."""
         marks = self.marks

@@ -349,6 +349,14 @@ class JournalWriter:
         self.appended += len(data)
         self._records += 1
 
+    def append_run(self, data: bytes, records: int) -> None:
+        """:meth:`append` of ``records`` records at once, ``data`` holding them all."""
+        if self.closed:
+            return
+        self._chunks.append(data)
+        self.appended += len(data)
+        self._records += records
+
     def append_record(self, head: bytes, body: bytes) -> None:
         """:meth:`append` of ``head + body``, kept as two chunks of the same ``writev``: an
         ADD's header and its item's data, which gluing would copy once more (issue 24)."""

@@ -102,6 +102,8 @@ _LINES: Final[dict[bytes, Get | tuple[tuple[str, int], int]]] = {}
 _LINES_MAX = 4096
 _VALUE_END: Final = b"\r\nEND\r\n"
 _REPEAT_MAX: Final = 256
+_GET_RUN: Final = 8
+"""How many repeats of a connection's last ``get`` line the decoder knows with one comparison."""
 """The longest request line a decoder keeps as its connection's last ``set`` or ``get`` line."""
 _NO_GET: Final = Get("")
 STAMP: Final = b"stamp"
@@ -249,8 +251,8 @@ class MemcacheDecoder(Decoder):
     """Incremental memcache decoder (see :class:`Decoder`): command lines, and a storage
     command's data block once all of it has arrived."""
 
-    __slots__ = ("_get_line", "_get_parsed", "_set_line", "_set_parsed", "_storage", "max_item_bytes",
-                 "max_line_bytes")
+    __slots__ = ("_get_line", "_get_parsed", "_get_run", "_get_runs", "_set_line", "_set_parsed", "_storage",
+                 "max_item_bytes", "max_line_bytes")
 
     def __init__(self, max_line_bytes: int = 64 * 1024, max_item_bytes: int = 64 * 1024 * 1024):
         super().__init__()
@@ -264,6 +266,11 @@ class MemcacheDecoder(Decoder):
         """Typed as ``_storage`` is: the compiled build copies a reference, and builds no tuple."""
         self._get_line = b""
         self._get_parsed = _NO_GET
+        self._get_run = b"-"
+        """``_get_line`` ``_GET_RUN`` times: a pipelined burst of the line is known a run at a
+        time, one comparison for ``_GET_RUN`` requests."""
+        self._get_runs: list[object] = [_NO_GET]
+        """``_get_parsed`` ``_GET_RUN`` times: what a run of the line decodes to."""
 
     def _decode(self, source: bytes | bytearray, commands: list[object]) -> int:
         pos = 0
@@ -288,10 +295,16 @@ class MemcacheDecoder(Decoder):
                 pos += len(repeated)
                 continue
             repeated = self._get_line
-            if repeated and line_at(source, pos, repeated):
-                commands.append(self._get_parsed)
-                pos += len(repeated)
-                continue
+            if repeated:
+                run = self._get_run
+                if size - pos >= len(run) and line_at(source, pos, run):
+                    commands.extend(self._get_runs)
+                    pos += len(run)
+                    continue
+                if line_at(source, pos, repeated):
+                    commands.append(self._get_parsed)
+                    pos += len(repeated)
+                    continue
             start = pos
             line, pos = next_line(source, pos, self.max_line_bytes)
             if type(line) is not bytes:
@@ -303,8 +316,10 @@ class MemcacheDecoder(Decoder):
                 if isinstance(known, Get):
                     commands.append(known)
                     if pos - start <= _REPEAT_MAX:
-                        self._get_line = bytes_between(source, start, pos)
+                        self._get_line = repeated = bytes_between(source, start, pos)
                         self._get_parsed = known
+                        self._get_run = repeated * _GET_RUN
+                        self._get_runs = [known] * _GET_RUN
                     continue
                 if known[1] <= self.max_item_bytes:
                     self._storage = known
@@ -386,6 +401,23 @@ class ValueReplies:
         out.append(self._value_line(queue, len(data)))
         out.append(data)
         out.append(_VALUE_END)
+
+    def add_hits(self, out: list[bytes], queue: str, datas: list[bytes | None]) -> None:
+        """:meth:`add_parts` for each of ``datas`` in turn, or ``END`` for a ``None`` (a miss):
+        the replies to a pipelined burst of one plain GET, in one loop that looks at the
+        ``VALUE`` line once per change of item size."""
+        size = -1
+        line = b""
+        for data in datas:
+            if data is None:
+                out.append(END)
+                continue
+            if len(data) != size:
+                size = len(data)
+                line = self._value_line(queue, size)
+            out.append(line)
+            out.append(data)
+            out.append(_VALUE_END)
 
     def add_stamped_parts(self, out: list[bytes], queue: str, data: bytes, add_time: int) -> None:
         """:meth:`stamped`'s three parts appended to ``out`` (as :meth:`add_parts`)."""

@@ -234,6 +234,42 @@ class QueueCore:
         self.journal.check_rotate(self)
         return item
 
+    def remove_run(self, now_ms: int, count: int, budget: int, taken: list[Any]) -> int:
+        """:meth:`remove` (for good) up to ``count`` times while the items taken hold less
+        than ``budget`` bytes, each item appended to ``taken`` -> the bytes taken.
+
+        A pipelined burst of plain GETs: what :meth:`remove` does per item, its REMOVE records
+        journaled as one run and the rotation checked once, after the run (as a batch run on
+        the hub leaves a rotation to its end). It stops, for :meth:`remove` to go on, at an
+        empty queue and wherever :meth:`remove` would do more than take the head: an item that
+        may expire (or a ``max_age``), a head still to be read back, open reads that may time
+        out."""
+        limits = self.limits
+        if self.closed or limits.open_transaction_timeout is not None or limits.max_age is not None:
+            return 0
+        items = self.items
+        size = 0
+        removed = 0
+        last: Item | None = None
+        while removed < count and size < budget and self.length:
+            head = items.head()
+            if head is None or head.expiry != 0:
+                break
+            item = self._pop_head()
+            if item is None:
+                break
+            taken.append(item)
+            size += len(item.data)
+            removed += 1
+            last = item
+            self._fill_read_behind()
+        if last is not None:
+            self.last_removed_add_time = last.add_time
+            journal = self.journal
+            journal.remove_many(removed)
+            journal.check_rotate(self)
+        return size
+
     def put_back(self, item: Item) -> bool:
         """Return an item a plain GET removed but could not deliver (its client had gone).
 

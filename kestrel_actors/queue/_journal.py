@@ -76,6 +76,12 @@ class Journal:
         """The head item was removed for good (REMOVE)."""
         raise NotImplementedError
 
+    def remove_many(self, count: int) -> None:
+        """:meth:`remove`, ``count`` times: the head items were removed for good, one after
+        another, with no other record between them."""
+        for _ in range(count):
+            self.remove()
+
     def remove_tentative(self, xid: int) -> None:
         """The head item was opened under ``xid`` (REMOVE_TENTATIVE_XID)."""
         raise NotImplementedError

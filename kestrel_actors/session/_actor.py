@@ -550,16 +550,40 @@ class SessionActor(GeventActor):
         was two generic reads more (a deque has no native index)."""
         pending = self.pending
         handler = self.handler
-        entries = [(first, len(ops), preset, bool(ops) and type(ops[-1]) is Open)]
+        opens = bool(ops) and type(ops[-1]) is Open
+        entries = [(first, len(ops), preset, opens)]
         if preset is not None and preset.close:
             _clear(pending)
             return entries
+        # the request last compiled, if the same object again compiles alike (handler.repeats):
+        # a repeat joins as its operation and entry again, and is counted once per run
+        # ``entries`` read as objects: the compiled build unboxes a tuple read from a list typed
+        # as holding them, and a repeat's entry must be the very object it repeats
+        # (``_batch_done`` answers a run of them at once)
+        listed: list[Any] = entries
+        repeat: Any = None
+        repeat_op: Any = None
+        repeat_entry: Any = None
+        repeats = 0
+        if preset is None and not last and len(ops) == 1 and not opens and handler.repeats(first):
+            repeat = first
+            repeat_op = ops[0]
+            repeat_entry = listed[0]
         while not last and pending and len(entries) < MAX_BATCH:
             command = _popleft(pending)
+            if command is repeat:  # joins its queue, and was not refused (nor is its repeat)
+                ops.append(repeat_op)
+                listed.append(repeat_entry)
+                repeats += 1
+                joining = False
+                continue
             if not joining and not handler.joins(command, name):
                 _appendleft(pending, command)
                 break
             joining = False
+            if repeats:
+                handler.repeated(repeat, repeats)
+                repeats = 0
             before = len(ops)
             # a request behind the head (a write after a read) is checked here, not by _pump
             refusal = self._write_refusal(command)
@@ -568,10 +592,19 @@ class SessionActor(GeventActor):
             else:
                 preset, last = handler.compile(command, ops)
             count = len(ops) - before
-            entries.append((command, count, preset, count > 0 and type(ops[-1]) is Open))
+            opens = count > 0 and type(ops[-1]) is Open
+            entries.append((command, count, preset, opens))
             if preset is not None and preset.close:
                 _clear(pending)
                 break
+            if preset is None and not last and count == 1 and not opens and handler.repeats(command):
+                repeat = command
+                repeat_op = ops[-1]
+                repeat_entry = listed[-1]
+            else:
+                repeat = None
+        if repeats:
+            handler.repeated(repeat, repeats)
         return entries
 
     def _batch_done(self, done: BatchDone) -> None:
@@ -611,11 +644,25 @@ class SessionActor(GeventActor):
                 return
         position = 0
         answered = 0
-        for command, count, preset, opens in entries:
+        entry_count = len(entries)
+        listed: list[Any] = entries  # read as objects, as _compile_rest made them (its ``listed``)
+        while answered < entry_count:
+            command, count, preset, opens = entries[answered]
             end = position + count
             if end > total:  # the queue stopped before this one's fetch (its output budget)
                 break
             answered += 1
+            entry = listed[answered - 1]
+            if failure is None and answered < entry_count and listed[answered] is entry:
+                # a run of repeats (_compile_rest): one operation each, answered in one call
+                run_end = answered + 1
+                while run_end < entry_count and listed[run_end] is entry:
+                    run_end += 1
+                run_end = min(run_end, answered + total - end)  # those the queue answered
+                self.handler.add_replies(command, results, position, end + run_end - answered, self.out)
+                position = end + run_end - answered
+                answered = run_end
+                continue
             self._answer(command, preset, opens, ops, results, position, end, failure)
             position = end
         if answered < len(entries):  # the rest once the client has taken these replies

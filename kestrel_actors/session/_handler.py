@@ -196,6 +196,24 @@ class Handler:
         whole = start == 0 and end == len(results)
         out.append(self.reply(command, results if whole else results[start:end]))
 
+    def repeats(self, command: Any) -> bool:
+        """Whether ``command`` (compiled with no preset reply into one operation that neither
+        waits nor opens) compiles the same way again if the same object follows it in a batch: its
+        repeats then join the batch as its operation and entry again, uncompiled, and are
+        counted with :meth:`repeated` and answered with :meth:`add_replies`. A decoder hands a
+        repeated request line over as one object (a pipelined burst of ``get q``)."""
+        return False
+
+    def repeated(self, command: Any, count: int) -> None:
+        """``command`` joined a batch ``count`` times more as its repeats (:meth:`repeats`):
+        count them as its compile counts it."""
+
+    def add_replies(self, command: Any, results: list[Any], start: int, end: int, out: list[bytes]) -> None:
+        """:meth:`add_reply` for each of a run of repeats of ``command`` (:meth:`repeats`),
+        one operation each, whose results are ``results[start:end]``."""
+        for index in range(start, end):
+            self.add_reply(command, results, index, index + 1, out)
+
     def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
         """The reply to a request on a queue that does not exist and is not created."""
         raise NotImplementedError

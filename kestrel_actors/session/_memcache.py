@@ -237,6 +237,38 @@ class MemcacheHandler(Handler):
                 return
         super().add_reply(command, results, start, end, out)
 
+    def repeats(self, command: Any) -> bool:
+        # a plain GET that does not wait: its compile depends on the connection's open reads of
+        # its queue (it opens none) and the server's status (unchanged within a batch)
+        return (type(command) is GetCommand and command.timeout_ms is None and not command.open
+                and not command.close and not command.abort and not command.peek)
+
+    def repeated(self, command: Any, count: int) -> None:
+        self.context.stats.cmd_get += count  # as ``SessionActor.fetch`` counts each
+
+    def add_replies(self, command: Any, results: list[Any], start: int, end: int, out: list[bytes]) -> None:
+        # repeats of a plain GET (``repeats``): each a hit's three parts or END, as add_reply
+        # makes them, for a burst in one native loop
+        if type(command) is not GetCommand:
+            super().add_replies(command, results, start, end, out)
+            return
+        queue = command.queue
+        values = self.values
+        item: Item | None
+        if not command.stamp:
+            datas: list[bytes | None] = []
+            for index in range(start, end):
+                item = results[index]
+                datas.append(None if item is None else item.data)
+            values.add_hits(out, queue, datas)
+            return
+        for index in range(start, end):
+            item = results[index]
+            if item is None:
+                out.append(END)
+            else:
+                values.add_stamped_parts(out, queue, item.data, item.add_time)
+
     def release(self) -> None:
         pass  # everything a memcache/text client holds is in the session's open reads
 

@@ -171,6 +171,23 @@ def test_a_connections_repeated_lines_parse_as_they_did_the_first_time():
         assert got == expected, size
 
 
+def test_a_burst_of_one_get_line_parses_as_each_line_would_however_it_is_cut():
+    # a burst of a connection's last get line is known several lines at a time: any count of
+    # them, cut anywhere, with other lines among and after them, parses line by line alike
+    stream = (b"get q\r\n" * 21 + b"get q/peek\r\n" + b"get q\r\n" * 9 + b"get q\n" + b"get q\r\n" * 8
+              + b"get qq\r\n" + b"get q\r\n" * 17 + b"version\r\n")
+    expected = ([p.Get("q")] * 21 + [p.Get("q", peek=True)] + [p.Get("q")] * 18 + [p.Get("qq")] + [p.Get("q")] * 17
+                + [p.Version()])
+    assert decode(stream) == expected
+    for size in (1, 3, 7, 8, 13, 56, 57, 100, len(stream)):
+        for kind in (bytes, bytearray):
+            decoder = MemcacheDecoder()
+            got: list[object] = []
+            for start in range(0, len(stream), size):
+                got += decoder.feed(kind(stream[start:start + size]))
+            assert got == expected, (size, kind)
+
+
 def test_a_repeated_line_is_held_to_the_limits_and_errors_of_a_new_one():
     decoder = MemcacheDecoder(max_item_bytes=4)
     assert decoder.feed(b"set q 0 0 4\r\nabcd\r\nset q 0 0 4\r\nefgh\r\n") == [
@@ -254,6 +271,15 @@ def test_a_connections_value_replies_are_value_reply_whatever_came_before():
     for queue, data in [("work", b"hello"), ("work", b"world"), ("work", b"hello!"), ("q", b"hello!"), ("q", b""),
                         ("jobs+\u6f22", b"x"), (latin1, b"x"), ("work", b"x" * 1024), ("work", b"y" * 1024)]:
         assert replies.reply(queue, data) == value_reply(queue, data)
+
+
+def test_a_bursts_hits_are_each_hits_reply_and_a_miss_is_end():
+    replies = ValueReplies()
+    for queue, datas in [("work", [b"a" * 1024, b"b" * 1024, None, b"c" * 1024]),
+                         ("q", [b"dd", b"e", b"", b"ff", None, None]), ("work", [b"g" * 1024]), ("q", [])]:
+        out: list[bytes] = []
+        replies.add_hits(out, queue, datas)
+        assert b"".join(out) == b"".join(p.END if data is None else value_reply(queue, data) for data in datas)
 
 
 def test_a_monitor_streams_parts_are_its_replies_each_end_joined_to_the_next_line():

@@ -214,3 +214,49 @@ def test_no_limit_is_held_above_the_compiled_builds_unboxed_int_range():
     core = QueueCore("q", QueueConfig(max_items=2), MemoryJournal())
     assert [core.add(b"x", 0, NOW) for _ in range(3)] == [True, True, False]
     assert QueueCore("q", QueueConfig(), MemoryJournal()).add(b"y" * 100_000, 0, NOW)
+
+
+# -- a run of plain removes (a pipelined burst of GETs) ----------------------------------------
+
+
+def test_a_run_of_removes_takes_the_heads_in_order_with_one_remove_record_each():
+    queue = make()
+    for i in range(5):
+        queue.add(b"%d" % i, 0, NOW + i)
+    queue.journal.records.clear()
+    taken: list = []
+    assert queue.remove_run(NOW + 10, 3, 1 << 20, taken) == 3  # bytes taken
+    assert [item.data for item in taken] == [b"0", b"1", b"2"]
+    assert queue.journal.records == [("remove",)] * 3
+    assert (queue.length, queue.bytes, queue.mem_bytes, len(queue.items)) == (2, 2, 2, 2)
+    assert queue.last_removed_add_time == NOW + 2  # the last one's, as three removes leave it
+    assert drain(queue) == [b"3", b"4"]
+
+
+def test_a_run_of_removes_stops_at_an_empty_queue_and_at_its_byte_budget():
+    queue = make()
+    for data in (b"aaaa", b"bbbb", b"cccc"):
+        queue.add(data, 0, NOW)
+    taken: list = []
+    # taken while less than the budget is held: the second item passes it, the third waits
+    assert queue.remove_run(NOW, 10, 5, taken) == 8
+    assert [item.data for item in taken] == [b"aaaa", b"bbbb"]
+    assert queue.remove_run(NOW, 10, 100, taken) == 4
+    assert queue.remove_run(NOW, 10, 100, taken) == 0
+    assert len(taken) == 3 and queue.journal.records.count(("remove",)) == 3
+
+
+def test_a_run_of_removes_leaves_an_item_that_may_expire_to_remove():
+    queue = make()
+    queue.add(b"a", 0, NOW)
+    queue.add(b"old", NOW + 1, NOW)
+    queue.add(b"b", 0, NOW)
+    taken: list = []
+    assert queue.remove_run(NOW + 5, 3, 100, taken) == 1  # stops before "old"
+    assert queue.remove(NOW + 5).data == b"b"  # which remove discards, as it would have
+    assert queue.expired_items == 1
+    taken.clear()
+    with_age = make(max_age=60.0)
+    with_age.add(b"x", 0, NOW)
+    assert with_age.remove_run(NOW, 1, 100, taken) == 0 and not taken  # every item may expire
+
