@@ -428,6 +428,24 @@ def test_the_monitor_scan_reads_bytes_and_digits_natively():
 
 
 @needs_build
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="no readelf (binutils) here")
+def test_the_build_exports_only_its_init_functions():
+    """setup.py's ``LEAN_CALL_FLAGS`` (ADR 0020): with default visibility the group's library
+    exported its thousands of functions and statics, and every read of a static that its modules
+    share went through the GOT."""
+    probe_compiled(GROUP_PROBE)  # skips unless this checkout's build is in use
+    files = [path for path in PACKAGE.rglob("*") if path.name.endswith(SUFFIXES)]
+    assert any("__mypyc" in path.name for path in files), files
+    for path in files:
+        table = subprocess.run(["readelf", "--dyn-syms", "-W", path], capture_output=True, text=True,
+                               timeout=60, check=True).stdout
+        defined = [fields[7] for fields in map(str.split, table.splitlines())
+                   if len(fields) >= 8 and fields[0][:-1].isdigit() and fields[6] != "UND"
+                   and fields[3] != "SECTION" and fields[4] != "LOCAL"]
+        assert defined and all(name.startswith("PyInit_") for name in defined), (path, defined[:10])
+
+
+@needs_build
 def test_the_request_path_looks_nothing_up_by_name():
     """Compiled code reads a typed attribute, calls a typed method and reads a ``Final`` constant
     natively; an ``Any`` or a ``Protocol`` in between, a type tested through a local
