@@ -239,8 +239,9 @@ class QueueCore:
         hold ``max_bytes`` or more: those items, head first (a ``monitor``'s batch).
 
         Their REMOVE_TENTATIVE_XID records go to the journal together (ADR 0022), still in the
-        order of the removals: before an expired head's REMOVE, and before the rotation check,
-        made once for the run. With ``open_transaction_timeout`` an open read may time out
+        order of the removals: before an expired head's REMOVE, before a read-behind fill (which
+        may let other greenlets see the queue), and before the rotation check, made once for the
+        run. With ``open_transaction_timeout`` an open read may time out
         between two opens (an UNREMOVE between their records): the items are opened one by one.
         """
         items: list[Item] = []
@@ -271,6 +272,9 @@ class QueueCore:
                 self.discard_expired(now_ms)
                 if not self.length:
                     break
+            if xids and self._fill_due():  # _pop_head fills an empty memory
+                journal.remove_tentative_many(xids)
+                xids = []
             item = self._pop_head()
             if item is None:
                 break  # read-behind waits for records the journal could not write yet
@@ -281,7 +285,12 @@ class QueueCore:
             key: Any = xid
             open_reads[key] = item
             xids.append(key)
-            self._fill_read_behind()
+            if self._fill_due():
+                # a fill may wait for the disk, and other greenlets run meanwhile (a checkpoint
+                # takes the queue's state and the journal's size): the opens are journaled first
+                journal.remove_tentative_many(xids)
+                xids = []
+                self._fill_read_behind()
             items.append(item)
             size += len(item.data)
             if size >= max_bytes:
@@ -495,14 +504,11 @@ class QueueCore:
         Timed (``fill_readbehind_usec``) only in read-behind: Kestrel also timed the calls
         that found nothing to do, a zero per remove that costs the request path and hides
         the fills among zeros."""
-        limits = self.limits
-        if self.mem_bytes >= limits.refill_below and self.items.count:
-            return  # close enough to the limit: the next fill reads a run of items
-        journal = self.journal
-        if not journal.in_read_behind:
+        if not self._fill_due():
             return
+        journal = self.journal
         started = _perf_counter()
-        limit = limits.max_memory_size
+        limit = self.limits.max_memory_size
         # a few items a call: after a restart from a checkpoint memory holds none of the
         # backlog, and filling it all at once would keep the first read waiting for seconds
         budget = FILL_BATCH
@@ -517,6 +523,12 @@ class QueueCore:
             self.held.moved(size)
         if self.metrics is not None:
             self.metrics.histogram("fill_readbehind_usec").add(int((_perf_counter() - started) * 1e6))
+
+    def _fill_due(self) -> bool:
+        """Whether :meth:`_fill_read_behind` reads from the journal now: in read-behind, with
+        memory empty or :data:`FILL_SLACK` below ``max_memory_size`` (closer to the limit, the
+        next fill reads a run of items)."""
+        return (self.mem_bytes < self.limits.refill_below or not self.items.count) and self.journal.in_read_behind
 
     def _time_out_oldest_open(self, now_ms: int) -> None:
         if not self.open_reads:

@@ -7,7 +7,7 @@ import pytest
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
 from kestrel_actors.protocol import expiry_from_exptime
-from kestrel_actors.queue import QueueCore
+from kestrel_actors.queue import Item, QueueCore
 
 NOW = 1_700_000_000_000
 
@@ -270,3 +270,49 @@ def test_a_confirm_of_a_batch_journals_its_confirms_together():
     assert confirmed == [opened[1], opened[0], opened[3]]
     assert queue.journal.records[-1] == ("confirms", [2, 1, 4]) and list(queue.open_reads) == [3]
     assert queue.confirm_many((99,), confirmed) == 0 and queue.journal.records[-1] == ("confirms", [2, 1, 4])
+
+
+class ReadBehindJournal(RecordingJournal):
+    """Keeps the adds made in read-behind as its backlog, as a file journal does, and notes at
+    each read behind which open reads have no record yet: a file journal's fill may wait for
+    the disk, and a checkpoint taken meanwhile would see them open with no record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backlog: list[bytes] = []
+        self.behind = False
+        self.queue: QueueCore | None = None
+        self.unjournaled_at_fills: list[list[int]] = []
+
+    def add(self, item):
+        super().add(item)
+        if self.behind:
+            self.backlog.append(item.data)
+
+    @property
+    def in_read_behind(self):
+        return self.behind
+
+    def start_read_behind(self):
+        self.behind = True
+
+    def read_behind(self):
+        journaled = {xid for record in self.records if record[0] == "opens" for xid in record[1]}
+        self.unjournaled_at_fills.append(sorted(set(self.queue.open_reads) - journaled))
+        if not self.backlog:
+            self.behind = False
+            return None
+        return Item(self.backlog.pop(0), NOW)
+
+
+def test_a_monitor_batch_journals_its_opens_before_each_read_behind_fill():
+    journal = ReadBehindJournal()
+    queue = journal.queue = QueueCore("q", QueueConfig(max_memory_size=4), journal)
+    for i in range(10):
+        assert queue.add(b"%02d" % i, 0, NOW)
+    assert len(queue.items) == 2 and journal.backlog  # the rest only "on disk"
+    items = queue.open_many(NOW, 10, 1 << 20)
+    assert [i.data for i in items] == [b"%02d" % i for i in range(10)]
+    assert journal.unjournaled_at_fills and not any(journal.unjournaled_at_fills)
+    opens = [xid for record in journal.records if record[0] == "opens" for xid in record[1]]
+    assert opens == list(range(1, 11))
