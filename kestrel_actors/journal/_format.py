@@ -188,7 +188,7 @@ def _xid_record(op: int, xid: int) -> bytes:
 
 
 _SWAP_XIDS: Final = sys.byteorder != "little"
-"""An ``array('i')`` holds its ints in the machine's order; the journal's are little-endian."""
+"""An ``array('I')`` holds its ints in the machine's order; the journal's are little-endian."""
 
 
 def encode_xid_records(op: int, xids: list[int]) -> bytes:

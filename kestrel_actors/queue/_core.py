@@ -241,9 +241,8 @@ class QueueCore:
         Their REMOVE_TENTATIVE_XID records go to the journal together (ADR 0022), still in the
         order of the removals: before an expired head's REMOVE, before a read-behind fill (which
         may let other greenlets see the queue), and before the rotation check, made once for the
-        run. With ``open_transaction_timeout`` an open read may time out
-        between two opens (an UNREMOVE between their records): the items are opened one by one.
-        """
+        run. With ``open_transaction_timeout`` an open read may time out between two opens (an
+        UNREMOVE between their records): the items are opened one by one."""
         items: list[Item] = []
         size = 0
         if self.limits.open_transaction_timeout is not None:
