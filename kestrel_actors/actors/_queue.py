@@ -526,12 +526,7 @@ class QueueActor(GeventActor):
                     self._wake_for(self._unremove_all(op.xids))
                     results.append(self._refuse(batch, failure))
                     continue
-                confirmed = 0
-                for xid in op.xids:
-                    item = core.confirm(xid)
-                    if item is not None:
-                        confirmed += 1
-                        self._confirmed.append(item)
+                confirmed = core.confirm_many(op.xids, self._confirmed)
                 self._confirmed_count += confirmed
                 results.append(confirmed)
             elif type(op) is Unremove:
@@ -634,12 +629,15 @@ class QueueActor(GeventActor):
             if item is not None:
                 self.stats.get_hits += 1
             return item
+        limit: int = op.max_items  # typed: a native loop (over ``op``'s, an object, each step boxed and compared)
+        if kind is OpenMany:
+            items = core.open_many(now_ms, limit, BATCH_FETCH_BYTES)
+            self.stats.get_hits += len(items)
+            return items
         items = []
         size = 0
-        transactional = kind is OpenMany
-        limit: int = op.max_items  # typed: a native loop (over ``op``'s, an object, each step boxed and compared)
         for _ in range(limit):
-            item = core.remove(now_ms, transactional=transactional)
+            item = core.remove(now_ms)
             if item is None:
                 break
             items.append(item)

@@ -47,11 +47,14 @@ from ._files import (
     unique_file,
 )
 from ._format import (
+    OP_CONFIRM_REMOVE,
+    OP_REMOVE_TENTATIVE_XID,
     REMOVE_RECORD,
     AddRecords,
     encode_confirm_remove,
     encode_remove_tentative,
     encode_unremove,
+    encode_xid_records,
 )
 from ._pack import commit_pack, prepare_pack, write_snapshot
 from ._readbehind import ReadBehindPosition, ReadBehindReader
@@ -229,13 +232,25 @@ class FileJournal(Journal):
         sequence = self._sequence
         if sequence is not None:
             sequence.pop_many(count)
-        self._writer.append_run(REMOVE_RECORD * count, count)
+        self._writer.append_many(REMOVE_RECORD * count, count)
 
     def remove_tentative(self, xid: int) -> None:
         if self._sequence is not None:
             self._sequence.pop()
         self._xid = xid
         self._writer.append(encode_remove_tentative(xid))
+
+    def remove_tentative_many(self, xids: list[int]) -> None:
+        """One chunk of records, not one per xid: encoded in one pass and written as one
+        buffer (each record as :meth:`remove_tentative` writes it)."""
+        if not xids:
+            return
+        sequence = self._sequence
+        if sequence is not None:
+            for _ in range(len(xids)):
+                sequence.pop()
+        self._xid = xids[-1]
+        self._writer.append_many(encode_xid_records(OP_REMOVE_TENTATIVE_XID, xids), len(xids))
 
     def unremove(self, xid: int) -> None:
         if self._sequence is not None:
@@ -244,6 +259,10 @@ class FileJournal(Journal):
 
     def confirm_remove(self, xid: int) -> None:
         self._writer.append(encode_confirm_remove(xid))
+
+    def confirm_remove_many(self, xids: list[int]) -> None:
+        if xids:
+            self._writer.append_many(encode_xid_records(OP_CONFIRM_REMOVE, xids), len(xids))
 
     def after_durable(self, callback: Callable[[], None],
                       on_error: Callable[[OSError], None] | None = None) -> None:

@@ -23,11 +23,19 @@ class MemoryJournal(Journal):
     def remove_tentative(self, xid: int) -> None:
         pass
 
+    def remove_tentative_many(self, xids: list[int]) -> None:
+        for xid in xids:  # a subclass that records (the tests') sees each
+            self.remove_tentative(xid)
+
     def unremove(self, xid: int) -> None:
         pass
 
     def confirm_remove(self, xid: int) -> None:
         pass
+
+    def confirm_remove_many(self, xids: list[int]) -> None:
+        for xid in xids:
+            self.confirm_remove(xid)
 
     def after_durable(self, callback: Callable[[], None],
                       on_error: Callable[[OSError], None] | None = None) -> None:

@@ -250,6 +250,8 @@ class QueueCore:
         items = self.items
         size = 0
         removed = 0
+        unwritten = 0  # removes not yet handed to the journal
+        journal = self.journal
         last: Item | None = None
         while removed < count and size < budget and self.length:
             head = items.head()
@@ -261,14 +263,86 @@ class QueueCore:
             taken.append(item)
             size += len(item.data)
             removed += 1
+            unwritten += 1
             last = item
-            self._fill_read_behind()
+            if self._fill_due():
+                # a fill may wait for the disk while other greenlets run (a checkpoint takes
+                # the queue's state and the journal's size): the removes are journaled first
+                journal.remove_many(unwritten)
+                unwritten = 0
+                self._fill_read_behind()
         if last is not None:
             self.last_removed_add_time = last.add_time
-            journal = self.journal
-            journal.remove_many(removed)
+            if unwritten:
+                journal.remove_many(unwritten)
             journal.check_rotate(self)
         return size
+
+    def open_many(self, now_ms: int, limit: int, max_bytes: int) -> list[Item]:
+        """:meth:`remove` with ``transactional`` up to ``limit`` times, or until the items opened
+        hold ``max_bytes`` or more: those items, head first (a ``monitor``'s batch).
+
+        Their REMOVE_TENTATIVE_XID records go to the journal together (ADR 0022), still in the
+        order of the removals: before an expired head's REMOVE, before a read-behind fill (which
+        may let other greenlets see the queue), and before the rotation check, made once for the
+        run. With ``open_transaction_timeout`` an open read may time out between two opens (an
+        UNREMOVE between their records): the items are opened one by one."""
+        items: list[Item] = []
+        size = 0
+        if self.limits.open_transaction_timeout is not None:
+            for _ in range(limit):
+                item = self.remove(now_ms, transactional=True)
+                if item is None:
+                    break
+                items.append(item)
+                size += len(item.data)
+                if size >= max_bytes:
+                    break
+            return items
+        journal = self.journal
+        # ``Any``: an xid is boxed once, for the table and the journal's list alike (the
+        # compiled build boxes an ``int`` anew for each use as an object)
+        open_reads: dict[Any, Item] = self.open_reads
+        xids: list[Any] = []
+        for _ in range(limit):
+            if self.closed or not self.length:
+                break
+            self.transactions += 1
+            if not self._head_never_expires():
+                if xids:  # the opens so far are journaled before any REMOVE of an expired head
+                    journal.remove_tentative_many(xids)
+                    xids = []
+                self.discard_expired(now_ms)
+                if not self.length:
+                    break
+            if xids and self._fill_due():  # _pop_head fills an empty memory
+                journal.remove_tentative_many(xids)
+                xids = []
+            item = self._pop_head()
+            if item is None:
+                break  # read-behind waits for records the journal could not write yet
+            self.last_removed_add_time = item.add_time
+            xid = self._xid = next_xid(self._xid, open_reads)
+            item.xid = xid
+            item.opened = now_ms
+            key: Any = xid
+            open_reads[key] = item
+            xids.append(key)
+            if self._fill_due():
+                # a fill may wait for the disk, and other greenlets run meanwhile (a checkpoint
+                # takes the queue's state and the journal's size): the opens are journaled first
+                journal.remove_tentative_many(xids)
+                xids = []
+                self._fill_read_behind()
+            items.append(item)
+            size += len(item.data)
+            if size >= max_bytes:
+                break
+        if xids:
+            journal.remove_tentative_many(xids)
+        if items:
+            journal.check_rotate(self)
+        return items
 
     def put_back(self, item: Item) -> bool:
         """Return an item a plain GET removed but could not deliver (its client had gone).
@@ -312,6 +386,24 @@ class QueueCore:
         self.journal.confirm_remove(xid)
         return item
 
+    def confirm_many(self, xids: tuple[int, ...], confirmed: list[Item]) -> int:
+        """:meth:`confirm` of each of ``xids``, the items confirmed appended to ``confirmed``,
+        their CONFIRM_REMOVE records journaled together -> how many were open."""
+        # ``Any``: the xids stay the objects the session sent, never unboxed and boxed again
+        open_reads: dict[Any, Item] = self.open_reads
+        keys: tuple[Any, ...] = xids
+        done: list[Any] = []
+        for xid in keys:
+            item = open_reads.get(xid)
+            if item is None:
+                continue
+            del open_reads[xid]
+            done.append(xid)
+            confirmed.append(item)
+        if done:
+            self.journal.confirm_remove_many(done)
+        return len(done)
+
     def unremove(self, xid: int) -> bool:
         """Put open item ``xid`` back at the head; ``False`` if it is unknown."""
         item = self.open_reads.pop(xid, None)
@@ -340,9 +432,8 @@ class QueueCore:
         """Remove expired items at the head, at most ``max_expire_sweep`` (behaviour §5.6)."""
         if not self.length:
             return 0  # nothing to expire: an empty queue (a flood's SET, a blocking read's GET)
-        head = self.items.head()
-        if head is not None and head.expiry == 0 and self.limits.max_age is None:
-            return 0  # the head never expires: the common case, checked once per request
+        if self._head_never_expires():
+            return 0  # the common case, checked once per request
         if limit is None:
             limit = self.config.max_expire_sweep
         max_age_ms = None if self.config.max_age is None else int(self.config.max_age * 1000)
@@ -419,6 +510,12 @@ class QueueCore:
         self.total_items = state.total_items
         self._xid = state.xid
 
+    def _head_never_expires(self) -> bool:
+        """Whether the head in memory is there and never expires (no expiry, no ``max_age``):
+        :meth:`discard_expired` then has nothing to do."""
+        head = self.items.head()
+        return head is not None and head.expiry == 0 and self.limits.max_age is None
+
     def _head(self) -> Item | None:
         if not self.items.count and self.length:
             self._fill_read_behind()
@@ -450,14 +547,11 @@ class QueueCore:
         Timed (``fill_readbehind_usec``) only in read-behind: Kestrel also timed the calls
         that found nothing to do, a zero per remove that costs the request path and hides
         the fills among zeros."""
-        limits = self.limits
-        if self.mem_bytes >= limits.refill_below and self.items.count:
-            return  # close enough to the limit: the next fill reads a run of items
-        journal = self.journal
-        if not journal.in_read_behind:
+        if not self._fill_due():
             return
+        journal = self.journal
         started = _perf_counter()
-        limit = limits.max_memory_size
+        limit = self.limits.max_memory_size
         # a few items a call: after a restart from a checkpoint memory holds none of the
         # backlog, and filling it all at once would keep the first read waiting for seconds
         budget = FILL_BATCH
@@ -472,6 +566,12 @@ class QueueCore:
             self.held.moved(size)
         if self.metrics is not None:
             self.metrics.histogram("fill_readbehind_usec").add(int((_perf_counter() - started) * 1e6))
+
+    def _fill_due(self) -> bool:
+        """Whether :meth:`_fill_read_behind` reads from the journal now: in read-behind, with
+        memory empty or :data:`FILL_SLACK` below ``max_memory_size`` (closer to the limit, the
+        next fill reads a run of items)."""
+        return (self.mem_bytes < self.limits.refill_below or not self.items.count) and self.journal.in_read_behind
 
     def _time_out_oldest_open(self, now_ms: int) -> None:
         if not self.open_reads:

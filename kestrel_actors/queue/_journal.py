@@ -86,12 +86,22 @@ class Journal:
         """The head item was opened under ``xid`` (REMOVE_TENTATIVE_XID)."""
         raise NotImplementedError
 
+    def remove_tentative_many(self, xids: list[int]) -> None:
+        """The head items were opened, in turn, under ``xids``: :meth:`remove_tentative` for
+        each, in one go (a ``monitor``'s batch, ADR 0022)."""
+        raise NotImplementedError
+
     def unremove(self, xid: int) -> None:
         """Open item ``xid`` went back to the head (UNREMOVE)."""
         raise NotImplementedError
 
     def confirm_remove(self, xid: int) -> None:
         """Open item ``xid`` was confirmed (CONFIRM_REMOVE)."""
+        raise NotImplementedError
+
+    def confirm_remove_many(self, xids: list[int]) -> None:
+        """Open items ``xids`` were confirmed: :meth:`confirm_remove` for each, in one go
+        (a ``confirm`` of a ``monitor``'s batch)."""
         raise NotImplementedError
 
     def after_durable(self, callback: Callable[[], None],

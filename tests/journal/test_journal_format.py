@@ -32,6 +32,7 @@ from kestrel_actors.journal._format import (
     encode_remove_tentative,
     encode_save_xid,
     encode_unremove,
+    encode_xid_records,
 )
 
 
@@ -318,3 +319,12 @@ def test_a_read_ahead_that_fails_leaves_the_read_to_the_reader(tmp_path):
     finally:
         os.close(fd)
     assert items == [bytes([i]) * 100 for i in range(200)] and reader.problem is None
+
+
+@pytest.mark.parametrize("xids", [[], [7], [1, 2, 3], list(range(1, 3000)), [2**31 - 1, 1, 65536, 255],
+                                  [5, -1, -2**31]])  # a negative xid (an old file's) too
+def test_a_run_of_xid_records_is_byte_for_byte_the_records_one_by_one(xids):
+    for op, one in ((OP_REMOVE_TENTATIVE_XID, encode_remove_tentative), (OP_CONFIRM_REMOVE, encode_confirm_remove)):
+        joined = encode_xid_records(op, xids)
+        assert joined == b"".join(one(xid) for xid in xids)
+        assert [(r.op, r.xid) for r in RecordReader(joined)] == [(op, xid) for xid in xids]

@@ -18,6 +18,8 @@ import gevent.event
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import FileJournal, Item, RecordReader, open_file_journal, pack_archives, replay_queue
 from kestrel_actors.journal._files import archived_files, journal_files
+from kestrel_actors.journal._format import OP_REMOVE_TENTATIVE_XID
+from kestrel_actors.queue import QueueCore
 
 
 class Clock:
@@ -505,3 +507,60 @@ def test_replay_with_read_behind_matches_a_full_replay(tmp_path):
             got.append(item.data)
         assert got == expected and not journal.in_read_behind, seed
         journal.close()
+
+
+# -- a monitor's batch (ADR 0022) -------------------------------------------------------------------
+
+def _monitor_history(data_dir: str, batched: bool) -> None:
+    """Adds past ``max_memory_size`` (read-behind), monitor-sized opens, confirms of some, more
+    adds after those records, more opens: item by item, or a batch's records at once."""
+    config = QueueConfig(max_memory_size=40)
+    queue = QueueCore("q", config, FileJournal(data_dir, "q", config))
+    now = 1_700_000_000_000
+
+    def add(count: int, start: int) -> None:
+        for i in range(start, start + count):
+            assert queue.add(b"item%03d" % i, 0, now)
+
+    def open_run(count: int) -> list[Item]:
+        if batched:
+            return queue.open_many(now, count, 1 << 20)
+        items = []
+        for _ in range(count):
+            item = queue.remove(now, transactional=True)
+            assert item is not None
+            items.append(item)
+        return items
+
+    def confirm(xids: tuple[int, ...]) -> None:
+        if batched:
+            assert queue.confirm_many(xids, []) == len(xids)
+        else:
+            for xid in xids:
+                assert queue.confirm(xid) is not None
+
+    add(20, 0)
+    first = open_run(7)
+    confirm(tuple(item.xid for item in first[:5]))
+    add(10, 20)  # read behind these, past the records above
+    second = open_run(12)
+    confirm(tuple(item.xid for item in second[::2]))
+    durable(queue.journal)
+    queue.journal.close()
+
+
+def test_a_monitor_batch_writes_the_bytes_and_replays_to_the_state_of_item_by_item_opens(tmp_path):
+    dirs = []
+    for batched in (False, True):
+        data_dir = tmp_path / ("batched" if batched else "one-by-one")
+        data_dir.mkdir()
+        _monitor_history(str(data_dir), batched)
+        dirs.append(data_dir)
+    # the same records, byte for byte, in the files' order (a rotation may fall elsewhere: a
+    # batch checks for one once, after its records)
+    one, many = (b"".join((d / name).read_bytes() for name in journal_files(str(d), "q")) for d in dirs)
+    assert many == one and one.count(bytes([OP_REMOVE_TENTATIVE_XID])) >= 19
+    replayed = [on_disk(str(d)) for d in dirs]
+    assert replayed[1] == replayed[0]
+    items, open_items = replayed[1]
+    assert items == [b"item%03d" % i for i in range(19, 30)] and len(open_items) == 2 + 6

@@ -7,7 +7,7 @@ import pytest
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
 from kestrel_actors.protocol import expiry_from_exptime
-from kestrel_actors.queue import QueueCore
+from kestrel_actors.queue import Item, QueueCore
 
 NOW = 1_700_000_000_000
 
@@ -26,11 +26,17 @@ class RecordingJournal(MemoryJournal):
     def remove_tentative(self, xid):
         self.records.append(("open", xid))
 
+    def remove_tentative_many(self, xids):
+        self.records.append(("opens", list(xids)))
+
     def unremove(self, xid):
         self.records.append(("unremove", xid))
 
     def confirm_remove(self, xid):
         self.records.append(("confirm", xid))
+
+    def confirm_remove_many(self, xids):
+        self.records.append(("confirms", list(xids)))
 
 
 def make(**settings) -> QueueCore:
@@ -260,3 +266,130 @@ def test_a_run_of_removes_leaves_an_item_that_may_expire_to_remove():
     with_age.add(b"x", 0, NOW)
     assert with_age.remove_run(NOW, 1, 100, taken) == 0 and not taken  # every item may expire
 
+
+# -- a monitor's batch (ADR 0022) ---------------------------------------------------------------
+
+def test_a_monitor_batch_journals_its_opens_together_in_the_order_of_its_removals():
+    queue = make()
+    for data, expiry in ((b"a", 0), (b"b", 0), (b"stale", NOW + 5), (b"c", 0), (b"d", 0)):
+        assert queue.add(data, expiry, NOW)
+    queue.journal.records.clear()
+    items = queue.open_many(NOW + 10, 10, 1 << 20)
+    assert [(i.data, i.xid, i.opened) for i in items] == [(b"a", 1, NOW + 10), (b"b", 2, NOW + 10),
+                                                         (b"c", 3, NOW + 10), (b"d", 4, NOW + 10)]
+    # one record run per batch, split only by the expired head's REMOVE, which comes where it was taken
+    assert queue.journal.records == [("opens", [1, 2]), ("remove",), ("opens", [3, 4])]
+    assert sorted(queue.open_reads) == [1, 2, 3, 4] and queue.length == 0 and queue.expired_items == 1
+    assert (queue.transactions, queue.last_removed_add_time) == (4, NOW)
+
+
+def test_a_monitor_batch_stops_at_its_count_or_its_bytes():
+    queue = make()
+    for i in range(10):
+        assert queue.add(b"%03d" % i, 0, NOW)
+    assert [i.data for i in queue.open_many(NOW, 3, 1 << 20)] == [b"000", b"001", b"002"]
+    assert [i.data for i in queue.open_many(NOW, 10, 7)] == [b"003", b"004", b"005"]  # 9 bytes >= 7
+    assert queue.journal.records[-2:] == [("opens", [1, 2, 3]), ("opens", [4, 5, 6])]
+    assert queue.open_many(NOW, 0, 1 << 20) == [] and queue.journal.records[-1] == ("opens", [4, 5, 6])
+
+
+def test_with_an_open_timeout_a_batch_opens_one_by_one_so_a_timed_out_read_comes_between():
+    queue = make(open_transaction_timeout=0.001)
+    for data in (b"a", b"b", b"c"):
+        assert queue.add(data, 0, NOW)
+    assert [i.xid for i in queue.open_many(NOW, 1, 1 << 20)] == [1]
+    queue.journal.records.clear()
+    items = queue.open_many(NOW + 10, 2, 1 << 20)
+    # the oldest open read times out before the next open: its UNREMOVE lies between the records
+    assert queue.journal.records == [("unremove", 1), ("open", 2), ("open", 3)]
+    assert [i.data for i in items] == [b"a", b"b"]
+
+
+def test_a_confirm_of_a_batch_journals_its_confirms_together():
+    queue = make()
+    for i in range(4):
+        assert queue.add(b"%d" % i, 0, NOW)
+    opened = queue.open_many(NOW, 4, 1 << 20)
+    confirmed: list = []
+    assert queue.confirm_many((2, 99, 1, 4), confirmed) == 3  # 99 was never open
+    assert confirmed == [opened[1], opened[0], opened[3]]
+    assert queue.journal.records[-1] == ("confirms", [2, 1, 4]) and list(queue.open_reads) == [3]
+    assert queue.confirm_many((99,), confirmed) == 0 and queue.journal.records[-1] == ("confirms", [2, 1, 4])
+
+
+class ReadBehindJournal(RecordingJournal):
+    """Keeps the adds made in read-behind as its backlog, as a file journal does, and notes at
+    each read behind which open reads have no record yet: a file journal's fill may wait for
+    the disk, and a checkpoint taken meanwhile would see them open with no record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backlog: list[bytes] = []
+        self.behind = False
+        self.queue: QueueCore | None = None
+        self.unjournaled_at_fills: list[list[int]] = []
+
+    def add(self, item):
+        super().add(item)
+        if self.behind:
+            self.backlog.append(item.data)
+
+    @property
+    def in_read_behind(self):
+        return self.behind
+
+    def start_read_behind(self):
+        self.behind = True
+
+    def read_behind(self):
+        journaled = {xid for record in self.records if record[0] == "opens" for xid in record[1]}
+        self.unjournaled_at_fills.append(sorted(set(self.queue.open_reads) - journaled))
+        if not self.backlog:
+            self.behind = False
+            return None
+        return Item(self.backlog.pop(0), NOW)
+
+
+def test_a_monitor_batch_journals_its_opens_before_each_read_behind_fill():
+    journal = ReadBehindJournal()
+    queue = journal.queue = QueueCore("q", QueueConfig(max_memory_size=4), journal)
+    for i in range(10):
+        assert queue.add(b"%02d" % i, 0, NOW)
+    assert len(queue.items) == 2 and journal.backlog  # the rest only "on disk"
+    items = queue.open_many(NOW, 10, 1 << 20)
+    assert [i.data for i in items] == [b"%02d" % i for i in range(10)]
+    assert journal.unjournaled_at_fills and not any(journal.unjournaled_at_fills)
+    opens = [xid for record in journal.records if record[0] == "opens" for xid in record[1]]
+    assert opens == list(range(1, 11))
+
+
+class RemovesAtFillsJournal(ReadBehindJournal):
+    """Notes at each read behind how many of the run's items have no REMOVE record yet."""
+
+    def __init__(self, taken: list) -> None:
+        super().__init__()
+        self.taken = taken
+        self.unjournaled_removes_at_fills: list[int] = []
+
+    def read_behind(self):
+        self.unjournaled_removes_at_fills.append(len(self.taken) - self.records.count(("remove",)))
+        return super().read_behind()
+
+
+def test_a_run_of_removes_journals_its_removes_before_each_read_behind_fill():
+    taken: list = []
+    journal = RemovesAtFillsJournal(taken)
+    queue = journal.queue = QueueCore("q", QueueConfig(max_memory_size=4), journal)
+    for i in range(10):
+        assert queue.add(b"%02d" % i, 0, NOW)
+    assert len(queue.items) == 2 and journal.backlog  # the rest only "on disk"
+    total = 0
+    while len(taken) < 10:
+        got = queue.remove_run(NOW, 10, 1 << 20, taken)
+        if not got:
+            taken.append(queue.remove(NOW))  # a head still to be read back: remove's own turn
+        total += 1
+        assert total < 20
+    assert [item.data for item in taken] == [b"%02d" % i for i in range(10)]
+    assert journal.unjournaled_removes_at_fills and not any(journal.unjournaled_removes_at_fills)
+    assert journal.records.count(("remove",)) == 10
