@@ -283,6 +283,9 @@ REQUEST_PATH = {
     "PackedItems.head": set(),
     "PackedItems._take_packed": set(),
     "PackedItems._drop_first": set(),
+    # a pipelined burst's run of GETs (ADR 0021)
+    "PackedItems.pop_run": set(),
+    "QueueCore._count_out": set(),
     "FileJournal.remove": set(),
     # its leader (a Protocol: the journal, or a replay), asked only at the end of a run of records
     "ReadBehindReader.next_item": {"flush", "name", "size", "written_size"},

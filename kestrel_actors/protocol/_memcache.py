@@ -405,18 +405,32 @@ class ValueReplies:
     def add_hits(self, out: list[bytes], queue: str, datas: list[bytes | None]) -> None:
         """:meth:`add_parts` for each of ``datas`` in turn, or ``END`` for a ``None`` (a miss):
         the replies to a pipelined burst of one plain GET, in one loop that looks at the
-        ``VALUE`` line once per change of item size."""
+        ``VALUE`` line once per change of item size. As in :meth:`add_stream_parts`, a hit's
+        ``END`` and the next hit's ``VALUE`` line are one part: n hits in a row are 2n + 1
+        parts, not 3n, for the sender to count and join."""
         size = -1
         line = b""
+        follows = False  # the last part in ``out`` is a hit's data, its END still to come
         for data in datas:
             if data is None:
+                if follows:
+                    out.append(_VALUE_END)
+                    follows = False
                 out.append(END)
                 continue
             if len(data) != size:
                 size = len(data)
                 line = self._value_line(queue, size)
-            out.append(line)
+            if follows:
+                if line is not self._joint_line:
+                    self._joint = _VALUE_END + line
+                    self._joint_line = line
+                out.append(self._joint)
+            else:
+                out.append(line)
             out.append(data)
+            follows = True
+        if follows:
             out.append(_VALUE_END)
 
     def add_stamped_parts(self, out: list[bytes], queue: str, data: bytes, add_time: int) -> None:

@@ -142,6 +142,54 @@ class PackedItems:
         assert entry is not None
         return self._take_packed(entry)
 
+    def pop_run(self, count: int, budget: int, taken: list[Item]) -> int:
+        """:meth:`popleft` up to ``count`` times while the items taken hold less than
+        ``budget`` bytes, each appended to ``taken``, stopping before an item that may expire
+        (``expiry`` not 0) -> the bytes taken.
+
+        A pipelined burst's run of heads in one call: the head index, the unpacked run's
+        count and the taken slots' letting go are settled once for the run, not per item."""
+        entries = self._entries
+        first = self._first
+        end = len(entries)
+        run_from = end - self._run  # the entries from here on are items not packed yet
+        size = 0
+        run_size = 0  # of the items not packed yet taken
+        taken_count = 0
+        while taken_count < count and size < budget and first < end:
+            entry = entries[first]
+            if isinstance(entry, Item):
+                if entry.expiry != 0:
+                    break
+                if first >= run_from:
+                    run_size += len(entry.data)
+                entries[first] = None
+                first += 1
+                item = entry
+            else:
+                assert entry is not None
+                offset = self._offset
+                if _unpack_from(entry, offset)[2] != 0:
+                    break
+                item, offset = _unpack(entry, offset)
+                if offset >= len(entry):
+                    entries[first] = None
+                    first += 1
+                    offset = 0
+                self._offset = offset
+            taken.append(item)
+            size += len(item.data)
+            taken_count += 1
+        if first > run_from:  # some of the items not packed yet were taken
+            self._run -= first - run_from
+            self._run_bytes -= run_size
+        self.count -= taken_count
+        if first >= COMPACT_AT and first + first >= len(entries):
+            del entries[:first]
+            first = 0
+        self._first = first
+        return size
+
     def _drop_first(self, entries: list[Item | bytes | None], first: int) -> None:
         """Let the head entry go: its slot is taken; the taken slots go once they are at least
         :data:`COMPACT_AT` and half the list (a drain moves each entry left at most once)."""

@@ -282,6 +282,21 @@ def test_a_bursts_hits_are_each_hits_reply_and_a_miss_is_end():
         assert b"".join(out) == b"".join(p.END if data is None else value_reply(queue, data) for data in datas)
 
 
+def test_a_bursts_hits_in_a_row_are_two_parts_each_and_one_end():
+    """n hits in a row are 2n + 1 parts (a hit's ``END`` and the next ``VALUE`` line one part),
+    a miss between them ends the row: fewer parts for the flush to count and join."""
+    replies = ValueReplies()
+    hits = [b"a" * 1024] * 31 + [b"b" * 1000]
+    out: list[bytes] = []
+    replies.add_hits(out, "work", hits)
+    assert len(out) == 2 * len(hits) + 1
+    out = []
+    replies.add_hits(out, "work", [*hits[:3], None, *hits[:2]])
+    assert len(out) == (2 * 3 + 1) + 1 + (2 * 2 + 1)
+    assert b"".join(out) == b"".join([*(value_reply("work", d) for d in hits[:3]), p.END,
+                                      *(value_reply("work", d) for d in hits[:2])])
+
+
 def test_a_monitor_streams_parts_are_its_replies_each_end_joined_to_the_next_line():
     """A monitor stream of n replies goes out as 2n + 1 parts (``END`` and the next ``VALUE``
     line as one), and they are the n replies' bytes whatever the sizes, times and queues."""

@@ -103,3 +103,38 @@ def test_a_drain_with_items_put_back_keeps_order_and_lets_taken_slots_go():
         assert len(items) == len(expected) and list(items) == expected
     assert not items and items.head() is None
     assert len(items._entries) < COMPACT_AT
+
+
+def test_a_run_of_heads_popped_at_once_is_what_popleft_answers_up_to_one_that_may_expire():
+    """``pop_run`` against ``popleft`` on twin containers: lone items, packed chunks and items
+    not packed yet, taken in runs of random counts and byte budgets; a run stops before an
+    item with an expiry, and appends and pops after it keep the twins alike (the unpacked
+    run's count and bytes)."""
+    rng = random.Random(57)
+    runs, ones = PackedItems(), PackedItems()
+    serial = 0
+    for _ in range(300):
+        for _ in range(rng.randint(0, 400)):
+            size = rng.choice((8, 100, 100, 700, LONE_ITEM_BYTES))
+            new = Item(b"%08d" % serial + b"z" * size, serial, serial if rng.random() < 0.01 else 0)
+            serial += 1
+            runs.append(new)
+            ones.append(new)
+        count, budget = rng.randint(1, 600), rng.randint(1, 3 * CHUNK_BYTES)
+        taken: list[Item] = []
+        size = runs.pop_run(count, budget, taken)
+        expected: list[Item] = []
+        while len(expected) < count and sum(len(i.data) for i in expected) < budget and ones:
+            head = ones.head()
+            assert head is not None
+            if head.expiry:
+                break
+            expected.append(ones.popleft())
+        assert taken == expected and size == sum(len(i.data) for i in taken)
+        assert len(runs) == len(ones) and runs._run == ones._run and runs._run_bytes == ones._run_bytes
+        if runs and not taken:  # the head may expire: popleft's to take
+            assert runs.popleft() == ones.popleft()
+    assert list(runs) == list(ones)
+    taken = []
+    runs.pop_run(1 << 30, 1 << 30, taken)
+    assert runs or len(runs._entries) - runs._first == 0
