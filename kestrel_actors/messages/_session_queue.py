@@ -75,8 +75,9 @@ class Session:
         self.refuse_writes = False
         self.waiter: Any = None
         """The queue's ``Waiter`` of this session's batch while it is parked there (a session has
-        one batch in flight): how that queue finds it to cancel (``CancelWaits``). Only the
-        queue's actor sets it, and clears it when the waiter leaves, so no item outlives it."""
+        one batch in flight): how that queue finds it to cancel (``CancelWaits``, if still
+        ``parked``). Only a queue's actor sets it; kept after the waiter leaves, emptied (no item
+        outlives it, no cycle), to be parked again."""
 
     @property
     def peer(self) -> str:

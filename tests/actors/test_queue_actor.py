@@ -258,31 +258,38 @@ def test_a_hang_up_cancels_the_wait_and_the_item_goes_to_the_next(world):
 
 
 
-def test_a_session_points_at_its_parked_waiter_only_while_it_waits(world, jobs):
-    """The queue finds a session's waiter through the session (to cancel it), and lets go of it
-    when it leaves: woken, timed out or cancelled, so no item outlives its wait there."""
+def test_a_session_keeps_its_waiter_emptied_and_parks_it_again(world, jobs):
+    """The queue finds a session's waiter through the session (to cancel it). A waiter that
+    leaves (woken, timed out or cancelled) lets go of its batch, results and session, so no item
+    outlives its wait there and no cycle runs through the session; woken, it parks again."""
     from kestrel_actors.messages import CancelWaits, Session
+
+    def emptied(waiter) -> bool:
+        return not waiter.parked and (waiter.batch, waiter.results, waiter.session) == (None, None, None)
 
     session = Session(1, "test")
     woken = ReplyFuture()
     jobs.tell(QueueBatch([Remove(soon())], session, woken))
     settle()
-    assert session.waiter is not None and session.waiter.parked
+    waiter = session.waiter
+    assert waiter is not None and waiter.parked and waiter.session is session
     run(jobs, Add(b"one", 0))
     assert data(woken.get(timeout=PATIENCE).results) == [b"one"]
-    assert session.waiter is None
+    assert session.waiter is waiter and emptied(waiter)
 
     timed_out = ReplyFuture()
     jobs.tell(QueueBatch([Remove(time.monotonic() + 0.05)], session, timed_out))
+    settle()
+    assert session.waiter is waiter and waiter.parked  # parked again, not made anew
     assert data(timed_out.get(timeout=PATIENCE).results) == [None]
-    assert session.waiter is None
+    assert emptied(session.waiter)
 
     cancelled = ReplyFuture()
     jobs.tell(QueueBatch([Remove(soon())], session, cancelled))
     settle()
     jobs.tell(CancelWaits(session))
     assert data(cancelled.get(timeout=PATIENCE).results) == [None]
-    assert session.waiter is None and world.stats.waiters_aborted == 1
+    assert emptied(session.waiter) and world.stats.waiters_aborted == 1
     jobs.tell(CancelWaits(session))  # nothing parked: nothing to cancel
     settle()
     assert world.stats.waiters_aborted == 1

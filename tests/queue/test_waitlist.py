@@ -44,6 +44,35 @@ def test_oldest_first():
     assert not waits and waits.oldest() is None
 
 
+def test_take_gives_the_oldest_and_marks_it_reusable_only_when_it_leaves_no_entry():
+    waits, _ = make()
+    now = time.monotonic()
+    a, gone, b, early = (Waiter(_Batch(), 0, [], None) for _ in range(4))
+    waits.park(a, now + 10)
+    waits.park(gone, now + 20)
+    waits.park(b, now + 30)
+    waits.park(early, now + 5)  # earlier than the last deadline: on the heap
+    waits.remove(gone)  # hung up: its entries stay, passed when they come up
+    assert waits.take() is a and a.reusable and not a.parked
+    assert waits.take() is b and not b.reusable  # gone's entry was before b's in deadline order
+    assert waits.take() is early and not early.reusable  # its heap entry stays until it comes up
+    assert waits.take() is None and not waits
+
+
+def test_a_reused_waiter_keeps_its_place_in_arrival_order_and_piles_up_nothing():
+    waits, _ = make()
+    deadline = time.monotonic() + 60
+    keep, other = Waiter(_Batch(), 0, [], None), Waiter(_Batch(), 0, [], None)
+    waits.park(keep, deadline)
+    waits.park(other, deadline)
+    for _ in range(10_000):  # many-clients: each woken client parks its waiter again, last
+        waiter = waits.take()
+        assert waiter is not None and waiter.reusable
+        waits.park(waiter, deadline)
+    assert len(waits) == 2 and len(waits._arrivals) < 100 and len(waits._in_order) < 100
+    assert [waits.take(), waits.take(), waits.take()] == [keep, other, None]
+
+
 def test_one_timer_follows_the_earliest_deadline():
     waits, timers = make()
     now = time.monotonic()
