@@ -31,6 +31,8 @@ from array import array
 from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple, Protocol
 
+from mypy_extensions import i64
+
 from ..queue import Item
 from ._files import open_regular
 
@@ -66,6 +68,9 @@ __all__ = [
     "encode_save_xid",
     "encode_unremove",
     "encode_xid_records",
+    "le_i32",
+    "le_i64",
+    "le_u32",
     "read_file_records",
 ]
 
@@ -97,11 +102,31 @@ _pack_addx: Final = _ADDX.pack  # bound once: ``_ADDX.pack(...)`` looks "pack" u
 _XID_ADDX = struct.Struct("<biiqq")  # opcode, xid, size, add time ms, expiry ms
 _LEGACY_ADD: Final = struct.Struct("<bii")  # opcode, size (= len + 4), expiry s
 _I32 = struct.Struct("<i")
-_ADDX_BODY = struct.Struct("<iqq")
 _ITEM_HEAD = struct.Struct("<qq")
-# bound once, as ``_pack_addx``: the records a read or a read-behind fill writes and reads per item
+# bound once, as ``_pack_addx``: the records a read writes and reads per item
 _unpack_i32: Final = _I32.unpack_from
-_unpack_addx_body: Final = _ADDX_BODY.unpack_from
+
+
+def le_u32(buf: bytes, at: i64) -> i64:
+    """The little-endian unsigned 32-bit integer at ``buf[at:at + 4]``, read byte by byte: native
+    in the compiled build, where ``struct``'s ``unpack_from`` makes a tuple and an int object per
+    field (read-behind's ADDX header, per item read back; ADR 0022)."""
+    b0: i64 = buf[at]
+    b1: i64 = buf[at + 1]
+    b2: i64 = buf[at + 2]
+    b3: i64 = buf[at + 3]
+    return b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)
+
+
+def le_i32(buf: bytes, at: i64) -> i64:
+    """``struct``'s ``<i`` at ``buf[at]``, as :func:`le_u32`."""
+    value = le_u32(buf, at)
+    return value - 4294967296 if value >= 2147483648 else value
+
+
+def le_i64(buf: bytes, at: i64) -> i64:
+    """``struct``'s ``<q`` at ``buf[at]``, as :func:`le_u32` (the high half signed: no overflow)."""
+    return le_i32(buf, at + 4) * 4294967296 + le_u32(buf, at)
 
 REMOVE_RECORD: Final = b"\x01"
 
@@ -495,13 +520,12 @@ class RecordReader:
         """The item of the ADDX record at ``buf[i]`` (``start`` in the file), the reader moved
         past it; ``None`` (and nothing moved) unless its header is sane and its whole record is
         among the ``avail`` bytes (:meth:`_next_slow` then reads or judges it)."""
-        # typed: the compiled build unboxes the three at once and works on native ints (the
-        # slice below, the checks); untyped, each sum and comparison was a boxed call (3,700
-        # instructions per item read behind)
-        size: int
-        add_time: int
-        expiry: int
-        size, add_time, expiry = _unpack_addx_body(buf, i + 1)
+        # typed: the compiled build reads the three natively (``<iqq``) and works on native
+        # ints (the slice below, the checks); untyped, each sum and comparison was a boxed call
+        # (3,700 instructions per item read behind)
+        size: int = le_i32(buf, i + 1)
+        add_time: int = le_i64(buf, i + 5)
+        expiry: int = le_i64(buf, i + 13)
         total = 5 + size
         if size < 16 or total > avail or size - 16 > self._max_item:
             return None

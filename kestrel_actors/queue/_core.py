@@ -26,7 +26,7 @@ from .._malloc import HELD, HeldMemory
 from ..config import QueueConfig
 from ._items import PackedItems
 from ._journal import Item, Journal
-from ._rules import epoch_ms, next_xid
+from ._rules import XID_MAX, epoch_ms, next_xid
 
 __all__ = ["QueueCore", "QueueLimits", "QueueSamples", "epoch_ms", "take_head"]
 
@@ -143,6 +143,9 @@ class QueueCore:
         self.open_reads: dict[int, Item] = {}
         """Open reads by xid, oldest first (each item's ``opened`` says when)."""
         self._xid = 0
+        self._xids_fresh = True
+        """No xid above ``_xid`` is open: xids rise from an empty table until they wrap, so the
+        next needs no look-up in ``open_reads`` (one per open read, ADR 0022) until then."""
         self.total_items = 0
         self.put_bytes = 0
         """Bytes added since this queue object was made (ostrich's ``q/<name>/put_bytes``)."""
@@ -223,7 +226,7 @@ class QueueCore:
             return None  # read-behind waits for records the journal could not write yet
         self.last_removed_add_time = item.add_time
         if transactional:
-            xid = self._xid = next_xid(self._xid, self.open_reads)
+            xid = self._next_xid()
             item.xid = xid
             item.opened = now_ms
             self.open_reads[xid] = item
@@ -324,7 +327,7 @@ class QueueCore:
             if item is None:
                 break  # read-behind waits for records the journal could not write yet
             self.last_removed_add_time = item.add_time
-            xid = self._xid = next_xid(self._xid, open_reads)
+            xid = self._next_xid()
             item.xid = xid
             item.opened = now_ms
             key: Any = xid
@@ -511,6 +514,18 @@ class QueueCore:
         self.mem_bytes = state.mem_bytes
         self.total_items = state.total_items
         self._xid = state.xid
+        self._xids_fresh = not self.open_reads
+
+    def _next_xid(self) -> int:
+        """The next transaction id (:func:`next_xid`), looked up only once the ids have wrapped."""
+        xid = self._xid
+        if self._xids_fresh and xid < XID_MAX:
+            xid += 1
+        else:
+            xid = next_xid(xid, self.open_reads)
+            self._xids_fresh = False  # wrapped: ids still open lie ahead
+        self._xid = xid
+        return xid
 
     def _head_never_expires(self) -> bool:
         """Whether the head in memory is there and never expires (no expiry, no ``max_age``):

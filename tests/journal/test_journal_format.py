@@ -33,6 +33,9 @@ from kestrel_actors.journal._format import (
     encode_save_xid,
     encode_unremove,
     encode_xid_records,
+    le_i32,
+    le_i64,
+    le_u32,
 )
 
 
@@ -128,6 +131,17 @@ def test_read_behinds_way_keeps_any_int64_time_and_any_limit():
     reader = RecordReader(blob, max_item_size=2**63 - 1)
     assert [reader.next_item(), reader.next_item()] == [Item(b"a", -2**63, 2**63 - 1), Item(b"bc", 2**62, -1)]
     assert reader.next_item() is None and reader.problem is None and reader.position == len(blob)
+
+
+@pytest.mark.parametrize("value", [0, 1, -1, 255, 256, -256, 2**31 - 1, -2**31, 2**32 - 1, 2**32, -2**32,
+                                   2**62, 1_764_000_000_123, 2**63 - 1, -2**63, -2**63 + 1, 0x0102030405060708])
+def test_read_behinds_header_reads_are_structs_little_endian_layouts(value):
+    # the ADDX header is read byte by byte (no struct): each sign boundary of both widths,
+    # at an offset, reads as struct reads it
+    blob = b"\xaa" * 3 + struct.pack("<q", value) + b"\xbb"
+    assert le_i64(blob, 3) == struct.unpack_from("<q", blob, 3)[0]
+    assert le_i32(blob, 3) == struct.unpack_from("<i", blob, 3)[0]
+    assert le_u32(blob, 7) == struct.unpack_from("<I", blob, 7)[0]
 
 
 def test_a_file_descriptor_reads_like_bytes_even_across_chunks(tmp_path):

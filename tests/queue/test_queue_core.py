@@ -7,7 +7,7 @@ import pytest
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import MemoryJournal
 from kestrel_actors.protocol import expiry_from_exptime
-from kestrel_actors.queue import Item, QueueCore
+from kestrel_actors.queue import XID_MAX, Item, QueueCore
 
 NOW = 1_700_000_000_000
 
@@ -160,6 +160,19 @@ def test_open_confirm_and_unremove_to_the_head():
     assert drain(queue) == [b"a", b"c"]
     assert queue.canceled_transactions == 1
     assert ("open", 1) in queue.journal.records and ("confirm", 2) in queue.journal.records
+
+
+def test_xids_past_the_wrap_skip_the_ids_still_open():
+    # xids rise with no look-up until they wrap; then each skips an id still open
+    queue = make()
+    for data in (b"a", b"b", b"c", b"d", b"e", b"f"):
+        queue.add(data, 0, NOW)
+    assert [item.xid for item in queue.open_many(NOW, 3, 1 << 20)] == [1, 2, 3]
+    assert queue.confirm(2)
+    queue._xid = XID_MAX - 1  # as if 2**31 - 4 opens had come and gone since, 1 and 3 open all along
+    assert [item.xid for item in queue.open_many(NOW, 2, 1 << 20)] == [XID_MAX, 2]
+    assert queue.remove(NOW, transactional=True).xid == 4
+    assert sorted(queue.open_reads) == [1, 2, 3, 4, XID_MAX]
 
 
 def test_transactions_counts_attempts_on_a_non_empty_queue():
