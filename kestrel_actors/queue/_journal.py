@@ -78,9 +78,8 @@ class Journal:
 
     def remove_many(self, count: int) -> None:
         """:meth:`remove`, ``count`` times: the head items were removed for good, one after
-        another, with no other record between them."""
-        for _ in range(count):
-            self.remove()
+        another, with no other record between them (a pipelined burst's GETs, ADR 0021)."""
+        raise NotImplementedError
 
     def remove_tentative(self, xid: int) -> None:
         """The head item was opened under ``xid`` (REMOVE_TENTATIVE_XID)."""
