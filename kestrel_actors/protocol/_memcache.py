@@ -421,13 +421,7 @@ class ValueReplies:
             if len(data) != size:
                 size = len(data)
                 line = self._value_line(queue, size)
-            if follows:
-                if line is not self._joint_line:
-                    self._joint = _VALUE_END + line
-                    self._joint_line = line
-                out.append(self._joint)
-            else:
-                out.append(line)
+            out.append(self._joined(line) if follows else line)
             out.append(data)
             follows = True
         if follows:
@@ -447,14 +441,16 @@ class ValueReplies:
         is 2n + 1 parts, not 3n, and every part costs the ``writev`` and the sender's
         bookkeeping. :meth:`end_stream` appends the last reply's ``END``."""
         line = self._stamped_line(queue, len(data), add_time) if stamped else self._value_line(queue, len(data))
-        if follows:
-            if line is not self._joint_line:  # items of one size and millisecond share it
-                self._joint = _VALUE_END + line
-                self._joint_line = line
-            out.append(self._joint)
-        else:
-            out.append(line)
+        out.append(self._joined(line) if follows else line)
         out.append(data)
+
+    def _joined(self, line: bytes) -> bytes:
+        """The reply before's ``END`` and ``line`` as one part, kept while ``line`` repeats
+        (items of one size and millisecond share it): a run of n replies is 2n + 1 parts."""
+        if line is not self._joint_line:
+            self._joint = _VALUE_END + line
+            self._joint_line = line
+        return self._joint
 
     @staticmethod
     def end_stream(out: list[bytes]) -> None:
