@@ -14,7 +14,6 @@ another.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import itertools
 import json
@@ -24,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -130,19 +128,63 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {block}")
 
 
+DEFAULT_PORTS = (22133, 2222, 2229, 2223)
+"""Kestrel's default ports, as ``kestrel-actors serve`` listens on them without options."""
+
+
 @contextlib.contextmanager
-def default_ports_held() -> Iterator[None]:
-    """Hold the machine-wide lock on Kestrel's default ports (22133, 2222, 2229, 2223) while a
-    test serves on them: ``make test`` runs two pytest-xdist workers, and two such tests at once
-    would each reach the other's server. An ``flock`` on a file in the temporary directory,
-    released when the block ends or its process dies."""
-    path = Path(tempfile.gettempdir()) / f"kestrel-actors-tests-default-ports-{os.getuid()}.lock"
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+def default_ports_held(free_within: float = 300.0) -> Iterator[None]:
+    """Hold the lock on Kestrel's default ports (:data:`DEFAULT_PORTS`) while a test serves on
+    them, and wait (up to ``free_within`` seconds) until nothing listens on them any more.
+
+    Two tests serving there at once would each reach the other's server: ``make test`` runs two
+    pytest-xdist workers, and another checkout's ``make test`` may run beside this one. The lock
+    is an abstract unix socket's name, which is exactly as wide as the ports (one network
+    namespace) and whatever ``TMPDIR`` each run has; the kernel frees it when its process dies.
+    The wait covers a server still shutting down after the test before released the lock."""
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        while True:
+            try:
+                holder.bind(f"\0kestrel-actors-tests-default-ports-{os.getuid()}")
+                break
+            except OSError:
+                time.sleep(0.2)
+        wait_for(lambda: not any(listening(port) for port in DEFAULT_PORTS), free_within, 0.2)
+        yield
+    finally:
+        holder.close()
+
+
+def processes_in_group(group: int) -> list[int]:
+    """The live processes of process group ``group`` (zombies, which hold nothing, left out)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[2]) == group:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
+    """SIGTERM the session ``proc`` leads (``start_new_session=True``) and wait until every
+    process in it has gone, not only its leader: a server a shell started with ``&`` outlives
+    the shell and holds its ports while it shuts down. SIGKILL what is left after ``grace``."""
+    def group_gone() -> bool:
+        proc.poll()  # reap the leader
+        return not processes_in_group(proc.pid)
+
+    for stop in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, stop)
+        except ProcessLookupError:
+            break
+        if wait_for(group_gone, grace, 0.05):
+            break
+    proc.wait(PATIENCE)
 
 
 def listening(port: int, host: str = "127.0.0.1") -> bool:

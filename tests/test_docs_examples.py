@@ -28,10 +28,9 @@ import pytest
 
 from kestrel_actors.client import Client
 
-from .helpers import default_ports_held, listening
+from .helpers import DEFAULT_PORTS, default_ports_held, listening
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PORTS = (22133, 2222, 2229, 2223)
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.S | re.M)
 _SHELLS = {"sh", "shell", "bash"}
 _SKIP = re.compile(r"<!-- example: skip \((.+?)\) -->\s*$")
@@ -98,7 +97,8 @@ def readme_server(tmp_path_factory):
 def _serve_as_make_run(tmp_path_factory):
     busy = [port for port in DEFAULT_PORTS if listening(port)]
     if busy:
-        pytest.fail(f"the README's default ports are in use ({busy}): stop what holds them")
+        pytest.fail(f"the README's default ports are still in use after 5 minutes ({busy}): "
+                    "stop what holds them")
     cwd = tmp_path_factory.mktemp("readme")
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}

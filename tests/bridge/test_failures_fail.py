@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 
 import pytest
 
-from ..helpers import default_ports_held, free_port
+from ..helpers import default_ports_held, free_port, stop_process_group
 from ._spark_jobs import REPO, client, load, spark_env, wait_for
 from .test_source_api import memory_query
 
@@ -186,11 +185,7 @@ def test_the_bridge_word_count_example_runs_as_written(tmp_path):
                     row = json.loads(item)
                     counted[row["word"]] = counted.get(row["word"], 0) + row["count"]
         finally:
-            try:
-                os.killpg(shell.pid, signal.SIGTERM)  # the server the example started with &
-            except ProcessLookupError:
-                pass
-            shell.wait(30)
+            stop_process_group(shell)  # with the server the example started with &
     output = log.read_text(errors="replace")
     assert counted == {"A": 2000, "B": 1000}, output[-4000:]
 

@@ -4,7 +4,6 @@ nothing of Spark, and serves; ``make run`` passes on the ports it is given."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import pytest
 
 from kestrel_actors.client import Client
 
-from ..helpers import free_port, listening
+from ..helpers import free_port, listening, stop_process_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,5 +79,4 @@ def test_make_run_takes_every_port_and_a_config_file(tmp_path):
         print(log_path.read_text(errors="replace")[-4000:])  # the server's log, in pytest's report
         raise
     finally:
-        os.killpg(make.pid, signal.SIGTERM)
-        make.wait(30)
+        stop_process_group(make)
