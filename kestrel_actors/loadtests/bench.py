@@ -252,12 +252,15 @@ class ProcessStat(NamedTuple):
     cpu: float
     """User + system CPU seconds so far."""
     system: float
+    processor: int
+    """The CPU it last ran on."""
 
 
 def process_stat(pid: int) -> ProcessStat:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
-    return ProcessStat(int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick)
+    return ProcessStat(int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick,
+                       int(fields[36]))
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
