@@ -33,12 +33,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .bench import cpu_seconds, free_port, process_stat
+from .bench import Placement, cpu_seconds, free_port
 
 __all__ = ["main"]
 
@@ -54,34 +53,6 @@ class RunFigures(NamedTuple):
     """Of which system."""
     same_cpu: float | None
     """The share of samples in which server and load generator last ran on one vCPU (None: no sample)."""
-
-
-class Placement:
-    """Samples, every ``every`` seconds on a thread of its own, whether two processes last ran on
-    the same CPU (``/proc/<pid>/stat``), until :meth:`stop` -> the share of samples that did."""
-
-    def __init__(self, first: int, second: int, every: float = 0.01) -> None:
-        self.pids = first, second
-        self.every = every
-        self.same = self.samples = 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        first, second = self.pids
-        while not self._done.wait(self.every):
-            try:
-                same = process_stat(first).processor == process_stat(second).processor
-            except (OSError, IndexError, ValueError):  # one has ended
-                continue
-            self.same += same
-            self.samples += 1
-
-    def stop(self) -> float | None:
-        self._done.set()
-        self._thread.join()
-        return self.same / self.samples if self.samples else None
 
 
 def server_command(tree: str, port: int, data_dir: str) -> tuple[list[str], dict[str, str], str]:

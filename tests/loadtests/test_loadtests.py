@@ -453,6 +453,8 @@ def test_bench_quick_run_writes_the_table(tmp_path):
     # measured against the floor server's group commit, interleaved (ADR 0018): its rate and a ratio
     assert "| floor: " in durable and "| ≥ 0.9× floor |" in durable, durable
     assert "floor run 1:" in proc.stdout
+    # each run says where it ran (ADR 0020: a closed-loop row's two modes on this VM)
+    assert "on the load generator's vCPU" in proc.stdout
 
 
 @pytest.mark.slow
@@ -586,7 +588,7 @@ def test_placement_tells_one_cpu_from_two():
     """The same-vCPU share of two processes pinned to one CPU is 1, to two CPUs 0."""
     if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")
-    from kestrel_actors.loadtests.ab_bench import Placement
+    from kestrel_actors.loadtests.bench import Placement
 
     first, second = sorted(os.sched_getaffinity(0))[:2]
     spin = [sys.executable, "-c", "import time\nend = time.monotonic() + 0.6\nwhile time.monotonic() < end: pass"]
