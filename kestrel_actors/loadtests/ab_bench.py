@@ -18,7 +18,7 @@ change can be measured against the peer in the same alternation.
 Each run also says how often the server and the load generator sat on one vCPU ("same vCPU":
 the share of samples, every 10 ms, in which ``/proc`` shows both last ran on the same one). On
 this 2-vCPU VM a closed-loop row runs in one of two modes by where the scheduler puts the pair,
-and a run's rate and CPU per request are only comparable with runs of the same mode (ADR 0020).
+and a run's rate and CPU per request are only comparable with runs of the same mode (ADR 0024).
 """
 
 from __future__ import annotations

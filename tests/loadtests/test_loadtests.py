@@ -453,7 +453,7 @@ def test_bench_quick_run_writes_the_table(tmp_path):
     # measured against the floor server's group commit, interleaved (ADR 0018): its rate and a ratio
     assert "| floor: " in durable and "| ≥ 0.9× floor |" in durable, durable
     assert "floor run 1:" in proc.stdout
-    # each run says where it ran (ADR 0020: a closed-loop row's two modes on this VM)
+    # each run says where it ran (ADR 0024: a closed-loop row's two modes on this VM)
     assert "on the load generator's vCPU" in proc.stdout
 
 
@@ -565,7 +565,7 @@ def test_ab_bench_runs_a_tree_on_the_interpreter_it_names(tmp_path):
 def test_ab_bench_runs_a_peer_binary_and_says_where_the_pair_ran(tmp_path):
     """``peer:BINARY``: that binary, on darner's command line (a stand-in that records it and
     serves with ours); every run and summary says how often server and load generator shared a
-    vCPU (ADR 0020: the two modes of a closed-loop row)."""
+    vCPU (ADR 0024: the two modes of a closed-loop row)."""
     log = tmp_path / "started"
     peer = tmp_path / "peer"
     peer.write_text(f'#!/bin/sh\necho "$@" >> {log}\n'
