@@ -11,7 +11,14 @@ time (from ``/proc``) per request handled, fill included, and the system part of
 one-client figure moves with the VM's wake-up cost: issue 24's "two regimes").
 
 A tree given as ``DIR@PYTHON`` runs its server on that interpreter (a venv's ``bin/python`` with
-the server's dependencies) instead of this one: two interpreters, one source (ADR 0017).
+the server's dependencies) instead of this one: two interpreters, one source (ADR 0017). A tree
+given as ``peer:BINARY`` runs that binary with darner's command line (``-p PORT -d DIR``), so a
+change can be measured against the peer in the same alternation.
+
+Each run also says how often the server and the load generator sat on one vCPU ("same vCPU":
+the share of samples, every 10 ms, in which ``/proc`` shows both last ran on the same one). On
+this 2-vCPU VM a closed-loop row runs in one of two modes by where the scheduler puts the pair,
+and a run's rate and CPU per request are only comparable with runs of the same mode (ADR 0024).
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
-from .bench import cpu_seconds, free_port
+from .bench import Placement, cpu_seconds, free_port
 
 __all__ = ["main"]
 
@@ -37,17 +45,34 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The folder that holds ``kestrel_actors``: the load itself runs from there, with this code."""
 
 
-def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[float, float, float]:
-    """One load-test run against a fresh server from ``tree``: (rate, server µs per request,
-    of which system µs)."""
+class RunFigures(NamedTuple):
+    rate: float
+    cpu: float
+    """Server CPU µs per request."""
+    system: float
+    """Of which system."""
+    same_cpu: float | None
+    """The share of samples in which server and load generator last ran on one vCPU (None: no sample)."""
+
+
+def server_command(tree: str, port: int, data_dir: str) -> tuple[list[str], dict[str, str], str]:
+    """How ``tree`` is started (see the module's doc): the command, its environment, its directory."""
+    if tree.startswith("peer:"):
+        return [tree[len("peer:"):], "-p", str(port), "-d", data_dir], dict(os.environ), data_dir
+    tree, _, python = tree.partition("@")
+    command = [python or sys.executable, "-m", "kestrel_actors.cli", "serve", "--host", "127.0.0.1",
+               "--port", str(port), "--data-dir", data_dir]
+    return command, dict(os.environ, PYTHONPATH=tree), tree
+
+
+def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> RunFigures:
+    """One load-test run against a fresh server from ``tree``."""
     port = free_port()
     data_dir = tempfile.mkdtemp(prefix="ab-bench-")
-    tree, _, python = tree.partition("@")
-    env = dict(os.environ, PYTHONPATH=tree)
-    server = subprocess.Popen(
-        [python or sys.executable, "-m", "kestrel_actors.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--data-dir", data_dir, *serve_args],
-        env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command, env, cwd = server_command(tree, port, data_dir)
+    if not tree.startswith("peer:"):
+        command += serve_args
+    server = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
             try:
@@ -57,7 +82,11 @@ def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[flo
                 time.sleep(0.1)
         before, system_before = cpu_seconds(server.pid)
         command = [sys.executable, "-m", "kestrel_actors.loadtests", *scenario, "-p", str(port), "--no-progress"]
-        out = subprocess.run(command, cwd=PACKAGE_ROOT, capture_output=True, text=True, check=False).stdout
+        load = subprocess.Popen(command, cwd=PACKAGE_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True)
+        placement = Placement(server.pid, load.pid)
+        out, _ = load.communicate()
+        same_cpu = placement.stop()
         after, system_after = cpu_seconds(server.pid)
         spent, system = after - before, system_after - system_before
     finally:
@@ -68,7 +97,11 @@ def run_once(tree: str, scenario: list[str], serve_args: list[str]) -> tuple[flo
     if not record["ok"]:
         raise SystemExit(f"{tree}: the run failed its checks: {record}")
     handled = record["items"] + record.get("fill", {}).get("items", 0)
-    return record["rate"], spent / handled * 1e6, system / handled * 1e6
+    return RunFigures(record["rate"], spent / handled * 1e6, system / handled * 1e6, same_cpu)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,23 +109,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("scenario", help='The load test and its options, e.g. "flood -n 50000".')
     parser.add_argument("trees", nargs=2, help="Two source trees (directories holding kestrel_actors/), "
-                        "each optionally DIR@PYTHON: its server on that interpreter.")
+                        "each optionally DIR@PYTHON: its server on that interpreter; or peer:BINARY: "
+                        "that binary with darner's command line.")
     parser.add_argument("serve_args", nargs="*", help="Extra ``serve`` options (after --).")
     args = parser.parse_args(argv)
-    results: dict[str, list[tuple[float, float, float]]] = {tree: [] for tree in args.trees}
+    results: dict[str, list[RunFigures]] = {tree: [] for tree in args.trees}
     for round_number in range(args.rounds):
         order = args.trees if round_number % 2 == 0 else args.trees[::-1]
         for tree in order:
-            rate, cpu, system = run_once(tree, shlex.split(args.scenario), args.serve_args)
-            results[tree].append((rate, cpu, system))
-            print(f"{tree}: {rate:,.0f}/s, server {cpu:.1f} µs per request ({system:.1f} system)",
-                  flush=True)
+            run = run_once(tree, shlex.split(args.scenario), args.serve_args)
+            results[tree].append(run)
+            print(f"{tree}: {run.rate:,.0f}/s, server {run.cpu:.1f} µs per request ({run.system:.1f} system), "
+                  f"same vCPU {_share(run.same_cpu)}", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f}")
     for tree, runs in results.items():
-        rates, cpus, systems = [r for r, _, _ in runs], [c for _, c, _ in runs], [s for _, _, s in runs]
+        rates, cpus, systems = [r.rate for r in runs], [r.cpu for r in runs], [r.system for r in runs]
+        shares = [r.same_cpu for r in runs if r.same_cpu is not None]
         print(f"{tree}: median {statistics.median(rates):,.0f}/s (best {max(rates):,.0f}); server "
               f"median {statistics.median(cpus):.1f} µs per request (least {min(cpus):.1f}), system "
-              f"median {statistics.median(systems):.1f} (least {min(systems):.1f})")
+              f"median {statistics.median(systems):.1f} (least {min(systems):.1f}), same vCPU median "
+              f"{_share(statistics.median(shares) if shares else None)}")
 
 
 if __name__ == "__main__":

@@ -53,12 +53,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["BENCHMARKS", "Benchmark", "main", "render", "splice"]
+__all__ = ["BENCHMARKS", "Benchmark", "Placement", "main", "render", "splice"]
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
@@ -252,18 +253,49 @@ class ProcessStat(NamedTuple):
     cpu: float
     """User + system CPU seconds so far."""
     system: float
+    processor: int
+    """The CPU it last ran on."""
 
 
 def process_stat(pid: int) -> ProcessStat:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
-    return ProcessStat(int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick)
+    return ProcessStat(int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick,
+                       int(fields[36]))
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
     """User + system CPU time of a process so far, and the system part."""
     stat = process_stat(pid)
     return stat.cpu, stat.system
+
+
+class Placement:
+    """Samples, every ``every`` seconds on a thread of its own, whether two processes last ran on
+    the same CPU (``/proc/<pid>/stat``), until :meth:`stop` -> the share of samples that did."""
+
+    def __init__(self, first: int, second: int, every: float = 0.01) -> None:
+        self.pids = first, second
+        self.every = every
+        self.same = self.samples = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        first, second = self.pids
+        while not self._done.wait(self.every):
+            try:
+                same = process_stat(first).processor == process_stat(second).processor
+            except (OSError, IndexError, ValueError):  # one has ended
+                continue
+            self.same += same
+            self.samples += 1
+
+    def stop(self) -> float | None:
+        self._done.set()
+        self._thread.join()
+        return self.same / self.samples if self.samples else None
 
 
 class Server:
@@ -348,24 +380,32 @@ def run_once(args: list[str], side: Side, serve_args: tuple[str, ...], peer: str
         before = server.cpu()
         command = [sys.executable, "-m", "kestrel_actors.loadtests", *args, "-p", str(server.port),
                    "--no-progress", "--timeout", "900"]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=1000)
+        load = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        placement = Placement(server.proc.pid, load.pid)
+        try:
+            out, err = load.communicate(timeout=1000)
+        except subprocess.TimeoutExpired:
+            load.kill()
+            out, err = load.communicate()
+        same_cpu = placement.stop()
         after = server.cpu()
     finally:
         server.stop()
-    lines = proc.stdout.strip().splitlines()
+    lines = out.strip().splitlines()
     try:
         record = json.loads(lines[-1])
     except (IndexError, ValueError):
         record = None
-    if proc.returncode != 0 or record is None:
-        failures.append(f"{label}: exit {proc.returncode}: {(proc.stderr or proc.stdout)[-500:]}")
+    if load.returncode != 0 or record is None:
+        failures.append(f"{label}: exit {load.returncode}: {(err or out)[-500:]}")
         return
     side.records.append(record)
     per_request = 1e6 / max(handled(record), 1)
     side.server_cpu.append((after[0] - before[0]) * per_request)
     side.server_sys.append((after[1] - before[1]) * per_request)
+    shared = "" if same_cpu is None else f", on the load generator's vCPU {same_cpu:.0%} of the run"
     print(f"  {label}: {record['rate']:,.0f}, server CPU {side.server_cpu[-1]:.0f} µs/request "
-          f"(system {side.server_sys[-1]:.0f})", flush=True)
+          f"(system {side.server_sys[-1]:.0f}){shared}", flush=True)
 
 
 def run_bench(bench: Benchmark, runs: int, quick: bool, procs: int, help_text: str,

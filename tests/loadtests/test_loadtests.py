@@ -9,11 +9,14 @@ data directly.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -450,6 +453,8 @@ def test_bench_quick_run_writes_the_table(tmp_path):
     # measured against the floor server's group commit, interleaved (ADR 0018): its rate and a ratio
     assert "| floor: " in durable and "| ≥ 0.9× floor |" in durable, durable
     assert "floor run 1:" in proc.stdout
+    # each run says where it ran (ADR 0024: a closed-loop row's two modes on this VM)
+    assert "on the load generator's vCPU" in proc.stdout
 
 
 @pytest.mark.slow
@@ -555,6 +560,48 @@ def test_ab_bench_runs_a_tree_on_the_interpreter_it_names(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert log.read_text().count("kestrel_actors.cli serve") == 1  # the other tree's server ran on this one
     assert f"{REPO}/@{stand_in}: median" in proc.stdout
+
+
+def test_ab_bench_runs_a_peer_binary_and_says_where_the_pair_ran(tmp_path):
+    """``peer:BINARY``: that binary, on darner's command line (a stand-in that records it and
+    serves with ours); every run and summary says how often server and load generator shared a
+    vCPU (ADR 0024: the two modes of a closed-loop row)."""
+    log = tmp_path / "started"
+    peer = tmp_path / "peer"
+    peer.write_text(f'#!/bin/sh\necho "$@" >> {log}\n'
+                    f'exec {sys.executable} -m kestrel_actors.cli serve --host 127.0.0.1 --port "$2" --data-dir "$4"\n')
+    peer.chmod(0o755)
+    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.ab_bench", "--rounds", "1", "flood -n 300",
+                           str(REPO), f"peer:{peer}"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    arguments = log.read_text().split()
+    assert arguments[0] == "-p" and arguments[2] == "-d" and len(arguments) == 4
+    runs = [line for line in proc.stdout.splitlines() if "µs per request" in line and "median" not in line]
+    assert [line.split(":")[0] for line in runs if line.startswith("peer:")] == ["peer"]
+    shares = [float(line.rsplit("same vCPU ", 1)[1]) for line in runs]
+    assert len(shares) == 2 and all(0.0 <= share <= 1.0 for share in shares)
+    assert sum("same vCPU median" in line for line in proc.stdout.splitlines()) == 2
+
+
+def test_placement_tells_one_cpu_from_two():
+    """The same-vCPU share of two processes pinned to one CPU is 1, to two CPUs 0."""
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    from kestrel_actors.loadtests.bench import Placement
+
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    spin = [sys.executable, "-c", "import time\nend = time.monotonic() + 0.6\nwhile time.monotonic() < end: pass"]
+    shares = []
+    for cpus in ((first, first), (first, second)):
+        procs = [subprocess.Popen(spin, preexec_fn=functools.partial(os.sched_setaffinity, 0, {cpu})) for cpu in cpus]
+        time.sleep(0.15)
+        placement = Placement(procs[0].pid, procs[1].pid, every=0.01)
+        time.sleep(0.3)
+        shares.append(placement.stop())
+        for proc in procs:
+            proc.wait()
+    assert shares == [1.0, 0.0]
 
 
 def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
