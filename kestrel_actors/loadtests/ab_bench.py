@@ -60,8 +60,10 @@ def server_command(tree: str, port: int, data_dir: str) -> tuple[list[str], dict
     if tree.startswith("peer:"):
         return [tree[len("peer:"):], "-p", str(port), "-d", data_dir], dict(os.environ), data_dir
     tree, _, python = tree.partition("@")
+    # the other listeners on ports of the kernel's choosing: their defaults may be another's
     command = [python or sys.executable, "-m", "kestrel_actors.cli", "serve", "--host", "127.0.0.1",
-               "--port", str(port), "--data-dir", data_dir]
+               "--port", str(port), "--text-port", "0", "--thrift-port", "0", "--admin-port", "0",
+               "--data-dir", data_dir]
     return command, dict(os.environ, PYTHONPATH=tree), tree
 
 

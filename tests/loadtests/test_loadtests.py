@@ -9,6 +9,7 @@ data directly.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -24,7 +25,7 @@ from kestrel_actors.loadtests.figures import Figures, Recorder, bucket_of, bucke
 from kestrel_actors.loadtests.items import make_item, packing_item
 from kestrel_actors.loadtests.report import EXIT_FAILED, Outcome, tally
 
-from ..helpers import REPO, ServerProcess
+from ..helpers import DEFAULT_PORTS, REPO, ServerProcess, default_ports_held
 
 
 def run_load(server, *args: str, via: str = "module", timeout: float = 60,
@@ -569,11 +570,17 @@ def test_ab_bench_runs_a_peer_binary_and_says_where_the_pair_ran(tmp_path):
     log = tmp_path / "started"
     peer = tmp_path / "peer"
     peer.write_text(f'#!/bin/sh\necho "$@" >> {log}\n'
-                    f'exec {sys.executable} -m kestrel_actors.cli serve --host 127.0.0.1 --port "$2" --data-dir "$4"\n')
+                    f'exec {sys.executable} -m kestrel_actors.cli serve --host 127.0.0.1 --port "$2" --data-dir "$4" '
+                    '--text-port 0 --thrift-port 0 --admin-port 0\n')
     peer.chmod(0o755)
-    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.ab_bench", "--rounds", "1", "flood -n 300",
-                           str(REPO), f"peer:{peer}"], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    with default_ports_held(), contextlib.ExitStack() as taken:
+        for port in DEFAULT_PORTS[1:]:  # another server's text, thrift and admin ports
+            listener = taken.enter_context(socket.socket())
+            listener.bind(("127.0.0.1", port))
+            listener.listen()
+        proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.ab_bench", "--rounds", "1",
+                               "flood -n 300", str(REPO), f"peer:{peer}"], cwd=REPO, capture_output=True,
+                              text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     arguments = log.read_text().split()
     assert arguments[0] == "-p" and arguments[2] == "-d" and len(arguments) == 4
