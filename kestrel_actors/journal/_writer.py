@@ -441,11 +441,12 @@ class JournalWriter:
         return done >= target or self.closed
 
     def _sync_from_turn(self) -> None:
-        """With ``always``: write what is pending now and hand its fdatasync to the threadpool,
-        from the caller's turn (the hub's included), its end answered by a hub callback
-        (:meth:`_synced_from_turn`) rather than the writer greenlet: a lone durable request
-        costs no greenlet switch. Does nothing when the writer greenlet must do it (a failure,
-        a hold, the file busy, a large batch, no free worker)."""
+        """With ``always``: write what is pending now and hand its fdatasync to the kernel
+        (:mod:`._aio`) or else to the threadpool, from the caller's turn (the hub's included),
+        its end answered by a hub callback (:meth:`_synced_from_turn`) rather than the writer
+        greenlet: a lone durable request costs no greenlet switch. Does nothing when the
+        writer greenlet must do it (a failure, a hold, the file busy, a large batch, no free
+        worker)."""
         aio = self._aio
         if aio is None and self.mode == ALWAYS and not self._aio_tried:
             self._aio_tried = True
@@ -453,7 +454,8 @@ class JournalWriter:
         if aio is not None and aio.broken:
             aio.close()
             aio = self._aio = None
-        if aio is None:
+        if aio is None or os.fdatasync is not _fdatasync:
+            aio = None
             pool = self._hub.threadpool
             # spawn waits for a free worker, and the hub must never wait: gevent's own count of
             # them, if this gevent has it; else the writer greenlet does every fdatasync
@@ -477,12 +479,16 @@ class JournalWriter:
         self._round_records = self._records - self._round_from
         self._round_from = self._records
         started = _perf_counter()
-        if aio is not None and os.fdatasync is _fdatasync and aio.submit(
-                self._fd, lambda result: self._synced_from_turn(
-                    target, started, None if result >= 0 else _Raised(aio_failure(result)))):
-            return  # the kernel runs it; its end makes the hub call back (_aio)
-        done = self._hub.threadpool.spawn(_capturing, os.fdatasync, (self._fd,))
-        done.rawlink(lambda result: self._synced_from_turn(target, started, result.value))
+        if aio is None:
+            done = self._hub.threadpool.spawn(_capturing, os.fdatasync, (self._fd,))
+            done.rawlink(lambda result: self._synced_from_turn(target, started, result.value))
+        elif not aio.submit(self._fd, lambda result: self._synced_from_turn(
+                target, started, None if result >= 0 else _Raised(aio_failure(result)))):
+            # not started (refused, or no room): the writer greenlet syncs on the threadpool,
+            # which may wait for a worker where the hub must not
+            self._syncing = False
+            self._io.release()
+            self._wake.set()
 
     def _synced_from_turn(self, target: int, started: float, outcome: Any) -> None:
         """The fdatasync :meth:`_sync_from_turn` handed off has returned (on the hub).
