@@ -7,15 +7,18 @@ expiry sweep) runs in this process on a thread of its own, with a hub whose libe
 what the request path asks of it; one client on the main thread sends requests one at a time
 over a real socket and waits for each reply, so every request finds its session and its queue
 idle. Counted on the server's thread, per request: loop iterations (libev's ``iteration``),
-callbacks scheduled (``run_callback``), timer starts, async watchers made, threadpool hand-offs
-and greenlet switches (``greenlet.settrace``); with ``strace`` on the path, the system calls of
+callbacks scheduled (``run_callback``), timer starts, async watchers made, threadpool hand-offs,
+greenlet switches (``greenlet.settrace``), reads of the loop's clock (``now``) and I/O watcher
+stops; with ``strace`` on the path, the system calls of
 the server's threads too (``strace -c`` attached to each of them, the client's thread left out;
 threads started after the warm-up are not traced). The floor (``loadtests/floor_server.py``)
 does one iteration, one watcher callback and its system calls (``epoll_wait``, ``recv``,
 ``writev``, ``send``) per SET, and none of the rest.
 
 Scenarios: ``set`` (``set q 0 0 5``, the default ``--sync-journal``), ``get`` (``get q`` of
-the items those SETs left) and ``set-always`` (``--sync-journal always``: a durable SET).
+the items those SETs left), ``set-always`` (``--sync-journal always``: a durable SET) and
+``connect`` (each request a connection of its own: connect, ``get q`` of an empty queue, close;
+counted once the server has closed them all).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from gevent.threadpool import ThreadPool
 
 __all__ = ["LoopCounts", "Measured", "main", "measure"]
 
-SCENARIOS = ("set", "get", "set-always")
+SCENARIOS = ("set", "get", "set-always", "connect")
 WARM_UP = 100
 """Requests sent before counting: the queue exists, the threadpool's workers run."""
 SETTLE = 0.05
@@ -60,6 +63,8 @@ class LoopCounts:
     async_watchers: int = 0
     threadpool: int = 0
     switches: int = 0
+    clock_reads: int = 0
+    watcher_stops: int = 0
 
     def minus(self, before: LoopCounts) -> LoopCounts:
         return LoopCounts(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
@@ -83,6 +88,17 @@ class _CountingTimer(_LibevTimer):
         super().again(callback, *args, **kwargs)
 
 
+_LibevIo: Any = libev.io  # type: ignore[attr-defined]
+
+
+class _CountingIo(_LibevIo):
+    """A libev I/O watcher that counts its stops on its loop's counts."""
+
+    def stop(self) -> None:
+        self.loop.counts.watcher_stops += 1
+        super().stop()
+
+
 class CountingLoop(libev.loop):
     """gevent's libev loop, counting the operations a request may ask of it."""
 
@@ -101,10 +117,17 @@ class CountingLoop(libev.loop):
         self.counts.async_watchers += 1
         return super().async_(ref, priority)
 
+    def io(self, fd: int, events: int, ref: bool = True, priority: int | None = None) -> Any:
+        return _CountingIo(self, fd, events, ref, priority)
+
+    def now(self) -> float:
+        self.counts.clock_reads += 1
+        return super().now()
+
     def snapshot(self) -> LoopCounts:
         counts = self.counts
         return LoopCounts(self.iteration, counts.callbacks, counts.timer_starts, counts.async_watchers,
-                          counts.threadpool, counts.switches)
+                          counts.threadpool, counts.switches, counts.clock_reads, counts.watcher_stops)
 
 
 class _CountingPool(ThreadPool):
@@ -135,6 +158,8 @@ class InProcessServer:
             # no expiry sweep: once a second it would add its own loop work to the counts
             expiration_timer_frequency=None, queue_defaults=QueueConfig(sync_journal=sync_journal))
         self.loop: CountingLoop | None = None
+        self.stats: Any = None
+        """The server's statistics (its open connections), once it has started."""
         self.tids: list[int] = []
         self._ready = threading.Event()
         self._stop_watcher: Any = None
@@ -174,6 +199,7 @@ class InProcessServer:
             self._ready.set()
             return
         self.loop = loop
+        self.stats = server.stats
         self.tids.append(threading.get_native_id())
         self._ready.set()
         stop.wait()
@@ -266,20 +292,29 @@ def measure(scenario: str, requests: int, trace_syscalls: bool = False) -> Measu
     server = InProcessServer(0.0 if scenario == "set-always" else None)
     client = _Client(server.port)
     try:
-        if scenario == "get":
-            for _ in range(requests + WARM_UP):
-                client.ask(_SET, b"STORED\r\n")
-            request, reply_end, expected = _GET, b"END\r\n", _HIT
+        if scenario == "connect":
+            client.ask(_SET, b"STORED\r\n")  # the queue exists, and is empty again
+            client.ask(_GET, b"END\r\n")
+            for _ in range(WARM_UP):
+                _connection(server)
         else:
-            request, reply_end, expected = _SET, b"\r\n", b"STORED\r\n"
-        for _ in range(WARM_UP):
-            client.ask(request, reply_end)
+            if scenario == "get":
+                for _ in range(requests + WARM_UP):
+                    client.ask(_SET, b"STORED\r\n")
+                request, reply_end, expected = _GET, b"END\r\n", _HIT
+            else:
+                request, reply_end, expected = _SET, b"\r\n", b"STORED\r\n"
+            for _ in range(WARM_UP):
+                client.ask(request, reply_end)
         time.sleep(SETTLE)
         strace = _Strace(server.server_tids()) if trace_syscalls else None
         loop = server.loop
         assert loop is not None
         before = loop.snapshot()
         for _ in range(requests):
+            if scenario == "connect":
+                _connection(server)
+                continue
             reply = client.ask(request, reply_end)
             if reply != expected:
                 raise AssertionError(f"{scenario}: unexpected reply {reply!r}")
@@ -292,6 +327,21 @@ def measure(scenario: str, requests: int, trace_syscalls: bool = False) -> Measu
     finally:
         client.close()
         server.stop()
+
+
+def _connection(server: InProcessServer) -> None:
+    """One connection of the ``connect`` scenario, closed by the server before this returns (its
+    closing is counted with it): then only the scenario's first client is open."""
+    one = _Client(server.port)
+    reply = one.ask(_GET, b"END\r\n")
+    one.close()
+    if reply != b"END\r\n":
+        raise AssertionError(f"connect: unexpected reply {reply!r}")
+    deadline = time.monotonic() + 30
+    while server.stats.curr_connections > 1:
+        if time.monotonic() > deadline:
+            raise AssertionError("connect: the server did not close the connection")
+        time.sleep(0.001)
 
 
 def _report(measured: Measured) -> str:

@@ -85,7 +85,7 @@ log = structlog.get_logger("kestrel_actors.runtime")
 _URN_FORMAT = str(uuid.uuid4().urn)[:-12] + "%012x"
 """Actor URNs: one random UUID per process, its last 48 bits a counter. As unique as pykka's
 ``uuid4()`` per actor, without a ``getrandom`` system call for every connection."""
-_URN_NUMBERS = itertools.count(1)
+_URN_NUMBERS: Final = itertools.count(1)
 _getcurrent: Final = getcurrent
 _get_hub: Final = gevent.get_hub
 """``gevent.get_hub`` through a C static, not a lookup in two modules' dicts: every connection's
@@ -93,6 +93,7 @@ inbox asks it (about 450 instructions)."""
 """``getcurrent`` as a ``Final``: compiled code calls it through a C static rather than a lookup in
 the module's dict (a tell asks it; ADR 0015)."""
 # deque's methods through C statics too: ``items.popleft()`` looks the name up on each call
+_new_deque: Final = deque
 _append: Final = deque.append
 _appendleft: Final = deque.appendleft
 _popleft: Final = deque.popleft
@@ -265,6 +266,11 @@ the actor stopped, and reading an attribute does nothing. The loop then ends, an
 takes the rest (the dead letters)."""
 
 
+_NO_ACTOR: Final[weakref.ref[Any]] = weakref.ref(set())
+"""A weak reference whose object is gone (the set is freed at once): what an ended unlisted actor's
+ref holds instead of the weak reference to it (:meth:`_Mailbox._ended`)."""
+
+
 class _HubRuns:
     """The inline runs of one hub. A run may nest one other (a session's handler runs the queue
     it asks, inside it); a tell made inside that nested run waits until the outer run is over,
@@ -276,11 +282,13 @@ class _HubRuns:
     sessions would answer first.
     """
 
-    __slots__ = ("depth", "queued")
+    __slots__ = ("depth", "queued", "hub")
 
-    def __init__(self, _hub: Any) -> None:
+    def __init__(self, hub: Any) -> None:
         self.depth = 0
         self.queued: deque[_Mailbox] = deque()
+        self.hub: weakref.ref[Any] = _NO_ACTOR if hub is None else weakref.ref(hub)
+        """Its hub, weakly (a hub's runs are kept by the hub, weakly, in ``_hub_runs``)."""
 
     def run(self, mailbox: _Mailbox, message: Any) -> None:
         """Run the tell ``message`` inline on the hub (the caller checked that it may): now, or
@@ -320,10 +328,11 @@ class _HubRuns:
 
 
 _hub_runs: weakref.WeakKeyDictionary[Any, _HubRuns] = weakref.WeakKeyDictionary()
-
-_NO_ACTOR: Final[weakref.ref[Any]] = weakref.ref(set())
-"""A weak reference whose object is gone (the set is freed at once): what an ended unlisted actor's
-ref holds instead of the weak reference to it (:meth:`_Mailbox._ended`)."""
+_last_runs: Final[list[_HubRuns]] = [_HubRuns(None)]
+"""The inline runs of the hub a mailbox was last made on, made there (its one entry, replaced
+whole): a session's mailbox is made on the hub (an accept's callback), for every connection, and
+finds its hub and their runs here without ``gevent.get_hub`` and :func:`of_hub` (about 1,200
+instructions a connection)."""
 
 
 def of_this_hub(made: weakref.WeakKeyDictionary[Any, T], make: Callable[[Any], T]) -> T:
@@ -365,14 +374,21 @@ class _Mailbox:
     __slots__ = ("items", "idle", "inline", "actor", "greenlet", "hub", "hub_runs")
 
     def __init__(self) -> None:
-        self.items: deque[Any] = deque()
+        self.items: deque[Any] = _new_deque()
         self.idle = False
         self.inline = False
         self.actor: GeventActor | None = None
         self.greenlet: Any = None
-        hub = _get_hub()
+        current = _getcurrent()
+        runs = _last_runs[0]
+        hub: Any = current
+        if runs.hub() is not current:  # not made on the hub a mailbox was last made on
+            hub = _get_hub()
+            runs = of_hub(_hub_runs, _HubRuns, hub)
+            if current is hub:
+                _last_runs[0] = runs
         self.hub = hub
-        self.hub_runs: _HubRuns = of_hub(_hub_runs, _HubRuns, hub)
+        self.hub_runs: _HubRuns = runs
 
     def put(self, envelope: Any, /) -> None:
         """Queue ``envelope`` (pykka's ``ask`` and ``Actor.stop`` come here) as a

@@ -216,7 +216,7 @@ class SessionActor(GeventActor):
         self.write_refusals = handler.WRITE_REFUSALS
         self.open_reads: dict[str, deque[int]] = {}
         self.refs: dict[str, GeventRef] = {}
-        self.pending: deque[Any] = deque()
+        self.pending: deque[Any] = _new_deque()  # through a C static, not the module's dict
         self.out: list[bytes] = []
         self.waiting: Answer | None = None
         self.batch: list[tuple[Any, int, p.Bad | None, bool]] = _NO_ENTRIES

@@ -50,8 +50,9 @@ class Connections:
         self.refuse_reads: int | None = config.connection_limit_refuse_reads
         self.client_timeout: float | None = config.client_timeout
         self._next_session = 0
-        self.live: dict[int, tuple[Session, Any]] = {}
-        """Every session not yet finished, by id, with its actor (what a shutdown drains)."""
+        self.live: dict[int, _ToSession] = {}
+        """Every session not yet finished, by id: its link, which holds the session and its actor
+        (what a shutdown drains; no pair made per connection)."""
         self._none_live = gevent.event.Event()
         self._draining = False
         """Shutting down: a newcomer still waiting for its turn is closed, not served."""
@@ -114,7 +115,7 @@ class Connections:
                                     dispatcher.loop)
         ref = SessionActor.start_unlisted(context, transport, session, handler_class)
         link.session = ref
-        self.live[session.id] = (session, ref)
+        self.live[session.id] = link
         if self._debug:
             self._log.debug("connection opened", connection=session.id, peer=session.peer)
         transport.start(read_now)
@@ -122,8 +123,9 @@ class Connections:
     def closed(self, session: Session) -> None:
         """A session finished (its actor calls this last)."""
         self.context.stats.curr_connections -= 1
-        self.live.pop(session.id, None)
-        if not self.live and self._draining:
+        live = self.live
+        live.pop(session.id, None)
+        if not live and self._draining:
             self._none_live.set()
         if self._debug:
             self._log.debug("connection closed", connection=session.id, peer=session.peer)
@@ -136,15 +138,15 @@ class Connections:
         self._draining = True
         if self.live:
             self._none_live.clear()
-            for _session, ref in list(self.live.values()):
-                tell_quietly(ref, Drain())
+            for link in list(self.live.values()):
+                tell_quietly(link.session, Drain())
             self._none_live.wait(timeout)
         if self.live:
             log.warning("connections still busy at the end of the shutdown drain; cut off",
                         connections=len(self.live), seconds=timeout)
-        for session, ref in list(self.live.values()):
-            session.closed = True  # at once, as a hang-up: its replies are dropped from now on
-            tell_quietly(ref, Disconnected())
+        for link in list(self.live.values()):
+            link.record.closed = True  # at once, as a hang-up: its replies are dropped from now on
+            tell_quietly(link.session, Disconnected())
 
 
 def accept_burst(listening: Any, handle: Callable[[Any, Any, int], None], lights: int, heavies: int,

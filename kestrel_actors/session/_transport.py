@@ -238,13 +238,20 @@ class _HangUpWatch:
         except OSError:  # closed meanwhile: the actor learns it from its next send
             return
         self.transports[fd] = transport
+        transport.watched = True
 
     def discard(self, transport: SocketTransport) -> None:
-        if self.transports.pop(transport.fd, None) is not None:
-            try:
-                self.epoll.unregister(transport.fd)
-            except OSError:
-                pass
+        # asked as every connection ends, which is nearly never watched: its own flag says so,
+        # where a look in the dict boxed its descriptor and hashed it (twice a connection)
+        if not transport.watched:
+            return
+        transport.watched = False
+        fd = transport.fd
+        del self.transports[fd]
+        try:
+            self.epoll.unregister(fd)
+        except OSError:
+            pass
 
     def _fired(self) -> None:
         try:
@@ -323,7 +330,7 @@ class SocketTransport(Transport):
     __slots__ = ("sock", "_reading", "fd", "decoder", "on_commands", "on_hang_up", "on_input_end", "stats",
                  "_watcher", "_handed", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_unread_seen",
                  "_out", "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
-                 "held", "address", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued")
+                 "held", "address", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued", "watched")
 
     def __init__(
         self,
@@ -382,17 +389,21 @@ class SocketTransport(Transport):
         """Whether ``_watcher`` is started: kept here, because its ``active`` is a lookup by name
         and ``resume`` asks after every request."""
         self._hang_ups = _HangUpWatch.of(loop)
+        self.watched = False
+        """Whether the hang-up watch holds it (``_HangUpWatch.add``, ``discard``)."""
         self._writer: Any = None
         """The write watcher, made the first time the kernel does not take a whole reply."""
         self._idle_timeout = idle_timeout
         self._idle_timer: Any = None
-        self._last_read = loop.now()
-        """When the client was last seen sending (a read, or more unread bytes: ``_check_idle``)."""
+        self._last_read = 0.0
+        """When the client was last seen sending (a read, or more unread bytes: ``_check_idle``);
+        kept only with an idle timeout (asking the loop cost every connection 400 instructions)."""
         self._unread_seen = 0
         """The unread bytes ``_check_idle`` saw then (0 after a read)."""
         if idle_timeout:
             # Kestrel's client_timeout: a connection that sends nothing for that long is closed
             self._idle_timer = loop.timer(idle_timeout, idle_timeout / 4)
+            self._last_read = loop.now()
 
     @property
     def peer(self) -> str:
@@ -515,8 +526,11 @@ class SocketTransport(Transport):
         self._reading = True
 
     def _stop_reading(self) -> None:
-        self._watcher.stop()
-        self._reading = False
+        # asked up to three times as a connection ends (its FIN read, the close, the release):
+        # a stopped watcher is not stopped again (a generic call into gevent each)
+        if self._reading:
+            self._watcher.stop()
+            self._reading = False
         self._hang_ups.discard(self)
 
     def hung_up(self, events: int) -> None:
@@ -734,8 +748,8 @@ class SocketTransport(Transport):
             self.held = 0
         self.budget.leave(self)
         self.on_commands = _IGNORE_COMMANDS
-        self.on_hang_up = _ignore
-        self.on_input_end = _ignore_input_end
+        self.on_hang_up = _IGNORE_HANG_UP
+        self.on_input_end = _IGNORE_INPUT_END
 
     def _drop_output(self) -> None:
         self._out, self._out_bytes, self._out_held, self.backed_up = [], 0, 0, False
@@ -817,6 +831,12 @@ def _ignore() -> None:
 
 def _ignore_input_end(_final: bool) -> None:
     pass
+
+
+_IGNORE_HANG_UP: Final = _ignore
+_IGNORE_INPUT_END: Final = _ignore_input_end
+"""What a closed transport calls (:meth:`SocketTransport._release`), through C statics: the two
+functions by name are looked up in the module's dict, as every connection ends."""
 
 
 def _hang_up_instead(on_hang_up: Callable[[], None]) -> Callable[[bool], None]:

@@ -535,7 +535,7 @@ def test_loop_bench_reports_loop_operations_of_each_scenario():
                            "--no-strace"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if "per request:" in line]
-    assert [line.split()[0] for line in lines] == ["set", "get", "set-always"]
+    assert [line.split()[0] for line in lines] == ["set", "get", "set-always", "connect"]
     assert all("iterations" in line and "switches" in line for line in lines)
 
 

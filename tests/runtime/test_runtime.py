@@ -768,3 +768,46 @@ def test_an_actor_that_never_ran_on_its_greenlet_ends_at_its_stop_as_pykkas_loop
     ref.tell("bye")
     assert seen == ["on_start"]
     assert not ref.is_alive() and not ref.mailbox.items
+
+
+def _started_on_the_hub() -> pykka.ActorRef:
+    """A :class:`HubSafe` started in a callback of this thread's hub (as a session is, on accept)."""
+    made: list = []
+    gevent.get_hub().loop.run_callback(lambda: made.append(HubSafe.start([], [True])))
+    while not made:
+        gevent.sleep(0.001)
+    return made[0]
+
+
+def _own_hub_and_runs(ref: pykka.ActorRef) -> bool:
+    mailbox = ref.actor_inbox
+    hub = gevent.get_hub()
+    return mailbox.hub is hub and mailbox.hub_runs.hub() is hub
+
+
+def test_a_mailbox_made_on_a_hub_is_that_hubs_whichever_hub_made_the_last():
+    # a mailbox made on a hub reuses what the last one made there found (every connection's
+    # session); one made on another thread's hub in between, or off the hub, gets its own
+    import threading
+
+    first = _started_on_the_hub()
+    elsewhere: list = []
+
+    def other_thread() -> None:
+        ref = _started_on_the_hub()
+        again = _started_on_the_hub()
+        elsewhere.extend([_own_hub_and_runs(ref), _own_hub_and_runs(again)])
+        ref.stop()
+        again.stop()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join(PATIENCE)
+    back = _started_on_the_hub()
+    off_hub = HubSafe.start([], [True])  # made on this greenlet, not the hub's
+    try:
+        assert elsewhere == [True, True]
+        assert _own_hub_and_runs(first) and _own_hub_and_runs(back) and _own_hub_and_runs(off_hub)
+    finally:
+        for ref in (first, back, off_hub):
+            ref.stop()

@@ -38,3 +38,15 @@ def test_a_lone_durable_set_hands_its_fdatasync_off_once_and_switches_no_greenle
     assert counts["callbacks"] <= 1 + SLACK, counts
     assert counts["timer_starts"] <= SLACK, counts
     assert counts["switches"] <= SLACK, counts
+
+
+def test_a_connection_stops_its_read_watcher_once_and_reads_no_clock_without_an_idle_timeout() -> None:
+    # each a connection of its own: connect, a GET, close, closed by the server before the next
+    counts = measure("connect", 200).loop
+    # its FIN's read stops the watcher; gevent stops it once more after a callback that stopped
+    # its own watcher; the close and the release find it stopped (it went on being stopped 4 times)
+    assert counts["watcher_stops"] <= 2 + SLACK, counts
+    # no client_timeout: when the client last sent is never asked (it was, once per connection)
+    assert counts["clock_reads"] <= SLACK, counts
+    assert counts["switches"] <= SLACK, counts
+    assert counts["callbacks"] <= SLACK, counts
