@@ -1,17 +1,17 @@
 """The wall clock as the request path reads it: once for a client's read, not once per use.
 
-A socket's read callback (``session._transport``), and the dispatcher's burst of the reads of one
-loop iteration (``runtime._dispatcher``), read the clock when they start handling requests
-(:meth:`TurnClock.begin`) and forget the reading when they return (:meth:`TurnClock.end`). What
-runs inside (the session's batch, the queue running it inline, the answer, its latency figures)
-takes the time from :data:`TURN` instead of reading the clock each: a lone SET read it three
-times, a GET four, at about 170 instructions and a float each (ADR 0020). So an item's add time,
-and the ``now`` its queue checks expiries against, is when the server read the request, as the
-items of one batch already shared one reading. Outside those (a dispatcher greenlet's burst,
-which may wait, a timer, a woken waiter's turn) :data:`TURN` holds nothing and each use reads the
-clock. Handlers on the hub never wait, so a reading is as old as its callback's own work. Servers
-on other threads of one process (tests) share :data:`TURN`: what one takes is then another's
-reading, made no earlier than its own would have been.
+The dispatcher (``runtime._dispatcher``) reads the clock when it tells, on the hub, what a
+socket's read callback hands it (``tell_from_hub``) or a small burst of one loop iteration's reads
+(``_run_on_hub``) (:meth:`TurnClock.begin`), and forgets the reading when the tells return
+(:meth:`TurnClock.end`). What runs inside (the session's batch, the queue running it inline, the
+answer, its latency figures) takes the time from :data:`TURN` instead of reading the clock each:
+a lone SET read it three times, a GET four, at about 170 instructions and a float each (ADR 0020).
+So an item's add time, and the ``now`` its queue checks expiries against, is when the server
+handled the read that brought the request, as the items of one batch already shared one reading.
+Outside those (a dispatcher greenlet's burst, which may wait, a timer, a woken waiter's turn)
+:data:`TURN` holds nothing and each use reads the clock. Handlers on the hub never wait, so a
+reading is as old as its tells' own work. Servers on other threads of one process (tests) share
+:data:`TURN`: what one takes may then be another's reading of about the same moment.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ _time: Final = time.time  # a C static in the compiled build, not a lookup by na
 
 
 class TurnClock:
-    """The running read callback's reading of the wall clock (see the module docstring)."""
+    """The reading of the wall clock that the tells running on the hub share (see the module docstring)."""
 
     __slots__ = ("now",)
 
     def __init__(self) -> None:
         self.now = 0.0
-        """Epoch seconds, as read when the running callback began; 0.0: none runs."""
+        """Epoch seconds, as read when the running tells began; 0.0: none runs."""
 
     def begin(self) -> None:
         self.now = _time()
@@ -44,6 +44,6 @@ TURN: Final = TurnClock()
 
 
 def epoch_seconds() -> float:
-    """The wall clock in epoch seconds: the running read callback's reading, else the clock's."""
+    """The wall clock in epoch seconds: the running tells' reading, else the clock's."""
     now = TURN.now
     return now if now else _time()

@@ -36,7 +36,7 @@ _time: Final = time.time  # a C static in the compiled build, not a lookup by na
 
 
 def epoch_ms() -> int:
-    """The wall clock in epoch milliseconds, the unit of item times and expiries: inside a read
-    callback its reading (``_clock.TURN``: the time the request was read), else the clock's."""
+    """The wall clock in epoch milliseconds, the unit of item times and expiries: inside the tells
+    of a read its reading (``_clock.TURN``: when the request's read was handled), else the clock's."""
     now = TURN.now
     return int((now if now else _time()) * 1000)
