@@ -29,6 +29,7 @@ __all__ = ["COMPILED_MODULES", "PROFILE_MARKER", "PURE_ENV", "compiled_state", "
 COMPILED_MODULES = (
     "kestrel_actors.queue_name",
     "kestrel_actors._malloc",
+    "kestrel_actors._clock",
     "kestrel_actors.protocol._lines",
     "kestrel_actors.protocol._replies",
     "kestrel_actors.protocol._commands",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Final
 
+from .._clock import TURN
 from ..queue_name import MAX_NAME_BYTES, fanout_master, is_fanout_child, is_queue_name, name_problem
 
 __all__ = [
@@ -35,5 +36,7 @@ _time: Final = time.time  # a C static in the compiled build, not a lookup by na
 
 
 def epoch_ms() -> int:
-    """The wall clock in epoch milliseconds, the unit of item times and expiries."""
-    return int(_time() * 1000)
+    """The wall clock in epoch milliseconds, the unit of item times and expiries: inside the tells
+    of a read its reading (``_clock.TURN``: when the request's read was handled), else the clock's."""
+    now = TURN.now
+    return int((now if now else _time()) * 1000)

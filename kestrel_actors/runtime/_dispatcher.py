@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Final
 import gevent
 from greenlet import getcurrent
 
+from .._clock import TURN
 from ._actor import of_this_hub, runs_off_hub, tell_quietly
 
 __all__ = ["Dispatcher"]
@@ -75,7 +76,11 @@ class Dispatcher:
         if self.due or self.loop.pendingcnt:
             self.deliver(ref, message)
             return
-        tell_quietly(ref, message)
+        TURN.begin()  # what the tell runs takes the time from this one reading (``_clock``)
+        try:
+            tell_quietly(ref, message)
+        finally:
+            TURN.end()
 
     def deliver(self, ref: Any, message: Any) -> None:
         """``ref.tell(message)`` soon, with the burst's other tells, after what is already due.
@@ -97,6 +102,7 @@ class Dispatcher:
             self._wake_greenlet()
             return
         self.on_hub = True
+        TURN.begin()  # one reading of the clock for the burst's tells, as for a lone one
         try:
             while due:
                 ref, message = due[0]
@@ -105,6 +111,7 @@ class Dispatcher:
                 _popleft(due)
                 tell_quietly(ref, message)
         finally:
+            TURN.end()
             self.on_hub = False
         if due and not self.woken:
             self._wake_greenlet()

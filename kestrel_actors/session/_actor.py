@@ -35,6 +35,7 @@ import structlog
 from pykka import ActorDeadError
 
 from .. import protocol as p
+from .._clock import epoch_seconds
 from ..messages import (
     IGNORE,
     BatchDone,
@@ -90,7 +91,6 @@ _REMOVE_NOW: Final = Remove(None)
 _OPEN_NOW: Final = Open(None)
 _PEEK_NOW: Final = Peek(None)
 
-_perf_counter: Final = time.perf_counter
 _monotonic: Final = time.monotonic  # read through a C static, not the module (ADR 0015)
 # deque's methods through C statics too: ``pending.popleft()`` looks the name up on each call
 _append: Final = deque.append
@@ -235,7 +235,8 @@ class SessionActor(GeventActor):
         self.batch_queue = ""
         self.sent: QueueBatch | None = None
         self.sent_at = 0.0
-        """The batch awaiting its answer, and when it left (``perf_counter``): latency figures."""
+        """The batch awaiting its answer, and when it left (epoch seconds, ``_clock.epoch_seconds``:
+        in a read's callback, when the request was read): latency figures."""
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
@@ -531,7 +532,7 @@ class SessionActor(GeventActor):
             return True
         self.waiting = _BATCH
         self.sent = QueueBatch(ops, self.session, self.ref)
-        self.sent_at = _perf_counter()
+        self.sent_at = epoch_seconds()
         try:
             ref.tell(self.sent)
         except ActorDeadError:  # deleted between the check and now: it answers as closed
@@ -779,7 +780,7 @@ class SessionActor(GeventActor):
         op = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
         self.context.stats.cmd_monitor_get += 1
         self.sent = QueueBatch([op], self.session, self.ref)
-        self.sent_at = _perf_counter()
+        self.sent_at = epoch_seconds()
         try:
             ref.tell(self.sent)
         except ActorDeadError:

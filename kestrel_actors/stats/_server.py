@@ -195,8 +195,7 @@ class Histogram:
         return result
 
 
-# Final: compiled code reads these from a C static, not from the module's dict, on every batch
-_perf_counter: Final = time.perf_counter
+# Final: compiled code reads it from a C static, not from the module's dict, on every batch
 _time: Final = time.time
 
 
@@ -341,8 +340,9 @@ class ServerStats:
 
 
 def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: list[Any], started: float) -> None:
-    """Record one answered :class:`QueueBatch`: its latency since ``started`` (``perf_counter``
-    seconds, when the session sent it), the queue's hits and misses, and delivery times.
+    """Record one answered :class:`QueueBatch`: its latency since ``started`` (epoch seconds,
+    when the session sent it: ``_clock.epoch_seconds``), the queue's hits and misses, and
+    delivery times, all from one reading of the clock (a step backwards counts as 0).
 
     As in Kestrel, a fetch's hit or miss latency counts only a fetch answered at once; a
     batch that waited in the queue's wait-list (``batch.parked``) adds its misses to
@@ -353,7 +353,8 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
     metrics = stats.queues.get(queue)
     if metrics is None:
         return
-    usec = int((_perf_counter() - started) * 1e6)
+    now = _time()  # read once: the latency and the delivery times alike
+    usec = int((now - started) * 1e6)
     ops = batch.ops
     if len(ops) == 1 and len(results) == 1:
         kind = type(ops[0])
@@ -370,7 +371,7 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
                 (metrics.miss_latency or metrics.histogram("get_miss_latency_usec")).add(usec)
                 return
             metrics.get_items_hit += 1
-            msec = int(_time() * 1000) - item.add_time  # add counts a clock step backwards as 0
+            msec = int(now * 1000) - item.add_time  # add counts a clock step backwards as 0
             (metrics.delivery_latency or metrics.histogram("delivery_latency_msec")).add(msec)
             if not batch.parked:  # a GET that waited counts no hit latency
                 (metrics.hit_latency or metrics.histogram("get_hit_latency_usec")).add(usec)
@@ -410,7 +411,7 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
         else:
             metrics.histogram("get_miss_latency_usec").add(usec, misses)
     if delivered or many:
-        now_ms = int(_time() * 1000)
+        now_ms = int(now * 1000)
         delivery = metrics.delivery_latency or metrics.histogram("delivery_latency_msec")
         if delivered:
             _tally_delivery(delivery, delivered, now_ms)
