@@ -283,9 +283,13 @@ class QueueCore:
             journal.check_rotate(self)
         return size
 
-    def open_many(self, now_ms: int, limit: int, max_bytes: int) -> list[Item]:
+    def open_many(self, now_ms: int, limit: int, max_bytes: int,
+                  keys: list[Any] | None = None) -> list[Item]:
         """:meth:`remove` with ``transactional`` up to ``limit`` times, or until the items opened
-        hold ``max_bytes`` or more: those items, head first (a ``monitor``'s batch).
+        hold ``max_bytes`` or more: those items, head first (a ``monitor``'s batch). Their xids
+        are appended to ``keys`` in the same order, as the objects :attr:`open_reads` is keyed
+        by (a session that confirms with them boxes none again, and each look-up of one in the
+        table matches by identity before any comparison).
 
         Their REMOVE_TENTATIVE_XID records go to the journal together (ADR 0022), still in the
         order of the removals: before an expired head's REMOVE, before a read-behind fill (which
@@ -294,12 +298,14 @@ class QueueCore:
         UNREMOVE between their records): the items are opened one by one."""
         items: list[Item] = []
         size = 0
+        opened: list[Any] = keys if keys is not None else []
         if self.limits.open_transaction_timeout is not None:
             for _ in range(limit):
                 item = self.remove(now_ms, transactional=True)
                 if item is None:
                     break
                 items.append(item)
+                opened.append(item.xid)
                 size += len(item.data)
                 if size >= max_bytes:
                     break
@@ -333,6 +339,7 @@ class QueueCore:
             key: Any = xid
             open_reads[key] = item
             xids.append(key)
+            opened.append(key)
             if self._fill_due():
                 # a fill may wait for the disk, and other greenlets run meanwhile (a checkpoint
                 # takes the queue's state and the journal's size): the opens are journaled first
@@ -395,19 +402,27 @@ class QueueCore:
         """:meth:`confirm` of each of ``xids``, the items confirmed appended to ``confirmed``,
         their CONFIRM_REMOVE records journaled together -> how many were open."""
         # ``Any``: the xids stay the objects the session sent, never unboxed and boxed again
+        # (a monitor's are the very keys of the table: :meth:`open_many`)
         open_reads: dict[Any, Item] = self.open_reads
         keys: tuple[Any, ...] = xids
-        done: list[Any] = []
+        # the xids found, listed only from the first one not found: usually all are, and
+        # ``keys`` is that list (no append per xid)
+        done: list[Any] | None = None
+        found: int = 0
         for xid in keys:
             item = open_reads.get(xid)
             if item is None:
+                if done is None:
+                    done = list(keys[:found])
                 continue
             del open_reads[xid]
-            done.append(xid)
+            if done is not None:
+                done.append(xid)
+            found += 1
             confirmed.append(item)
-        if done:
-            self.journal.confirm_remove_many(done)
-        return len(done)
+        if found:
+            self.journal.confirm_remove_many(list(keys) if done is None else done)
+        return found
 
     def unremove(self, xid: int) -> bool:
         """Put open item ``xid`` back at the head; ``False`` if it is unknown."""
