@@ -311,24 +311,25 @@ class QueueCore:
                     break
             return items
         journal = self.journal
-        # ``Any``: an xid is boxed once, for the table and the journal's list alike (the
-        # compiled build boxes an ``int`` anew for each use as an object)
+        # ``Any``: an xid is boxed once, for the table, ``keys`` and the journal alike (the
+        # compiled build boxes an ``int`` anew for each use as an object); the journal is given
+        # each run of ``opened`` from ``journaled`` on, a slice made in C, not a list of its own
         open_reads: dict[Any, Item] = self.open_reads
-        xids: list[Any] = []
+        journaled = len(opened)
         for _ in range(limit):
             if self.closed or not self.length:
                 break
             self.transactions += 1
             if not self._head_never_expires():
-                if xids:  # the opens so far are journaled before any REMOVE of an expired head
-                    journal.remove_tentative_many(xids)
-                    xids = []
+                if len(opened) > journaled:  # the opens so far are journaled before any REMOVE of an expired head
+                    journal.remove_tentative_many(opened[journaled:])
+                    journaled = len(opened)
                 self.discard_expired(now_ms)
                 if not self.length:
                     break
-            if xids and self._fill_due():  # _pop_head fills an empty memory
-                journal.remove_tentative_many(xids)
-                xids = []
+            if len(opened) > journaled and self._fill_due():  # _pop_head fills an empty memory
+                journal.remove_tentative_many(opened[journaled:])
+                journaled = len(opened)
             item = self._pop_head()
             if item is None:
                 break  # read-behind waits for records the journal could not write yet
@@ -338,20 +339,19 @@ class QueueCore:
             item.opened = now_ms
             key: Any = xid
             open_reads[key] = item
-            xids.append(key)
             opened.append(key)
             if self._fill_due():
                 # a fill may wait for the disk, and other greenlets run meanwhile (a checkpoint
                 # takes the queue's state and the journal's size): the opens are journaled first
-                journal.remove_tentative_many(xids)
-                xids = []
+                journal.remove_tentative_many(opened[journaled:])
+                journaled = len(opened)
                 self._fill_read_behind()
             items.append(item)
             size += len(item.data)
             if size >= max_bytes:
                 break
-        if xids:
-            journal.remove_tentative_many(xids)
+        if len(opened) > journaled:
+            journal.remove_tentative_many(opened[journaled:])
         if items:
             journal.check_rotate(self)
         return items
