@@ -631,7 +631,7 @@ class QueueActor(GeventActor):
             return item
         limit: int = op.max_items  # typed: a native loop (over ``op``'s, an object, each step boxed and compared)
         if kind is OpenMany:
-            items = core.open_many(now_ms, limit, BATCH_FETCH_BYTES)
+            items = core.open_many(now_ms, limit, BATCH_FETCH_BYTES, op.xids)
             self.stats.get_hits += len(items)
             return items
         items = []

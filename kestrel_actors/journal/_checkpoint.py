@@ -29,12 +29,12 @@ from __future__ import annotations
 import base64
 import json
 import os
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from .._crc import crc32
 from ..queue import Item
 from ._files import CHECKPOINT_DIR, fsync_dir, open_regular
 
@@ -94,7 +94,7 @@ def encode(ck: Checkpoint) -> bytes:
         "open": [[xid, len(i.data), i.add_time, i.expiry] for xid, i in ck.open_items.items()], "marks": ck.marks,
     }, separators=(",", ":")).encode("ascii") + b"\n"
     whole = b"".join([MAGIC, body, *datas])
-    return whole + b"%08x\n" % zlib.crc32(whole)
+    return whole + b"%08x\n" % crc32(whole)
 
 
 def decode(raw: bytes) -> Checkpoint:
@@ -102,7 +102,7 @@ def decode(raw: bytes) -> Checkpoint:
     if raw.startswith(MAGIC_V1):
         return _decode_v1(raw)
     whole, crc = raw[:-9], raw[-9:]
-    if not whole.startswith(MAGIC) or crc[-1:] != b"\n" or int(crc[:-1], 16) != zlib.crc32(whole):
+    if not whole.startswith(MAGIC) or crc[-1:] != b"\n" or int(crc[:-1], 16) != crc32(whole):
         raise ValueError("bad checksum")
     end = whole.index(b"\n", len(MAGIC))
     doc = json.loads(whole[len(MAGIC):end])
@@ -130,7 +130,7 @@ def _decode_v1(raw: bytes) -> Checkpoint:
     """Version 1: the items' bytes in base64 inside the JSON."""
     head, _, crc = raw.rstrip(b"\n").rpartition(b"\n")
     head += b"\n"
-    if int(crc, 16) != zlib.crc32(head):
+    if int(crc, 16) != crc32(head):
         raise ValueError("bad checksum")
     doc = json.loads(head[len(MAGIC_V1):])
     open_items = {}
@@ -164,10 +164,10 @@ def tail_crc(source: str | int, offset: int) -> int:
     descriptor; fewer bytes at a file's start)."""
     start = max(0, offset - TAIL_BYTES)
     if isinstance(source, int):
-        return zlib.crc32(os.pread(source, offset - start, start))
+        return crc32(os.pread(source, offset - start, start))
     fd = open_regular(source)  # never through a symbolic link, never a pipe
     try:
-        return zlib.crc32(os.pread(fd, offset - start, start))
+        return crc32(os.pread(fd, offset - start, start))
     finally:
         os.close(fd)
 

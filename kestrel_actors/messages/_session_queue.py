@@ -132,13 +132,18 @@ class Peek(Remove):
 
 
 class OpenMany:
-    """Open up to ``max_items`` (a monitor step) -> ``list[Item]`` (empty on timeout)."""
+    """Open up to ``max_items`` (a monitor step) -> ``list[Item]`` (empty on timeout).
 
-    __slots__ = ("max_items", "deadline")
+    ``xids`` comes back holding the items' xids in order, as the very objects the queue keys
+    its open reads by: a session that keeps them (and sends them back in its ``Confirm``)
+    boxes no xid again, and the queue's look-ups of them match by identity (ADR 0022)."""
+
+    __slots__ = ("max_items", "deadline", "xids")
 
     def __init__(self, max_items: int, deadline: float | None) -> None:
         self.max_items = max_items
         self.deadline = deadline
+        self.xids: list[Any] = []
 
 
 class RemoveMany:

@@ -283,9 +283,13 @@ class QueueCore:
             journal.check_rotate(self)
         return size
 
-    def open_many(self, now_ms: int, limit: int, max_bytes: int) -> list[Item]:
+    def open_many(self, now_ms: int, limit: int, max_bytes: int,
+                  keys: list[Any] | None = None) -> list[Item]:
         """:meth:`remove` with ``transactional`` up to ``limit`` times, or until the items opened
-        hold ``max_bytes`` or more: those items, head first (a ``monitor``'s batch).
+        hold ``max_bytes`` or more: those items, head first (a ``monitor``'s batch). Their xids
+        are appended to ``keys`` in the same order, as the objects :attr:`open_reads` is keyed
+        by (a session that confirms with them boxes none again, and each look-up of one in the
+        table matches by identity before any comparison).
 
         Their REMOVE_TENTATIVE_XID records go to the journal together (ADR 0022), still in the
         order of the removals: before an expired head's REMOVE, before a read-behind fill (which
@@ -294,35 +298,38 @@ class QueueCore:
         UNREMOVE between their records): the items are opened one by one."""
         items: list[Item] = []
         size = 0
+        opened: list[Any] = keys if keys is not None else []
         if self.limits.open_transaction_timeout is not None:
             for _ in range(limit):
                 item = self.remove(now_ms, transactional=True)
                 if item is None:
                     break
                 items.append(item)
+                opened.append(item.xid)
                 size += len(item.data)
                 if size >= max_bytes:
                     break
             return items
         journal = self.journal
-        # ``Any``: an xid is boxed once, for the table and the journal's list alike (the
-        # compiled build boxes an ``int`` anew for each use as an object)
+        # ``Any``: an xid is boxed once, for the table, ``keys`` and the journal alike (the
+        # compiled build boxes an ``int`` anew for each use as an object); the journal is given
+        # each run of ``opened`` from ``journaled`` on, a slice made in C, not a list of its own
         open_reads: dict[Any, Item] = self.open_reads
-        xids: list[Any] = []
+        journaled = len(opened)
         for _ in range(limit):
             if self.closed or not self.length:
                 break
             self.transactions += 1
             if not self._head_never_expires():
-                if xids:  # the opens so far are journaled before any REMOVE of an expired head
-                    journal.remove_tentative_many(xids)
-                    xids = []
+                if len(opened) > journaled:  # the opens so far are journaled before any REMOVE of an expired head
+                    journal.remove_tentative_many(opened[journaled:])
+                    journaled = len(opened)
                 self.discard_expired(now_ms)
                 if not self.length:
                     break
-            if xids and self._fill_due():  # _pop_head fills an empty memory
-                journal.remove_tentative_many(xids)
-                xids = []
+            if len(opened) > journaled and self._fill_due():  # _pop_head fills an empty memory
+                journal.remove_tentative_many(opened[journaled:])
+                journaled = len(opened)
             item = self._pop_head()
             if item is None:
                 break  # read-behind waits for records the journal could not write yet
@@ -332,19 +339,19 @@ class QueueCore:
             item.opened = now_ms
             key: Any = xid
             open_reads[key] = item
-            xids.append(key)
+            opened.append(key)
             if self._fill_due():
                 # a fill may wait for the disk, and other greenlets run meanwhile (a checkpoint
                 # takes the queue's state and the journal's size): the opens are journaled first
-                journal.remove_tentative_many(xids)
-                xids = []
+                journal.remove_tentative_many(opened[journaled:])
+                journaled = len(opened)
                 self._fill_read_behind()
             items.append(item)
             size += len(item.data)
             if size >= max_bytes:
                 break
-        if xids:
-            journal.remove_tentative_many(xids)
+        if len(opened) > journaled:
+            journal.remove_tentative_many(opened[journaled:])
         if items:
             journal.check_rotate(self)
         return items
@@ -395,19 +402,27 @@ class QueueCore:
         """:meth:`confirm` of each of ``xids``, the items confirmed appended to ``confirmed``,
         their CONFIRM_REMOVE records journaled together -> how many were open."""
         # ``Any``: the xids stay the objects the session sent, never unboxed and boxed again
+        # (a monitor's are the very keys of the table: :meth:`open_many`)
         open_reads: dict[Any, Item] = self.open_reads
         keys: tuple[Any, ...] = xids
-        done: list[Any] = []
+        # the xids found, listed only from the first one not found: usually all are, and
+        # ``keys`` is that list (no append per xid)
+        done: list[Any] | None = None
+        found: int = 0
         for xid in keys:
             item = open_reads.get(xid)
             if item is None:
+                if done is None:
+                    done = list(keys[:found])
                 continue
             del open_reads[xid]
-            done.append(xid)
+            if done is not None:
+                done.append(xid)
+            found += 1
             confirmed.append(item)
-        if done:
-            self.journal.confirm_remove_many(done)
-        return len(done)
+        if found:
+            self.journal.confirm_remove_many(list(keys) if done is None else done)
+        return found
 
     def unremove(self, xid: int) -> bool:
         """Put open item ``xid`` back at the head; ``False`` if it is unknown."""

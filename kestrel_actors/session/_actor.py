@@ -175,6 +175,8 @@ class MonitorState:
     """At most this many reads open on the queue at once."""
     stamped: bool = False
     """Each item's reply carries its enqueue time (memcache's ``stamp`` option)."""
+    step: OpenMany | None = None
+    """The step sent last: its ``xids`` come back as the queue's own objects."""
 
 
 class _MonitorResume:
@@ -777,7 +779,7 @@ class SessionActor(GeventActor):
             return
         self.waiting = _BATCH
         self.batch_queue = name
-        op = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
+        op = monitor.step = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
         self.context.stats.cmd_monitor_get += 1
         self.sent = QueueBatch([op], self.session, self.ref)
         self.sent_at = epoch_seconds()
@@ -793,14 +795,18 @@ class SessionActor(GeventActor):
         monitor = self.monitor
         assert monitor is not None
         name = monitor.queue
+        step, monitor.step = monitor.step, None
         if items:
             if self.session.closed:
                 self.context.stats.finished_but_add += len(items)
                 self._give_back(name, [item.xid for item in items])
                 return
             opened = self.open_reads.setdefault(name, deque())
-            # one extend of a list made natively (``xid`` read typed), not a call per xid
-            _extend(opened, [item.xid for item in items])
+            # the queue's own xid objects, in order (OpenMany): none boxed again here, and the
+            # confirm's look-ups find them by identity; one extend, not a call per xid
+            xids = step.xids if step is not None else None
+            _extend(opened, xids if xids is not None and len(xids) == len(items)
+                    else [item.xid for item in items])
             self.handler.add_item_replies(name, items, monitor.stamped, self.out)
             monitor.remaining -= len(items)
         elif _monotonic() < monitor.deadline:

@@ -318,6 +318,34 @@ def test_with_an_open_timeout_a_batch_opens_one_by_one_so_a_timed_out_read_comes
     assert [i.data for i in items] == [b"a", b"b"]
 
 
+def test_a_monitor_batch_hands_out_its_xids_as_the_open_read_tables_own_objects():
+    queue = make()
+    queue._xid = 1000  # past the ints every interpreter shares: only the table's own are these
+    for data in (b"a", b"b", b"c"):
+        assert queue.add(data, 0, NOW)
+    keys: list = []
+    items = queue.open_many(NOW, 3, 1 << 20, keys)
+    assert keys == [item.xid for item in items] == [1001, 1002, 1003]
+    assert all(key is own for key, own in zip(keys, queue.open_reads, strict=True))
+    timed = make(open_transaction_timeout=60.0)  # opened one by one: the same list, in order
+    assert timed.add(b"a", 0, NOW) and timed.add(b"b", 0, NOW)
+    keys = []
+    assert [i.xid for i in timed.open_many(NOW, 2, 1 << 20, keys)] == keys == [1, 2]
+
+
+def test_a_confirm_of_every_xid_sent_journals_them_in_the_order_sent():
+    queue = make()
+    for i in range(5):
+        assert queue.add(b"%d" % i, 0, NOW)
+    opened = queue.open_many(NOW, 5, 1 << 20)
+    confirmed: list = []
+    assert queue.confirm_many((3, 1, 2), confirmed) == 3
+    assert confirmed == [opened[2], opened[0], opened[1]]
+    assert queue.journal.records[-1] == ("confirms", [3, 1, 2]) and list(queue.open_reads) == [4, 5]
+    assert queue.confirm_many((4, 5, 99), confirmed) == 2  # the last unknown: the others journaled
+    assert queue.journal.records[-1] == ("confirms", [4, 5]) and not queue.open_reads
+
+
 def test_a_confirm_of_a_batch_journals_its_confirms_together():
     queue = make()
     for i in range(4):
