@@ -9,8 +9,7 @@ the mailbox: the queue actor appends encoded records to it and, at the end of it
 takes everything that has piled up and writes it with one ``writev``.
 Both run on the hub thread, so no lock guards the list. Only the blocking system calls leave
 the hub: ``fdatasync`` always, and a ``write`` when the batch is large, both on gevent's
-threadpool (:func:`run_blocking`), except the fdatasyncs of ``always``'s rounds, which go to
-the kernel through Linux AIO where it serves (:mod:`._aio`: no thread, no GIL hand-off).
+threadpool (:func:`run_blocking`).
 
 Sync policies (Kestrel's ``syncJournal``, behaviour §6.7), as positions in the byte stream
 (``appended`` ≥ ``written`` ≥ ``synced``, never reset across files):
@@ -69,8 +68,6 @@ import gevent.event
 import gevent.lock
 import structlog
 
-from ._aio import AioSync, open_aio_sync
-from ._aio import failure as aio_failure
 from ._failures import FailureLog, error_fields
 from ._files import open_regular
 
@@ -115,9 +112,6 @@ MARK_GRAIN = 0.0001
 _perf_counter: Final = time.perf_counter
 _writev: Final = os.writev
 _write: Final = os.write
-_fdatasync: Final = os.fdatasync
-"""The fdatasync of ``os`` as imported: one replaced since (a test that times or fails it)
-is called on the threadpool, where AIO would pass it by."""
 
 
 class SyncStats(Protocol):
@@ -321,10 +315,6 @@ class JournalWriter:
         """With ``always``: the sessions take the hub longer than an fdatasync, so a round starts
         as soon as records wait, before the last round's answers go (:meth:`_synced_from_turn`)."""
         self._io = _FileLock()
-        self._aio: AioSync | None = None
-        """With ``always``: the fdatasyncs of :meth:`_sync_from_turn` go to the kernel through
-        this, not to a thread (:mod:`._aio`); None where AIO cannot serve."""
-        self._aio_tried = False
         self._timer: gevent.Greenlet[..., Any] | None = None
         self.sync_stats: SyncStats | None = None
         self._marks: list[list[float]] | None = None
@@ -441,29 +431,19 @@ class JournalWriter:
         return done >= target or self.closed
 
     def _sync_from_turn(self) -> None:
-        """With ``always``: write what is pending now and hand its fdatasync to the kernel
-        (:mod:`._aio`) or else to the threadpool, from the caller's turn (the hub's included),
-        its end answered by a hub callback (:meth:`_synced_from_turn`) rather than the writer
-        greenlet: a lone durable request costs no greenlet switch. Does nothing when the
-        writer greenlet must do it (a failure, a hold, the file busy, a large batch, no free
-        worker)."""
-        aio = self._aio
-        if aio is None and self.mode == ALWAYS and not self._aio_tried:
-            self._aio_tried = True
-            aio = self._aio = open_aio_sync(self._hub.loop)
-        if aio is not None and aio.broken:
-            aio.close()
-            aio = self._aio = None
-        if aio is None or os.fdatasync is not _fdatasync:
-            aio = None
-            pool = self._hub.threadpool
-            # spawn waits for a free worker, and the hub must never wait: gevent's own count of
-            # them, if this gevent has it; else the writer greenlet does every fdatasync
-            free = getattr(pool, "_available_worker_threads_greenlet_sem", None)
-            if free is None or free.locked():
-                return
+        """With ``always``: write what is pending now and hand its fdatasync to the threadpool,
+        from the caller's turn (the hub's included), its end answered by a hub callback
+        (:meth:`_synced_from_turn`) rather than the writer greenlet: a lone durable request
+        costs no greenlet switch. Does nothing when the writer greenlet must do it (a failure,
+        a hold, the file busy, a large batch, no free worker)."""
+        pool = self._hub.threadpool
+        # spawn waits for a free worker, and the hub must never wait: gevent's own count of
+        # them, if this gevent has it; else the writer greenlet does every fdatasync
+        free = getattr(pool, "_available_worker_threads_greenlet_sem", None)
         if (
-            self.error is not None
+            free is None
+            or free.locked()
+            or self.error is not None
             or self._held_at is not None
             or self.closed
             or self._io.held
@@ -479,16 +459,8 @@ class JournalWriter:
         self._round_records = self._records - self._round_from
         self._round_from = self._records
         started = _perf_counter()
-        if aio is None:
-            done = self._hub.threadpool.spawn(_capturing, os.fdatasync, (self._fd,))
-            done.rawlink(lambda result: self._synced_from_turn(target, started, result.value))
-        elif not aio.submit(self._fd, lambda result: self._synced_from_turn(
-                target, started, None if result >= 0 else _Raised(aio_failure(result)))):
-            # not started (refused, or no room): the writer greenlet syncs on the threadpool,
-            # which may wait for a worker where the hub must not
-            self._syncing = False
-            self._io.release()
-            self._wake.set()
+        done = pool.spawn(_capturing, os.fdatasync, (self._fd,))
+        done.rawlink(lambda result: self._synced_from_turn(target, started, result.value))
 
     def _synced_from_turn(self, target: int, started: float, outcome: Any) -> None:
         """The fdatasync :meth:`_sync_from_turn` handed off has returned (on the hub).
@@ -739,9 +711,6 @@ class JournalWriter:
                 except OSError as exc:
                     log.error("journal fsync failed at close", queue=self.queue, error=str(exc))
             os.close(self._fd)
-            if self._aio is not None:
-                self._aio.close()
-                self._aio = None
         self.written = self.synced = self.appended
         if self._timer is not None:
             self._timer.kill(block=False)
