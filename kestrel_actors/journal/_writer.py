@@ -56,6 +56,7 @@ on it were held no longer than that.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections import deque
@@ -664,6 +665,8 @@ class JournalWriter:
     def switch_file(self, path: str) -> None:
         """Append to ``path`` from now on (inside :meth:`exclusive`). If it cannot be opened
         (no inode left, a read-only file system) this raises and the current file stays."""
+        if self.closed:
+            raise OSError(errno.EBADF, "journal writer closed", self.path)
         fd = self._open(path)
         os.close(self._fd)
         self.path = path
@@ -711,6 +714,9 @@ class JournalWriter:
                 except OSError as exc:
                     log.error("journal fsync failed at close", queue=self.queue, error=str(exc))
             os.close(self._fd)
+            # the number may be another file's from now on: a late truncate, switch or sync
+            # must fail (EBADF), not act on whatever file took it
+            self._fd = -1
         self.written = self.synced = self.appended
         if self._timer is not None:
             self._timer.kill(block=False)

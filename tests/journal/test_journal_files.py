@@ -579,3 +579,23 @@ def test_write_all_writes_one_record_or_many_in_order(tmp_path):
     finally:
         os.close(fd)
     assert path.read_bytes() == b"onetwo-three" + b"".join(b"%d," % i for i in range(2000))
+
+
+def test_a_closed_writer_never_acts_on_the_file_that_took_its_descriptor_number(data_dir):
+    """After close the writer's old descriptor number may be another file's: a late switch of
+    files (a rotation that lost the race with close) is refused and leaves that file open."""
+    journal = FileJournal(str(data_dir), "q", QueueConfig())
+    journal.add(Item(b"one", 1_700_000_000_000))
+    writer = journal.writer
+    journal.close()
+    data_dir = Path(data_dir)
+    other = data_dir / "other"
+    fd = os.open(other, os.O_CREAT | os.O_RDWR)  # the lowest free number: most likely the old one
+    try:
+        with pytest.raises(OSError):
+            writer.switch_file(str(data_dir / "q.next"))
+        os.write(fd, b"still mine")
+        assert other.read_bytes() == b"still mine"
+        assert not (data_dir / "q.next").exists()
+    finally:
+        os.close(fd)
