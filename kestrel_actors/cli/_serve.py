@@ -50,6 +50,10 @@ MIB = 1024 * 1024
                    "the most are closed.")
 @click.option("--sync-journal", default=None,
               help="Queue default fsync policy: never, always (reply after fsync) or a period like 100ms.")
+@click.option("--busy-poll", default="200us", show_default=True, metavar="DURATION",
+              callback=lambda _ctx, param, value: _duration(param, value),
+              help="After a read, poll the sockets without sleeping for up to this long (yielding "
+                   "the CPU each turn): 200us, 1ms, 0 to sleep at once.")
 @click.option("--client-timeout", default=None, type=click.FloatRange(min=0),
               help="Close a connection that sends nothing for this many seconds (off by default).")
 @click.option("--expiration-timer-frequency", default=1.0, show_default=True, type=float,
@@ -133,6 +137,15 @@ def _size(param: click.Parameter, value: str | int) -> int:
 
     try:
         return positive_size(value)
+    except BadValue as exc:
+        raise click.BadParameter(str(exc), param=param) from exc
+
+
+def _duration(param: click.Parameter, value: str | float) -> float:
+    from ..config import BadValue, duration
+
+    try:
+        return duration(value, bare_seconds=True)
     except BadValue as exc:
         raise click.BadParameter(str(exc), param=param) from exc
 

@@ -80,6 +80,7 @@ SERVER_SETTINGS: dict[str, v.Parser] = {
     "monitor_max_items": v.count(1),
     "expiration_timer_frequency": v.optional_duration(zero_is_none=True),
     "client_timeout": v.optional_duration(zero_is_none=True),
+    "busy_poll": v.duration,
     "max_connections": v.count(1),
     "max_buffered_bytes": v.positive_size,
     "connection_limit_refuse_writes": v.optional_count(0),

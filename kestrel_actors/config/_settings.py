@@ -110,6 +110,11 @@ class ServerConfig:
     monitor_max_items: int = 10_000
     expiration_timer_frequency: float | None = 1.0
     client_timeout: float | None = None
+    busy_poll: float = 0.0002
+    """After reading a request, the hub polls its sockets without sleeping for up to this many
+    seconds (yielding the CPU each turn) before it sleeps: waking a sleeping thread, and on a VM
+    a halted vCPU, costs a one-client request more than the request itself (ADR 0025). 0: sleep
+    at once."""
     max_connections: int = 20_000
     max_buffered_bytes: int = 1024 * MIB
     """Bound on what all connections buffer together (unfinished requests, unread replies);

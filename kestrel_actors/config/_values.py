@@ -52,8 +52,8 @@ class BadValue(ValueError):
     """A value of the wrong type or out of range; the message says what was expected."""
 
 
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h|d)?\s*\Z", re.IGNORECASE)
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|µs|ms|s|m|h|d)?\s*\Z", re.IGNORECASE)
+_DURATION_UNITS = {"us": 0.000001, "µs": 0.000001, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?:([kmgt])(?:i?b)?|b)?\s*\Z", re.IGNORECASE)
 _SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION_HINT = 'a duration: seconds as a number, or a string like "100ms", "30s", "5m", "1h"'
@@ -71,7 +71,7 @@ def _describe(value: Any) -> str:
 
 
 def duration(value: Any, bare_seconds: bool = False) -> float:
-    """Seconds, from a non-negative number or a string with a unit (ms, s, m, h, d).
+    """Seconds, from a non-negative number or a string with a unit (us, ms, s, m, h, d).
 
     ``bare_seconds``: a string that is a number alone is seconds too, as on a command line, where
     every value is a string; in a config file a number is written as a number.

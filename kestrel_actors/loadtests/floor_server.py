@@ -21,6 +21,9 @@ its end sends the replies and starts the next round at once if records are waiti
 gathering policy, no failure handling, no holds, and an ``END`` goes at once, ahead of any
 ``STORED`` still waiting (a floor, not a server). On SIGTERM it prints ``rounds records`` (the
 fdatasyncs and the records they covered) and exits.
+
+It polls before it sleeps as the server does (``--busy-poll``, the server's default; ADR 0025),
+with the server's own :class:`BusyPoll`, so that its rows stay like for like with the server's.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.socket
+
+from ..config import duration
+from ..session import BusyPoll
 
 if TYPE_CHECKING:
     from gevent._types import _IoWatcher  # the stubs' type of a loop's io watcher (no runtime name)
@@ -127,8 +133,10 @@ class Parked:
         self.resume()
 
 
-def serve(port: int, journal: str, sync_journal: str = "never") -> None:
+def serve(port: int, journal: str, sync_journal: str = "never", busy_poll: float = 0.0002) -> None:
     hub = gevent.get_hub()
+    poll = BusyPoll.of(hub.loop)
+    poll.seconds = busy_poll
     fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     commit = GroupCommit(fd) if sync_journal == "always" else None
     store = Store(fd)
@@ -145,7 +153,7 @@ def serve(port: int, journal: str, sync_journal: str = "never") -> None:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         watcher = hub.loop.io(sock.fileno(), 1)
-        watcher.start(_reader(sock, watcher, fd, commit, store))
+        watcher.start(_reader(sock, watcher, fd, commit, store, poll))
 
 
 def _report(commit: GroupCommit) -> None:
@@ -154,7 +162,7 @@ def _report(commit: GroupCommit) -> None:
 
 
 def _reader(sock: socket.socket, watcher: _IoWatcher, fd: int, commit: GroupCommit | None,
-            store: Store) -> Callable[[], None]:
+            store: Store, poll: BusyPoll) -> Callable[[], None]:
     buffer = bytearray()
     parked: list[Parked] = []
 
@@ -163,6 +171,7 @@ def _reader(sock: socket.socket, watcher: _IoWatcher, fd: int, commit: GroupComm
             data = sock.recv(65536)
         except BlockingIOError:
             return
+        poll.touch()
         if not data:
             watcher.stop()
             if parked:
@@ -237,8 +246,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("journal", nargs="?", default="/tmp/floor_server.journal")
     parser.add_argument("--sync-journal", choices=("never", "always"), default="never",
                         help="always: reply only after an fdatasync covers the record (group commit)")
+    parser.add_argument("--busy-poll", type=lambda text: duration(text, bare_seconds=True), default=0.0002,
+                        help="poll without sleeping for this long after a read, as the server does "
+                             "(default 200us; 0: sleep at once)")
     opts = parser.parse_args(argv)
-    serve(opts.port, opts.journal, opts.sync_journal)
+    serve(opts.port, opts.journal, opts.sync_journal, opts.busy_poll)
 
 
 if __name__ == "__main__":

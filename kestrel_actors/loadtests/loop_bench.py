@@ -3,7 +3,7 @@
     python -m kestrel_actors.loadtests.loop_bench [--requests 2000] [--no-strace]
 
 A real server (file journals in a temporary directory, memcache on a free loopback port, no
-expiry sweep) runs in this process on a thread of its own, with a hub whose libev loop counts
+expiry sweep, no busy poll) runs in this process on a thread of its own, with a hub whose libev loop counts
 what the request path asks of it; one client on the main thread sends requests one at a time
 over a real socket and waits for each reply, so every request finds its session and its queue
 idle. Counted on the server's thread, per request: loop iterations (libev's ``iteration``),
@@ -155,8 +155,9 @@ class InProcessServer:
         self.port: int = port
         self.config = ServerConfig(
             port=port, text_port=0, thrift_port=0, admin_port=0, data_dir=self.data_dir,
-            # no expiry sweep: once a second it would add its own loop work to the counts
-            expiration_timer_frequency=None, queue_defaults=QueueConfig(sync_journal=sync_journal))
+            # no expiry sweep: once a second it would add its own loop work to the counts; no
+            # busy poll: its empty turns (ADR 0025) are waiting, not work a request asks for
+            expiration_timer_frequency=None, busy_poll=0.0, queue_defaults=QueueConfig(sync_journal=sync_journal))
         self.loop: CountingLoop | None = None
         self.stats: Any = None
         """The server's statistics (its open connections), once it has started."""

@@ -12,7 +12,8 @@
   (a listener's accept loop, :func:`accept_burst`, hands each client to an :class:`Acceptor`);
   a session sends through a :class:`Transport` (``_transport``); the socket transports tell
   the server-wide ``BufferBudget`` (``_budget``) what they buffer, bounded by
-  ``max_buffered_bytes``.
+  ``max_buffered_bytes``; after their reads a hub polls before it sleeps (:class:`BusyPoll`,
+  ``busy_poll``).
 """
 
 from ._actor import Disconnected, Drain, EndOfInput, MonitorState, Received, SessionActor
@@ -22,10 +23,10 @@ from ._handler import Answer, Handler
 from ._memcache import MemcacheHandler
 from ._text import TextHandler
 from ._thrift import ThriftHandler
-from ._transport import CLIENT_SOCKET_OPTIONS, LIGHT_FIRST_READ, Transport, first_read_bytes
+from ._transport import CLIENT_SOCKET_OPTIONS, LIGHT_FIRST_READ, BusyPoll, Transport, first_read_bytes
 
 __all__ = [
-    "CLIENT_SOCKET_OPTIONS", "LIGHT_FIRST_READ", "Acceptor", "Answer", "Connections", "Disconnected", "Drain",
-    "EndOfInput", "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload", "SessionActor",
+    "CLIENT_SOCKET_OPTIONS", "LIGHT_FIRST_READ", "Acceptor", "Answer", "BusyPoll", "Connections", "Disconnected",
+    "Drain", "EndOfInput", "Handler", "MemcacheHandler", "MonitorState", "Received", "Reload", "SessionActor",
     "SessionContext", "Shutdown", "TextHandler", "ThriftHandler", "Transport", "accept_burst", "first_read_bytes",
 ]

@@ -27,7 +27,7 @@ from ._actor import Disconnected, Drain, EndOfInput, SessionActor
 from ._budget import BufferBudget
 from ._context import SessionContext
 from ._handler import Handler
-from ._transport import LIGHT_FIRST_READ, CommandSink, SocketTransport, first_read_bytes, take_turns
+from ._transport import LIGHT_FIRST_READ, BusyPoll, CommandSink, SocketTransport, first_read_bytes, take_turns
 
 __all__ = ["Acceptor", "ClientSocket", "Connections", "accept_burst", "backlog_length"]
 
@@ -49,6 +49,7 @@ class Connections:
         self.refuse_writes: int | None = config.connection_limit_refuse_writes
         self.refuse_reads: int | None = config.connection_limit_refuse_reads
         self.client_timeout: float | None = config.client_timeout
+        self.busy_poll: float = config.busy_poll
         self._next_session = 0
         self.live: dict[int, _ToSession] = {}
         """Every session not yet finished, by id: its link, which holds the session and its actor
@@ -108,6 +109,7 @@ class Connections:
         dispatcher = self._dispatcher
         if dispatcher is None:
             dispatcher = self._dispatcher = Dispatcher.current()
+            BusyPoll.of(dispatcher.loop).seconds = self.busy_poll
         link = _ToSession(dispatcher, session)
         transport = SocketTransport(sock, decoder, link, link.hang_up, stats, self.budget,
                                     self.client_timeout, address,

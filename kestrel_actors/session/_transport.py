@@ -177,6 +177,64 @@ class _Newcomers:
             self._next_pass()
 
 
+class BusyPoll:
+    """One hub's busy poll: after a read, the hub polls its sockets without sleeping for up to
+    ``seconds`` (libev's idle watcher keeps its ``epoll_wait`` at a timeout of 0), and only then
+    sleeps. On this kind of VM a thread asleep in ``epoll_wait`` halts its vCPU, and the wake-up
+    of a halted vCPU cost a one-client request more than the server's work (ADR 0025): a client
+    whose next request comes within ``seconds`` finds the hub awake. Each empty turn yields the
+    CPU (``sched_yield``), so a process that shares the vCPU runs as if the hub slept. While a
+    thread of the hub's pool works (an ``fdatasync``, a journal read) the hub sleeps instead: a
+    polling hub retakes the GIL every turn, and the thread, done, waited up to CPython's switch
+    interval for it (the durable row ran at 0.83×). Nothing runs per request but :meth:`touch`;
+    an idle server polls not at all."""
+
+    _by_loop: ClassVar[dict[Any, BusyPoll]] = {}
+
+    __slots__ = ("loop", "watcher", "pool", "seconds", "polling", "touched", "until")
+
+    def __init__(self, loop: Any) -> None:
+        """Made on the thread of the hub whose ``loop`` this is (``of``)."""
+        self.loop = loop
+        self.watcher = loop.idle()
+        self.pool: Any = gevent.get_hub().threadpool
+        """The hub's threads; ``len``: the jobs they have not finished."""
+        self.seconds = 0.0
+        """How long to poll after the last read; 0: never (``busy_poll``, set by the server)."""
+        self.polling = False
+        """Whether ``watcher`` is started (asked per read: a watcher's ``active`` is a lookup)."""
+        self.touched = False
+        """A read came since the last empty turn: the poll runs for ``seconds`` from then."""
+        self.until = 0.0
+
+    @classmethod
+    def of(cls, loop: Any) -> BusyPoll:
+        poll = cls._by_loop.get(loop)
+        if poll is None:
+            poll = cls._by_loop[loop] = cls(loop)
+        return poll
+
+    def touch(self) -> None:
+        """A read was handled: poll for ``seconds`` after the hub has nothing left to do."""
+        self.touched = True
+        if not self.polling and self.seconds > 0.0:
+            self.polling = True
+            self.watcher.start(self._empty_turn)
+
+    def _empty_turn(self) -> None:
+        # libev runs an idle watcher only in a turn that found nothing else to do
+        now = self.loop.now()
+        if self.touched:
+            self.touched = False
+            self.until = now + self.seconds
+        elif now >= self.until or len(self.pool):
+            self.polling = False
+            self.watcher.stop()
+            return
+        _sched_yield()
+
+
+_sched_yield: Final = os.sched_yield
 _ioctl: Final = fcntl.ioctl
 _FIONREAD: Final = termios.FIONREAD
 _waiting: Final = array.array("i", [0])
@@ -330,7 +388,8 @@ class SocketTransport(Transport):
     __slots__ = ("sock", "_reading", "fd", "decoder", "on_commands", "on_hang_up", "on_input_end", "stats",
                  "_watcher", "_handed", "closed", "_idle_timer", "_idle_timeout", "_last_read", "_unread_seen",
                  "_out", "_out_bytes", "_writer", "_closing", "_linger", "_hang_ups", "budget",
-                 "held", "address", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued", "watched")
+                 "held", "address", "_handed_bytes", "_out_held", "input_ended", "_fin_seen", "_queued", "watched",
+                 "_busy_poll")
 
     def __init__(
         self,
@@ -389,6 +448,7 @@ class SocketTransport(Transport):
         """Whether ``_watcher`` is started: kept here, because its ``active`` is a lookup by name
         and ``resume`` asks after every request."""
         self._hang_ups = _HangUpWatch.of(loop)
+        self._busy_poll = BusyPoll.of(loop)
         self.watched = False
         """Whether the hang-up watch holds it (``_HangUpWatch.add``, ``discard``)."""
         self._writer: Any = None
@@ -483,6 +543,7 @@ class SocketTransport(Transport):
             self.input_ended = self._fin_seen = True
             self.on_input_end(True)
             return
+        self._busy_poll.touch()
         if self._idle_timer is not None:
             self._last_read = self._idle_timer.loop.now()
             self._unread_seen = 0

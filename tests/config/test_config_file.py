@@ -272,7 +272,8 @@ def test_effective_queue_config_and_resolve_are_pure():
 @pytest.mark.parametrize(
     ("raw", "seconds"),
     [(0, 0.0), (30, 30.0), (1.5, 1.5), ("100ms", 0.1), ("30s", 30.0), ("1m", 60.0),
-     ("2h", 7200.0), ("1d", 86400.0), ("1.5s", 1.5), (" 10 MS ", 0.01)],
+     ("2h", 7200.0), ("1d", 86400.0), ("1.5s", 1.5), (" 10 MS ", 0.01), ("200us", 0.0002),
+     ("50µs", 0.00005)],
 )
 def test_durations(raw, seconds):
     assert values.duration(raw) == pytest.approx(seconds)

@@ -1,0 +1,121 @@
+"""The hub's busy poll (``busy_poll``, ADR 0025): after a read the hub does not sleep until the
+poll's time has passed since the last read, and an idle server does not poll at all.
+
+Whether the hub's thread slept is read from the kernel: a thread asleep in ``epoll_wait`` counts
+a voluntary context switch when it wakes; one that polls and yields counts none."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import gevent
+import pytest
+
+from kestrel_actors.config import load_config
+from kestrel_actors.session._transport import BusyPoll
+from tests.helpers import ServerProcess, unique
+
+REQUESTS = 20
+GAP = 0.02
+"""Seconds between two requests: long beside a request, short beside the poll below."""
+
+
+def _voluntary_switches(pid: int) -> int:
+    """The main thread's (the hub's) voluntary context switches so far."""
+    with open(f"/proc/{pid}/task/{pid}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches line")
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _sleeps_between_requests(tmp_path, busy_poll: str) -> int:
+    server = ServerProcess(tmp_path / busy_poll, args=("--busy-poll", busy_poll,
+                                                       "--expiration-timer-frequency", "0")).start()
+    try:
+        assert server.proc is not None
+        queue = unique()
+        client = server.client()
+        assert client.set(queue, b"warm") == b"STORED"
+        time.sleep(GAP)
+        before = _voluntary_switches(server.proc.pid)
+        for n in range(REQUESTS):
+            assert client.set(queue, b"item %d" % n) == b"STORED"
+            time.sleep(GAP)
+        switches = _voluntary_switches(server.proc.pid) - before
+        client.close()
+        return switches
+    finally:
+        server.stop()
+
+
+def test_the_hub_stays_awake_between_requests_within_its_busy_poll(tmp_path):
+    # a poll of 5 s covers every gap: the hub never sleeps, however slowly this machine runs
+    assert _sleeps_between_requests(tmp_path, "5s") <= 2
+
+
+def test_without_a_busy_poll_the_hub_sleeps_between_requests(tmp_path):
+    # the same requests with "0": the hub sleeps in epoll_wait after each (the test above's contrast)
+    assert _sleeps_between_requests(tmp_path, "0") >= REQUESTS
+
+
+def test_an_idle_server_stops_polling_once_its_busy_poll_has_passed(tmp_path):
+    server = ServerProcess(tmp_path / "data", args=("--busy-poll", "200ms",
+                                                    "--expiration-timer-frequency", "0")).start()
+    try:
+        assert server.proc is not None
+        client = server.client()
+        assert client.set(unique(), b"x") == b"STORED"
+        time.sleep(0.5)  # past the poll
+        cpu, switches = _cpu_seconds(server.proc.pid), _voluntary_switches(server.proc.pid)
+        time.sleep(1.0)
+        # asleep: at most a tick of CPU, and no turn of the loop woke it
+        assert _cpu_seconds(server.proc.pid) - cpu <= 0.05
+        assert _voluntary_switches(server.proc.pid) - switches <= 2
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_the_poll_runs_from_the_last_read_and_ends_by_itself():
+    loop = gevent.get_hub().loop
+    poll = BusyPoll(loop)
+    poll.seconds = 0.2
+    poll.touch()
+    assert poll.polling
+    gevent.sleep(0.05)
+    assert poll.polling  # 0.2 s from the last read have not passed
+    gevent.sleep(0.4)
+    assert not poll.polling
+    assert not poll.watcher.active
+
+
+def test_a_busy_poll_of_zero_never_polls():
+    poll = BusyPoll(gevent.get_hub().loop)
+    poll.touch()  # seconds is 0 until the server sets it
+    assert not poll.polling
+    assert not poll.watcher.active
+
+
+def test_busy_poll_is_a_duration_in_the_config_file(tmp_path):
+    path = tmp_path / "kestrel.toml"
+    path.write_text('busy_poll = "50us"\n')
+    assert load_config(str(path)).busy_poll == pytest.approx(0.00005)
+    path.write_text("busy_poll = 0\n")
+    assert load_config(str(path)).busy_poll == 0.0
+
+
+def test_a_bad_busy_poll_flag_is_refused_with_its_name(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "kestrel_actors.cli", "serve", "--busy-poll", "soon",
+                             "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--busy-poll" in result.stderr and "duration" in result.stderr
