@@ -186,7 +186,8 @@ class BusyPoll:
     CPU (``sched_yield``), so a process that shares the vCPU runs as if the hub slept. While a
     thread of the hub's pool works (an ``fdatasync``, a journal read) the hub sleeps instead: a
     polling hub retakes the GIL every turn, and the thread, done, waited up to CPython's switch
-    interval for it (the durable row ran at 0.83×). Nothing runs per request but :meth:`touch`;
+    interval for it (the durable row ran at 0.83×); nor does a read start the poll then (each
+    start and stop cost a durable SET about 3 µs). Nothing runs per request but :meth:`touch`;
     an idle server polls not at all."""
 
     _by_loop: ClassVar[dict[Any, BusyPoll]] = {}
@@ -217,7 +218,7 @@ class BusyPoll:
     def touch(self) -> None:
         """A read was handled: poll for ``seconds`` after the hub has nothing left to do."""
         self.touched = True
-        if not self.polling and self.seconds > 0.0:
+        if not self.polling and self.seconds > 0.0 and not len(self.pool):
             self.polling = True
             self.watcher.start(self._empty_turn)
 

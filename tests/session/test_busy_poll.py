@@ -119,3 +119,25 @@ def test_a_bad_busy_poll_flag_is_refused_with_its_name(tmp_path):
                              "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "--busy-poll" in result.stderr and "duration" in result.stderr
+
+
+def test_a_read_does_not_start_the_poll_while_a_pool_thread_works():
+    # a durable SET's read comes while its queue's fdatasync runs on the pool: starting the poll
+    # then would only stop it at the next empty turn (ADR 0025)
+    import threading
+
+    poll = BusyPoll(gevent.get_hub().loop)
+    poll.seconds = 5.0
+    release = threading.Event()
+    job = gevent.get_hub().threadpool.spawn(release.wait, 30)
+    try:
+        poll.touch()
+        assert not poll.polling and not poll.watcher.active
+    finally:
+        release.set()
+        job.get(timeout=30)
+    poll.touch()
+    assert poll.polling
+    poll.seconds = 0.0
+    gevent.sleep(0.01)
+    assert not poll.polling
