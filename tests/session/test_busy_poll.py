@@ -79,7 +79,8 @@ def test_an_idle_server_stops_polling_once_its_busy_poll_has_passed(tmp_path):
         time.sleep(0.5)  # past the poll
         cpu, switches = _cpu_seconds(server.proc.pid), _voluntary_switches(server.proc.pid)
         time.sleep(1.0)
-        # asleep: at most a tick of CPU, and no turn of the loop woke it
+        # asleep: at most a tick of CPU (CPU used, not time passed: a loaded machine cannot raise a
+        # sleeping server's, while a polling one's would be most of the second), and no wake-up
         assert _cpu_seconds(server.proc.pid) - cpu <= 0.05
         assert _voluntary_switches(server.proc.pid) - switches <= 2
         client.close()
