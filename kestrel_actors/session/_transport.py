@@ -69,7 +69,7 @@ import struct
 import termios
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import gevent
 import structlog
@@ -130,6 +130,17 @@ LIGHT_FIRST_READ: Final = 1024
 for its turn (one per loop pass: see the module docstring)."""
 
 
+_PerLoop = TypeVar("_PerLoop")
+
+
+def _one_per_loop(by_loop: dict[Any, _PerLoop], loop: Any, make: Callable[[Any], _PerLoop]) -> _PerLoop:
+    """The one object of a kind that ``loop`` (a hub's) has, made at the first asking."""
+    found = by_loop.get(loop)
+    if found is None:
+        found = by_loop[loop] = make(loop)
+    return found
+
+
 class _Newcomers:
     """The heavy newcomers of one hub, taking turns: one per loop pass, oldest first. A turn
     is a callable that returns whether it took the turn (a connection closed meanwhile does
@@ -146,10 +157,7 @@ class _Newcomers:
 
     @classmethod
     def of(cls, loop: Any) -> _Newcomers:
-        newcomers = cls._by_loop.get(loop)
-        if newcomers is None:
-            newcomers = cls._by_loop[loop] = cls(loop)
-        return newcomers
+        return _one_per_loop(cls._by_loop, loop, cls)
 
     def may_go(self, turn: Callable[[], bool]) -> bool:
         """Whether a heavy newcomer may be handled now (taking this pass's turn); if not,
@@ -210,10 +218,7 @@ class BusyPoll:
 
     @classmethod
     def of(cls, loop: Any) -> BusyPoll:
-        poll = cls._by_loop.get(loop)
-        if poll is None:
-            poll = cls._by_loop[loop] = cls(loop)
-        return poll
+        return _one_per_loop(cls._by_loop, loop, cls)
 
     def touch(self) -> None:
         """A read was handled: poll for ``seconds`` after the hub has nothing left to do."""
@@ -283,10 +288,7 @@ class _HangUpWatch:
 
     @classmethod
     def of(cls, loop: Any) -> _HangUpWatch:
-        watch = cls._by_loop.get(loop)
-        if watch is None:
-            watch = cls._by_loop[loop] = cls(loop)
-        return watch
+        return _one_per_loop(cls._by_loop, loop, cls)
 
     def add(self, transport: SocketTransport) -> None:
         fd = transport.fd
