@@ -91,12 +91,14 @@ def test_an_idle_server_stops_polling_once_its_busy_poll_has_passed(tmp_path):
 def test_the_poll_runs_from_the_last_read_and_ends_by_itself():
     loop = gevent.get_hub().loop
     poll = BusyPoll(loop)
-    poll.seconds = 0.2
+    poll.seconds = 30.0
     poll.touch()
     assert poll.polling
     gevent.sleep(0.05)
-    assert poll.polling  # 0.2 s from the last read have not passed
-    gevent.sleep(0.4)
+    assert poll.polling  # 30 s from the last read have not passed, however loaded the machine
+    poll.seconds = 0.05
+    poll.touch()  # a read: the poll now ends 0.05 s after the next empty turn
+    gevent.sleep(0.5)
     assert not poll.polling
     assert not poll.watcher.active
 
