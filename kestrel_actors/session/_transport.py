@@ -204,9 +204,9 @@ class BusyPoll:
     no wake-up to save, and a hub that polls on is runnable when its next request comes, so it
     waits for the end of the other task's slice (a one-client request took 3.9 ms beside a
     process computing on the same CPU, 0.07 ms with the hub asleep: the scheduler runs a woken
-    task at once). Over :data:`WANTED_GAP` of it, the poll stops, and no read starts it for
-    :data:`WANTED_PAUSE`. Nothing runs per request but :meth:`touch`; an idle server polls not
-    at all."""
+    task at once). Over :data:`WANTED_GAP` of it, the poll stops, and no read starts it for a
+    pause ten times that long (:data:`WANTED_PAUSE`). Nothing runs per request but
+    :meth:`touch`; an idle server polls not at all."""
 
     _by_loop: ClassVar[dict[Any, BusyPoll]] = {}
 
@@ -232,7 +232,7 @@ class BusyPoll:
         self.turn_cpu = 0.0
         """The hub thread's CPU time then."""
         self.given_way = False
-        """Another task wanted the vCPU less than :data:`WANTED_PAUSE` ago: no read starts the poll."""
+        """Another task wanted the vCPU, and the pause since is not over: no read starts the poll."""
         self.pause: Any = None
         """The timer that ends the give-way (it holds no server up: ``ref=False``)."""
 
@@ -250,12 +250,13 @@ class BusyPoll:
     def _empty_turn(self) -> None:
         # libev runs an idle watcher only in a turn that found nothing else to do
         clock, cpu = _monotonic(), _thread_time()
-        if self.turn_clock and clock - self.turn_clock - (cpu - self.turn_cpu) > self.wanted_gap:
+        off = clock - self.turn_clock - (cpu - self.turn_cpu)
+        if self.turn_clock and off > self.wanted_gap:
             # asked first: the other task may have run past the poll's end
             self._stop()
             self.given_way = True
             # a fresh timer: libev restarts a fired one with the time it had left (none)
-            self.pause = self.loop.timer(WANTED_PAUSE, ref=False)
+            self.pause = self.loop.timer(min(off * WANTED_PAUSE_PER_GAP, WANTED_PAUSE), ref=False)
             self.pause.start(self._paused)
             return
         now = self.loop.now()
@@ -282,10 +283,12 @@ WANTED_GAP: Final = 0.00005
 vCPU (a yield with nothing else to run returns in about a µs; a task given the vCPU runs until
 it blocks or its slice ends, ms for one that computes)."""
 
+WANTED_PAUSE_PER_GAP: Final = 10.0
 WANTED_PAUSE: Final = 0.05
-"""Seconds for which a hub that gave way does not poll: another task that wanted the vCPU once
-likely wants it again (a process computing gets it every few ms), and each poll beside it cost
-one request that task's slice."""
+"""A hub that gave way does not poll for ``WANTED_PAUSE_PER_GAP`` times the time it was off
+the CPU, at most ``WANTED_PAUSE`` seconds: the next poll beside the same task costs at most as
+much again (one request waits), a tenth of the pause; a task that ran briefly (a kernel
+thread's turn) pauses the poll briefly."""
 
 _monotonic: Final = time.monotonic
 _thread_time: Final = time.thread_time
