@@ -28,13 +28,16 @@ GAP = 0.02
 @dataclass(frozen=True)
 class Switches:
     """A thread's context switches: ``voluntary`` (it slept: the hub in ``epoll_wait``) and
-    ``involuntary`` (another task took its CPU: at a yield or by preemption)."""
+    ``involuntary`` (another task took its CPU: at a yield or by preemption), and the machine's
+    ``stolen`` ticks (the host ran something else on its vCPUs: the guest sees no switch)."""
 
     voluntary: int
     involuntary: int
+    stolen: int
 
     def __sub__(self, before: Switches) -> Switches:
-        return Switches(self.voluntary - before.voluntary, self.involuntary - before.involuntary)
+        return Switches(self.voluntary - before.voluntary, self.involuntary - before.involuntary,
+                        self.stolen - before.stolen)
 
 
 def _switches(pid: int) -> Switches:
@@ -44,7 +47,10 @@ def _switches(pid: int) -> Switches:
         for line in status:
             name, _, value = line.partition(":")
             counts[name] = value.strip()
-    return Switches(int(counts["voluntary_ctxt_switches"]), int(counts["nonvoluntary_ctxt_switches"]))
+    with open("/proc/stat") as stat:
+        stolen = int(stat.readline().split()[8])  # "cpu  user nice system idle iowait irq softirq steal"
+    return Switches(int(counts["voluntary_ctxt_switches"]), int(counts["nonvoluntary_ctxt_switches"]),
+                    stolen)
 
 
 def _voluntary_switches(pid: int) -> int:
@@ -96,10 +102,11 @@ starts the poll), the timer's that ends it, one more for a pause that straddles 
 
 def test_the_hub_stays_awake_between_requests_within_its_busy_poll(tmp_path):
     # a poll of 5 s covers every gap: the hub sleeps only for a while after another task took
-    # its CPU (an involuntary switch), when it gives way (the test below: on a loaded machine
-    # other processes do)
+    # its CPU (an involuntary switch) or the host its vCPU (stolen time, counted in ticks: one
+    # more for a part of one), when it gives way (the test below: on a loaded machine others do)
     switches = _switches_between_requests(tmp_path, "5s")
-    assert switches.voluntary <= 2 + SLEEPS_PER_GIVE_WAY * switches.involuntary
+    gave_way_at_most = switches.involuntary + switches.stolen + 1
+    assert switches.voluntary <= 2 + SLEEPS_PER_GIVE_WAY * gave_way_at_most
 
 
 def test_without_a_busy_poll_the_hub_sleeps_between_requests(tmp_path):
