@@ -205,13 +205,13 @@ class BusyPoll:
     waits for the end of the other task's slice (a one-client request took 3.9 ms beside a
     process computing on the same CPU, 0.07 ms with the hub asleep: the scheduler runs a woken
     task at once). Over :data:`WANTED_GAP` of it, the poll stops, and no read starts it for a
-    pause ten times that long (:data:`WANTED_PAUSE`). Nothing runs per request but
-    :meth:`touch`; an idle server polls not at all."""
+    pause (:data:`WANTED_PAUSE`). Nothing runs per request but :meth:`touch`; an idle server
+    polls not at all."""
 
     _by_loop: ClassVar[dict[Any, BusyPoll]] = {}
 
     __slots__ = ("loop", "watcher", "pool", "seconds", "polling", "touched", "until", "wanted_gap",
-                 "turn_clock", "turn_cpu", "given_way", "pause")
+                 "turn_clock", "turn_cpu", "given_way", "pause", "pause_seconds")
 
     def __init__(self, loop: Any) -> None:
         """Made on the thread of the hub whose ``loop`` this is (``of``)."""
@@ -235,6 +235,8 @@ class BusyPoll:
         """Another task wanted the vCPU, and the pause since is not over: no read starts the poll."""
         self.pause: Any = None
         """The timer that ends the give-way (it holds no server up: ``ref=False``)."""
+        self.pause_seconds = 0.0
+        """The last give-way's pause; 0 once a poll has ended by itself."""
 
     @classmethod
     def of(cls, loop: Any) -> BusyPoll:
@@ -255,8 +257,11 @@ class BusyPoll:
             # asked first: the other task may have run past the poll's end
             self._stop()
             self.given_way = True
+            # as long as the other task had the vCPU, doubled while it takes it again at each
+            # poll after a pause (a process that computes), up to WANTED_PAUSE
+            self.pause_seconds = min(max(off, 2.0 * self.pause_seconds), WANTED_PAUSE)
             # a fresh timer: libev restarts a fired one with the time it had left (none)
-            self.pause = self.loop.timer(min(off * WANTED_PAUSE_PER_GAP, WANTED_PAUSE), ref=False)
+            self.pause = self.loop.timer(self.pause_seconds, ref=False)
             self.pause.start(self._paused)
             return
         now = self.loop.now()
@@ -265,6 +270,7 @@ class BusyPoll:
             self.until = now + self.seconds
         elif now >= self.until or len(self.pool):
             self._stop()
+            self.pause_seconds = 0.0  # a poll that ended with nobody else wanting the vCPU
             return
         self.turn_clock, self.turn_cpu = clock, cpu
         _sched_yield()
@@ -278,17 +284,19 @@ class BusyPoll:
         self.given_way = False
 
 
-WANTED_GAP: Final = 0.00005
+WANTED_GAP: Final = 0.0005
 """Seconds off the CPU between two empty turns of a poll beyond which another task wanted the
-vCPU (a yield with nothing else to run returns in about a µs; a task given the vCPU runs until
-it blocks or its slice ends, ms for one that computes)."""
+vCPU: a task given it runs until it blocks or its slice ends, ms for one that computes (a yield
+with nothing else to run returns in about a µs; a kernel thread's turn, or a load generator's
+between two requests on the same vCPU, takes tens of µs, and pausing the poll for it cost the
+one-client rows more than it saved)."""
 
-WANTED_PAUSE_PER_GAP: Final = 10.0
 WANTED_PAUSE: Final = 0.05
-"""A hub that gave way does not poll for ``WANTED_PAUSE_PER_GAP`` times the time it was off
-the CPU, at most ``WANTED_PAUSE`` seconds: the next poll beside the same task costs at most as
-much again (one request waits), a tenth of the pause; a task that ran briefly (a kernel
-thread's turn) pauses the poll briefly."""
+"""The longest pause of the poll after it gave way. A pause lasts as long as the other task
+had the vCPU, and doubles at each give-way that follows a pause (the task took the vCPU again
+at the next poll), until a poll ends by itself: each poll beside a process that computes costs
+one request that process's slice, while each request in a pause pays the wake-up the poll saves
+(a fixed pause of ten times the slice lost the one-client rows' gain on this shared machine)."""
 
 _monotonic: Final = time.monotonic
 _thread_time: Final = time.thread_time
