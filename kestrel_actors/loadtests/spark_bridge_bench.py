@@ -33,8 +33,9 @@ WARM_QUEUE = "bench_bridge_warm"
 
 
 @contextmanager
-def _server(address: str | None):
-    """Yield ``host:port`` of a server: the given one, or a fresh subprocess."""
+def _server(address: str | None, serve_args: tuple[str, ...] = ()):
+    """Yield ``host:port`` of a server: the given one, or a fresh subprocess (``serve_args``
+    appended to its ``serve`` command line)."""
     if address:
         yield address
         return
@@ -46,7 +47,8 @@ def _server(address: str | None):
         proc = subprocess.Popen(
             [sys.executable, "-m", "kestrel_actors.cli", "serve", "--text-port", "0", "--admin-port", "0",
              "--thrift-port", "0", "--host", "127.0.0.1",
-             "--port", str(port), "--data-dir", str(Path(tmp) / "data"), "--log-level", "warning"],
+             "--port", str(port), "--data-dir", str(Path(tmp) / "data"), "--log-level", "warning",
+             *serve_args],
             stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 20

@@ -103,7 +103,11 @@ def _jit_seconds(pid: int) -> float:
     """CPU seconds of a JVM's JIT compiler threads (HotSpot names them ``C1 CompilerThre…``
     and ``C2 CompilerThre…``)."""
     total = 0.0
-    for thread in os.listdir(f"/proc/{pid}/task"):
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # the JVM ended since it was listed
+        return total
+    for thread in threads:
         try:
             with open(f"/proc/{pid}/task/{thread}/comm") as comm:
                 if "CompilerThre" not in comm.read():
@@ -307,6 +311,9 @@ def _print_breakdown(progress) -> None:
               type=click.IntRange(min=1))
 @click.option("--master", default="local[2]", show_default=True)
 @click.option("--server", "address", default=None, help="host:port of a running server.")
+@click.option("--serve-arg", "serve_args", multiple=True, metavar="ARG",
+              help="an argument added to the started server's ``serve`` command line, e.g. "
+                   "``--serve-arg=--busy-poll --serve-arg=0`` (repeatable).")
 @click.option("--target", default=20_000, show_default=True, type=int,
               help="items/s the run must reach for exit code 0.")
 @click.option("--read-ahead/--no-read-ahead", default=True, show_default=True,
@@ -314,7 +321,7 @@ def _print_breakdown(progress) -> None:
 @click.option("--breakdown", is_flag=True,
               help="print the mean per-micro-batch durationMs of the measured query.")
 def main(items, item_bytes, max_items_per_batch, items_per_partition, master, address,
-         target, read_ahead, breakdown) -> None:
+         serve_args, target, read_ahead, breakdown) -> None:
     """Measure the kestrel data source's items/s through a trivial streaming query."""
     import logging
 
@@ -326,7 +333,7 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
 
     configure_logging("console", "warning")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    with _server(address) as where, tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
+    with _server(address, serve_args) as where, tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
         server = ServerAddress.parse(where)
         # a loaded machine can keep the server's answer to ``stats`` beyond the default 5 s
         with Client(server, timeout=60) as client:
@@ -371,6 +378,7 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         "max_items_per_batch": max_items_per_batch,
         "items_per_partition": items_per_partition,
         "read_ahead": read_ahead,
+        "serve_args": list(serve_args),
         "load_average_1m": round(load_average, 1),
         "seconds": round(ours.seconds, 3),
         "items_per_second": round(ours.rows / ours.seconds),
