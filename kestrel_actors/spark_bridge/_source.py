@@ -725,6 +725,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         live.keep_alive.stop()
         for connection in _all_connections(live.sets):
             connection.close()
+        live.wal.close()
 
     # helpers -------------------------------------------------------------------------------
 

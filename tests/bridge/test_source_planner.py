@@ -6,6 +6,7 @@ unpublished."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import time
 
@@ -164,6 +165,44 @@ def test_the_read_ahead_writes_the_next_batch_unpublished_and_a_stop_discards_it
     stream.stop()
     assert wal.sequences() == [4] and not list((tmp_path / "wal").glob(".*.tmp"))
     assert queue_stats(server, "plan") == (0, 0)
+
+
+def test_committed_files_are_written_over_at_most_two_kept_and_removed_at_stop(server,
+                                                                             tmp_path):
+    """A committed batch's file becomes a spare (``.spare-<pid>-<n>.wal``, at most two) that a
+    later batch, the read-ahead's included, is written over instead of a new file; a stop
+    removes the spares. A task still reading a reused file fails its checksum."""
+    directory = tmp_path / "wal"
+    load(server, "plan", [b"s%05d" % i for i in range(3500)])
+    stream = reader(server, tmp_path, maxItemsPerBatch=500)
+
+    def inodes(pattern: str) -> set[int]:
+        return {path.stat().st_ino for path in directory.glob(pattern)}
+
+    try:
+        offset, reused, got, spares = stream.initialOffset(), 0, [], set()
+        partition = None
+        for _ in range(7):
+            end = stream.latestOffset(offset)
+            assert end["seq"] == offset["seq"] + 1
+            if stream.live.prefetch is not None:
+                stream.live.prefetch.wait()
+            if spares & (inodes("batch-*.wal") | inodes(".batch-*.tmp")):
+                reused += 1
+            partition = partition or stream.partitions(offset, end)[0]
+            got += rows_of(stream, offset, end)
+            stream.commit(end)
+            spares = inodes(".spare-*")
+            assert len(spares) <= 2
+            offset = end
+        assert got == [b"s%05d" % i for i in range(3500)]
+        assert reused >= 4, "no batch was written over a spare"
+        with pytest.raises(WalCorrupt, match="already committed"):
+            list(stream.read(partition))  # batch 1's file is another batch's now
+    finally:
+        stream.stop()
+    assert not list(directory.glob(".spare-*"))
+    assert sorted(os.listdir(directory)) == []
 
 
 def test_a_partition_whose_file_changed_fails_its_read(server, tmp_path):
