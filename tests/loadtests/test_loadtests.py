@@ -756,4 +756,4 @@ def test_source_calls_bench_reports_the_planners_cpu_per_item():
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     [run] = figures["runs"]
     assert figures["scenario"] == "source-calls" and run["batches"] == 5
-    assert run["measured_items"] == 3000 and run["planner_cpu_us"] > 0 < run["server_cpu_us"]
+    assert run["measured_items"] == 3000 and run["planner_cpu_us"] > 0 <= run["server_cpu_us"]
