@@ -321,6 +321,7 @@ class _StagedObject:
 
     def publish(self) -> None:
         self.store.put(self.name, self.chunks)
+        self.chunks = []  # (views of the planner's buffers, which go back to its pool)
 
     def discard(self) -> None:
         self.chunks = []  # nothing was written
