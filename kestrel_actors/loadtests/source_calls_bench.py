@@ -34,7 +34,7 @@ _WARM_BATCHES = 3
 
 
 def one_run(items: int, item_bytes: int, per_batch: int, per_partition: int) -> dict[str, float]:
-    from ..spark_bridge._source import KestrelDataSource
+    from ..spark_bridge._source import KestrelDataSource, KestrelStreamReader
 
     server = Server()
     try:
@@ -49,12 +49,13 @@ def one_run(items: int, item_bytes: int, per_batch: int, per_partition: int) -> 
                 "servers": f"127.0.0.1:{server.port}", "queue": QUEUE, "walLocation": wal,
                 "maxItemsPerBatch": str(per_batch), "itemsPerPartition": str(per_partition),
             }).streamReader(None)
+            assert isinstance(reader, KestrelStreamReader), reader  # (options it refuses)
             try:
                 start = reader.initialOffset()
                 batches = measured = planned = 0
                 cpu_started = server_started = 0.0
                 while planned < items:
-                    end = reader.latestOffset(start)
+                    end = reader.latestOffset(start, None)
                     if end == start:
                         raise click.ClickException(f"no batch after {planned} of {items} items")
                     count = sum(end["items"].values())
