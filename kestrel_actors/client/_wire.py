@@ -311,43 +311,39 @@ class ValueScan:
         tail = _TAIL
         size = len(buf)
         self._wanted = 0
-        with memoryview(buf) as source:
-            try:
-                while True:
-                    if fast:
-                        pos = taken.scan(buf, pos, source)
-                        if taken.stopped == _SCAN_MORE:
-                            self._wanted = taken.wanted
-                            break
-                    found = header(buf, pos)
-                    if found is not None:
-                        start = found.end()
-                        digits, stamp = found.groups(b"0")
-                        length = int(digits)
-                    else:
-                        eol = buf.find(b"\r\n", pos)  # not a whole header of this queue: END, or an error
-                        if eol < 0:
-                            break
-                        parsed = parse_value_header(self.command, buf[pos:eol], self.key)
-                        if parsed is None:
-                            self.done = True
-                            pos = eol + 2
-                            break
-                        start, length, stamp = eol + 2, parsed, b"0"
-                    end = start + length
-                    if end + tail > size:
-                        self._wanted = end + tail - pos
-                        break
-                    if not buf.startswith(_VALUE_END, end):
-                        got = buf[end:end + tail]
-                        if not got.startswith(b"\r\n"):
-                            raise UnexpectedReply(f"value of {length} bytes not followed by CRLF")
-                        raise UnexpectedReply(f"expected END after a value, got {got[2:]!r}")
-                    taken.add(length, int(stamp) if stamped else 0)
-                    taken.put(source, start, end)
-                    pos = end + tail
-            finally:
-                taken.flush()  # the values' views of ``buf`` end with this call
+        while True:
+            if fast:
+                pos = taken.scan(buf, pos)
+                if taken.stopped == _SCAN_MORE:
+                    self._wanted = taken.wanted
+                    break
+            found = header(buf, pos)
+            if found is not None:
+                start = found.end()
+                digits, stamp = found.groups(b"0")
+                length = int(digits)
+            else:
+                eol = buf.find(b"\r\n", pos)  # not a whole header of this queue: END, or an error
+                if eol < 0:
+                    break
+                parsed = parse_value_header(self.command, buf[pos:eol], self.key)
+                if parsed is None:
+                    self.done = True
+                    pos = eol + 2
+                    break
+                start, length, stamp = eol + 2, parsed, b"0"
+            end = start + length
+            if end + tail > size:
+                self._wanted = end + tail - pos
+                break
+            if not buf.startswith(_VALUE_END, end):
+                got = buf[end:end + tail]
+                if not got.startswith(b"\r\n"):
+                    raise UnexpectedReply(f"value of {length} bytes not followed by CRLF")
+                raise UnexpectedReply(f"expected END after a value, got {got[2:]!r}")
+            taken.add(length, int(stamp) if stamped else 0)
+            taken.put(buf, start, end)
+            pos = end + tail
         if taken.count > self.limit:
             raise UnexpectedReply(f"{self.command}: more than the {self.limit} items asked for")
         return pos

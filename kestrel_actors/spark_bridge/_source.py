@@ -28,8 +28,8 @@ docs/adr/0013-spark-exactly-once.md):
   again from the queue: ``latestOffset`` reuses a file numbered ``start.seq + 1`` it finds,
   and ``partitions`` of a batch this process did not plan reads the file. So a sink that is
   idempotent by batch id (the file sink, ``foreachBatch`` writing by batch id) gets each item
-  exactly once. ``commit(end)`` (and the next ``latestOffset``) delete the files Spark has
-  committed.
+  exactly once. ``commit(end)`` (and the next ``latestOffset``) retire the files Spark has
+  committed (a directory keeps two to write later batches over, :mod:`._walstore`).
 * ``partitions(start, end)`` hands the executors slices of the batch's write-ahead file
   (where the items lie and their checksum), so ``read`` is a pure function of its partition:
   an executor retry reads the same rows and never touches a server.
