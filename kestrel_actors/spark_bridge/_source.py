@@ -37,6 +37,7 @@ docs/adr/0013-spark-exactly-once.md):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
@@ -812,6 +813,9 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         take_back_returned(seq, parts, ConfirmRecord(live.wal.store, seq),
                            lambda server: Connection(ServerAddress.parse(server),
                                                      options.connect_timeout, options.io_timeout))
+        # cut now, by the step partitions() cuts by, while the file's bytes are at hand
+        step = self._step(sum(p.count for p in parts))
+        written = dataclasses.replace(written, step=step, sliced=tuple(written.slices(parts, step)))
         batch = live.planned[seq] = _PlannedBatch.counted(seq, parts, written)
         log.info(event, queue=options.queue, seq=seq, items=batch.counts(options.queues))
         return batch
