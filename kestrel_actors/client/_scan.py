@@ -11,9 +11,10 @@ pure install) this loop is slower than the regular expression, so ``ValueScan`` 
 when it is compiled (:data:`COMPILED`); what it takes is kept here either way.
 
 The scan reads the ``bytes`` a ``recv`` returned where they lie (mypyc reads a byte of ``bytes``
-in C, of a ``bytearray`` only through a generic call), and each value is copied once, from a
-view of them into a view of the values' buffer (:meth:`HeaderScan.put`): a ``bytearray``'s
-slice assignment would first copy a value that is not itself a ``bytearray``.
+in C, of a ``bytearray`` only through a generic call). Each value is sliced out of them as a
+``bytes`` and packed into the values' buffer at its offset by a ``Struct`` (:meth:`HeaderScan.put`):
+a ``bytearray``'s own slice assignment would copy the value once more first, and a view's costs
+more objects than the slice (ADR 0022).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from collections.abc import Callable
 from typing import Final
 
 from mypy_extensions import i64
@@ -82,17 +84,16 @@ class HeaderScan:
         self._stamp_count: i64 = 0
         self.used: i64 = 0
         """The bytes of ``data`` taken so far."""
-        # ``used`` boxed: each value's end is where the next one starts, so the slice's bound
-        # is boxed once, not twice
-        self._used_box: object = 0
-        self._room: i64 = 0
-        """The length of :attr:`_out`."""
         self.stopped = MORE
         """Why the last :meth:`scan` stopped: :data:`MORE` or :data:`OTHER`."""
         self.wanted: i64 = 0
         """Stopped inside a value: the bytes from where it stopped that make the block whole
         (0: not known), so that the caller keeps them until they have come."""
-        self._out: memoryview | None = None
+        self._room: i64 = len(data)
+        """The length of ``data``: a value and its copy's padding are written inside it."""
+        # the copy of values in the current size class (lengths in ``(size / 2, size]``)
+        self._copy_size: i64 = 0
+        self._copy: Callable[[bytearray, int, bytes], None] = _copier(0)
 
     def add(self, length: i64, stamp: i64) -> None:
         """One more value's length and stamp (``stamp`` ignored unless ``stamped``)."""
@@ -125,44 +126,37 @@ class HeaderScan:
         return _packed("Q", _STAMP, self._stamps, self._stamp_counts, self._stamp,
                        self._stamp_count, self.count)
 
-    def put(self, source: memoryview, start: i64, end: i64) -> None:
-        """Write ``source[start:end]`` after the values taken so far (one copy)."""
-        stop = self.used + end - start
-        out = self._out
-        if out is None or stop > self._room:
-            out = self._writable(stop)
-        stop_box: object = stop
-        out[self._used_box:stop_box] = source[start:end]  # type: ignore[index]
-        self._used_box = stop_box
-        self.used = stop
+    def put(self, buf: bytes, start: i64, end: i64) -> None:
+        """Write ``buf[start:end]`` after the values taken so far: a ``bytes`` slice (made in
+        C from ``i64`` bounds: no number boxed but the offset) packed into ``data`` by a
+        ``Struct`` of the value's size class, which pads it with zeros up to the class's size
+        (the next value writes over them). A view of ``buf``'s slice assigned to a view of
+        ``data`` cost a view object, two slice objects and two bounds boxed more (ADR 0022)."""
+        length = end - start
+        size = self._copy_size
+        if length > size or length << 1 < size:
+            size = 16
+            while size < length:
+                size <<= 1
+            self._copy = _copier(size)
+            self._copy_size = size
+        if self.used + size > self._room:
+            self._grow(self.used + size)
+        self._copy(self.data, self.used, buf[start:end])
+        self.used += length
 
-    def _writable(self, size: i64) -> memoryview:
-        """A view of ``data`` to write into, of at least ``size`` bytes. While it lives the
-        buffer cannot be resized, so it is made anew past the buffer's end (the buffer grown
-        by an eighth at least, as a ``bytearray`` grows its room: a fresh one grows some 70
-        times in 10 MiB, a batch's buffers fill pages at most an eighth past their items)."""
-        self.release()
+    def _grow(self, size: i64) -> None:
+        """``data`` made at least ``size`` bytes long, grown by an eighth at least, as a
+        ``bytearray`` grows its room (a fresh one grows some 70 times in 10 MiB, a batch's
+        buffers fill pages at most an eighth past their items)."""
         data = self.data
         have: i64 = len(data)
-        if size > have:
-            data += bytes(max(size, have + (have >> 3) + 4096) - have)
-        out = memoryview(data)
-        self._out = out
-        self._room = len(out)
-        return out
+        data += bytes(max(size, have + (have >> 3) + 4096) - have)
+        self._room = len(data)
 
-    def release(self) -> None:
-        """End the writing view (after each received piece): a buffer a view holds cannot be
-        resized, which is how the planner's pool tells a buffer still in use."""
-        out = self._out
-        if out is not None:
-            self._out = None
-            out.release()
-
-    def scan(self, buf: bytes, pos: i64, source: memoryview) -> i64:
-        """Take the blocks of this form from ``pos`` on (``source`` is a view of ``buf``,
-        which the values are copied from); returns where it stopped (:attr:`stopped` says
-        why)."""
+    def scan(self, buf: bytes, pos: i64) -> i64:
+        """Take the blocks of this form from ``pos`` on; returns where it stopped
+        (:attr:`stopped` says why)."""
         prefix = self.prefix
         width: i64 = len(prefix)
         size: i64 = len(buf)
@@ -224,9 +218,21 @@ class HeaderScan:
                 self.stopped = OTHER
                 break
             self.add(length, stamp)
-            self.put(source, start, end)
+            self.put(buf, start, end)
             pos = end + _TAIL
         return pos
+
+
+_COPIERS: Final[dict[int, Callable[[bytearray, int, bytes], None]]] = {}
+
+
+def _copier(size: i64) -> Callable[[bytearray, int, bytes], None]:
+    """``Struct("<size>s").pack_into``: writes a ``bytes`` at an offset of a buffer, padded
+    with zeros to ``size`` bytes (one per size class, a power of two: a few dozen at most)."""
+    copy = _COPIERS.get(size)
+    if copy is None:
+        copy = _COPIERS[size] = struct.Struct(f"{size}s").pack_into
+    return copy
 
 
 def _packed(code: str, form: struct.Struct, numbers: list[int], counts: list[int], last: i64,

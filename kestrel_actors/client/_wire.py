@@ -273,36 +273,33 @@ class ValueScan:
         all of them until the final ``END`` (which sets :attr:`done`), whose following bytes
         are another reply's, left to the caller."""
         at = 0
-        try:
-            while self._pending:  # the cut block first, made whole from this piece's start
-                size, wanted = self._pending_size, self._wanted
-                if wanted and size + len(piece) - at < wanted:  # not whole yet
-                    self._pending.append(piece[at:] if at else piece)
-                    self._pending_size += len(piece) - at
-                    return len(piece)
-                take = wanted - size if wanted else _LINE_STEP
-                self._pending.append(piece[at:at + take])
-                joined = b"".join(self._pending)
-                pos = self._scan(joined, 0)
-                if self.done or pos:  # past the cut block: go on in the piece itself
-                    at += pos - size
-                    self._pending, self._pending_size = [], 0
-                    if self.done:
-                        return at
-                else:  # its header line was cut: its length is known now, or more is needed
-                    at += len(joined) - size
-                    self._pending, self._pending_size = [joined], len(joined)
-                    if at >= len(piece):
-                        return len(piece)
-            pos = self._scan(piece, at)
-            if not self.done:
-                rest = piece[pos:]
-                if rest:
-                    self._pending, self._pending_size = [rest], len(rest)
+        while self._pending:  # the cut block first, made whole from this piece's start
+            size, wanted = self._pending_size, self._wanted
+            if wanted and size + len(piece) - at < wanted:  # not whole yet
+                self._pending.append(piece[at:] if at else piece)
+                self._pending_size += len(piece) - at
                 return len(piece)
-            return pos
-        finally:
-            self._taken.release()
+            take = wanted - size if wanted else _LINE_STEP
+            self._pending.append(piece[at:at + take])
+            joined = b"".join(self._pending)
+            pos = self._scan(joined, 0)
+            if self.done or pos:  # past the cut block: go on in the piece itself
+                at += pos - size
+                self._pending, self._pending_size = [], 0
+                if self.done:
+                    return at
+            else:  # its header line was cut: its length is known now, or more is needed
+                at += len(joined) - size
+                self._pending, self._pending_size = [joined], len(joined)
+                if at >= len(piece):
+                    return len(piece)
+        pos = self._scan(piece, at)
+        if not self.done:
+            rest = piece[pos:]
+            if rest:
+                self._pending, self._pending_size = [rest], len(rest)
+            return len(piece)
+        return pos
 
     def _scan(self, buf: bytes, pos: int) -> int:
         """Take the whole blocks in ``buf`` from ``pos`` on; returns where they end (and sets
@@ -314,40 +311,39 @@ class ValueScan:
         tail = _TAIL
         size = len(buf)
         self._wanted = 0
-        with memoryview(buf) as source:
-            while True:
-                if fast:
-                    pos = taken.scan(buf, pos, source)
-                    if taken.stopped == _SCAN_MORE:
-                        self._wanted = taken.wanted
-                        break
-                found = header(buf, pos)
-                if found is not None:
-                    start = found.end()
-                    digits, stamp = found.groups(b"0")
-                    length = int(digits)
-                else:
-                    eol = buf.find(b"\r\n", pos)  # not a whole header of this queue: END, or an error
-                    if eol < 0:
-                        break
-                    parsed = parse_value_header(self.command, buf[pos:eol], self.key)
-                    if parsed is None:
-                        self.done = True
-                        pos = eol + 2
-                        break
-                    start, length, stamp = eol + 2, parsed, b"0"
-                end = start + length
-                if end + tail > size:
-                    self._wanted = end + tail - pos
+        while True:
+            if fast:
+                pos = taken.scan(buf, pos)
+                if taken.stopped == _SCAN_MORE:
+                    self._wanted = taken.wanted
                     break
-                if not buf.startswith(_VALUE_END, end):
-                    got = buf[end:end + tail]
-                    if not got.startswith(b"\r\n"):
-                        raise UnexpectedReply(f"value of {length} bytes not followed by CRLF")
-                    raise UnexpectedReply(f"expected END after a value, got {got[2:]!r}")
-                taken.add(length, int(stamp) if stamped else 0)
-                taken.put(source, start, end)
-                pos = end + tail
+            found = header(buf, pos)
+            if found is not None:
+                start = found.end()
+                digits, stamp = found.groups(b"0")
+                length = int(digits)
+            else:
+                eol = buf.find(b"\r\n", pos)  # not a whole header of this queue: END, or an error
+                if eol < 0:
+                    break
+                parsed = parse_value_header(self.command, buf[pos:eol], self.key)
+                if parsed is None:
+                    self.done = True
+                    pos = eol + 2
+                    break
+                start, length, stamp = eol + 2, parsed, b"0"
+            end = start + length
+            if end + tail > size:
+                self._wanted = end + tail - pos
+                break
+            if not buf.startswith(_VALUE_END, end):
+                got = buf[end:end + tail]
+                if not got.startswith(b"\r\n"):
+                    raise UnexpectedReply(f"value of {length} bytes not followed by CRLF")
+                raise UnexpectedReply(f"expected END after a value, got {got[2:]!r}")
+            taken.add(length, int(stamp) if stamped else 0)
+            taken.put(buf, start, end)
+            pos = end + tail
         if taken.count > self.limit:
             raise UnexpectedReply(f"{self.command}: more than the {self.limit} items asked for")
         return pos

@@ -5,8 +5,9 @@ What the planner does with a micro-batch once the server has answered: each conn
 (``Connection.read_packed_values``, from a socket stand-in whose ``recv`` returns the reply's
 next piece, as the kernel's copy would) and scanned (:class:`~kestrel_actors.client.ValueScan`),
 the batch's write-ahead file staged
-(written, checksummed by slices, ``fsync``) and published, and the previous batch released at
-its commit, as the source's read-ahead overlaps them (a batch lives while the next is opened).
+(written, checksummed by slices, ``fsync``) and published, its buffers back in the pool once
+its file is written (as the source's planner gives them back, ADR 0022), and the batch before
+removed at its commit (its file kept as a spare to write a later batch over).
 Prints CPU µs and minor page faults per item over the batches after the first two, and which
 ``kestrel_actors`` ran (so that runs of two checkouts can be alternated with ``PYTHONPATH``)::
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import resource
 import tempfile
 import time
-from dataclasses import dataclass
 
 import click
 
@@ -34,12 +34,6 @@ except ImportError:  # a checkout before the pool: every batch gets fresh buffer
     BufferPool = None  # type: ignore[assignment,misc]
 
 _WARM_BATCHES = 2
-
-
-@dataclass
-class _Batch:
-    parts: list[BatchPart]
-    buffers: list[bytearray]
 
 
 def monitor_reply(queue: str, count: int, item_bytes: int, first_stamp: int,
@@ -91,10 +85,9 @@ def main(batches: int, items: int, item_bytes: int, items_per_connection: int,
     replies = [monitor_reply("bench", min(items_per_connection, items - n * items_per_connection),
                              item_bytes, 1_790_000_000_000 + n * 1000, per_millisecond)
                for n in range(connections)]
-    buffers = BufferPool(4 * connections) if pool and BufferPool is not None else None
+    buffers = BufferPool(connections) if pool and BufferPool is not None else None
     with tempfile.TemporaryDirectory(prefix="planner-bench-") as directory:
         wal = WriteAheadLog(directory)
-        live: list[_Batch] = []
         cpu = faults = 0.0
         measured = 0
         for seq in range(1, batches + 1):
@@ -109,15 +102,11 @@ def main(batches: int, items: int, item_bytes: int, items_per_connection: int,
                 if into is not None:
                     held.append(into)
             wal.publish(wal.prepare(seq, parts, items_per_partition))
-            live.append(_Batch(parts, held))
             del parts, values
-            if len(live) > 1:  # the batch before it is committed while this one runs
-                done = live.pop(0)
+            if buffers is not None:  # the batch is in its file: its buffers take the next's
+                buffers.give_back(held)
+            if seq > 1:  # the batch before it is committed while this one runs
                 wal.remove(seq - 1)
-                if buffers is not None:
-                    released = done.buffers
-                    del done
-                    buffers.give_back(released)
             if seq > _WARM_BATCHES:
                 cpu += time.process_time() - cpu_before
                 faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before

@@ -28,8 +28,8 @@ docs/adr/0013-spark-exactly-once.md):
   again from the queue: ``latestOffset`` reuses a file numbered ``start.seq + 1`` it finds,
   and ``partitions`` of a batch this process did not plan reads the file. So a sink that is
   idempotent by batch id (the file sink, ``foreachBatch`` writing by batch id) gets each item
-  exactly once. ``commit(end)`` (and the next ``latestOffset``) delete the files Spark has
-  committed.
+  exactly once. ``commit(end)`` (and the next ``latestOffset``) retire the files Spark has
+  committed (a directory keeps two to write later batches over, :mod:`._walstore`).
 * ``partitions(start, end)`` hands the executors slices of the batch's write-ahead file
   (where the items lie and their checksum), so ``read`` is a pure function of its partition:
   an executor retry reads the same rows and never touches a server.
@@ -37,6 +37,7 @@ docs/adr/0013-spark-exactly-once.md):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
@@ -386,7 +387,7 @@ class _ReaderState:
     sets: tuple[_ConnectionSet, _ConnectionSet]
     keep_alive: KeepAlive
     wal: WriteAheadLog
-    buffers: BufferPool  # item bytes of committed batches, for the batches opened next
+    buffers: BufferPool  # item bytes of planned batches, for the batches opened next
     planned: dict[int, _PlannedBatch] = field(default_factory=dict)
     prefetch: _Prefetch | None = None
     retry_at: dict[str, float] = field(default_factory=dict)
@@ -417,10 +418,10 @@ class _ReaderState:
         keep_alive = KeepAlive(options.keep_alive)
         for connection in _all_connections(sets):
             keep_alive.add(connection)
-        # A batch's buffers (one per connection and queue opened) live until its commit while
-        # the read-ahead fills the next batch's: two batches' worth are reused.
+        # A batch's buffers (one per connection and queue opened) go back once its file is
+        # written, before the read-ahead opens the next batch: one batch's worth is reused.
         per_batch = (options.connections_per_server + len(options.queues)) * max(1, len(options.servers))
-        return cls(sets, keep_alive, wal, BufferPool(2 * per_batch))
+        return cls(sets, keep_alive, wal, BufferPool(per_batch))
 
     def forget_backlog(self, server: str) -> None:
         """Its backlog is unknown while the server cannot be reached."""
@@ -484,18 +485,37 @@ class _Opened:
 
 
 @dataclass(frozen=True)
+class _PartCount:
+    """What a planned batch keeps of a part once its file is written: where its items came
+    from and how many (the items are in the file, their buffers back in the pool)."""
+
+    queue: str
+    server: str
+    count: int
+
+
+@dataclass(frozen=True)
 class _PlannedBatch:
-    """A micro-batch in the write-ahead log: its items are Spark's, no longer the queue's."""
+    """A micro-batch in the write-ahead log: its items are Spark's, no longer the queue's.
+    It keeps no item bytes: its slices were cut while its file was written, and anything else
+    (another cut, a restart's replay) reads the file."""
 
     seq: int
-    parts: list[BatchPart]
+    parts: tuple[_PartCount, ...]
     file: WalFile
-    buffers: tuple[bytearray, ...] = ()
-    """Where this process received the parts' bytes: back to the pool at the commit."""
 
-    def slices(self, step: int) -> list[SlicedItems]:
-        """The batch cut into slices of at most ``step`` items (:meth:`WalFile.slices`)."""
-        return self.file.slices(self.parts, step)
+    @classmethod
+    def counted(cls, seq: int, parts: Iterable[BatchPart], file: WalFile) -> _PlannedBatch:
+        return cls(seq, tuple(_PartCount(p.queue, p.server, p.count) for p in parts), file)
+
+    def slices(self, step: int, wal: WriteAheadLog, queue: str) -> list[SlicedItems]:
+        """The batch cut into slices of at most ``step`` items (:meth:`WalFile.slices`): those
+        it was written with, or else cut from its file read again (``queue``: its parts' queue
+        in a file that names none)."""
+        if step == self.file.step:
+            return list(self.file.sliced)
+        parts, file = wal.read(self.seq, queue)
+        return file.slices(parts, step)
 
     def counts(self, queues: tuple[str, ...]) -> dict[str, Any]:
         """Items per server (``{server: n}``), or per queue and server (``{queue: {server: n}}``)
@@ -681,7 +701,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         step = self._step(total)
         return [KestrelPartition(each.server, each.queue, each.where)
                 for seq in range(first, last + 1)
-                for each in self._planned(seq).slices(step)]
+                for each in self._planned(seq).slices(step, self.live.wal, self.options.queue)]
 
     # Spark hands back only the partitions that partitions() made, which its types cannot say
     def read(self, partition: KestrelPartition) -> Iterator[Any]:  # type: ignore[override]
@@ -725,6 +745,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         live.keep_alive.stop()
         for connection in _all_connections(live.sets):
             connection.close()
+        live.wal.close()
 
     # helpers -------------------------------------------------------------------------------
 
@@ -788,17 +809,29 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from ._replay import ConfirmRecord, take_back_returned
 
         live, options = self.live, self.options
-        batch = _PlannedBatch(seq, *live.wal.read(seq, options.queue))
-        take_back_returned(seq, batch.parts, ConfirmRecord(live.wal.store, seq),
+        parts, written = live.wal.read(seq, options.queue)
+        take_back_returned(seq, parts, ConfirmRecord(live.wal.store, seq),
                            lambda server: Connection(ServerAddress.parse(server),
                                                      options.connect_timeout, options.io_timeout))
-        live.planned[seq] = batch
+        # cut now, by the step partitions() cuts by, while the file's bytes are at hand
+        step = self._step(sum(p.count for p in parts))
+        written = dataclasses.replace(written, step=step, sliced=tuple(written.slices(parts, step)))
+        batch = live.planned[seq] = _PlannedBatch.counted(seq, parts, written)
         log.info(event, queue=options.queue, seq=seq, items=batch.counts(options.queues))
         return batch
 
     def _plan(self, seq: int, opened: _Opened) -> _PlannedBatch | None:
         """Make the opened items batch ``seq``: durable in the write-ahead log first, then
         confirmed on their servers. None if every server had taken its items back."""
+        buffers = [p.buffer for p in opened.held]
+        batch = self._durable_and_confirmed(seq, opened)
+        opened.held, opened.prepared = [], None
+        # The items are in the file now, and nothing reads their buffers again (another cut of
+        # the batch, or a replay, reads the file): the read-ahead about to start takes them.
+        self.live.buffers.give_back(buffers)
+        return batch
+
+    def _durable_and_confirmed(self, seq: int, opened: _Opened) -> _PlannedBatch | None:
         from ._replay import ConfirmRecord, kill_point
 
         live, queue = self.live, self.options.queue
@@ -810,7 +843,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             opened.discard()
             written = self._write(seq, parts)
-        batch = _PlannedBatch(seq, parts, written, tuple(p.buffer for p in held))
+        batch = _PlannedBatch.counted(seq, parts, written)
         record = ConfirmRecord(live.wal.store, seq)
         kill_point("after-wal", seq)
         returned: list[_Held] = []
@@ -840,8 +873,7 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not kept:
                 live.wal.remove(seq)
                 return None
-            batch = _PlannedBatch(seq, kept, self._write(seq, kept),
-                                  tuple(p.buffer for p in held if id(p) not in gone))
+            batch = _PlannedBatch.counted(seq, kept, self._write(seq, kept))
         kill_point("after-confirms", seq)
         live.planned[seq] = batch
         live.planned_any = True
@@ -851,10 +883,8 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from ._replay import ConfirmRecord
 
         live = self.live
-        buffers: list[bytearray] = []
         for number in [n for n in live.planned if n <= seq]:
-            buffers.extend(live.planned.pop(number).buffers)
-        live.buffers.give_back(buffers)  # (only those whose items no view holds any more)
+            del live.planned[number]
         live.wal.remove_through(seq)
         ConfirmRecord.remove_through(live.wal.store, seq)
 

@@ -262,7 +262,11 @@ class WriteAheadLog:
         return self.store.exists(_file_name(seq))
 
     def remove(self, seq: int) -> None:
-        self.store.delete(_file_name(seq))
+        self.store.retire(_file_name(seq))
+
+    def close(self) -> None:
+        """The planner stops: its spare files go (:meth:`WalStore.close`)."""
+        self.store.close()
 
     def mark(self, name: str) -> None:
         """An empty file ``name`` beside the batches (tests wait for it)."""

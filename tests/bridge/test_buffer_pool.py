@@ -44,3 +44,21 @@ def test_the_pool_keeps_at_most_what_it_was_told_the_largest_first():
     assert len(pool) == 2
     assert len(pool.take()) == 30 and len(pool.take()) == 10
     assert len(pool.take()) == 0  # empty: a new one
+
+
+def test_values_of_every_size_class_in_odd_pieces_over_a_used_buffer():
+    """Each value is packed at its offset with zero padding up to its size class, which the
+    next value writes over: values of sizes in and across classes, cut anywhere by the pieces
+    they arrive in, come out whole over whatever the buffer held."""
+    values = [bytes([i % 251]) * size for i, size in
+              enumerate([0, 1, 15, 16, 17, 5, 1000, 1024, 1025, 3, 70_000, 2, 0, 65_536, 9])]
+    reply = b"".join(b"VALUE q 0 %d\r\n%s\r\nEND\r\n" % (len(v), v) for v in values) + b"END\r\n"
+    for step in (1, 7, 4096, 65_536, len(reply)):
+        into = bytearray(b"\xff" * 200_000)
+        scan = ValueScan("monitor", b"q", 100, into=into)
+        for at in range(0, len(reply), step):
+            scan.feed(reply[at:at + step])
+        assert scan.done
+        items = scan.values()
+        assert items.values() == values, step
+        assert bytes(items.data) == b"".join(values)

@@ -6,12 +6,15 @@ unpublished."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import threading
 import time
 
 import pytest
 
 from kestrel_actors.client import PackedValues
+from kestrel_actors.spark_bridge._buffers import BufferPool
 from kestrel_actors.spark_bridge._source import (
     FIRST_BATCH_ITEMS,
     KestrelDataSource,
@@ -166,6 +169,44 @@ def test_the_read_ahead_writes_the_next_batch_unpublished_and_a_stop_discards_it
     assert queue_stats(server, "plan") == (0, 0)
 
 
+def test_committed_files_are_written_over_at_most_two_kept_and_removed_at_stop(server,
+                                                                             tmp_path):
+    """A committed batch's file becomes a spare (``.spare-<pid>-<n>.wal``, at most two) that a
+    later batch, the read-ahead's included, is written over instead of a new file; a stop
+    removes the spares. A task still reading a reused file fails its checksum."""
+    directory = tmp_path / "wal"
+    load(server, "plan", [b"s%05d" % i for i in range(3500)])
+    stream = reader(server, tmp_path, maxItemsPerBatch=500)
+
+    def inodes(pattern: str) -> set[int]:
+        return {path.stat().st_ino for path in directory.glob(pattern)}
+
+    try:
+        offset, reused, got, spares = stream.initialOffset(), 0, [], set()
+        partition = None
+        for _ in range(7):
+            end = stream.latestOffset(offset)
+            assert end["seq"] == offset["seq"] + 1
+            if stream.live.prefetch is not None:
+                stream.live.prefetch.wait()
+            if spares & (inodes("batch-*.wal") | inodes(".batch-*.tmp")):
+                reused += 1
+            partition = partition or stream.partitions(offset, end)[0]
+            got += rows_of(stream, offset, end)
+            stream.commit(end)
+            spares = inodes(".spare-*")
+            assert len(spares) <= 2
+            offset = end
+        assert got == [b"s%05d" % i for i in range(3500)]
+        assert reused >= 4, "no batch was written over a spare"
+        with pytest.raises(WalCorrupt, match="already committed"):
+            list(stream.read(partition))  # batch 1's file is another batch's now
+    finally:
+        stream.stop()
+    assert not list(directory.glob(".spare-*"))
+    assert sorted(os.listdir(directory)) == []
+
+
 def test_a_partition_whose_file_changed_fails_its_read(server, tmp_path):
     load(server, "plan", [b"x" * 100] * 10)
     stream = reader(server, tmp_path)
@@ -216,9 +257,9 @@ def test_an_executors_read_imports_no_pandas(tmp_path):
              f"wal = WriteAheadLog({str(tmp_path)!r})\n"
              "parts = [BatchPart('s1', 1.5, PackedValues.of([b'a', b'bc']).stamps_or(1500), 'q'),\n"
              "         BatchPart('s1', 2.5, PackedValues.of([b'def']).stamps_or(2500), 'q')]\n"
-             "batch = _PlannedBatch(1, parts, wal.write(1, parts))\n"
+             "batch = _PlannedBatch.counted(1, parts, wal.write(1, parts))\n"
              f"reader = KestrelStreamReader(SourceOptions.parse({{'queue': 'q', 'walLocation': {str(tmp_path)!r}}}))\n"
-             "[sliced] = batch.slices(10)\n"
+             "[sliced] = batch.slices(10, wal, 'q')\n"
              "[rows] = reader.read(KestrelPartition(sliced.server, sliced.queue, sliced.where))\n"
              "assert 'pandas' not in sys.modules\n"
              "table = rows.to_pydict()\n"
@@ -277,44 +318,50 @@ def test_a_queue_list_with_an_empty_or_repeated_name_is_refused():
             KestrelDataSource({"queue": queue, "walLocation": "/tmp/unused"}).schema()
 
 
-def test_a_committed_batch_s_buffers_take_a_later_batch_s_items_and_a_live_one_s_never(server,
-                                                                                     tmp_path):
-    """The planner receives a batch's items into buffers that a committed batch used (no
-    fresh pages to fault in), never into those of a batch not yet committed (ADR 0022)."""
-    items = [b"%05d" % i for i in range(9000)]
+class _WhoTook(BufferPool):
+    """The planner's pool, noting which thread took each buffer (the read-ahead runs on one
+    of its own)."""
+
+    def __init__(self, keep: int) -> None:
+        super().__init__(keep)
+        self.taken: list[tuple[str, bytearray]] = []
+
+    def take(self) -> bytearray:
+        buffer = super().take()
+        self.taken.append((threading.current_thread().name, buffer))
+        return buffer
+
+
+def test_a_planned_batch_keeps_no_item_bytes_its_buffers_take_the_read_ahead_s_items(server,
+                                                                                    tmp_path):
+    """Once a batch's file is written the batch keeps only its counts (and slices): its
+    buffers go back to the pool at once and the read-ahead receives the next batch into
+    them (no fresh pages to fault in), while Spark still runs the first; the rows of both
+    come from the files as planned, another cut included (ADR 0022)."""
+    items = [b"%05d" % i for i in range(5000)]
     load(server, "pooled", items)
     stream = reader(server, tmp_path, queue="pooled", maxItemsPerBatch=3000,
                     itemsPerConnection=1000, itemsPerPartition=1000)
-
-    def buffers(seq: int) -> list[bytearray]:  # the objects, kept: their ids stay theirs
-        return list(stream.live.planned[seq].buffers)
-
-    def shared(some: list[bytearray], others: list[bytearray]) -> bool:
-        return any(one is other for one in some for other in others)
-
+    pool = stream.live.buffers = _WhoTook(stream.live.buffers.keep)
     try:
         start = stream.initialOffset()
-        first = stream.latestOffset(start)  # 2,000 items; the read-ahead opens the second...
-        stream.live.prefetch.wait()  # ...before the first is committed (else it takes its buffers)
+        first = stream.latestOffset(start)  # 2,000 items, and the read-ahead opens 3,000
+        stream.live.prefetch.wait()
+        planned = stream.live.planned[1]
+        assert all(type(part).__name__ == "_PartCount" for part in planned.parts)
+        by_planner = [b for who, b in pool.taken if who != "kestrel-prefetch"]
+        ahead = [b for who, b in pool.taken if who == "kestrel-prefetch"]
+        assert len(by_planner) == 2 and len(ahead) == 3
+        assert all(any(b is a for a in ahead) for b in by_planner), "no buffer went back"
         got = rows_of(stream, start, first, "pooled")
-        first_buffers = buffers(1)
+        [whole] = planned.slices(5000, stream.live.wal, "pooled")  # another cut: from the file
+        assert whole.where.count == 2000
         stream.commit(first)
-        second = stream.latestOffset(first)  # the read-ahead opens the third meanwhile...
-        stream.live.prefetch.wait()  # ...and is done before the second batch is committed
+        second = stream.latestOffset(first)
         got += rows_of(stream, first, second, "pooled")
-        second_buffers = buffers(2)
         stream.commit(second)
-        third = stream.latestOffset(second)
-        third_buffers = buffers(3)
-        got += rows_of(stream, second, third, "pooled")
-        stream.commit(third)
-        fourth = stream.latestOffset(third)
-        got += rows_of(stream, third, fourth, "pooled")
-        stream.commit(fourth)
     finally:
         stream.stop()
-    assert shared(third_buffers, first_buffers)  # reused: batch 1 was committed
-    assert not shared(third_buffers, second_buffers)  # batch 2 was live while batch 3 was opened
     assert got == items
 
 
@@ -327,11 +374,11 @@ def _one_batch_in_a_log(tmp_path, values: list[bytes], step: int):
     ``step``, and a reader as an executor unpickles it (no server: ``read`` touches none)."""
     wal = WriteAheadLog(str(tmp_path))
     parts = [_part(values)]
-    batch = _PlannedBatch(1, parts, wal.write(1, parts, step))
+    batch = _PlannedBatch.counted(1, parts, wal.write(1, parts, step))
     stream = KestrelStreamReader(SourceOptions.parse({"queue": "q",
                                                       "walLocation": str(tmp_path)}))
     return wal, pickle.loads(pickle.dumps(stream)), [
-        KestrelPartition(s.server, s.queue, s.where) for s in batch.slices(step)]
+        KestrelPartition(s.server, s.queue, s.where) for s in batch.slices(step, wal, "q")]
 
 
 def test_a_read_hands_arrow_the_bytes_it_read_without_copying_them(tmp_path):

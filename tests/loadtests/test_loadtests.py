@@ -743,3 +743,17 @@ def test_floor_server_serves_reads_and_blocking_readers(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_source_calls_bench_reports_the_planners_cpu_per_item():
+    """``source_calls_bench`` (ADR 0022) starts its own server and drives the source's planner
+    calls over a few small batches: it must keep running and report its figures."""
+    proc = subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests.source_calls_bench",
+                           "--items", "9000", "--item-bytes", "100", "--batch", "2000",
+                           "--partition", "500", "--runs", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    [run] = figures["runs"]
+    assert figures["scenario"] == "source-calls" and run["batches"] == 5
+    assert run["measured_items"] == 3000 and run["planner_cpu_us"] > 0 <= run["server_cpu_us"]
