@@ -236,9 +236,8 @@ class SessionActor(GeventActor):
         """The ``failure`` of the parts of that batch answered so far."""
         self.batch_queue = ""
         self.sent: QueueBatch | None = None
-        self.sent_at = 0.0
-        """The batch awaiting its answer, and when it left (epoch seconds, ``_clock.epoch_seconds``:
-        in a read's callback, when the request was read): latency figures."""
+        """The batch awaiting its answer (its ``sent_at``, in a read's callback when the request
+        was read, starts its latency)."""
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
@@ -533,10 +532,10 @@ class SessionActor(GeventActor):
             self._batch_done(BatchDone([]))
             return True
         self.waiting = _BATCH
-        self.sent = QueueBatch(ops, self.session, self.ref)
-        self.sent_at = epoch_seconds()
+        # one clock reading for the batch: its requests' time in the queue and its latency's start
+        self.sent = QueueBatch(ops, self.session, self.ref, None, epoch_seconds())
         try:
-            ref.tell(self.sent)
+            ref.tell_from(self.sent, self.mailbox.runner)  # from this handler's greenlet
         except ActorDeadError:  # deleted between the check and now: it answers as closed
             self.sent = None
             self._batch_done(BatchDone([closed_result(op) for op in ops]))
@@ -615,7 +614,7 @@ class SessionActor(GeventActor):
         results = done.results
         if self.sent is not None:
             if done.failure is None:  # a batch a journal failed is not timed: it took nothing
-                record_batch(self.context.stats, self.batch_queue, self.sent, results, self.sent_at)
+                record_batch(self.context.stats, self.batch_queue, self.sent, results, self.sent.sent_at)
             self.sent = None
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
@@ -781,8 +780,7 @@ class SessionActor(GeventActor):
         self.batch_queue = name
         op = monitor.step = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
         self.context.stats.cmd_monitor_get += 1
-        self.sent = QueueBatch([op], self.session, self.ref)
-        self.sent_at = epoch_seconds()
+        self.sent = QueueBatch([op], self.session, self.ref, None, epoch_seconds())
         try:
             ref.tell(self.sent)
         except ActorDeadError:
