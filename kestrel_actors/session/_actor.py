@@ -315,10 +315,9 @@ class SessionActor(GeventActor):
         now, else ``None``. Asked before the queue lookup (for the head request) and again for
         each request compiled into a batch (a SET pipelined behind a GET under ReadOnly);
         handlers never check it themselves."""
-        refusal = self.write_refusals.get(type(command))
-        if refusal is not None and not self.context.writes_allowed(self.session):
-            return refusal
-        return None
+        if self.context.writes_allowed(self.session):
+            return None  # asked first: nearly always, and then no look-up by the request's type
+        return self.write_refusals.get(type(command))
 
     def _local(self, command: Any) -> None:
         kind = type(command)
