@@ -465,7 +465,10 @@ class QueueActor(GeventActor):
         core = self.core
         stats = self.stats
         ops = batch.ops
-        now_ms = epoch_ms()
+        sent_at = batch.sent_at
+        # the requests' time: their session's reading when it sent them (behaviour §5.1), not
+        # a reading more; a batch resumed from the wait-list reads the clock
+        now_ms = int(sent_at * 1000) if sent_at and not batch.parked else epoch_ms()
         fetched = 0
         count = len(ops)
         run_end = start  # where the last run of one shared plain fetch ends

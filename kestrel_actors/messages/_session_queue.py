@@ -279,16 +279,20 @@ class QueueBatch:
 
     A fetch that finds nothing and has a future deadline waits in the queue's wait-list; the
     batch is answered when it gets an item, times out, or its session is cancelled.
-    ``copies`` is the queue's: the fanout copies its adds are waiting for.
+    ``copies`` is the queue's: the fanout copies its adds are waiting for. ``sent_at``: when a
+    session sent it (epoch seconds, ``_clock.epoch_seconds``), the time of its requests
+    (behaviour §5.1) and the start of its latency; 0.0: the queue reads the clock.
     """
 
-    __slots__ = ("ops", "session", "reply_to", "copies", "parked", "failure")
+    __slots__ = ("ops", "session", "reply_to", "copies", "parked", "failure", "sent_at")
 
-    def __init__(self, ops: list[Any], session: Session | None, reply_to: Any, copies: Any = None) -> None:
+    def __init__(self, ops: list[Any], session: Session | None, reply_to: Any, copies: Any = None,
+                 sent_at: float = 0.0) -> None:
         self.ops = ops
         self.session = session
         self.reply_to = reply_to
         self.copies = copies
+        self.sent_at = sent_at
         self.parked = False
         """Set by the queue when the batch waited in its wait-list (latency figures)."""
         self.failure: JournalFailure | None = None

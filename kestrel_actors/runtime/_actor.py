@@ -301,14 +301,14 @@ class _HubRuns:
             return
         self.depth = depth + 1
         try:
-            mailbox._run_inline(message, True)
+            mailbox._run_inline(message, mailbox.hub)
         except BaseException:
             if depth == 0:
                 self._hand_over()
             raise
         finally:
             self.depth = depth
-        if depth == 0 and self.queued:  # tells the run made to actors busy up the stack
+        if depth == 0 and len(self.queued):  # tells the run made to actors busy up the stack
             queued = self.queued
             self.depth = 1
             try:
@@ -371,7 +371,7 @@ class _Mailbox:
     module docstring).
     """
 
-    __slots__ = ("items", "idle", "inline", "actor", "greenlet", "hub", "hub_runs")
+    __slots__ = ("items", "idle", "inline", "actor", "greenlet", "hub", "hub_runs", "runner")
 
     def __init__(self) -> None:
         self.items: deque[Any] = _new_deque()
@@ -389,6 +389,9 @@ class _Mailbox:
                 _last_runs[0] = runs
         self.hub = hub
         self.hub_runs: _HubRuns = runs
+        self.runner: Any = None
+        """The greenlet that runs the actor's handler now (or last ran one; None: not known):
+        a tell its handler makes (:meth:`GeventRef.tell_from`) need not ask ``getcurrent``."""
 
     def put(self, envelope: Any, /) -> None:
         """Queue ``envelope`` (pykka's ``ask`` and ``Actor.stop`` come here) as a
@@ -409,8 +412,9 @@ class _Mailbox:
         the actor idle, of an inline class): whether it did."""
         if type(message) in _NOT_INLINE:
             return False
-        if _getcurrent() is not self.hub:
-            self._run_inline(message, False)
+        current = _getcurrent()
+        if current is not self.hub:
+            self._run_inline(message, current)
             return True
         if self.actor.may_run_on_hub():  # type: ignore[union-attr]
             self.hub_runs.run(self, message)
@@ -460,6 +464,10 @@ class _Mailbox:
         items = self.items
         actor: GeventActor = self.actor  # type: ignore[assignment]
         while not items:
+            # pykka's loop runs on the actor's own greenlet (or, from _end_unspawned, on a
+            # sender's: None lets a tell its handler makes ask which); a sender's inline run
+            # may have set another while this one was parked
+            self.runner = self.greenlet
             try:
                 actor.on_inbox_empty()
             except Exception as exc:  # noqa: BLE001 - the actor's failure, for pykka's loop
@@ -471,7 +479,9 @@ class _Mailbox:
                 self.hub.switch()  # until wake()
             except BaseException as exc:  # noqa: BLE001 - thrown into the parked greenlet
                 self.idle = False
+                self.runner = self.greenlet
                 return _failure_letter(exc)
+        self.runner = self.greenlet
         entry = _popleft(items)
         envelope = entry if type(entry) is _Letter else _Letter(entry)
         if envelope.reply_to is None and actor.stopped_flag._set:
@@ -494,31 +504,35 @@ class _Mailbox:
         if actor is None:  # its loop has ended (_ended): the tell is a dead letter
             return
         if not actor.stopped_flag._set and actor.may_run_on_hub():
-            self._run_inline(_popleft(self.items), True)  # a bare tell (``_HubRuns.run``)
+            self._run_inline(_popleft(self.items), self.hub)  # a bare tell (``_HubRuns.run``)
         else:
             self.wake()
 
-    def _run_inline(self, message: Any, on_hub: bool) -> None:
+    def _run_inline(self, message: Any, runner: Any) -> None:
         """Handle the tell ``message`` and then the inbox in order on this greenlet, the actor
         idle until now, until the inbox is empty (the actor is idle again) or a message needs
         the actor's own greenlet (it is woken for the rest: an ask, pykka's messages, one
         marked :func:`on_own_greenlet`, the actor stopped or failed).
 
         One set of rules with the actor's own loop: ``on_inbox_empty`` before every wait, a
-        failed tell fails the actor. ``on_hub``: the sender is the hub; each further message
-        asks :meth:`GeventActor.may_run_on_hub` again, since the first may have changed the
-        answer.
+        failed tell fails the actor. ``runner``: the sender's greenlet; if it is the hub, each
+        further message asks :meth:`GeventActor.may_run_on_hub` again, since the first may have
+        changed the answer.
         """
         actor: GeventActor = self.actor  # type: ignore[assignment]
         items = self.items
         stopped = actor.stopped_flag
+        on_hub = runner is self.hub
+        self.runner = runner
         self.idle = False
         try:
             actor.on_receive(message)
             while not stopped._set:
-                if not items:
+                # len() and not a deque's truth: compiled, that is a generic PyObject_IsTrue,
+                # about 20 instructions more a test (callgrind)
+                if not len(items):
                     actor.on_inbox_empty()
-                    if items or stopped._set:
+                    if len(items) or stopped._set:
                         continue
                     self.idle = True
                     return
@@ -666,6 +680,12 @@ class GeventRef(pykka.ActorRef[Any]):
         return not self.stopped_flag._set
 
     def tell(self, message: Any) -> None:
+        self.tell_from(message, None)
+
+    def tell_from(self, message: Any, current: Any) -> None:
+        """:meth:`tell`, by a teller that knows the greenlet it runs on: ``current`` (the hub, a
+        dispatcher greenlet, or a running handler's :attr:`_Mailbox.runner`; None: not known).
+        A tell asks ``getcurrent`` otherwise (about 120 instructions, three times a request)."""
         if self.stopped_flag._set:
             raise ActorDeadError(f"{self} not found")
         mailbox = self.mailbox
@@ -674,9 +694,12 @@ class GeventRef(pykka.ActorRef[Any]):
             hub_runs = mailbox.hub_runs
             # inside a hub run the teller is the hub (a run never switches): no ``getcurrent``
             # call for the tell a session's batch makes to its queue
-            if not hub_runs.depth and _getcurrent() is not mailbox.hub:
-                mailbox._run_inline(message, False)
-                return
+            if not hub_runs.depth:
+                if current is None:
+                    current = _getcurrent()
+                if current is not mailbox.hub:
+                    mailbox._run_inline(message, current)
+                    return
             actor = mailbox.actor
             assert actor is not None  # an idle mailbox has its actor: a typed, direct call
             if actor.may_run_on_hub():
@@ -711,11 +734,16 @@ def runs_off_hub(receiver: Any, message: Any) -> bool:
     return actor is None or not actor.may_run_on_hub()
 
 
-def tell_quietly(receiver: Any, message: Any) -> None:
+def tell_quietly(receiver: Any, message: Any, current: Any = None) -> None:
     """:func:`tell` for a teller that carries on whatever becomes of the message: a receiver that
-    has stopped is passed over (the message has no one to reach), any other failure is logged."""
+    has stopped is passed over (the message has no one to reach), any other failure is logged.
+    ``current``: the teller's greenlet, if it knows it (:meth:`GeventRef.tell_from`)."""
     try:
-        tell(receiver, message)
+        if type(receiver) is GeventRef:
+            ref: GeventRef = receiver  # typed: the compiled build calls its method directly
+            ref.tell_from(message, current)
+        else:
+            receiver.tell(message)
     except ActorDeadError:
         pass
     except Exception:

@@ -236,9 +236,8 @@ class SessionActor(GeventActor):
         """The ``failure`` of the parts of that batch answered so far."""
         self.batch_queue = ""
         self.sent: QueueBatch | None = None
-        self.sent_at = 0.0
-        """The batch awaiting its answer, and when it left (epoch seconds, ``_clock.epoch_seconds``:
-        in a read's callback, when the request was read): latency figures."""
+        """The batch awaiting its answer (its ``sent_at``, in a read's callback when the request
+        was read, starts its latency)."""
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
@@ -287,7 +286,8 @@ class SessionActor(GeventActor):
                 self._drop_rest()
             elif not transport.backed_up:
                 self._send_rest()
-        while pending and self.waiting is None and not self.closing and not transport.backed_up:
+        # len(): cheaper than a deque's truth in the compiled build (runtime._Mailbox._run_inline)
+        while len(pending) and self.waiting is None and not self.closing and not transport.backed_up:
             command = pending[0]
             kind = type(command)
             refusal = self._write_refusal(command)
@@ -305,7 +305,7 @@ class SessionActor(GeventActor):
         self._flush()
         if self.closing and self.waiting is None:
             self._finish()
-        elif not pending:
+        elif not len(pending):
             if not self.input_ended:
                 transport.resume()
             elif self.waiting is None:  # every request the client sent is answered
@@ -316,10 +316,9 @@ class SessionActor(GeventActor):
         now, else ``None``. Asked before the queue lookup (for the head request) and again for
         each request compiled into a batch (a SET pipelined behind a GET under ReadOnly);
         handlers never check it themselves."""
-        refusal = self.write_refusals.get(type(command))
-        if refusal is not None and not self.context.writes_allowed(self.session):
-            return refusal
-        return None
+        if self.context.writes_allowed(self.session):
+            return None  # asked first: nearly always, and then no look-up by the request's type
+        return self.write_refusals.get(type(command))
 
     def _local(self, command: Any) -> None:
         kind = type(command)
@@ -519,7 +518,7 @@ class SessionActor(GeventActor):
         preset, last = handler.compile(first, ops)  # _pump checked the head's write refusal
         _popleft(pending)
         if preset is None:
-            if last or not pending or not handler.joins(pending[0], name):
+            if last or not len(pending) or not handler.joins(pending[0], name):
                 self.lone = first  # a batch of one request: no entries (see ``lone``)
                 entries = _NO_ENTRIES
             else:  # the next request joins: _compile_rest takes it without asking again
@@ -533,10 +532,10 @@ class SessionActor(GeventActor):
             self._batch_done(BatchDone([]))
             return True
         self.waiting = _BATCH
-        self.sent = QueueBatch(ops, self.session, self.ref)
-        self.sent_at = epoch_seconds()
+        # one clock reading for the batch: its requests' time in the queue and its latency's start
+        self.sent = QueueBatch(ops, self.session, self.ref, None, epoch_seconds())
         try:
-            ref.tell(self.sent)
+            ref.tell_from(self.sent, self.mailbox.runner)  # from this handler's greenlet
         except ActorDeadError:  # deleted between the check and now: it answers as closed
             self.sent = None
             self._batch_done(BatchDone([closed_result(op) for op in ops]))
@@ -615,7 +614,7 @@ class SessionActor(GeventActor):
         results = done.results
         if self.sent is not None:
             if done.failure is None:  # a batch a journal failed is not timed: it took nothing
-                record_batch(self.context.stats, self.batch_queue, self.sent, results, self.sent_at)
+                record_batch(self.context.stats, self.batch_queue, self.sent, results, self.sent.sent_at)
             self.sent = None
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
@@ -781,8 +780,7 @@ class SessionActor(GeventActor):
         self.batch_queue = name
         op = monitor.step = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
         self.context.stats.cmd_monitor_get += 1
-        self.sent = QueueBatch([op], self.session, self.ref)
-        self.sent_at = epoch_seconds()
+        self.sent = QueueBatch([op], self.session, self.ref, None, epoch_seconds())
         try:
             ref.tell(self.sent)
         except ActorDeadError:

@@ -26,6 +26,8 @@ import time
 from operator import add
 from typing import Any, ClassVar, Final
 
+from mypy_extensions import i64
+
 from ..messages import MANY_FETCHES, Add, Open, Peek, QueueBatch, Remove
 from ..queue import Item
 
@@ -64,9 +66,11 @@ def _bucket_by_rule(value: int) -> int:
         return value - 1 if value > 0 else 0
     if value > 2**31:
         return len(BOUNDS)  # the overflow bucket
-    base = 1 << ((value - 1).bit_length() - 1)  # the largest power of two below value
-    step = base >> 2
-    return 4 * base.bit_length() - 8 + (value - base - 1) // step
+    # in native 64-bit integers, the step (a quarter of the power of two) a shift: the boxed
+    # arithmetic of a floor division cost a durable SET's latency ~150 instructions (callgrind)
+    top: i64 = (value - 1).bit_length() - 1  # the largest power of two below value: 2**top
+    rest: i64 = value - 1 - (i64(1) << top)
+    return 4 * top - 4 + (rest >> (top - 2))
 
 
 _TABLED: Final = 4096

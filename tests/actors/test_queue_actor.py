@@ -62,6 +62,26 @@ def test_a_batch_answers_every_operation_in_order(jobs):
     assert data(results[2:]) == [b"a", b"b", b"b", None]
 
 
+def test_a_batch_sent_at_a_time_is_run_at_that_time(jobs):
+    """A session's batch carries its one clock reading (``sent_at``): its items' add time, and
+    the ``now`` its expiries are checked against (behaviour §5.1); without one the queue reads
+    the clock."""
+    sent_at = time.time() - 5.0
+    sent_ms = int(sent_at * 1000)
+    reply = ReplyFuture()
+    jobs.tell(QueueBatch([Add(b"then", 0)], None, reply, None, sent_at))
+    assert reply.get(timeout=PATIENCE).results == [True]
+    before_ms = int(time.time() * 1000)
+    assert run(jobs, Add(b"now", 0)) == [True]
+    then, now = run(jobs, Remove(None), Remove(None))
+    assert then.add_time == sent_ms
+    assert now.add_time >= before_ms
+    # expired now, not at the batch's time: its peek still finds it
+    reply = ReplyFuture()
+    jobs.tell(QueueBatch([Add(b"late", sent_ms + 1000), Peek(None)], None, reply, None, sent_at))
+    assert data(reply.get(timeout=PATIENCE).results[1:]) == [b"late"]
+
+
 def test_batches_keep_fifo_order_across_batches(jobs):
     for i in range(20):
         assert run(jobs, Add(b"%d" % i, 0)) == [True]

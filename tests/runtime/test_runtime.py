@@ -575,7 +575,7 @@ def test_tell_from_hub_tells_at_once_only_when_nothing_else_is_ready():
         def readable_seen(ours=pairs[0][0]):
             ours.recv(16)
             dispatcher.tell_from_hub(ref, "socket-0")
-            due_seen.append(len(dispatcher.due))  # handed over, not told yet
+            due_seen.append(dispatcher.due)  # handed over, not told yet
 
         watchers[0].stop()
         watchers[0].start(readable_seen)
@@ -811,3 +811,157 @@ def test_a_mailbox_made_on_a_hub_is_that_hubs_whichever_hub_made_the_last():
     finally:
         for ref in (first, back, off_hub):
             ref.stop()
+
+
+# -- the dispatcher's due tells and a tell from a known greenlet (issue 56) ------------------------
+
+
+def test_due_tells_keep_their_order_across_turns_while_a_dispatcher_is_suspended():
+    """The due tells are one list read from a shared head: a burst left behind by a suspended
+    dispatcher greenlet is told, in order and once each, by the next one, and the suspended
+    one, resumed, tells nothing twice."""
+    from kestrel_actors.runtime import Dispatcher
+
+    release = gevent.event.Event()
+    seen: list = []
+
+    class Slow(GeventActor):
+        inline_dispatch = True
+
+        def on_receive(self, message):
+            release.wait()  # suspends the dispatcher greenlet it runs on
+            seen.append(("slow", message))
+
+    class Quick(GeventActor):
+        inline_dispatch = True
+
+        def on_receive(self, message):
+            seen.append(("quick", message))
+            if message == 3:  # a tell handed over while the burst is told joins its end
+                Dispatcher.current().deliver(self.actor_ref, 30)
+
+    slow, quick = Slow.start(), Quick.start()
+    dispatcher = Dispatcher.current()
+    loop = gevent.get_hub().loop
+    try:
+        gevent.sleep(0.01)
+        burst = [(slow, 1)] + [(quick, n) for n in range(2, 2 + Dispatcher.HUB_BURST_MAX)]
+        for ref, message in burst:  # one loop turn, larger than a burst on the hub
+            loop.run_callback(dispatcher.deliver, ref, message)
+        gevent.sleep(0.02)
+        assert seen == []  # the first tell suspended its greenlet: the rest wait for the next
+        assert dispatcher.due == Dispatcher.HUB_BURST_MAX
+        loop.run_callback(dispatcher.deliver, quick, 99)  # a later turn
+        gevent.sleep(0.02)
+        later = list(range(2, 2 + Dispatcher.HUB_BURST_MAX))
+        assert seen == [("quick", n) for n in later] + [("quick", 99), ("quick", 30)]
+        release.set()
+        gevent.sleep(0.02)
+        loop.run_callback(dispatcher.deliver, quick, 100)
+        gevent.sleep(0.02)
+        assert seen == [("quick", n) for n in later] + [("quick", 99), ("quick", 30), ("slow", 1), ("quick", 100)]
+        assert dispatcher.due == 0
+        assert dispatcher.tells == [] and dispatcher.head == 0  # emptied once all were told
+    finally:
+        release.set()
+        slow.stop()
+        quick.stop()
+
+
+class Runner(GeventActor):
+    """Records, for each message, whether its mailbox's ``runner`` is the greenlet running the
+    handler (or None, which makes a tell ask); may tell a peer from its handler."""
+
+    inline_dispatch = True
+
+    def __init__(self, log: list, on_hub: bool) -> None:
+        super().__init__()
+        self.log = log
+        self.on_hub = on_hub
+        self.peer = None
+
+    def may_run_on_hub(self) -> bool:
+        return self.on_hub
+
+    def on_receive(self, message):
+        runner = self.mailbox.runner
+        self.log.append((message, runner is None or runner is gevent.getcurrent(), gevent.getcurrent()))
+        if self.peer is not None and message != "ask":
+            self.peer.tell_from(message, runner)
+
+
+def test_a_handlers_runner_is_the_greenlet_it_runs_on_wherever_it_runs():
+    """``_Mailbox.runner``, which a handler's tell passes as its greenlet, is the greenlet that
+    runs the handler: inline from a greenlet, on the hub, on a dispatcher greenlet, on the
+    actor's own greenlet (an ask), and on another thread's hub."""
+    import threading
+
+    from kestrel_actors.runtime import Dispatcher
+
+    log: list = []
+    a = Runner.start(log, True)
+    b = Runner.start(log, True)
+    try:
+        gevent.sleep(0.01)
+        a.proxy().peer = b
+        gevent.sleep(0.01)
+        log.clear()
+        hub = gevent.get_hub()
+        a.tell("from-greenlet")  # both inline on this greenlet
+        hub.loop.run_callback(a.tell, "from-hub")  # both on the hub (a hub run)
+        gevent.sleep(0.01)
+        dispatcher = Dispatcher.current()
+        for n in range(Dispatcher.HUB_BURST_MAX + 1):
+            hub.loop.run_callback(dispatcher.deliver, a, f"burst-{n}")  # on a dispatcher greenlet
+        gevent.sleep(0.02)
+        a.ask("ask", timeout=PATIENCE)  # a's own greenlet
+        assert all(right for _message, right, _where in log), log
+        where = {message: g for message, _right, g in log}
+        assert where["from-greenlet"] is gevent.getcurrent()
+        assert where["from-hub"] is hub
+        assert where["burst-0"] is not hub and where["burst-0"] is not gevent.getcurrent()
+        assert [message for message, _right, _g in log].count("burst-0") == 2  # a, then b
+        assert where["ask"] is not hub
+        log.clear()
+        errors: list = []
+
+        def other_thread() -> None:  # a tell made on another thread, whose hub is not theirs
+            try:
+                a.tell("thread")
+            except BaseException as exc:  # noqa: BLE001 - reported to the test's thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join(PATIENCE)
+        assert not errors
+        assert [(message, right) for message, right, _g in log] == [("thread", True), ("thread", True)]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_tell_from_the_hub_runs_on_the_hub_and_from_a_greenlet_on_that_greenlet():
+    """``tell_from`` with the teller's greenlet given does what ``tell`` does there, without
+    asking ``getcurrent``; None asks."""
+    log: list = []
+    a = Runner.start(log, True)
+    off = Runner.start(log, False)
+    try:
+        gevent.sleep(0.01)
+        log.clear()
+        hub = gevent.get_hub()
+        hub.loop.run_callback(a.tell_from, "hub", hub)
+        hub.loop.run_callback(off.tell_from, "hub-not-allowed", hub)  # to its own greenlet
+        gevent.sleep(0.01)
+        me = gevent.getcurrent()
+        a.tell_from("given", me)
+        a.tell_from("asked", None)
+        where = {message: g for message, _right, g in log}
+        assert where["hub"] is hub
+        assert where["hub-not-allowed"] is not hub and where["hub-not-allowed"] is not me
+        assert where["given"] is me and where["asked"] is me
+        assert all(right for _message, right, _g in log)
+    finally:
+        a.stop()
+        off.stop()
