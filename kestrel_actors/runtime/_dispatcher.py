@@ -47,6 +47,9 @@ class Dispatcher:
     _by_hub: ClassVar[weakref.WeakKeyDictionary[Any, Dispatcher]] = weakref.WeakKeyDictionary()
     MAX_PARKED: Final = 8
     HUB_BURST_MAX: Final = 4
+    TOLD_KEPT_MAX: Final = 2048
+    """Entries of :attr:`tells` already told that may stay before the list's front is cut: a
+    stream of tells that never lets the list empty would otherwise hold every told message."""
     """The most tells a burst may hold to be told on the hub. Each costs more there than inline on
     a dispatcher greenlet (the hub's nesting rules, a queue's ``may_run_on_hub``: about 600
     instructions with its batch), which saves the burst two greenlet switches (about 2,000):
@@ -126,13 +129,21 @@ class Dispatcher:
                 message = tells[head + 1]
                 if runs_off_hub(ref, message):
                     break
-                self.head = head + 2
+                self._step_past(head)
                 tell_quietly(ref, message, self.hub)
         finally:
             TURN.end()
             self.on_hub = False
         if self.head != len(tells) and not self.woken:
             self._wake_greenlet()
+
+    def _step_past(self, head: int) -> None:
+        """The tell at ``head`` is taken; past :attr:`TOLD_KEPT_MAX` the told ones are cut off."""
+        if head < self.TOLD_KEPT_MAX:
+            self.head = head + 2
+        else:
+            del self.tells[:head + 2]
+            self.head = 0
 
     def _told_all(self) -> None:
         """Every due tell has been made: the list starts again, empty."""
@@ -173,8 +184,10 @@ class Dispatcher:
                     if head == len(tells):
                         self._told_all()
                         break
-                    self.head = head + 2
-                    tell_quietly(tells[head], tells[head + 1], me)
+                    ref = tells[head]
+                    message = tells[head + 1]
+                    self._step_past(head)
+                    tell_quietly(ref, message, me)
                 if len(self.parked) >= self.MAX_PARKED:
                     return
                 running.discard(me)

@@ -868,6 +868,36 @@ def test_due_tells_keep_their_order_across_turns_while_a_dispatcher_is_suspended
         quick.stop()
 
 
+def test_a_stream_of_tells_that_never_lets_the_list_empty_does_not_keep_the_told_ones():
+    """Each tell hands over the next before it returns, so the due list is never empty until
+    the chain ends: the told entries are cut off as it goes, not held to its end."""
+    from kestrel_actors.runtime import Dispatcher
+
+    chain = 3 * Dispatcher.TOLD_KEPT_MAX
+    lengths: list[int] = []
+    done = gevent.event.Event()
+
+    class Chain(GeventActor):
+        inline_dispatch = True
+
+        def on_receive(self, message):
+            dispatcher = Dispatcher.current()
+            lengths.append(len(dispatcher.tells))
+            if message < chain:
+                dispatcher.deliver(self.actor_ref, message + 1)
+            else:
+                done.set()
+
+    ref = Chain.start()
+    try:
+        gevent.get_hub().loop.run_callback(Dispatcher.current().deliver, ref, 1)
+        assert done.wait(PATIENCE)
+        assert len(lengths) == chain
+        assert max(lengths) <= Dispatcher.TOLD_KEPT_MAX + 4
+    finally:
+        ref.stop()
+
+
 class Runner(GeventActor):
     """Records, for each message, whether its mailbox's ``runner`` is the greenlet running the
     handler (or None, which makes a tell ask); may tell a peer from its handler."""
