@@ -230,8 +230,11 @@ def encode_xid_records(op: int, xids: list[int]) -> bytes:
     count = len(xids)
     if count == 1:
         return _xid_record(op, xids[0])
+    # ``fromlist`` reads the list's slots in place; the constructor took each item through
+    # ``PySequence_GetItem`` (a reference taken and dropped: ~90 instructions per xid)
+    lanes = array("I")
     try:
-        lanes = array("I", xids)
+        lanes.fromlist(xids)
     except OverflowError:
         return b"".join([_xid_record(op, xid) for xid in xids])
     if _SWAP_XIDS:
