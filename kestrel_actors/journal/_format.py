@@ -68,6 +68,7 @@ __all__ = [
     "encode_save_xid",
     "encode_unremove",
     "encode_xid_records",
+    "encode_xid_run",
     "le_i32",
     "le_i64",
     "le_u32",
@@ -247,6 +248,42 @@ def encode_xid_records(op: int, xids: list[int]) -> bytes:
     out[2::5] = packed[1::4]
     out[3::5] = packed[2::4]
     out[4::5] = packed[3::4]
+    return bytes(out)
+
+
+_HALVES: Final = array("H", range(65536))
+if _SWAP_XIDS:
+    _HALVES.byteswap()
+_LOW_HALVES: Final = _HALVES.tobytes()
+"""Every 16-bit value in order, little-endian: the low halves of a run of xids are a slice of it."""
+
+
+def encode_xid_run(op: int, first: int, count: int) -> bytes:
+    """:func:`encode_xid_records` of the ``count`` xids from ``first`` on, byte for byte.
+
+    A run of consecutive xids (a ``monitor`` step's opens, their ``confirm``) needs no xid
+    converted: their low halves are a slice of :data:`_LOW_HALVES`, their high half is the
+    same for up to 65,536 of them, and each byte lane is laid by one slice assignment."""
+    if count <= 0:
+        return b""
+    if first <= 0 or first + count - 1 > 0x7FFFFFFF:
+        return encode_xid_records(op, list(range(first, first + count)))
+    out = bytearray(5 * count)
+    out[0::5] = bytes((op,)) * count
+    done = 0
+    while done < count:
+        value = first + done
+        low = value & 0xFFFF
+        piece = min(count - done, 0x10000 - low)
+        halves = _LOW_HALVES[2 * low:2 * (low + piece)]
+        high = value >> 16
+        at = 5 * done
+        end = at + 5 * piece
+        out[at + 1:end:5] = halves[0::2]
+        out[at + 2:end:5] = halves[1::2]
+        out[at + 3:end:5] = bytes((high & 0xFF,)) * piece
+        out[at + 4:end:5] = bytes((high >> 8,)) * piece
+        done += piece
     return bytes(out)
 
 

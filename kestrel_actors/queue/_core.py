@@ -358,6 +358,7 @@ class QueueCore:
                     item.opened = now_ms
                 opened.extend(range(first, first + taken))
                 open_reads.add_run(first, items[start:])
+                journal.remove_tentative_run(first, taken)
             else:  # wrapped: each xid skips those still open
                 for index in range(start, start + taken):
                     item = items[index]
@@ -366,7 +367,7 @@ class QueueCore:
                     item.opened = now_ms
                     open_reads[xid] = item
                     opened.append(xid)
-            journal.remove_tentative_many(opened[journaled:])
+                journal.remove_tentative_many(opened[journaled:])
             if self._fill_due():
                 self._fill_read_behind()
         if items:
@@ -423,7 +424,7 @@ class QueueCore:
         run = open_reads.pop_run(xids)
         if run is not None:
             confirmed.extend(run)
-            self.journal.confirm_remove_many(list(xids))
+            self.journal.confirm_remove_run(xids[0], len(run))
             return len(run)
         done: list[int] = []
         for xid in xids:

@@ -770,9 +770,7 @@ class SocketTransport(Transport):
         out = self._out
         held = 0
         index = 0
-        count = len(out)
-        while index < count:
-            part = out[index]
+        for part in out:  # (a for loop reads each slot with no bounds check)
             if isinstance(part, bytes):  # a reply's part (two per item of a monitor stream)
                 size = len(part)  # native, and all the memory it keeps: no _footprint call
                 if sent < size:
