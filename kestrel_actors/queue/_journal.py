@@ -93,7 +93,7 @@ class Journal:
     def remove_tentative_run(self, first: int, count: int) -> None:
         """:meth:`remove_tentative_many` of the ``count`` xids from ``first`` on (a run a
         ``monitor`` step opened: ``QueueCore.open_many``)."""
-        self.remove_tentative_many(list(range(first, first + count)))
+        raise NotImplementedError
 
     def unremove(self, xid: int) -> None:
         """Open item ``xid`` went back to the head (UNREMOVE)."""
@@ -111,7 +111,7 @@ class Journal:
     def confirm_remove_run(self, first: int, count: int) -> None:
         """:meth:`confirm_remove_many` of the ``count`` xids from ``first`` on (a ``confirm``
         of a run a ``monitor`` opened)."""
-        self.confirm_remove_many(list(range(first, first + count)))
+        raise NotImplementedError
 
     def after_durable(self, callback: Callable[[], None],
                       on_error: Callable[[OSError], None] | None = None) -> None:
