@@ -224,13 +224,19 @@ class OpenReads:
         runs = self._runs
         if not runs:
             return -1
+        ordered = self._ordered
         run = runs[0]
-        if run.first <= xid < run.first + len(run.items):  # the oldest: a confirm's usual run
+        slot = xid - run.first
+        # the oldest run first: a confirm's usual one
+        if 0 <= slot < len(run.items) and (ordered or run.items[slot] is not None):
             return 0
-        if not self._ordered:
+        if not ordered:
+            # past a wrap an xid given out again may lie in an older run's span, on an empty
+            # slot there: the run that holds it open is the one
             for index in range(1, len(runs)):
                 run = runs[index]
-                if run.first <= xid < run.first + len(run.items):
+                slot = xid - run.first
+                if 0 <= slot < len(run.items) and run.items[slot] is not None:
                     return index
             return -1
         low = 1

@@ -78,6 +78,20 @@ def test_xids_that_wrapped_are_found_in_any_run():
     assert not reads and list(reads) == []
 
 
+def test_an_xid_given_out_again_past_the_wrap_is_found_in_its_own_run():
+    reads = OpenReads()
+    first = items(*"abcdefghij")
+    reads.add_run(100, list(first))
+    for xid in range(105, 110):
+        assert reads.pop(xid) is first[xid - 100]  # empty slots left in the run's span
+    reads.add_run(1, items("k"))  # wrapped
+    again = Item(b"again", NOW)
+    reads[107] = again  # free again: opened in a run of its own
+    assert reads.get(107) is again and 107 in reads and reads.get(108) is None
+    assert list(reads) == [100, 101, 102, 103, 104, 1, 107]
+    assert reads.pop_run((107,)) == [again] and 107 not in reads and reads.get(104) is first[4]
+
+
 def test_open_many_opens_runs_under_consecutive_xids_and_a_confirm_takes_them():
     queue = make()
     for i in range(6):
