@@ -46,6 +46,7 @@ COMPILED_MODULES = (
     "kestrel_actors.queue._waitlist",
     "kestrel_actors.queue._journal",
     "kestrel_actors.queue._items",
+    "kestrel_actors.queue._open",
     "kestrel_actors.queue._core",
     "kestrel_actors.journal._format",
     "kestrel_actors.journal._sequence",

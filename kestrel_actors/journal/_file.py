@@ -55,6 +55,7 @@ from ._format import (
     encode_remove_tentative,
     encode_unremove,
     encode_xid_records,
+    encode_xid_run,
 )
 from ._pack import commit_pack, prepare_pack, write_snapshot
 from ._readbehind import ReadBehindPosition, ReadBehindReader
@@ -251,6 +252,17 @@ class FileJournal(Journal):
         self._xid = xids[-1]
         self._writer.append_many(encode_xid_records(OP_REMOVE_TENTATIVE_XID, xids), len(xids))
 
+    def remove_tentative_run(self, first: int, count: int) -> None:
+        """:meth:`remove_tentative_many` of a run of xids: its records made from the run's
+        ends, no xid converted one by one (``encode_xid_run``)."""
+        if count <= 0:
+            return
+        sequence = self._sequence
+        if sequence is not None:
+            sequence.pop_many(count)
+        self._xid = first + count - 1
+        self._writer.append_many(encode_xid_run(OP_REMOVE_TENTATIVE_XID, first, count), count)
+
     def unremove(self, xid: int) -> None:
         if self._sequence is not None:
             self._sequence.front += 1
@@ -262,6 +274,10 @@ class FileJournal(Journal):
     def confirm_remove_many(self, xids: list[int]) -> None:
         if xids:
             self._writer.append_many(encode_xid_records(OP_CONFIRM_REMOVE, xids), len(xids))
+
+    def confirm_remove_run(self, first: int, count: int) -> None:
+        if count > 0:
+            self._writer.append_many(encode_xid_run(OP_CONFIRM_REMOVE, first, count), count)
 
     def after_durable(self, callback: Callable[[], None],
                       on_error: Callable[[OSError], None] | None = None) -> None:

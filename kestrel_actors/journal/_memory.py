@@ -31,6 +31,9 @@ class MemoryJournal(Journal):
         for xid in xids:  # a subclass that records (the tests') sees each
             self.remove_tentative(xid)
 
+    def remove_tentative_run(self, first: int, count: int) -> None:
+        self.remove_tentative_many(list(range(first, first + count)))
+
     def unremove(self, xid: int) -> None:
         pass
 
@@ -40,6 +43,9 @@ class MemoryJournal(Journal):
     def confirm_remove_many(self, xids: list[int]) -> None:
         for xid in xids:
             self.confirm_remove(xid)
+
+    def confirm_remove_run(self, first: int, count: int) -> None:
+        self.confirm_remove_many(list(range(first, first + count)))
 
     def after_durable(self, callback: Callable[[], None],
                       on_error: Callable[[OSError], None] | None = None) -> None:

@@ -134,9 +134,9 @@ class Peek(Remove):
 class OpenMany:
     """Open up to ``max_items`` (a monitor step) -> ``list[Item]`` (empty on timeout).
 
-    ``xids`` comes back holding the items' xids in order, as the very objects the queue keys
-    its open reads by: a session that keeps them (and sends them back in its ``Confirm``)
-    boxes no xid again, and the queue's look-ups of them match by identity (ADR 0022)."""
+    ``xids`` comes back holding the items' xids in order, boxed once by the queue: a session
+    that keeps them (and sends them back in its ``Confirm``) boxes no xid again, and the
+    queue confirms such a run of consecutive xids in one step (``OpenReads.pop_run``)."""
 
     __slots__ = ("max_items", "deadline", "xids")
 

@@ -465,10 +465,13 @@ class ValueReplies:
         return self._line
 
     def _stamped_line(self, queue: str, size: int, add_time: int) -> bytes:
-        if queue != self._stamped_queue or not self._stamped_prefix:
-            self._stamped_prefix = b"VALUE " + name_bytes(queue) + b" 0 "
+        # a stream names its queue with one object: kept, the next line's check is by identity
+        # (a string compared, and the prefix's truth asked generically, cost ~80 an item)
+        if queue is not self._stamped_queue:
+            if queue != self._stamped_queue or not self._stamped_prefix:
+                self._stamped_prefix = b"VALUE " + name_bytes(queue) + b" 0 "
+                self._stamped_size = -1
             self._stamped_queue = queue
-            self._stamped_size = -1
         # items added in one millisecond (a burst of SETs, read back as a run) share the line
         if size != self._stamped_size or add_time != self._stamped_time:
             self._stamped_line_bytes = self._stamped_prefix + b"%d %d\r\n" % (size, add_time)

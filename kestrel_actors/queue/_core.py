@@ -26,6 +26,7 @@ from .._malloc import HELD, HeldMemory
 from ..config import QueueConfig
 from ._items import PackedItems
 from ._journal import Item, Journal
+from ._open import OpenReads
 from ._rules import XID_MAX, epoch_ms, next_xid
 
 __all__ = ["QueueCore", "QueueLimits", "QueueSamples", "epoch_ms", "take_head"]
@@ -140,12 +141,14 @@ class QueueCore:
         self.mem_bytes = 0
         self.held: HeldMemory = HELD
         """Told of every change of ``mem_bytes`` (an attribute: the compiled build calls it natively)."""
-        self.open_reads: dict[int, Item] = {}
-        """Open reads by xid, oldest first (each item's ``opened`` says when)."""
+        self.open_reads = OpenReads()
+        """Open reads by xid, oldest first (each item's ``opened`` says when), held as runs of
+        consecutive xids."""
         self._xid = 0
         self._xids_fresh = True
         """No xid above ``_xid`` is open: xids rise from an empty table until they wrap, so the
-        next needs no look-up in ``open_reads`` (one per open read, ADR 0022) until then."""
+        next needs no look-up in ``open_reads`` (one per open read, ADR 0022) until then, and
+        :meth:`open_many` opens a run of them at once."""
         self.total_items = 0
         self.put_bytes = 0
         """Bytes added since this queue object was made (ostrich's ``q/<name>/put_bytes``)."""
@@ -287,19 +290,21 @@ class QueueCore:
                   keys: list[Any] | None = None) -> list[Item]:
         """:meth:`remove` with ``transactional`` up to ``limit`` times, or until the items opened
         hold ``max_bytes`` or more: those items, head first (a ``monitor``'s batch). Their xids
-        are appended to ``keys`` in the same order, as the objects :attr:`open_reads` is keyed
-        by (a session that confirms with them boxes none again, and each look-up of one in the
-        table matches by identity before any comparison).
+        are appended to ``keys`` in the same order.
 
-        Their REMOVE_TENTATIVE_XID records go to the journal together (ADR 0022), still in the
-        order of the removals: before an expired head's REMOVE, before a read-behind fill (which
-        may let other greenlets see the queue), and before the rotation check, made once for the
-        run. With ``open_transaction_timeout`` an open read may time out between two opens (an
-        UNREMOVE between their records): the items are opened one by one."""
+        The heads are taken as runs (``PackedItems.pop_run``: each up to an item that may expire,
+        or to the one that takes memory in read-behind below the refill mark), each run opened
+        under consecutive xids in one step (``OpenReads.add_run``) and its REMOVE_TENTATIVE_XID
+        records journaled together, in the order of the removals: before an expired head's
+        REMOVE, before a read-behind fill (which may let other greenlets see the queue), and
+        before the rotation check, made once for the call (ADR 0022). With
+        ``open_transaction_timeout`` an open read may time out between two opens (an UNREMOVE
+        between their records): the items are opened one by one."""
         items: list[Item] = []
-        size = 0
         opened: list[Any] = keys if keys is not None else []
-        if self.limits.open_transaction_timeout is not None:
+        limits = self.limits
+        if limits.open_transaction_timeout is not None:
+            size = 0
             for _ in range(limit):
                 item = self.remove(now_ms, transactional=True)
                 if item is None:
@@ -311,47 +316,60 @@ class QueueCore:
                     break
             return items
         journal = self.journal
-        # ``Any``: an xid is boxed once, for the table, ``keys`` and the journal alike (the
-        # compiled build boxes an ``int`` anew for each use as an object); the journal is given
-        # each run of ``opened`` from ``journaled`` on, a slice made in C, not a list of its own
-        open_reads: dict[Any, Item] = self.open_reads
-        journaled = len(opened)
-        for _ in range(limit):
-            if self.closed or not self.length:
-                break
-            self.transactions += 1
-            if not self._head_never_expires():
-                if len(opened) > journaled:  # the opens so far are journaled before any REMOVE of an expired head
-                    journal.remove_tentative_many(opened[journaled:])
-                    journaled = len(opened)
+        open_reads = self.open_reads
+        packed = self.items
+        # with a ``max_age`` any head may have expired by its age: each is checked as remove does
+        in_runs = limits.max_age is None
+        size = 0
+        while len(items) < limit and size < max_bytes and not self.closed and self.length:
+            start = len(items)
+            got = 0
+            if in_runs:
+                budget = max_bytes - size
+                if journal.in_read_behind:
+                    # up to the item that takes memory below the refill mark (_fill_due)
+                    budget = max(1, min(budget, self.mem_bytes - limits.refill_below + 1))
+                got = packed.pop_run(limit - start, budget, items)
+            taken = len(items) - start
+            if taken:
+                self._count_out(taken, got)
+            else:  # a head that may expire, or one still to be read back
                 self.discard_expired(now_ms)
                 if not self.length:
                     break
-            if len(opened) > journaled and self._fill_due():  # _pop_head fills an empty memory
+                if in_runs and self._head_never_expires():
+                    continue  # the expired heads are gone: a run again
+                head = self._pop_head()
+                if head is None:
+                    break  # read-behind waits for records the journal could not write yet
+                items.append(head)
+                got = len(head.data)
+                taken = 1
+            size += got
+            self.transactions += taken
+            self.last_removed_add_time = items[-1].add_time
+            journaled = len(opened)
+            first = self._xid + 1
+            if self._xids_fresh and self._xid <= XID_MAX - taken:
+                self._xid += taken
+                for index in range(start, start + taken):
+                    item = items[index]
+                    item.xid = first + index - start
+                    item.opened = now_ms
+                opened.extend(range(first, first + taken))
+                open_reads.add_run(first, items[start:])
+                journal.remove_tentative_run(first, taken)
+            else:  # wrapped: each xid skips those still open
+                for index in range(start, start + taken):
+                    item = items[index]
+                    xid = self._next_xid()
+                    item.xid = xid
+                    item.opened = now_ms
+                    open_reads[xid] = item
+                    opened.append(xid)
                 journal.remove_tentative_many(opened[journaled:])
-                journaled = len(opened)
-            item = self._pop_head()
-            if item is None:
-                break  # read-behind waits for records the journal could not write yet
-            self.last_removed_add_time = item.add_time
-            xid = self._next_xid()
-            item.xid = xid
-            item.opened = now_ms
-            key: Any = xid
-            open_reads[key] = item
-            opened.append(key)
             if self._fill_due():
-                # a fill may wait for the disk, and other greenlets run meanwhile (a checkpoint
-                # takes the queue's state and the journal's size): the opens are journaled first
-                journal.remove_tentative_many(opened[journaled:])
-                journaled = len(opened)
                 self._fill_read_behind()
-            items.append(item)
-            size += len(item.data)
-            if size >= max_bytes:
-                break
-        if len(opened) > journaled:
-            journal.remove_tentative_many(opened[journaled:])
         if items:
             journal.check_rotate(self)
         return items
@@ -390,43 +408,37 @@ class QueueCore:
     def confirm(self, xid: int) -> Item | None:
         """Drop open item ``xid`` for good and return it; ``None`` (nothing journaled) if it is
         unknown."""
-        open_reads = self.open_reads
-        item = open_reads.get(xid)  # get and del are native where pop(xid, None) is a call by name
+        item = self.open_reads.pop(xid)
         if item is None:
             return None
-        del open_reads[xid]
         self.journal.confirm_remove(xid)
         return item
 
     def confirm_many(self, xids: tuple[int, ...], confirmed: list[Item]) -> int:
         """:meth:`confirm` of each of ``xids``, the items confirmed appended to ``confirmed``,
-        their CONFIRM_REMOVE records journaled together -> how many were open."""
-        # ``Any``: the xids stay the objects the session sent, never unboxed and boxed again
-        # (a monitor's are the very keys of the table: :meth:`open_many`)
-        open_reads: dict[Any, Item] = self.open_reads
-        keys: tuple[Any, ...] = xids
-        # the xids found, listed only from the first one not found: usually all are, and
-        # ``keys`` is that list (no append per xid)
-        done: list[Any] | None = None
-        found: int = 0
-        for xid in keys:
-            item = open_reads.get(xid)
-            if item is None:
-                if done is None:
-                    done = list(keys[:found])
-                continue
-            del open_reads[xid]
-            if done is not None:
+        their CONFIRM_REMOVE records journaled together -> how many were open.
+
+        The confirm of a run a ``monitor`` opened (consecutive xids, all open) takes the run in
+        one step (``OpenReads.pop_run``); any other set of xids is confirmed one by one."""
+        open_reads = self.open_reads
+        run = open_reads.pop_run(xids)
+        if run is not None:
+            confirmed.extend(run)
+            self.journal.confirm_remove_run(xids[0], len(run))
+            return len(run)
+        done: list[int] = []
+        for xid in xids:
+            item = open_reads.pop(xid)
+            if item is not None:
                 done.append(xid)
-            found += 1
-            confirmed.append(item)
-        if found:
-            self.journal.confirm_remove_many(list(keys) if done is None else done)
-        return found
+                confirmed.append(item)
+        if done:
+            self.journal.confirm_remove_many(done)
+        return len(done)
 
     def unremove(self, xid: int) -> bool:
         """Put open item ``xid`` back at the head; ``False`` if it is unknown."""
-        item = self.open_reads.pop(xid, None)
+        item = self.open_reads.pop(xid)
         if item is None:
             return False
         item.xid = 0
@@ -593,15 +605,20 @@ class QueueCore:
         # a few items a call: after a restart from a checkpoint memory holds none of the
         # backlog, and filling it all at once would keep the first read waiting for seconds
         budget = FILL_BATCH
-        while journal.in_read_behind and self.mem_bytes < limit and budget:
-            budget -= 1
-            item = journal.read_behind()
-            if item is None:
-                break
-            self.items.append(item)
-            size = len(item.data)
-            self.mem_bytes += size
-            self.held.moved(size)
+        items = self.items
+        filled = 0  # told to ``held`` once for the fill, not per item
+        try:
+            while journal.in_read_behind and self.mem_bytes < limit and budget:
+                budget -= 1
+                item = journal.read_behind()
+                if item is None:
+                    break
+                items.append(item)
+                size = len(item.data)
+                self.mem_bytes += size
+                filled += size
+        finally:
+            self.held.moved(filled)
         if self.metrics is not None:
             self.metrics.histogram("fill_readbehind_usec").add(int((_perf_counter() - started) * 1e6))
 
@@ -612,9 +629,10 @@ class QueueCore:
         return (self.mem_bytes < self.limits.refill_below or not self.items.count) and self.journal.in_read_behind
 
     def _time_out_oldest_open(self, now_ms: int) -> None:
-        if not self.open_reads:
+        oldest = self.open_reads.oldest()
+        if oldest is None:
             return
-        xid, item = next(iter(self.open_reads.items()))
+        xid, item = oldest
         timeout_ms = int(self.config.open_transaction_timeout * 1000)  # type: ignore[operator]
         if now_ms - item.opened > timeout_ms:
             self.unremove(xid)

@@ -90,6 +90,11 @@ class Journal:
         each, in one go (a ``monitor``'s batch, ADR 0022)."""
         raise NotImplementedError
 
+    def remove_tentative_run(self, first: int, count: int) -> None:
+        """:meth:`remove_tentative_many` of the ``count`` xids from ``first`` on (a run a
+        ``monitor`` step opened: ``QueueCore.open_many``)."""
+        raise NotImplementedError
+
     def unremove(self, xid: int) -> None:
         """Open item ``xid`` went back to the head (UNREMOVE)."""
         raise NotImplementedError
@@ -101,6 +106,11 @@ class Journal:
     def confirm_remove_many(self, xids: list[int]) -> None:
         """Open items ``xids`` were confirmed: :meth:`confirm_remove` for each, in one go
         (a ``confirm`` of a ``monitor``'s batch)."""
+        raise NotImplementedError
+
+    def confirm_remove_run(self, first: int, count: int) -> None:
+        """:meth:`confirm_remove_many` of the ``count`` xids from ``first`` on (a ``confirm``
+        of a run a ``monitor`` opened)."""
         raise NotImplementedError
 
     def after_durable(self, callback: Callable[[], None],

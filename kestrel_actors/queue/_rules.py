@@ -9,7 +9,8 @@ collection, the journal replay and the offline tools all use these.
 from __future__ import annotations
 
 import time
-from typing import Any, Final
+from collections.abc import Container
+from typing import Final
 
 from .._clock import TURN
 from ..queue_name import MAX_NAME_BYTES, fanout_master, is_fanout_child, is_queue_name, name_problem
@@ -22,9 +23,9 @@ __all__ = [
 XID_MAX: Final = 2**31 - 1  # Final: a C static in the compiled build, read per open read
 
 
-def next_xid(last: int, taken: dict[int, Any]) -> int:
-    """The transaction id after ``last`` that is not a key of ``taken`` (wrapping at
-    ``XID_MAX``); a dict, so that the compiled build looks it up natively (once per open read)."""
+def next_xid(last: int, taken: Container[int]) -> int:
+    """The transaction id after ``last`` that is not in ``taken`` (wrapping at ``XID_MAX``): the
+    xids open (a replay's dict, a queue's ``OpenReads``, looked up only once the xids have wrapped)."""
     xid = last
     while True:
         xid = xid + 1 if xid < XID_MAX else 1

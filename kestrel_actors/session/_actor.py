@@ -800,8 +800,9 @@ class SessionActor(GeventActor):
                 self._give_back(name, [item.xid for item in items])
                 return
             opened = self.open_reads.setdefault(name, deque())
-            # the queue's own xid objects, in order (OpenMany): none boxed again here, and the
-            # confirm's look-ups find them by identity; one extend, not a call per xid
+            # the xids the queue boxed, in order (OpenMany): none boxed again here, and a
+            # confirm sends them back as the run the queue takes at once; one extend, not a
+            # call per xid
             xids = step.xids if step is not None else None
             _extend(opened, xids if xids is not None and len(xids) == len(items)
                     else [item.xid for item in items])

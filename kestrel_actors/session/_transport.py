@@ -770,13 +770,18 @@ class SocketTransport(Transport):
         out = self._out
         held = 0
         index = 0
-        while index < len(out):
-            part = out[index]
-            size = len(part) if isinstance(part, bytes) else part.nbytes  # a bytes' length: native
-            if sent < size:
-                break
+        for part in out:  # (a for loop reads each slot with no bounds check)
+            if isinstance(part, bytes):  # a reply's part (two per item of a monitor stream)
+                size = len(part)  # native, and all the memory it keeps: no _footprint call
+                if sent < size:
+                    break
+                held += size
+            else:
+                size = part.nbytes
+                if sent < size:
+                    break
+                held += _footprint(part)
             sent -= size
-            held += _footprint(part)
             index += 1
         if sent:
             head = out[index]

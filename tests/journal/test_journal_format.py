@@ -33,9 +33,11 @@ from kestrel_actors.journal._format import (
     encode_save_xid,
     encode_unremove,
     encode_xid_records,
+    encode_xid_run,
     le_i32,
     le_i64,
     le_u32,
+    xid_run,
 )
 
 
@@ -131,6 +133,52 @@ def test_read_behinds_way_keeps_any_int64_time_and_any_limit():
     reader = RecordReader(blob, max_item_size=2**63 - 1)
     assert [reader.next_item(), reader.next_item()] == [Item(b"a", -2**63, 2**63 - 1), Item(b"bc", 2**62, -1)]
     assert reader.next_item() is None and reader.problem is None and reader.position == len(blob)
+
+
+def test_xid_run_counts_the_whole_xid_records_in_a_row():
+    monitor = encode_xid_records(OP_REMOVE_TENTATIVE_XID, list(range(1, 5001)))
+    confirm = encode_xid_records(OP_CONFIRM_REMOVE, list(range(1, 3001)))
+    blob = monitor + confirm + encode_remove() + monitor[:5]
+    assert xid_run(blob, 0, len(blob)) == 8000  # both opcodes, up to the REMOVE
+    assert xid_run(blob, 5 * 7999, len(blob) - 5 * 7999) == 1
+    assert xid_run(blob, 0, 5 * 1234 + 4) == 1234  # only whole records within what is available
+    lone = with_xid(OP_CONFIRM_REMOVE, 3) + with_xid(OP_UNREMOVE, 2) + with_xid(OP_CONFIRM_REMOVE, 4)
+    assert xid_run(lone, 0, len(lone)) == 1  # an UNREMOVE is not one of them
+
+
+def test_read_behind_steps_over_runs_of_xid_records_to_the_items(tmp_path):
+    # a monitor's and a confirm's records between adds, in runs of every length, some across
+    # the reader's chunks (2 KiB): read past in runs, the items and the count of records as one by one
+    blob = b""
+    expected = []
+    count = 0
+    for n, length in enumerate([1, 2, 3, 5, 6, 17, 100, 1000, 4, 5000, 21]):
+        data = bytes([n]) * (n * 37 % 200 + 1)
+        blob += addx(data, n) + encode_xid_records(OP_REMOVE_TENTATIVE_XID, list(range(1, length + 1)))
+        blob += encode_xid_records(OP_CONFIRM_REMOVE, list(range(1, length // 2 + 2))) + encode_remove()
+        expected.append(Item(data, n))
+        count += 2 + length + length // 2 + 1
+    blob += addx(b"last", 99) + with_xid(OP_CONFIRM_REMOVE, 1) * 9 + with_xid(OP_UNREMOVE, 1)
+    expected.append(Item(b"last", 99))
+    count += 11
+    path = tmp_path / "q"
+    path.write_bytes(blob)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for source, chunk in ((blob, 1 << 20), (fd, 2048)):
+            reader = RecordReader(source, chunk_size=chunk)
+            items = []
+            while (item := reader.next_item()) is not None:
+                items.append(item)
+            assert items == expected
+            assert reader.problem is None and reader.position == len(blob) and reader.records == count
+    finally:
+        os.close(fd)
+    torn = blob[:-5] + with_xid(OP_CONFIRM_REMOVE, 1)[:3]  # a run that ends in a torn record
+    reader = RecordReader(torn)
+    while reader.next_item() is not None:
+        pass
+    assert reader.problem is not None and reader.problem.kind == TORN and reader.position == len(blob) - 5
 
 
 @pytest.mark.parametrize("value", [0, 1, -1, 255, 256, -256, 2**31 - 1, -2**31, 2**32 - 1, 2**32, -2**32,
@@ -342,3 +390,13 @@ def test_a_run_of_xid_records_is_byte_for_byte_the_records_one_by_one(xids):
         joined = encode_xid_records(op, xids)
         assert joined == b"".join(one(xid) for xid in xids)
         assert [(r.op, r.xid) for r in RecordReader(joined)] == [(op, xid) for xid in xids]
+
+
+@pytest.mark.parametrize(("first", "count"), [(1, 1), (1, 3), (7, 10_000), (65_530, 20), (0xFFFF, 2),
+                                              (3 * 65_536 - 5, 70_000), (2**31 - 3, 3),
+                                              (-2, 5), (0, 3)])
+def test_a_run_of_consecutive_xids_encodes_as_its_records_one_by_one(first, count):
+    for op in (OP_REMOVE_TENTATIVE_XID, OP_CONFIRM_REMOVE):
+        expected = b"".join(with_xid(op, xid) for xid in range(first, first + count))
+        assert encode_xid_run(op, first, count) == expected
+    assert encode_xid_run(OP_CONFIRM_REMOVE, 5, 0) == b""
