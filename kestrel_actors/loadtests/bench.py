@@ -270,6 +270,112 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return stat.cpu, stat.system
 
 
+@dataclass(frozen=True)
+class ProcessCounters:
+    """What a process has done so far, over its live threads (Linux ``/proc``): CPU seconds in
+    user and kernel mode, context switches it asked for (it waited: for a socket, a lock) and
+    forced on it (preempted), its read- and write-family system calls (``/proc/<pid>/io``:
+    ``read``/``recv``/``readv``..., ``write``/``send``/``writev``...) and its page faults (minor:
+    a page mapped on first touch; major: read from disk). Read before and after a stretch of
+    work (:meth:`since`) to tell where a process's CPU per item went. ``written``: bytes handed
+    to ``write``-family calls (sockets and files alike, ``wchar``)."""
+
+    user: float
+    system: float
+    voluntary: int
+    involuntary: int
+    reads: int
+    writes: int
+    minor_faults: int
+    major_faults: int
+    written: int
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessCounters:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        voluntary = involuntary = 0
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            try:
+                status = Path(f"/proc/{pid}/task/{thread}/status").read_text()
+            except OSError:  # the thread ended since it was listed
+                continue
+            for line in status.splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    voluntary += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    involuntary += int(line.split()[1])
+        io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+        return cls(int(fields[11]) / tick, int(fields[12]) / tick, voluntary, involuntary,
+                   int(io["syscr"]), int(io["syscw"]), int(fields[7]), int(fields[9]),
+                   int(io["wchar"]))
+
+    def since(self, before: ProcessCounters) -> ProcessCounters:
+        return ProcessCounters(self.user - before.user, self.system - before.system,
+                               self.voluntary - before.voluntary,
+                               self.involuntary - before.involuntary,
+                               self.reads - before.reads, self.writes - before.writes,
+                               self.minor_faults - before.minor_faults,
+                               self.major_faults - before.major_faults,
+                               self.written - before.written)
+
+    def per_item(self, items: int) -> dict[str, float]:
+        """CPU µs (user, system) and events per item (context switches, system calls)."""
+        return {"user_us": round(self.user * 1e6 / items, 2),
+                "system_us": round(self.system * 1e6 / items, 2),
+                "voluntary_switches": round(self.voluntary / items, 4),
+                "involuntary_switches": round(self.involuntary / items, 4),
+                "read_calls": round(self.reads / items, 4),
+                "write_calls": round(self.writes / items, 4),
+                "minor_faults": round(self.minor_faults / items, 4),
+                "major_faults": round(self.major_faults / items, 4),
+                "written_bytes": round(self.written / items)}
+
+
+class SyscallCount:
+    """Every system call a process makes between construction and :meth:`stop`, by name
+    (``perf stat`` on the kernel's ``syscalls:sys_enter_*`` tracepoints: counted in the
+    kernel, without ``strace``'s stop per call). Needs ``perf`` and the right to trace."""
+
+    def __init__(self, pid: int) -> None:
+        self.output = tempfile.NamedTemporaryFile(prefix="syscalls-", suffix=".csv")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            ["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-e", "syscalls:sys_enter_*",
+             "-p", str(pid), "-o", self.output.name], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # perf attaches to each tracepoint before counting: ~0.2 s
+
+    def stop(self) -> dict[str, int]:
+        """Calls by name (``all``: every call), those made at least once."""
+        self.proc.send_signal(2)  # SIGINT: perf prints its counts and ends
+        self.proc.wait(30)
+        counts: dict[str, int] = {}
+        for line in Path(self.output.name).read_text().splitlines():
+            fields = line.split(",")
+            if len(fields) < 3 or not fields[0].isdigit() or fields[0] == "0":
+                continue
+            name = fields[2].removeprefix("syscalls:sys_enter_")
+            counts["all" if name == "raw_syscalls:sys_enter" else name] = int(fields[0])
+        self.output.close()
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+class KernelProfile:
+    """Samples where a process spends its CPU, kernel and user, between construction and
+    :meth:`stop`: ``perf record -e cpu-clock -g`` into ``path`` (read it with ``perf report -i
+    path --sort sym``). The clock event works in a guest without hardware counters."""
+
+    def __init__(self, pid: int, path: str) -> None:
+        self.proc = subprocess.Popen(
+            ["perf", "record", "-e", "cpu-clock", "-F", "2000", "-g", "-p", str(pid), "-o", path],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.3)
+
+    def stop(self) -> None:
+        self.proc.send_signal(2)
+        self.proc.wait(60)
+
+
 class Placement:
     """Samples, every ``every`` seconds on a thread of its own, whether two processes last ran on
     the same CPU (``/proc/<pid>/stat``), until :meth:`stop` -> the share of samples that did."""

@@ -18,16 +18,18 @@ import json
 import os
 import statistics
 import time
+from typing import Any
 
 import click
 
 from ..client import Connection, confirm_request, monitor_request, queue_key, set_request
-from .bench import Server
+from .bench import KernelProfile, ProcessCounters, Server, SyscallCount
 
 QUEUE = "bench_monitor"
 
 
-def one_run(items: int, item_bytes: int, batch: int) -> dict[str, float]:
+def one_run(items: int, item_bytes: int, batch: int, syscalls: bool = False,
+            profile: str | None = None) -> dict[str, Any]:
     server = Server()
     try:
         wire = Connection("127.0.0.1", server.port, 120, use_gevent=False)
@@ -37,6 +39,9 @@ def one_run(items: int, item_bytes: int, batch: int) -> dict[str, float]:
         if stored != items:
             raise click.ClickException(f"the fill stored {stored} of {items} items")
         filled = server.cpu()
+        counters = ProcessCounters.of(server.proc.pid)
+        calls = SyscallCount(server.proc.pid) if syscalls else None
+        sampled = KernelProfile(server.proc.pid, profile) if profile else None
         drain_started = time.perf_counter()
         key = queue_key(QUEUE)
         confirmed = 0
@@ -50,6 +55,10 @@ def one_run(items: int, item_bytes: int, batch: int) -> dict[str, float]:
             wire.read_end("confirm")
             confirmed += count
         drained = server.cpu()
+        if sampled is not None:
+            sampled.stop()
+        drain_counters = ProcessCounters.of(server.proc.pid).since(counters).per_item(items)
+        called = calls.stop() if calls is not None else None
         seconds = time.perf_counter() - drain_started
         wire.close()
     finally:
@@ -61,6 +70,9 @@ def one_run(items: int, item_bytes: int, batch: int) -> dict[str, float]:
         "drain_sys_us": round((drained[1] - filled[1]) / items * 1e6, 2),
         "drain_rate": round(items / seconds),
         "load_average": round(os.getloadavg()[0], 1),
+        "drain_counters": drain_counters,
+        **({"drain_syscalls_per_item": {name: round(n / items, 4) for name, n in called.items()}}
+           if called is not None else {}),
     }
 
 
@@ -70,10 +82,14 @@ def one_run(items: int, item_bytes: int, batch: int) -> dict[str, float]:
 @click.option("--batch", default=12_500, show_default=True, type=click.IntRange(1),
               help="Items one monitor asks for (the server opens at most --monitor-max-items of them).")
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(1))
-def main(items: int, item_bytes: int, batch: int, runs: int) -> None:
+@click.option("--syscalls", is_flag=True,
+              help="Count the server's system calls over each drain (perf stat; adds its cost).")
+@click.option("--profile", default=None, metavar="PATH",
+              help="Sample the server's CPU over the drain into PATH (perf record; the last run's).")
+def main(items: int, item_bytes: int, batch: int, runs: int, syscalls: bool, profile: str | None) -> None:
     figures = []
     for _ in range(runs):
-        run = one_run(items, item_bytes, batch)
+        run = one_run(items, item_bytes, batch, syscalls, profile)
         click.echo(f"drain {run['drain_cpu_us']} µs/item ({run['drain_sys_us']} sys), "
                    f"fill {run['fill_cpu_us']} µs/item, {run['drain_rate']:,} items/s, load {run['load_average']}")
         figures.append(run)

@@ -37,12 +37,12 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
-from .bench import process_stat
+from .bench import KernelProfile, ProcessCounters, SyscallCount, process_stat
 from .spark_bridge_bench import _server, fill_queues
 
 QUEUE = "bench_source"
@@ -165,6 +165,31 @@ class CpuWatch:
         return figures
 
 
+class ServerWatch:
+    """The started server's :class:`~.bench.ProcessCounters` (and, with ``syscalls``, its system
+    calls by name) over a query: where its CPU per row goes beside Spark, against
+    ``monitor_bench``'s drain of the same items without Spark. Nothing when the server is not
+    ours (``--server``)."""
+
+    def __init__(self, cpu: CpuWatch, syscalls: bool, profile: str | None = None) -> None:
+        pids = [pid for pid, role in cpu.before if role == "server"]
+        self.pid = pids[0] if pids else None
+        self.before = ProcessCounters.of(self.pid) if self.pid else None
+        self.calls = SyscallCount(self.pid) if self.pid and syscalls else None
+        self.profile = KernelProfile(self.pid, profile) if self.pid and profile else None
+
+    def stop(self, rows: int) -> dict[str, object]:
+        if self.profile is not None:
+            self.profile.stop()
+        if self.pid is None or self.before is None or not rows:
+            return {}
+        figures: dict[str, object] = dict(ProcessCounters.of(self.pid).since(self.before)
+                                          .per_item(rows))
+        if self.calls is not None:
+            figures["syscalls"] = {name: round(n / rows, 4) for name, n in self.calls.stop().items()}
+        return figures
+
+
 def _batch_end(p) -> float:
     """When a micro-batch ended (seconds since the epoch): its progress ``timestamp`` (its
     start) plus its ``triggerExecution``."""
@@ -191,6 +216,8 @@ class QueryFigures:
     steady: float | None
     cpu_us: dict[str, float]
     progress: list
+    server: dict[str, object] = field(default_factory=dict)
+    """The started server's counters per row over the query (:class:`ServerWatch`)."""
 
 
 def _figures(progress: list, started: float, cpu: CpuWatch) -> QueryFigures:
@@ -204,14 +231,18 @@ def _figures(progress: list, started: float, cpu: CpuWatch) -> QueryFigures:
                         progress)
 
 
-def _watch(query, done, started: float, cpu: CpuWatch) -> QueryFigures:
+def _watch(query, done, started: float, cpu: CpuWatch,
+           server: ServerWatch | None = None) -> QueryFigures:
     """Look at ``query`` every :data:`_POLL_SECONDS` until ``done(progress)``; stop it."""
     try:
         while True:
             progress = query.recentProgress
             if done(progress):
                 cpu.stop()  # before the stop: the planner process ends with the query
-                return _figures(progress, started, cpu)
+                figures = _figures(progress, started, cpu)
+                if server is not None:
+                    figures.server = server.stop(figures.rows)
+                return figures
             if query.exception() is not None:
                 raise click.ClickException(str(query.exception()))
             cpu.sample()
@@ -225,11 +256,13 @@ def _rows_through(progress) -> int:
 
 
 def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, count: int,
-           checkpoint: str, client, read_ahead: bool = True) -> QueryFigures:
+           checkpoint: str, client, read_ahead: bool = True,
+           syscalls: bool = False, profile: str | None = None) -> QueryFigures:
     """Run the ``kestrel`` source into ``noop`` until ``queue`` is empty with nothing open
     and its ``count`` rows have been through the query."""
     cpu = CpuWatch()
     cpu.start()
+    server = ServerWatch(cpu, syscalls, profile)
     started = time.time()
     query = (spark.readStream.format("kestrel").option("servers", where).option("queue", queue)
              .option("maxItemsPerBatch", max_items).option("itemsPerPartition", per_partition)
@@ -246,7 +279,7 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
         stats = client.queue_stats(queue)
         return stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0
 
-    return _watch(query, drained, started, cpu)
+    return _watch(query, drained, started, cpu, server)
 
 
 def _until_rows(query_of, count: int) -> QueryFigures:
@@ -320,8 +353,14 @@ def _print_breakdown(progress) -> None:
               help="the source's readAhead option.")
 @click.option("--breakdown", is_flag=True,
               help="print the mean per-micro-batch durationMs of the measured query.")
+@click.option("--syscalls", is_flag=True,
+              help="count the started server's system calls over the measured query (perf "
+                   "stat; adds its cost to the server's CPU).")
+@click.option("--profile", default=None, metavar="PATH",
+              help="sample the started server's CPU (kernel and user) over the measured query "
+                   "into PATH (perf record; read with perf report -i PATH).")
 def main(items, item_bytes, max_items_per_batch, items_per_partition, master, address,
-         serve_args, target, read_ahead, breakdown) -> None:
+         serve_args, target, read_ahead, breakdown, syscalls, profile) -> None:
     """Measure the kestrel data source's items/s through a trivial streaming query."""
     import logging
 
@@ -356,7 +395,7 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                                 item_bytes, f"{tmp}/ceiling-warm")
                 load_average = os.getloadavg()[0]
                 ours = _drain(spark, where, QUEUE, max_items_per_batch, items_per_partition,
-                              items, f"{tmp}/run", client, read_ahead)
+                              items, f"{tmp}/run", client, read_ahead, syscalls, profile)
                 rate = _rate_micro_batch(spark, max_items_per_batch, items, item_bytes,
                                          f"{tmp}/rate")
                 ceiling = _python_ceiling(spark, max_items_per_batch, items_per_partition,
@@ -385,6 +424,7 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         "first_rows_seconds": round(ours.first_rows, 2),
         "steady_rows_per_second": rounded(ours.steady),
         "cpu_us_per_item": ours.cpu_us,
+        "server_per_item": ours.server,
         "rate_micro_batch_rows_per_second": round(rate.rows / rate.seconds),
         "rate_micro_batch_steady_rows_per_second": rounded(rate.steady),
         "rate_micro_batch_first_rows_seconds": round(rate.first_rows, 2),

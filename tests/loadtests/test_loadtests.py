@@ -611,6 +611,31 @@ def test_placement_tells_one_cpu_from_two():
     assert shares == [1.0, 0.0]
 
 
+def test_process_counters_tell_waits_and_calls_apart():
+    """A process that writes 200 times and sleeps 20 times: at least that many write calls and
+    asked-for context switches since the first reading, and CPU split into user and system."""
+    from kestrel_actors.loadtests.bench import ProcessCounters
+
+    work = ("import os, sys, time\nsys.stdin.readline()\nfd = os.open(os.devnull, os.O_WRONLY)\n"
+            "for _ in range(200): os.write(fd, b'x')\nfor _ in range(20): time.sleep(0.002)\n"
+            "print(flush=True)\nsys.stdin.readline()\n")
+    proc = subprocess.Popen([sys.executable, "-c", work], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.3)
+        before = ProcessCounters.of(proc.pid)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        proc.stdout.readline()  # the writes and sleeps are done
+        done = ProcessCounters.of(proc.pid).since(before)
+    finally:
+        proc.stdin.close()
+        proc.wait()
+    assert done.writes >= 200 and done.voluntary >= 20
+    assert done.user >= 0 and done.system >= 0 and done.involuntary >= 0
+    figures = done.per_item(200)
+    assert figures["write_calls"] >= 1.0 and figures["voluntary_switches"] >= 0.1
+
+
 def test_bench_row_meets_its_goal_by_the_ratio_to_the_peer():
     """With a peer the goal is the ratio of medians; without one, the absolute target. Every CPU
     figure carries its system part in brackets (issue 24: the VM's regime shows there)."""
