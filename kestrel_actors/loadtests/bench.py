@@ -337,13 +337,15 @@ class SyscallCount:
     (``perf stat`` on the kernel's ``syscalls:sys_enter_*`` tracepoints: counted in the
     kernel, without ``strace``'s stop per call). Needs ``perf`` and the right to trace."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, settle: float = 0.5) -> None:
         self.output = tempfile.NamedTemporaryFile(prefix="syscalls-", suffix=".csv")  # noqa: SIM115
         self.proc = subprocess.Popen(
             ["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-e", "syscalls:sys_enter_*",
              "-p", str(pid), "-o", self.output.name], stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
-        time.sleep(0.5)  # perf attaches to each tracepoint before counting: ~0.2 s
+        # perf attaches to each tracepoint before counting (~0.2 s); ``settle`` 0 for a process
+        # that must not wait for it (counted from a moment later)
+        time.sleep(settle)
 
     def stop(self) -> dict[str, int]:
         """Calls by name (``all``: every call), those made at least once."""
@@ -365,11 +367,11 @@ class KernelProfile:
     :meth:`stop`: ``perf record -e cpu-clock -g`` into ``path`` (read it with ``perf report -i
     path --sort sym``). The clock event works in a guest without hardware counters."""
 
-    def __init__(self, pid: int, path: str) -> None:
+    def __init__(self, pid: int, path: str, settle: float = 0.3) -> None:
         self.proc = subprocess.Popen(
             ["perf", "record", "-e", "cpu-clock", "-F", "2000", "-g", "-p", str(pid), "-o", path],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.3)
+        time.sleep(settle)
 
     def stop(self) -> None:
         self.proc.send_signal(2)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +55,21 @@ _POLL_SECONDS = 0.25
 query's progress, its exception): at 20 ms they cost the JVM and this process about half a
 core of the machine's two, taken from whichever query ran longest. Every figure is read from
 the query's progress, so the period does not limit their precision."""
+
+
+def compile_package() -> None:
+    """Write ``kestrel_actors``' bytecode (``__pycache__``), as installing the package does.
+
+    Spark's Python processes import the package from this tree: with ``PYTHONDONTWRITEBYTECODE``
+    set and no ``.pyc`` beside the sources, each one (the planner process of every query, the
+    two per-query processes, each worker) compiled its pure-Python modules again, ~40 ms of
+    CPU in the planner alone (0.2 µs per row of 200,000) that an installed package never
+    pays."""
+    import compileall
+
+    import kestrel_actors
+
+    compileall.compile_dir(os.path.dirname(kestrel_actors.__file__), quiet=1)
 
 
 def _processes() -> dict[tuple[int, str], float]:
@@ -190,6 +206,80 @@ class ServerWatch:
         return figures
 
 
+class PlannerWatch:
+    """The query's planner process (``source-planner``, new for each query, so counted from its
+    start: its import of pyspark included) as :class:`~.bench.ProcessCounters` per row, with its
+    CPU split by thread (``main``: Spark's calls; ``ended``: threads gone before the stop, the
+    read-ahead's; ``other``: threads alive at the stop; the switches count live threads only).
+    From when it is first seen (at the bench's first look at the query, after its import):
+    with ``syscalls`` its system calls by name (:class:`~.bench.SyscallCount`), with
+    ``profile`` perf's samples of its CPU (:class:`~.bench.KernelProfile`), with ``spy``
+    py-spy's samples of its Python stacks (raw collapsed stacks; ``$PY_SPY`` names the binary)."""
+
+    def __init__(self, syscalls: bool = False, profile: str | None = None,
+                 spy: str | None = None) -> None:
+        self.pid: int | None = None
+        self.last: ProcessCounters | None = None
+        self.threads: dict[str, float] = {}
+        self.syscalls, self.profile, self.spy = syscalls, profile, spy
+        self.calls: SyscallCount | None = None
+        self.perf: KernelProfile | None = None
+        self.spying: subprocess.Popen | None = None
+
+    def sample(self, cpu: CpuWatch) -> None:
+        if self.pid is None:
+            pids = [pid for pid, role in cpu.last if role == "source-planner"
+                    and (pid, role) not in cpu.before]
+            if not pids:
+                return
+            self.pid = pids[0]
+            self.calls = SyscallCount(self.pid, settle=0.0) if self.syscalls else None
+            self.perf = KernelProfile(self.pid, self.profile, settle=0.0) if self.profile else None
+            if self.spy:
+                self.spying = subprocess.Popen(
+                    [os.environ.get("PY_SPY", "py-spy"), "record", "--nonblocking", "-r", "250",
+                     "-f", "raw", "-t", "-o", self.spy, "-p", str(self.pid)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self.last = ProcessCounters.of(self.pid)
+            self.threads = _thread_seconds(self.pid)
+        except OSError:  # it ended with the query
+            pass
+
+    def stop(self, cpu: CpuWatch, rows: int) -> dict[str, object]:
+        self.sample(cpu)
+        if self.perf is not None:
+            self.perf.stop()
+        if self.spying is not None:
+            self.spying.send_signal(2)
+            self.spying.wait(60)
+        if self.last is None or not rows:
+            return {}
+        figures: dict[str, object] = dict(self.last.per_item(rows))
+        total = self.last.user + self.last.system
+        main = self.threads.pop("main", 0.0)
+        figures["threads_us"] = {"main": round(main * 1e6 / rows, 2),
+                                 "other": round(sum(self.threads.values()) * 1e6 / rows, 2),
+                                 "ended": round((total - main - sum(self.threads.values()))
+                                                * 1e6 / rows, 2)}
+        if self.calls is not None:
+            figures["syscalls"] = {name: round(n / rows, 4) for name, n in self.calls.stop().items()}
+        return figures
+
+
+def _thread_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each live thread of ``pid``: ``main`` and by thread id."""
+    seconds: dict[str, float] = {}
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            fields = Path(f"/proc/{pid}/task/{thread}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds["main" if int(thread) == pid else thread] = \
+            (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return seconds
+
+
 def _batch_end(p) -> float:
     """When a micro-batch ended (seconds since the epoch): its progress ``timestamp`` (its
     start) plus its ``triggerExecution``."""
@@ -218,6 +308,8 @@ class QueryFigures:
     progress: list
     server: dict[str, object] = field(default_factory=dict)
     """The started server's counters per row over the query (:class:`ServerWatch`)."""
+    planner: dict[str, object] = field(default_factory=dict)
+    """The planner process's counters per row over its life (:class:`PlannerWatch`)."""
 
 
 def _figures(progress: list, started: float, cpu: CpuWatch) -> QueryFigures:
@@ -232,8 +324,9 @@ def _figures(progress: list, started: float, cpu: CpuWatch) -> QueryFigures:
 
 
 def _watch(query, done, started: float, cpu: CpuWatch,
-           server: ServerWatch | None = None) -> QueryFigures:
+           server: ServerWatch | None = None, planner: PlannerWatch | None = None) -> QueryFigures:
     """Look at ``query`` every :data:`_POLL_SECONDS` until ``done(progress)``; stop it."""
+    planner = planner or PlannerWatch()
     try:
         while True:
             progress = query.recentProgress
@@ -242,10 +335,12 @@ def _watch(query, done, started: float, cpu: CpuWatch,
                 figures = _figures(progress, started, cpu)
                 if server is not None:
                     figures.server = server.stop(figures.rows)
+                figures.planner = planner.stop(cpu, figures.rows)
                 return figures
             if query.exception() is not None:
                 raise click.ClickException(str(query.exception()))
             cpu.sample()
+            planner.sample(cpu)
             time.sleep(_POLL_SECONDS)
     finally:
         query.stop()
@@ -257,7 +352,8 @@ def _rows_through(progress) -> int:
 
 def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, count: int,
            checkpoint: str, client, read_ahead: bool = True,
-           syscalls: bool = False, profile: str | None = None) -> QueryFigures:
+           syscalls: bool = False, profile: str | None = None,
+           planner: PlannerWatch | None = None) -> QueryFigures:
     """Run the ``kestrel`` source into ``noop`` until ``queue`` is empty with nothing open
     and its ``count`` rows have been through the query."""
     cpu = CpuWatch()
@@ -279,7 +375,7 @@ def _drain(spark, where: str, queue: str, max_items: int, per_partition: int, co
         stats = client.queue_stats(queue)
         return stats.get("items", 0) == 0 and stats.get("open_transactions", 0) == 0
 
-    return _watch(query, drained, started, cpu, server)
+    return _watch(query, drained, started, cpu, server, planner)
 
 
 def _until_rows(query_of, count: int) -> QueryFigures:
@@ -359,8 +455,16 @@ def _print_breakdown(progress) -> None:
 @click.option("--profile", default=None, metavar="PATH",
               help="sample the started server's CPU (kernel and user) over the measured query "
                    "into PATH (perf record; read with perf report -i PATH).")
+@click.option("--planner-syscalls", is_flag=True,
+              help="count the measured query's planner process's system calls (perf stat).")
+@click.option("--planner-profile", default=None, metavar="PATH",
+              help="sample the measured query's planner process's CPU into PATH (perf record).")
+@click.option("--planner-spy", default=None, metavar="PATH",
+              help="sample the measured query's planner process's Python stacks into PATH "
+                   "(py-spy record, raw collapsed stacks; $PY_SPY names the binary).")
 def main(items, item_bytes, max_items_per_batch, items_per_partition, master, address,
-         serve_args, target, read_ahead, breakdown, syscalls, profile) -> None:
+         serve_args, target, read_ahead, breakdown, syscalls, profile, planner_syscalls,
+         planner_profile, planner_spy) -> None:
     """Measure the kestrel data source's items/s through a trivial streaming query."""
     import logging
 
@@ -378,6 +482,7 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         with Client(server, timeout=60) as client:
             fill_queues(client, QUEUE, WARM_QUEUE, items, items, item_bytes)
 
+            compile_package()
             started = time.perf_counter()
             # a loaded machine can take longer than Spark's 15 s to start a Python process
             spark = create_spark_session(master, {"spark.python.authenticate.socketTimeout": "120s"},
@@ -395,7 +500,8 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                                 item_bytes, f"{tmp}/ceiling-warm")
                 load_average = os.getloadavg()[0]
                 ours = _drain(spark, where, QUEUE, max_items_per_batch, items_per_partition,
-                              items, f"{tmp}/run", client, read_ahead, syscalls, profile)
+                              items, f"{tmp}/run", client, read_ahead, syscalls, profile,
+                              PlannerWatch(planner_syscalls, planner_profile, planner_spy))
                 rate = _rate_micro_batch(spark, max_items_per_batch, items, item_bytes,
                                          f"{tmp}/rate")
                 ceiling = _python_ceiling(spark, max_items_per_batch, items_per_partition,
@@ -425,6 +531,8 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
         "steady_rows_per_second": rounded(ours.steady),
         "cpu_us_per_item": ours.cpu_us,
         "server_per_item": ours.server,
+        "planner_per_item": ours.planner,
+        "python_ceiling_planner_per_item": ceiling.planner,
         "rate_micro_batch_rows_per_second": round(rate.rows / rate.seconds),
         "rate_micro_batch_steady_rows_per_second": rounded(rate.steady),
         "rate_micro_batch_first_rows_seconds": round(rate.first_rows, 2),

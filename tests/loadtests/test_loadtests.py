@@ -782,3 +782,60 @@ def test_source_calls_bench_reports_the_planners_cpu_per_item():
     [run] = figures["runs"]
     assert figures["scenario"] == "source-calls" and run["batches"] == 5
     assert run["measured_items"] == 3000 and run["planner_cpu_us"] > 0 <= run["server_cpu_us"]
+    # the first batches (new pages, ADR 0022 point 3) apart, and the planner's counters
+    assert run["first_batches_cpu_us"] > 0 and figures["first_batches_cpu_us_median"] > 0
+    assert run["planner"]["user_us"] >= 0 <= run["planner"]["system_us"]
+    assert run["planner"]["minor_faults"] >= 0
+
+
+def test_planner_watch_finds_the_planner_process_and_splits_its_cpu_by_thread():
+    """``spark_source_bench``'s :class:`PlannerWatch` finds the query's planner process (a
+    ``python_streaming_source_runner`` started after the watch began) and splits its CPU into
+    the main thread's and that of threads which ended before the stop (the read-ahead's)."""
+    from kestrel_actors.loadtests.spark_source_bench import CpuWatch, PlannerWatch
+
+    work = ("import sys, threading, time\n"
+            "def spin(seconds):\n    end = time.process_time() + seconds\n"
+            "    while time.process_time() < end: pass\n"
+            "sys.stdin.readline()\nahead = threading.Thread(target=spin, args=(0.4,))\n"
+            "ahead.start()\nahead.join()\nspin(0.2)\nprint(flush=True)\nsys.stdin.readline()\n")
+    cpu = CpuWatch()
+    cpu.start()
+    proc = subprocess.Popen([sys.executable, "-c", work, "python_streaming_source_runner"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        watch = PlannerWatch()
+        for _ in range(100):  # until the process is listed
+            cpu.sample()
+            watch.sample(cpu)
+            if watch.pid is not None:
+                break
+            time.sleep(0.05)
+        assert watch.pid == proc.pid
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        proc.stdout.readline()
+        cpu.stop()
+        figures = watch.stop(cpu, 1000)  # µs per row of 1,000 rows
+    finally:
+        proc.stdin.close()
+        proc.wait()
+    threads = figures["threads_us"]
+    assert threads["ended"] >= 300 and threads["main"] >= 150, figures
+    assert figures["user_us"] + figures["system_us"] >= 450
+
+
+def test_spark_source_bench_compiles_the_package_as_an_install_does(tmp_path):
+    """Spark's Python processes import ``kestrel_actors`` from the tree; with
+    ``PYTHONDONTWRITEBYTECODE`` and no ``.pyc`` each of them compiled it again (ADR 0022)."""
+    import importlib.util
+
+    import kestrel_actors
+    from kestrel_actors.loadtests.spark_source_bench import compile_package
+
+    source = os.path.join(os.path.dirname(kestrel_actors.__file__), "spark_bridge", "_source.py")
+    cached = importlib.util.cache_from_source(source)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(cached)
+    compile_package()
+    assert os.path.getmtime(cached) >= os.path.getmtime(source)
