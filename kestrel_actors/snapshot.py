@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ._malloc import HELD
 from .messages import QueueStats
 from .stats import LATENCIES, QUEUE_METRICS, SERVER_METRICS, Histogram, QueueMetrics, ServerStats
 
@@ -307,6 +308,7 @@ def take_snapshot(server: Any, queues: list[QueueStats], with_metrics: bool = Tr
         server_counters={
             **{name: getattr(stats, name) for name in ServerStats.COUNTERS},
             **{f"fsync_error_{name}": count for name, count in stats.fsync_errors.items()},
+            "heap_trims": HELD.trims,
         },
         queues=[queue for queue in queues if not queue.loading],
         reserved_memory=0,

@@ -8,6 +8,9 @@ point 2), against real server processes with their resident set read from ``/pro
 * 2,000 items of 64 KiB on one kept connection, read back: the same (heap blocks under glibc's
   mmap threshold stayed with the process).
 * ``max_memory_size`` bounds what the items hold while a queue keeps them, however they came.
+* A reader and a producer cycling the queue by more than ``_malloc.TRIM_STEP`` have the server
+  give back nothing (the pages would be faulted in again by the next cycle, ADR 0022); the
+  backlog read out once they stop is given back in one trim (the admin port's ``heap_trims``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import socket
 
 import pytest
 
-from ..helpers import ServerProcess, settled_rss, write_config
+from kestrel_actors._malloc import TRIM_STEP
+from kestrel_actors.client import set_request
+
+from ..helpers import PATIENCE, Pipeline, ServerProcess, get_json, settled_rss, wait_for, write_config
 from ..helpers import server_rss as rss
 
 MIB = 1024 * 1024
@@ -143,3 +149,33 @@ def test_max_memory_size_bounds_what_items_set_on_short_connections_hold(make_se
     print(summary)
     assert held - start <= 32 * MIB + SLACK, summary
     assert after - start <= SLACK, summary
+
+
+CYCLED = 64 * 1024
+CYCLE_ITEMS = (TRIM_STEP + 4 * MIB) // CYCLED
+"""Items a cycle reads out and puts back: the held memory falls 4 MiB more than a step, so it
+is back within a step after the first 4 MiB put back (a moment, however loaded the machine)."""
+
+
+def heap_trims(server: ServerProcess) -> int:
+    return get_json(server.admin_url + "/stats.json")["counters"]["heap_trims"]
+
+
+def test_a_queue_cycled_by_more_than_a_trim_step_keeps_its_heap_until_read_out(make_server):
+    server = make_server(admin_port=True)
+    pipe = Pipeline(server.host, server.port)
+    item = bytes(range(256)) * (CYCLED // 256)
+    pipe.set_all("cycled", [item] * CYCLE_ITEMS, batch=64)
+    before = heap_trims(server)
+    get = b"get cycled\r\n" * CYCLE_ITEMS
+    put = set_request("cycled", item) * CYCLE_ITEMS
+    for _ in range(4):  # one stream: read out, put back
+        pipe.stream([get, put])
+        assert all(value == item for value in pipe.read_replies(CYCLE_ITEMS))
+        pipe.expect_stored(CYCLE_ITEMS)
+        pipe.wait_sent()
+    pipe.set_all("cycled", [item] * CYCLE_ITEMS, batch=64)  # a backlog of two steps
+    assert pipe.get_all("cycled", 2 * CYCLE_ITEMS, batch=64) == [item] * (2 * CYCLE_ITEMS)
+    pipe.close()
+    assert wait_for(lambda: heap_trims(server) > before, PATIENCE, 0.2), "the read-out backlog kept"
+    assert heap_trims(server) == before + 1  # none for the cycles, one for the backlog
