@@ -242,6 +242,8 @@ class QueueActor(GeventActor):
     """A session's batch runs on the session's greenlet when the queue is idle, saving two
     greenlet switches per request; journal file work may suspend that greenlet, never the hub."""
 
+    hot_messages: ClassVar[tuple[type, ...]] = (QueueBatch,)
+
     def __init__(
         self,
         name: str,

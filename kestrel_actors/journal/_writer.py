@@ -69,6 +69,7 @@ import gevent.event
 import gevent.lock
 import structlog
 
+from ..runtime import hub_runs
 from ._failures import FailureLog, error_fields
 from ._files import open_regular
 
@@ -295,6 +296,8 @@ class JournalWriter:
         self._waiters: deque[tuple[int, Callable[[], None], Callable[[OSError], None] | None]] = deque()
         self._wake = gevent.event.Event()
         self._hub = gevent.get_hub()
+        self._hub_runs = hub_runs()
+        """The hub's inline runs, told when a hub callback of this writer answers (:meth:`_sync_returned`)."""
         self._syncing = False
         """An fdatasync handed to the threadpool from a turn is in flight (it holds ``_io``)."""
         self._gathering: Any = None
@@ -461,7 +464,17 @@ class JournalWriter:
         self._round_from = self._records
         started = _perf_counter()
         done = pool.spawn(_capturing, os.fdatasync, (self._fd,))
-        done.rawlink(lambda result: self._synced_from_turn(target, started, result.value))
+        done.rawlink(lambda result: self._sync_returned(target, started, result.value))
+
+    def _sync_returned(self, target: int, started: float, outcome: Any) -> None:
+        """:meth:`_synced_from_turn`, a hub callback: the tells its answers make know that the
+        hub makes them (``runtime._HubRuns.callback_begins``)."""
+        runs = self._hub_runs
+        runs.callback_begins()
+        try:
+            self._synced_from_turn(target, started, outcome)
+        finally:
+            runs.callback_ends()
 
     def _synced_from_turn(self, target: int, started: float, outcome: Any) -> None:
         """The fdatasync :meth:`_sync_from_turn` handed off has returned (on the hub).

@@ -5,6 +5,7 @@ from ._actor import (
     GeventFuture,
     GeventRef,
     ReplyFuture,
+    hub_runs,
     of_this_hub,
     on_own_greenlet,
     tell,
@@ -13,6 +14,6 @@ from ._actor import (
 from ._dispatcher import Dispatcher
 
 __all__ = [
-    "Dispatcher", "GeventActor", "GeventFuture", "GeventRef", "ReplyFuture", "of_this_hub", "on_own_greenlet", "tell",
-    "tell_quietly",
+    "Dispatcher", "GeventActor", "GeventFuture", "GeventRef", "ReplyFuture", "hub_runs", "of_this_hub",
+    "on_own_greenlet", "tell", "tell_quietly",
 ]

@@ -202,6 +202,8 @@ class SessionActor(GeventActor):
     greenlet_on_demand: ClassVar[bool] = True
     """One session per connection, and most never need a greenlet of their own (no on_start)."""
 
+    hot_messages: ClassVar[tuple[type, ...]] = (list, BatchDone)  # (Received, a queue's answer)
+
     def may_run_on_hub(self) -> bool:
         # never suspends: what it asks of queues or the collection is a tell, and each of those
         # decides for itself whether it may run on the hub
@@ -215,6 +217,8 @@ class SessionActor(GeventActor):
         self.session = session
         self.handler = handler = handler_class(self)
         self.queue_kinds = handler.QUEUE_KINDS
+        self.queue_kind: type | None = None
+        """The kind of the last request found in ``queue_kinds``."""
         self.write_refusals = handler.WRITE_REFUSALS
         self.open_reads: dict[str, deque[int]] = {}
         self.refs: dict[str, GeventRef] = {}
@@ -238,6 +242,9 @@ class SessionActor(GeventActor):
         self.sent: QueueBatch | None = None
         """The batch awaiting its answer (its ``sent_at``, in a read's callback when the request
         was read, starts its latency)."""
+        self.spare: QueueBatch | None = None
+        """The last batch, answered: nothing else holds it once it is (a queue lets go of a
+        batch before it answers it), and the next one is it, refilled, not made again."""
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
@@ -296,7 +303,9 @@ class SessionActor(GeventActor):
                 _clear(pending)
                 self._local(refusal)
                 break
-            if kind in self.queue_kinds and self.handler.goes_to_queue(command):
+            if kind is not self.queue_kind and kind in self.queue_kinds:
+                self.queue_kind = kind  # a client's requests are mostly of one kind: no look-up for its next
+            if kind is self.queue_kind and self.handler.goes_to_queue(command):
                 if not self._start_batch(command):
                     break
                 continue
@@ -533,9 +542,16 @@ class SessionActor(GeventActor):
             return True
         self.waiting = _BATCH
         # one clock reading for the batch: its requests' time in the queue and its latency's start
-        self.sent = QueueBatch(ops, self.session, self.ref, None, epoch_seconds())
+        sent = self.spare
+        if sent is None:
+            sent = QueueBatch(ops, self.session, self.ref, None, epoch_seconds())
+        else:
+            self.spare = None
+            sent.ops = ops
+            sent.sent_at = epoch_seconds()
+        self.sent = sent
         try:
-            ref.tell_from(self.sent, self.mailbox.runner)  # from this handler's greenlet
+            ref.tell_from(sent, self.mailbox.runner)  # from this handler's greenlet
         except ActorDeadError:  # deleted between the check and now: it answers as closed
             self.sent = None
             self._batch_done(BatchDone([closed_result(op) for op in ops]))
@@ -612,10 +628,16 @@ class SessionActor(GeventActor):
     def _batch_done(self, done: BatchDone) -> None:
         self.waiting = None
         results = done.results
-        if self.sent is not None:
+        sent = self.sent
+        if sent is not None:
             if done.failure is None:  # a batch a journal failed is not timed: it took nothing
-                record_batch(self.context.stats, self.batch_queue, self.sent, results, self.sent.sent_at)
+                record_batch(self.context.stats, self.batch_queue, sent, results, sent.sent_at)
             self.sent = None
+            sent.ops = _NO_OPS  # its items' bytes go with the answer (issue 53)
+            sent.copies = None
+            sent.parked = False
+            sent.failure = None
+            self.spare = sent
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
             return

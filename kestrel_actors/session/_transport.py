@@ -589,7 +589,7 @@ class SocketTransport(Transport):
 
     def _readable(self) -> None:
         try:
-            data = _read(self.fd, READ_SIZE)
+            data: bytes = _read(self.fd, READ_SIZE)  # typed: its truth and length are native
         except BlockingIOError:
             return
         except OSError:  # a reset: the client has gone
