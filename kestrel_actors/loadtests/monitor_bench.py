@@ -91,7 +91,7 @@ def one_run(items: int, item_bytes: int, batch: int, hold: int = 0, syscalls: bo
         confirmed = 0
         while confirmed < items:
             # each connection opens its part of the micro-batch; all confirm once it is open
-            counts = []
+            counts: list[int] = []
             for each in wires:
                 want = min(batch, items - confirmed - sum(counts))
                 if want <= 0:
