@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import structlog
 
@@ -59,18 +59,29 @@ from ._format import (
     OP_REMOVE_TENTATIVE_XID,
     OP_SAVE_XID,
     OP_UNREMOVE,
+    AddRecords,
     Record,
     RecordReader,
     encode_add,
     encode_remove_tentative,
 )
 from ._repair import repair_file
+from ._writer import write_all
 
-__all__ = ["PackError", "commit_pack", "pack_archives", "pack_queue", "prepare_pack", "write_snapshot"]
+__all__ = [
+    "OPEN_READ_RECORDS", "PackError", "commit_pack", "open_reads_bytes", "pack_archives", "pack_queue", "prepare_pack",
+    "write_snapshot",
+]
 
 log = structlog.get_logger("kestrel_actors.journal")
 
 WRITE_BUFFER = 1 << 20
+
+ADD_RECORD = 21
+"""Bytes of an ADDX record beside its item's data."""
+OPEN_READ_RECORDS = ADD_RECORD + 5
+"""Bytes beside its data that an open read takes in a snapshot: its ADDX and its
+REMOVE_TENTATIVE_XID."""
 
 
 class PackError(Exception):
@@ -82,28 +93,39 @@ def write_snapshot(path: str, open_items: list[tuple[int, Item]], items: list[It
 
     ``open_items`` are ``(xid, item)`` pairs in the order to write (descending xid). The file
     is fsynced before returning its size. May run on a worker thread: items are not mutated.
+    Each record's header and the item's data go to ``writev`` as they are, a megabyte at a
+    time: joined first, 50,000 open reads of 1 KiB were copied twice and held whole in memory.
     """
-    size = 0
+    adds = AddRecords()
+    chunks: list[bytes] = []
+    size = pending = 0
     with open(path, "wb") as out:
-        buffer: list[bytes] = []
-        pending = 0
+        fd = out.fileno()
         for xid, item in open_items:
-            buffer.append(encode_add(item))
-            buffer.append(encode_remove_tentative(xid))
-            pending += 26 + len(item.data)
-        for item in items:
-            record = encode_add(item)
-            buffer.append(record)
-            pending += len(record)
+            data = item.data
+            chunks += (adds.header(item), data, encode_remove_tentative(xid))
+            pending += OPEN_READ_RECORDS + len(data)
             if pending >= WRITE_BUFFER:
-                out.write(b"".join(buffer))
+                write_all(fd, chunks, pending)
                 size += pending
-                buffer, pending = [], 0
-        out.write(b"".join(buffer))
+                chunks, pending = [], 0
+        for item in items:
+            data = item.data
+            chunks += (adds.header(item), data)
+            pending += ADD_RECORD + len(data)
+            if pending >= WRITE_BUFFER:
+                write_all(fd, chunks, pending)
+                size += pending
+                chunks, pending = [], 0
+        write_all(fd, chunks, pending)
         size += pending
-        out.flush()
-        os.fdatasync(out.fileno())
+        os.fdatasync(fd)
     return size
+
+
+def open_reads_bytes(open_items: Iterable[tuple[int, Item]]) -> int:
+    """What ``open_items`` (``(xid, item)`` pairs) take in a snapshot (:func:`write_snapshot`)."""
+    return sum(OPEN_READ_RECORDS + len(item.data) for _xid, item in open_items)
 
 
 def _records(data_dir: str, name: str, files: list[str], repair: bool, now_ms: int,

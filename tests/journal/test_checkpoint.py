@@ -141,6 +141,47 @@ def test_a_rewrite_deletes_the_checkpoint_and_the_next_one_starts_from_it(tmp_pa
     _compare(tmp_path, data_dir)
 
 
+def test_a_checkpoint_waits_while_its_open_reads_outweigh_the_journal_since_the_last(tmp_path):
+    """A checkpoint holds the open reads whole (behaviour §6.8): one due every 4 MiB waits while
+    they take more than the journal written since the last one (ADR 0026), then is written once;
+    the files replay from it to the queue a full replay gives."""
+    data_dir = str(tmp_path / "data")
+    os.mkdir(data_dir)
+    config = QueueConfig(max_journal_size=1 << 30, default_journal_size=1 << 30)  # only periodic checkpoints
+
+    def run() -> None:
+        journal, state = open_file_journal(data_dir, "q", config, read_behind=True, now_ms=NOW)
+        core = QueueCore("q", config, journal)
+        core.restore(state)
+        for i in range(10_000):
+            assert core.add(b"%08d" % i + b"." * 992, 0, NOW)
+        assert journal.checkpoint(core)  # the reads' ADDX records are before it
+        written = journal.checkpoints
+        held = core.open_many(NOW, 10_000, 1 << 30)  # 10.26 MB held
+        assert len(held) == 10_000
+        for i in range(4_200):  # 4.29 MB of ADD and REMOVE: a checkpoint is due
+            assert core.add(b"p%07d" % i + b"." * 992, 0, NOW) and core.remove(NOW) is not None
+        journal._wait_for_checkpoint()
+        assert journal.checkpoints == written  # it would hold 10.26 MB for 4.34 written
+        for i in range(6_000):  # 6.1 MB more: past the 10.26 MB it holds
+            assert core.add(b"%04d" % i + b"." * 996, 0, NOW) and core.remove(NOW) is not None
+        journal._wait_for_checkpoint()
+        assert journal.checkpoints == written + 1
+        core.add(b"last", 0, NOW)
+        _crash(core)
+    gevent.spawn(run).get()
+    full = str(tmp_path / "full")
+    shutil.copytree(data_dir, full)
+    shutil.rmtree(os.path.join(full, ".checkpoint"))
+    from_checkpoint = replay_queue(data_dir, "q", now_ms=NOW)
+    whole = replay_queue(full, "q", now_ms=NOW)
+    assert from_checkpoint.from_checkpoint and from_checkpoint.replayed_bytes < whole.replayed_bytes
+    assert [item.data for item in from_checkpoint.items] == [item.data for item in whole.items] == [b"last"]
+    assert ({xid: item.data for xid, item in from_checkpoint.open_items.items()}
+            == {xid: item.data for xid, item in whole.open_items.items()})
+    assert sorted(item.data for item in whole.open_items.values()) == [b"%08d" % i + b"." * 992 for i in range(10_000)]
+
+
 def _state_with_items() -> tuple[list[bytes], Checkpoint]:
     """A checkpoint's state holding given-back items and open reads of every byte value."""
     datas = [bytes(range(256)) * 4, b"\n", b"", b"\r\nEND\r\n" * 3, os.urandom(1024)]

@@ -397,6 +397,34 @@ def test_a_rewrite_found_by_a_get_on_the_hub_is_done_before_the_reply(make_serve
     assert [client.get("rw"), client.get("rw")] == [b"after", None]
 
 
+def test_a_monitors_open_reads_are_not_rewritten_at_every_set_and_survive_sigkill(make_server, tmp_path):
+    """Rule (a) (behaviour §6.6, ADR 0026): an empty queue whose open reads take more than half
+    of its file is not rewritten (Kestrel's rule wrote all 40 again at each SET and GET below);
+    after a SIGKILL the open reads come back at the head, in order, and the passed items stay gone."""
+    config = write_config(tmp_path, '[queues.held]\ndefault_journal_size = "16KiB"\n')
+    server = make_server("--config", config, "--max-open-transactions", "100")
+    client = server.client()
+    held = [b"%02d" % i + b"." * 998 for i in range(40)]
+    for data in held:
+        client.set("held", data)
+    reader = server.client()
+    reader.send(b"monitor held 5 40\r\n")
+    assert [reader.read_value() for _ in range(40)] == held
+    assert reader.read_line() == b"END"
+    for i in range(10):  # each finds the queue empty, the file past 16 KiB (41,040 bytes)
+        client.set("held", b"pass%d" % i)
+        assert client.get("held") == b"pass%d" % i
+    stats = client.stats()
+    assert stats["queue_held_journal_rewrites"] == "0"
+    assert stats["queue_held_open_transactions"] == "40"
+    assert stats["queue_held_logsize"] == str(40 * 1026 + 10 * 27)
+
+    server.kill()
+    server.start()
+    client = server.client()
+    assert [client.get("held") for _ in range(41)] == [*held, None]
+
+
 def test_small_max_memory_size_rotates_and_replays(make_server, tmp_path):
     """A journal bigger than max_memory_size rotates (behaviour §6.6 c); the archives replay in order."""
     config = write_config(tmp_path, '[queues.small]\nmax_memory_size = "4KiB"\n')

@@ -191,6 +191,41 @@ def test_without_aggressive_rewrites_an_empty_queue_waits_too(tmp_path):
     queue.journal.close()
 
 
+def test_open_reads_filling_an_empty_queues_file_are_not_rewritten_at_every_change(tmp_path):
+    """Rule (a) rewrites an empty queue only if its open reads take at most half of the current
+    file (behaviour §6.6, ADR 0026): a reader holding a batch open (the Spark source's read-ahead)
+    is not written again at every add and remove that finds the queue empty. Once most of the
+    reads are confirmed, the next change rewrites; the files replay to the queue all along."""
+    data_dir = str(tmp_path)
+    config = QueueConfig(default_journal_size=4096)
+    journal = FileJournal(data_dir, "q", config)
+    queue = QueueCore("q", config, journal)
+    now = 1_700_000_000_000
+    for i in range(40):
+        assert queue.add(b"open%03d" % i + b"." * 93, 0, now)  # 40 ADDX of 121 bytes
+    held = queue.open_many(now, 40, 1 << 20)  # 40 REMOVE_TENTATIVE_XID: 5,040 bytes, all open reads
+    assert len(held) == 40 and queue.length == 0 and journal.size() == 5040 >= config.default_journal_size
+    for i in range(20):
+        assert queue.add(b"pass%03d" % i, 0, now)
+        assert queue.remove(now).data == b"pass%03d" % i
+    # Kestrel's rule rewrote the 40 reads at each of these 40 changes; each rewrite left 5,040 bytes
+    assert journal.rewrites == 0 and journal.size() == 5040 + 20 * (28 + 1)
+    assert not journal.rotation_due(queue)  # nothing left for the queue's greenlet either
+    assert queue.add(b"waiting", 0, now)
+    durable(journal)
+    items, open_items = on_disk(data_dir)  # what a stop now (a SIGKILL) would replay
+    assert items == [b"waiting"] and sorted(open_items.values()) == sorted(item.data for item in held)
+
+    assert queue.confirm_many(tuple(item.xid for item in held[:30]), []) == 30
+    assert queue.remove(now).data == b"waiting"  # 10 reads left, 1,260 bytes: the rewrite is worth it
+    assert journal.rewrites == 1 and journal.size() == 10 * 126
+    assert queue.add(b"after", 0, now)
+    durable(journal)
+    items, open_items = on_disk(data_dir)
+    assert items == [b"after"] and sorted(open_items.values()) == sorted(item.data for item in held[30:])
+    journal.close()
+
+
 def test_big_current_file_rotates_and_asks_for_a_checkpoint(tmp_path):
     config = QueueConfig(max_memory_size=10_000, max_journal_size=25_000, default_journal_size=10**9)
     journal = FileJournal(str(tmp_path), "q", config)
