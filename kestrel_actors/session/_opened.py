@@ -48,29 +48,37 @@ class OpenXids:
 
     def add(self, xid: int) -> None:
         """One read opened under ``xid`` (a ``/open`` GET's)."""
-        runs = self._runs
-        self.count += 1
-        if runs:
-            last = runs[-1]
-            if last.first + last.count == xid:
-                last.count += 1
-                return
-        runs.append(XidRun(xid, 1))
+        self._add_run(xid, 1)
 
     def add_items(self, items: list[Item]) -> None:
         """The reads of ``items`` opened, in order (a ``monitor`` step's): one run while their xids
         follow one another, as they do until the queue's xids wrap."""
-        runs = self._runs
-        last: XidRun | None = runs[-1] if runs else None
+        count = len(items)
+        if not count:
+            return
+        first = items[0].xid
+        expected = first
         item: Item
         for item in items:  # typed: each xid read and compared natively, none boxed
-            xid = item.xid
-            if last is not None and last.first + last.count == xid:
-                last.count += 1
-            else:
-                last = XidRun(xid, 1)
-                runs.append(last)
-        self.count += len(items)
+            if item.xid != expected:
+                break
+            expected += 1
+        if expected - first == count:
+            self._add_run(first, count)
+            return
+        for item in items:  # the xids wrapped within the step
+            self._add_run(item.xid, 1)
+
+    def _add_run(self, first: int, count: int) -> None:
+        """``count`` reads opened under the xids from ``first``: on the newest run if they follow it."""
+        runs = self._runs
+        self.count += count
+        if runs:
+            last = runs[-1]
+            if last.first + last.count == first:
+                last.count += count
+                return
+        runs.append(XidRun(first, count))
 
     def take(self, count: int) -> list[XidRun] | None:
         """The ``count`` oldest reads, no longer held, as runs oldest first, if that many are open;
