@@ -37,6 +37,7 @@ COMPILED_MODULES = (
     "kestrel_actors.protocol._memcache",
     "kestrel_actors.session._handler",
     "kestrel_actors.session._context",
+    "kestrel_actors.session._opened",
     "kestrel_actors.session._transport",
     "kestrel_actors.session._budget",
     "kestrel_actors.session._connections",

@@ -528,14 +528,16 @@ class QueueActor(GeventActor):
                 failure = core.journal.failure
                 if failure is not None:
                     # refused: the items go back to the head, as on a disconnect
-                    self._wake_for(self._unremove_all(op.xids))
+                    self._wake_for(self._unremove_all(op.each()))
                     results.append(self._refuse(batch, failure))
                     continue
-                confirmed = core.confirm_many(op.xids, self._confirmed)
+                runs = op.runs
+                confirmed = (core.confirm_many(op.xids, self._confirmed) if runs is None
+                             else core.confirm_runs(runs, self._confirmed))
                 self._confirmed_count += confirmed
                 results.append(confirmed)
             elif type(op) is Unremove:
-                self._wake_for(self._unremove_all(op.xids))
+                self._wake_for(self._unremove_all(op.each()))
                 results.append(None)
             elif type(op) is PutBack:
                 returned = 0
@@ -636,7 +638,7 @@ class QueueActor(GeventActor):
             return item
         limit: int = op.max_items  # typed: a native loop (over ``op``'s, an object, each step boxed and compared)
         if kind is OpenMany:
-            items = core.open_many(now_ms, limit, BATCH_FETCH_BYTES, op.xids)
+            items = core.open_many(now_ms, limit, BATCH_FETCH_BYTES)
             self.stats.get_hits += len(items)
             return items
         items = []

@@ -39,6 +39,7 @@ __all__ = [
     "RemoveMany",
     "Session",
     "Unremove",
+    "XidRun",
     "closed_result",
     "failed_result",
     "first_failure",
@@ -132,18 +133,13 @@ class Peek(Remove):
 
 
 class OpenMany:
-    """Open up to ``max_items`` (a monitor step) -> ``list[Item]`` (empty on timeout).
+    """Open up to ``max_items`` (a monitor step) -> ``list[Item]`` (empty on timeout)."""
 
-    ``xids`` comes back holding the items' xids in order, boxed once by the queue: a session
-    that keeps them (and sends them back in its ``Confirm``) boxes no xid again, and the
-    queue confirms such a run of consecutive xids in one step (``OpenReads.pop_run``)."""
-
-    __slots__ = ("max_items", "deadline", "xids")
+    __slots__ = ("max_items", "deadline")
 
     def __init__(self, max_items: int, deadline: float | None) -> None:
         self.max_items = max_items
         self.deadline = deadline
-        self.xids: list[Any] = []
 
 
 class RemoveMany:
@@ -156,17 +152,43 @@ class RemoveMany:
         self.deadline = deadline
 
 
+class XidRun:
+    """Open reads of the consecutive xids ``first`` .. ``first + count - 1``: how a session holds
+    what a ``monitor`` step opened, and hands it back in a :class:`Confirm`, as one object."""
+
+    __slots__ = ("first", "count")
+
+    def __init__(self, first: int, count: int) -> None:
+        self.first = first
+        self.count = count
+
+    def __repr__(self) -> str:
+        return f"XidRun({self.first}, {self.count})"
+
+
 class Confirm:
-    """Confirm the open items ``xids`` -> number confirmed."""
+    """Confirm the open items ``xids``, or those of ``runs`` (oldest first) when it is given ->
+    number confirmed."""
 
-    __slots__ = ("xids",)
+    __slots__ = ("xids", "runs")
 
-    def __init__(self, xids: tuple[int, ...]) -> None:
+    def __init__(self, xids: tuple[int, ...] = (), runs: list[XidRun] | None = None) -> None:
         self.xids = xids
+        self.runs = runs
+
+    def each(self) -> tuple[int, ...]:
+        """Every xid named, in order."""
+        runs = self.runs
+        if runs is None:
+            return self.xids
+        xids: list[int] = []
+        for run in runs:
+            xids.extend(range(run.first, run.first + run.count))
+        return tuple(xids)
 
 
 class Unremove(Confirm):
-    """Put the open items ``xids`` back at the head -> ``None``."""
+    """Put the open items named (:meth:`Confirm.each`) back at the head -> ``None``."""
 
     __slots__ = ()
 

@@ -24,6 +24,7 @@ from typing import Any, Final, Protocol
 
 from .._malloc import HELD, HeldMemory
 from ..config import QueueConfig
+from ..messages import XidRun
 from ._items import PackedItems
 from ._journal import Item, Journal
 from ._open import OpenReads
@@ -286,11 +287,10 @@ class QueueCore:
             journal.check_rotate(self)
         return size
 
-    def open_many(self, now_ms: int, limit: int, max_bytes: int,
-                  keys: list[Any] | None = None) -> list[Item]:
+    def open_many(self, now_ms: int, limit: int, max_bytes: int) -> list[Item]:
         """:meth:`remove` with ``transactional`` up to ``limit`` times, or until the items opened
-        hold ``max_bytes`` or more: those items, head first (a ``monitor``'s batch). Their xids
-        are appended to ``keys`` in the same order.
+        hold ``max_bytes`` or more: those items, head first (a ``monitor``'s batch), each with its
+        ``xid``.
 
         The heads are taken as runs (``PackedItems.pop_run``: each up to an item that may expire,
         or to the one that takes memory in read-behind below the refill mark), each run opened
@@ -301,7 +301,6 @@ class QueueCore:
         ``open_transaction_timeout`` an open read may time out between two opens (an UNREMOVE
         between their records): the items are opened one by one."""
         items: list[Item] = []
-        opened: list[Any] = keys if keys is not None else []
         limits = self.limits
         if limits.open_transaction_timeout is not None:
             size = 0
@@ -310,7 +309,6 @@ class QueueCore:
                 if item is None:
                     break
                 items.append(item)
-                opened.append(item.xid)
                 size += len(item.data)
                 if size >= max_bytes:
                     break
@@ -348,7 +346,6 @@ class QueueCore:
             size += got
             self.transactions += taken
             self.last_removed_add_time = items[-1].add_time
-            journaled = len(opened)
             first = self._xid + 1
             if self._xids_fresh and self._xid <= XID_MAX - taken:
                 self._xid += taken
@@ -356,10 +353,10 @@ class QueueCore:
                     item = items[index]
                     item.xid = first + index - start
                     item.opened = now_ms
-                opened.extend(range(first, first + taken))
                 open_reads.add_run(first, items[start:])
                 journal.remove_tentative_run(first, taken)
             else:  # wrapped: each xid skips those still open
+                opened: list[int] = []
                 for index in range(start, start + taken):
                     item = items[index]
                     xid = self._next_xid()
@@ -367,7 +364,7 @@ class QueueCore:
                     item.opened = now_ms
                     open_reads[xid] = item
                     opened.append(xid)
-                journal.remove_tentative_many(opened[journaled:])
+                journal.remove_tentative_many(opened)
             if self._fill_due():
                 self._fill_read_behind()
         if items:
@@ -435,6 +432,32 @@ class QueueCore:
         if done:
             self.journal.confirm_remove_many(done)
         return len(done)
+
+    def confirm_runs(self, runs: list[XidRun], confirmed: list[Item]) -> int:
+        """:meth:`confirm_many` of the xids of ``runs`` (a session's, oldest first): a run all open
+        in one of ``open_reads``' runs is taken in one step, its records laid from its ends."""
+        open_reads = self.open_reads
+        journal = self.journal
+        total = 0
+        for run in runs:
+            first = run.first
+            count = run.count
+            taken = open_reads.pop_span(first, count)
+            if taken is not None:
+                confirmed.extend(taken)
+                journal.confirm_remove_run(first, count)
+                total += count
+                continue
+            done: list[int] = []
+            for xid in range(first, first + count):
+                item = open_reads.pop(xid)
+                if item is not None:
+                    done.append(xid)
+                    confirmed.append(item)
+            if done:
+                journal.confirm_remove_many(done)
+            total += len(done)
+        return total
 
     def unremove(self, xid: int) -> bool:
         """Put open item ``xid`` back at the head; ``False`` if it is unknown."""

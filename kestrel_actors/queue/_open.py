@@ -175,6 +175,18 @@ class OpenReads:
         if not count:
             return None
         low: int = xids[0]
+        expected = low
+        for xid in xids:  # typed: each unboxed and compared natively
+            if xid != expected:
+                return None
+            expected += 1
+        return self.pop_span(low, count)
+
+    def pop_span(self, low: int, count: int) -> list[Item] | None:
+        """Remove and answer the reads open under the ``count`` xids from ``low`` if all are open
+        in one run (a session's ``XidRun``); else ``None``, and nothing is removed."""
+        if count <= 0:
+            return None
         index = self._find(low)
         if index < 0:
             return None
@@ -184,11 +196,6 @@ class OpenReads:
         end = slot + count
         if slot < run.start or end > len(items):
             return None
-        expected = low
-        for xid in xids:  # typed: each unboxed and compared natively
-            if xid != expected:
-                return None
-            expected += 1
         if run.live != len(items) - run.start:  # some slots are empty: are any of these?
             for at in range(slot, end):
                 if items[at] is None:

@@ -55,6 +55,7 @@ from ..messages import (
     Resolved,
     Session,
     Unremove,
+    XidRun,
     closed_result,
     failed_result,
 )
@@ -63,6 +64,7 @@ from ..runtime import GeventActor, GeventRef
 from ..stats import record_batch
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Answer, Handler
+from ._opened import OpenXids
 from ._transport import Transport
 
 __all__ = ["Answer", "Disconnected", "Drain", "EndOfInput", "MonitorState", "Received", "SessionActor"]
@@ -175,8 +177,6 @@ class MonitorState:
     """At most this many reads open on the queue at once."""
     stamped: bool = False
     """Each item's reply carries its enqueue time (memcache's ``stamp`` option)."""
-    step: OpenMany | None = None
-    """The step sent last: its ``xids`` come back as the queue's own objects."""
 
 
 class _MonitorResume:
@@ -220,7 +220,7 @@ class SessionActor(GeventActor):
         self.queue_kind: type | None = None
         """The kind of the last request found in ``queue_kinds``."""
         self.write_refusals = handler.WRITE_REFUSALS
-        self.open_reads: dict[str, deque[int]] = {}
+        self.open_reads: dict[str, OpenXids] = {}
         self.refs: dict[str, GeventRef] = {}
         self.pending: deque[Any] = _new_deque()  # through a C static, not the module's dict
         self.out: list[bytes] = []
@@ -362,21 +362,18 @@ class SessionActor(GeventActor):
     def open_count(self, queue: str) -> int:
         """How many ids this connection holds open on ``queue``."""
         opened = self.open_reads.get(queue)
-        return 0 if opened is None else len(opened)
+        return 0 if opened is None else opened.count
 
-    def take_open(self, queue: str, count: int) -> tuple[int, ...] | None:
+    def take_open(self, queue: str, count: int) -> list[XidRun] | None:
         """The ``count`` oldest ids open on ``queue``, no longer held open, if that many are;
         else ``None``, and none is taken."""
-        return take_oldest(self.open_reads.get(queue), count)
+        opened = self.open_reads.get(queue)
+        return None if opened is None else opened.take(count)
 
-    def take_all_open(self, queue: str) -> tuple[int, ...]:
+    def take_all_open(self, queue: str) -> list[XidRun]:
         """Every id open on ``queue``, oldest first, no longer held open."""
         opened = self.open_reads.get(queue)
-        if not opened:
-            return ()
-        xids = tuple(opened)
-        _clear(opened)
-        return xids
+        return [] if opened is None else opened.take_all()
 
     def run_next(self, command: Any) -> None:
         """Put ``command`` at the head of the requests not yet run (a thrift get's next step)."""
@@ -724,9 +721,9 @@ class SessionActor(GeventActor):
                 # the session, not the reply, records what the client now holds open
                 open_reads = self.open_reads
                 opened_here = open_reads.get(self.batch_queue)
-                if opened_here is None:  # not ``setdefault``: that makes a deque for every open read
-                    opened_here = open_reads[self.batch_queue] = _new_deque()
-                _append(opened_here, opened.xid)
+                if opened_here is None:  # not ``setdefault``: that makes one for every open read
+                    opened_here = open_reads[self.batch_queue] = OpenXids()
+                opened_here.add(opened.xid)
         self.handler.add_reply(command, results, position, end, out)
 
     def _drop_rest(self) -> None:
@@ -779,7 +776,7 @@ class SessionActor(GeventActor):
         monitor = self.monitor
         assert monitor is not None
         name = monitor.queue
-        opened = len(self.open_reads.get(name, ()))
+        opened = self.open_count(name)
         if (
             monitor.remaining <= 0
             or opened >= monitor.limit
@@ -800,7 +797,7 @@ class SessionActor(GeventActor):
             return
         self.waiting = _BATCH
         self.batch_queue = name
-        op = monitor.step = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
+        op = OpenMany(min(monitor.remaining, monitor.limit - opened), monitor.deadline)
         self.context.stats.cmd_monitor_get += 1
         self.sent = QueueBatch([op], self.session, self.ref, None, epoch_seconds())
         try:
@@ -815,19 +812,15 @@ class SessionActor(GeventActor):
         monitor = self.monitor
         assert monitor is not None
         name = monitor.queue
-        step, monitor.step = monitor.step, None
         if items:
             if self.session.closed:
                 self.context.stats.finished_but_add += len(items)
                 self._give_back(name, [item.xid for item in items])
                 return
-            opened = self.open_reads.setdefault(name, deque())
-            # the xids the queue boxed, in order (OpenMany): none boxed again here, and a
-            # confirm sends them back as the run the queue takes at once; one extend, not a
-            # call per xid
-            xids = step.xids if step is not None else None
-            _extend(opened, xids if xids is not None and len(xids) == len(items)
-                    else [item.xid for item in items])
+            opened = self.open_reads.get(name)
+            if opened is None:
+                opened = self.open_reads[name] = OpenXids()
+            opened.add_items(items)  # a run, which a confirm hands back as it is
             self.handler.add_item_replies(name, items, monitor.stamped, self.out)
             monitor.remaining -= len(items)
         elif _monotonic() < monitor.deadline:
@@ -890,10 +883,10 @@ class SessionActor(GeventActor):
         self._cancel_wait()
         if self.draining:  # as Kestrel at shutdown: not aborted into the journal (behaviour §7.4)
             self.open_reads.clear()
-        for name, xids in self.open_reads.items():
-            if xids:
-                self.context.stats.cmd_get_open_dropped += len(xids)
-                self._give_back(name, list(xids))
+        for name, opened in self.open_reads.items():
+            if opened:
+                self.context.stats.cmd_get_open_dropped += opened.count
+                self.tell_queue(name, Unremove(runs=opened.take_all()))
         self.open_reads.clear()
         self.handler.release()
 
@@ -968,14 +961,3 @@ def _entries_of(lone: Any, ops: list[Any]) -> list[tuple[Any, int, p.Bad | None,
     """The entries of a batch of one request (``SessionActor.lone``), all of ``ops`` its own."""
     return [(lone, len(ops), None, type(ops[-1]) is Open)]
 
-
-def take_oldest(opened: deque[int] | None, count: int) -> tuple[int, ...] | None:
-    """The confirm guard of both protocols: pop the ``count`` oldest open xids if that many
-    are open, else pop none and return ``None``."""
-    if count <= 0 or not opened or count > len(opened):
-        return None
-    if count == len(opened):  # all of them (a monitor's batch confirmed at once): no pop per id
-        xids = tuple(opened)
-        _clear(opened)
-        return xids
-    return tuple([_popleft(opened) for _ in range(count)])

@@ -11,7 +11,6 @@ and ``_text``.
 from __future__ import annotations
 
 import enum
-from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -20,9 +19,10 @@ from mypy_extensions import mypyc_attr
 from .. import protocol as p
 
 if TYPE_CHECKING:
-    from ..messages import ForAllKind, Session
+    from ..messages import ForAllKind, Session, XidRun
     from ..runtime import GeventRef
     from ._context import SessionContext
+    from ._opened import OpenXids
 
 __all__ = ["Answer", "Handler", "HandlerSession", "ReplyTarget"]
 
@@ -91,10 +91,10 @@ class HandlerSession(Protocol):
     def open_count(self, queue: str) -> int:
         """How many ids this connection holds open on ``queue``."""
 
-    def take_open(self, queue: str, count: int) -> tuple[int, ...] | None:
+    def take_open(self, queue: str, count: int) -> list[XidRun] | None:
         """The ``count`` oldest ids open on ``queue``, taken, if that many are; else ``None``."""
 
-    def take_all_open(self, queue: str) -> tuple[int, ...]:
+    def take_all_open(self, queue: str) -> list[XidRun]:
         """Every id open on ``queue``, oldest first, taken."""
 
     def run_next(self, command: Any) -> None:
@@ -214,7 +214,7 @@ class Handler:
         for index in range(start, end):
             self.add_reply(command, results, index, index + 1, out)
 
-    def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
+    def missing_queue_reply(self, command: Any, opened: OpenXids | None) -> bytes:
         """The reply to a request on a queue that does not exist and is not created."""
         raise NotImplementedError
 

@@ -8,7 +8,6 @@ GET while a read is open) and builds its replies through ``protocol/``.
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any, ClassVar, Final
 
 from mypy_extensions import mypyc_attr
@@ -47,12 +46,12 @@ from ..protocol import Get as GetCommand
 from ..protocol import Set as SetCommand
 from ..queue import Item
 from ..snapshot import take_snapshot
-from ._actor import SessionActor, take_oldest
+from ._actor import SessionActor
 from ._handler import Answer, Handler
+from ._opened import OpenXids
 
 __all__ = ["MemcacheHandler"]
 
-_popleft: Final = deque.popleft  # a C static: ``opened.popleft()`` looks the name up per call
 _ERROR_OPEN: Final = p.Bad(p.ERROR, close=False)
 _ERROR_CLOSE: Final = p.Bad(p.ERROR, close=True)
 _SERVER_ERROR_CLOSE: Final = p.Bad(p.SERVER_ERROR, close=True)
@@ -169,12 +168,12 @@ class MemcacheHandler(Handler):
             if command.abort:
                 taken = s.take_open(command.queue, 1)
                 if taken is not None:
-                    ops.append(Unremove(taken))
+                    ops.append(Unremove(runs=taken))
                 return None, False
             if command.close:
                 taken = s.take_open(command.queue, 1)
                 if taken is not None:
-                    ops.append(Confirm(taken))
+                    ops.append(Confirm(runs=taken))
                 if not command.open:
                     return None, False
             held_open = s.open_count(command.queue)
@@ -191,7 +190,7 @@ class MemcacheHandler(Handler):
             xids = s.take_open(command.queue, command.count)
             if xids is None:
                 return _ERROR_OPEN, False
-            ops.append(Confirm(xids))
+            ops.append(Confirm(runs=xids))
             return None, False
         if type(command) is FlushCommand:
             ops.append(FLUSH)
@@ -296,12 +295,12 @@ class MemcacheHandler(Handler):
             return not command.abort and (command.open or not command.close)
         return type(command) is SetCommand
 
-    def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
+    def missing_queue_reply(self, command: Any, opened: OpenXids | None) -> bytes:
         if type(command) is ConfirmCommand:
-            return p.ERROR if take_oldest(opened, command.count) is None else END
+            return p.ERROR if opened is None or opened.take(command.count) is None else END
         if type(command) is GetCommand:
-            if (command.close or command.abort) and opened:
-                _popleft(opened)
+            if (command.close or command.abort) and opened is not None:
+                opened.take(1)
             return END
         if type(command) is FlushExpiredCommand:
             return count_reply(0)

@@ -8,14 +8,13 @@ queue; errors are ``-message`` lines and never close the connection.
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any, ClassVar
 
 from .. import protocol as p
 from ..messages import FLUSH, Add, AliasAdd, Confirm, Gather, Open, Peek, Resolved, first_failure
 from ..queue import epoch_ms
-from ._actor import take_oldest
 from ._handler import Answer, Handler, HandlerSession
+from ._opened import OpenXids
 
 __all__ = ["TextHandler"]
 
@@ -42,9 +41,9 @@ class TextHandler(Handler):
     def creates(self, command: Any) -> bool:
         return type(command) in (p.TextPut, p.TextGet)
 
-    def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
+    def missing_queue_reply(self, command: Any, opened: OpenXids | None) -> bytes:
         if type(command) is p.TextConfirm:
-            if take_oldest(opened, command.count) is None:
+            if opened is None or opened.take(command.count) is None:
                 return p.TEXT_NOT_THAT_MANY
             return p.text_count(command.count)
         if type(command) is p.TextFlush and not self.context.writes_allowed(self.s.session):
@@ -83,7 +82,7 @@ class TextHandler(Handler):
             xids = s.take_open(command.queue, command.count)
             if xids is None:
                 return p.Bad(p.TEXT_NOT_THAT_MANY, close=False), False
-            ops.append(Confirm(xids))
+            ops.append(Confirm(runs=xids))
             return None, False
         if kind is p.TextFlush:
             if not context.writes_allowed(s.session):
@@ -170,9 +169,9 @@ class TextHandler(Handler):
 
     def _confirm_all(self, queue: str, ops: list[Any]) -> None:
         """Kestrel's ``closeAllReads``: a text fetch first confirms what is open on the queue."""
-        xids = self.s.take_all_open(queue)
-        if xids:
-            ops.append(Confirm(xids))
+        runs = self.s.take_all_open(queue)
+        if runs:
+            ops.append(Confirm(runs=runs))
 
     def _start_monitor(self, command: p.TextMonitor) -> None:
         s = self.s

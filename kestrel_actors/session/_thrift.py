@@ -26,7 +26,6 @@ a full queue's refusal (as in Kestrel, where the write's ``IOException`` reaches
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -57,6 +56,7 @@ from ..protocol import thrift as th
 from ..queue import epoch_ms
 from ..status import Status
 from ._handler import Answer, Handler, HandlerSession
+from ._opened import OpenXids
 from ._thrift_reads import ThriftReads
 
 __all__ = ["ThriftHandler"]
@@ -269,7 +269,7 @@ class ThriftHandler(Handler):
             result = [th.ThriftItem(item.data, 0) for item in get.items]
         return th.encode_thrift_result(call, result)
 
-    def missing_queue_reply(self, command: Any, opened: deque[int] | None) -> bytes:
+    def missing_queue_reply(self, command: Any, opened: OpenXids | None) -> bytes:
         if type(command) is _GetStep:  # the queue was deleted during the get
             return self._answer_get()
         return th.encode_thrift_result(command)  # flush_queue of a queue that does not exist

@@ -28,6 +28,7 @@ from kestrel_actors.messages import (
     Remove,
     RemoveMany,
     Unremove,
+    XidRun,
 )
 from kestrel_actors.queue import QueueCore
 from kestrel_actors.runtime import ReplyFuture
@@ -117,6 +118,15 @@ def test_open_many_then_confirm_counts_what_it_confirmed(jobs):
     (items,) = run(jobs, OpenMany(4, None))
     assert run(jobs, Confirm(tuple(item.xid for item in items))) == [4]
     assert run(jobs, Confirm(tuple(item.xid for item in items))) == [0]  # already confirmed
+
+
+def test_a_sessions_runs_are_confirmed_and_given_back_as_its_xids_would_be(jobs):
+    run(jobs, *[Add(b"%d" % i, 0) for i in range(5)])
+    (items,) = run(jobs, OpenMany(5, None))
+    first = items[0].xid
+    assert run(jobs, Confirm(runs=[XidRun(first, 2)]), Unremove(runs=[XidRun(first + 2, 3)])) == [2, None]
+    assert run(jobs, Confirm(runs=[XidRun(first, 5)])) == [0]  # none is open any more
+    assert data(run(jobs, *[Remove(None) for _ in range(4)])) == [b"4", b"3", b"2", None]
 
 
 def test_put_back_returns_taken_items_to_the_queue(jobs):

@@ -3,6 +3,7 @@ and a ``QueueCore`` opening and confirming runs through it (ADR 0022)."""
 
 from __future__ import annotations
 
+from kestrel_actors.messages import Confirm, Unremove, XidRun
 from kestrel_actors.queue import XID_MAX, Item
 from kestrel_actors.queue._open import OpenReads
 
@@ -96,11 +97,9 @@ def test_open_many_opens_runs_under_consecutive_xids_and_a_confirm_takes_them():
     queue = make()
     for i in range(6):
         assert queue.add(b"%d" % i, 0, NOW)
-    keys: list = []
-    first = queue.open_many(NOW, 4, 1 << 20, keys)
-    second = queue.open_many(NOW, 4, 1 << 20, keys)
-    assert keys == [1, 2, 3, 4, 5, 6] == list(queue.open_reads)
-    assert [item.xid for item in first + second] == keys
+    first = queue.open_many(NOW, 4, 1 << 20)
+    second = queue.open_many(NOW, 4, 1 << 20)
+    assert [item.xid for item in first + second] == [1, 2, 3, 4, 5, 6] == list(queue.open_reads)
     assert queue.journal.records[-2:] == [("opens", [1, 2, 3, 4]), ("opens", [5, 6])]
     assert len(queue.open_reads._runs) == 1  # the second batch went on the first's run
     confirmed: list = []
@@ -156,3 +155,31 @@ def test_a_run_opened_across_the_wrap_skips_the_xids_still_open():
     confirmed: list = []
     assert queue.confirm_many((XID_MAX - 1, XID_MAX, 3), confirmed) == 3
     assert queue.confirm_many((1, 2), confirmed) == 2 and list(queue.open_reads) == [4, 5]
+
+
+def test_a_span_is_taken_in_one_step_only_when_all_of_it_is_open():
+    reads, opened = table(1, "a", "b", "c", "d", "e")
+    assert reads.pop_span(2, 0) is None and reads.pop_span(5, 2) is None  # 6 was never open
+    assert reads.pop_span(2, 2) == opened[1:3] and list(reads) == [1, 4, 5]
+    assert reads.pop_span(1, 4) is None and len(reads) == 3  # 2 and 3 are gone: nothing taken
+    assert reads.pop_span(4, 2) == opened[3:] and reads.pop_span(1, 1) == opened[:1] and not reads
+
+
+def test_a_confirm_of_a_sessions_runs_takes_each_run_whole_or_what_of_it_is_open():
+    queue = make()
+    for i in range(7):
+        assert queue.add(b"%d" % i, 0, NOW)
+    opened = queue.open_many(NOW, 7, 1 << 20)
+    assert queue.confirm(3) is opened[2]
+    confirmed: list = []
+    assert queue.confirm_runs([XidRun(1, 2), XidRun(3, 3), XidRun(9, 1)], confirmed) == 4
+    assert confirmed == opened[:2] + opened[3:5]  # 3 was confirmed before, 9 never opened
+    assert queue.journal.records[-2:] == [("confirms", [1, 2]), ("confirms", [4, 5])]
+    assert list(queue.open_reads) == [6, 7]
+    assert queue.confirm_runs([XidRun(6, 2)], confirmed) == 2 and not queue.open_reads
+    assert queue.confirm_runs([], confirmed) == 0 and len(confirmed) == 6
+
+
+def test_an_abort_of_runs_names_each_xid_in_order():
+    assert Unremove(runs=[XidRun(XID_MAX - 1, 2), XidRun(1, 2)]).each() == (XID_MAX - 1, XID_MAX, 1, 2)
+    assert Confirm((4, 2)).each() == (4, 2) and Confirm(runs=[]).each() == ()

@@ -323,13 +323,11 @@ def test_a_monitor_batch_hands_out_its_xids_in_the_order_of_the_open_reads():
     queue._xid = 1000
     for data in (b"a", b"b", b"c"):
         assert queue.add(data, 0, NOW)
-    keys: list = []
-    items = queue.open_many(NOW, 3, 1 << 20, keys)
-    assert keys == [item.xid for item in items] == list(queue.open_reads) == [1001, 1002, 1003]
-    timed = make(open_transaction_timeout=60.0)  # opened one by one: the same list, in order
+    items = queue.open_many(NOW, 3, 1 << 20)
+    assert [item.xid for item in items] == list(queue.open_reads) == [1001, 1002, 1003]
+    timed = make(open_transaction_timeout=60.0)  # opened one by one: the same order
     assert timed.add(b"a", 0, NOW) and timed.add(b"b", 0, NOW)
-    keys = []
-    assert [i.xid for i in timed.open_many(NOW, 2, 1 << 20, keys)] == keys == [1, 2]
+    assert [i.xid for i in timed.open_many(NOW, 2, 1 << 20)] == list(timed.open_reads) == [1, 2]
 
 
 def test_a_confirm_of_every_xid_sent_journals_them_in_the_order_sent():
