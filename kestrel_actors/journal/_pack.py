@@ -64,9 +64,9 @@ from ._format import (
     RecordReader,
     encode_add,
     encode_remove_tentative,
+    write_all,
 )
 from ._repair import repair_file
-from ._writer import write_all
 
 __all__ = [
     "OPEN_READ_RECORDS", "PackError", "commit_pack", "open_reads_bytes", "pack_archives", "pack_queue", "prepare_pack",

@@ -72,6 +72,7 @@ import structlog
 from ..runtime import hub_runs
 from ._failures import FailureLog, error_fields
 from ._files import open_regular
+from ._format import chunks_length, write_all
 
 __all__ = ["ALWAYS", "NEVER", "PERIODIC", "JournalWriter", "Started", "SyncStats", "run_blocking", "start_blocking"]
 
@@ -86,7 +87,6 @@ INLINE_WRITE_MAX: Final = 1024 * 1024
 """Batches up to this size are written from the hub thread: a page-cache copy, a few hundred
 microseconds at most, cheaper than the threadpool's hand-off (with 256 KiB, bursts of ten
 clients pipelining 32 SETs of 1 KiB, up to 330 KiB, went to the threadpool)."""
-IOV_MAX: Final = 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 HOLD_PATIENCE = 2.0
 """Seconds a hold may keep records back before it is dropped."""
@@ -112,8 +112,6 @@ MARK_GRAIN = 0.0001
 """Batches written closer together than this (or than 1/256 of the period) share one mark."""
 
 _perf_counter: Final = time.perf_counter
-_writev: Final = os.writev
-_write: Final = os.write
 
 
 class SyncStats(Protocol):
@@ -188,34 +186,6 @@ def start_blocking(fn: Callable[..., Any], *args: Any) -> Started:
     """Start ``fn(*args)`` on gevent's threadpool and return at once: :func:`run_blocking` for
     a caller that has something to do meanwhile (read-behind reads the next chunk so)."""
     return Started(gevent.get_hub().threadpool.spawn(_capturing, fn, args))
-
-
-def _length(chunks: list[bytes]) -> int:
-    # a compiled loop: ``sum(map(len, ...))`` looks up two builtins by name on every write
-    total = 0
-    for chunk in chunks:
-        total += len(chunk)
-    return total
-
-
-def write_all(fd: int, chunks: list[bytes], size: int) -> None:
-    """Write every chunk, in order, with as few system calls as possible. ``size``: their bytes in
-    all (the caller counted them)."""
-    count = len(chunks)
-    for start in range(0, count, IOV_MAX):
-        if count <= IOV_MAX:
-            group = chunks
-            total = size
-        else:
-            group = chunks[start:start + IOV_MAX]
-            total = _length(group)
-        # one chunk (a lone GET's REMOVE; an ADD is two): ``write`` allocates no iovec and
-        # buffer arrays, as ``writev`` does for each call (issue 24)
-        done = _write(fd, group[0]) if count == 1 else _writev(fd, group)
-        if done < total:  # a short write: finish the rest one buffer at a time
-            rest = memoryview(b"".join(group))[done:]
-            while rest:
-                rest = rest[os.write(fd, rest):]
 
 
 class _FileLock:
@@ -796,7 +766,7 @@ class JournalWriter:
             else:
                 self._chunks = []
                 records = self._records - self._written_records
-            size = _length(chunks)
+            size = chunks_length(chunks)
             target = self.written + size
             try:
                 if size <= INLINE_WRITE_MAX:

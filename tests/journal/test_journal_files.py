@@ -14,8 +14,7 @@ import pytest
 
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import FileJournal, Item, MemoryJournal, make_file_opener, open_file_journal, replay_queue
-from kestrel_actors.journal._format import encode_add, encode_remove_tentative
-from kestrel_actors.journal._writer import write_all
+from kestrel_actors.journal._format import encode_add, encode_remove_tentative, write_all
 
 
 class State:
