@@ -8,8 +8,8 @@ the mailbox: the queue actor appends encoded records to it and, at the end of it
 ``always``, a small batch, the file free) or sets an event; the writer greenlet, woken once,
 takes everything that has piled up and writes it with one ``writev``.
 Both run on the hub thread, so no lock guards the list. Only the blocking system calls leave
-the hub: ``fdatasync`` always, and a ``write`` when the batch is large, both on gevent's
-threadpool (:func:`run_blocking`).
+the hub: ``fdatasync`` always, and a ``write`` when the batch is large, on gevent's threadpool
+(:func:`run_blocking`), or a turn's fdatasync on the hub's own threads (:class:`_SyncThreads`).
 
 Sync policies (Kestrel's ``syncJournal``, behaviour §6.7), as positions in the byte stream
 (``appended`` ≥ ``written`` ≥ ``synced``, never reset across files):
@@ -71,6 +71,7 @@ import gevent
 import gevent.event
 import gevent.lock
 import structlog
+from mypy_extensions import i64
 
 from ..runtime import hub_runs
 from ._failures import FailureLog, error_fields
@@ -343,9 +344,11 @@ class JournalWriter:
         else:
             self.mode, self.period = PERIODIC, float(sync_journal)
         self._fd = self._open(path)
-        self.file_written = os.fstat(self._fd).st_size
+        # the byte and record counts in native 64-bit integers: the request path adds to them
+        # and compares them several times a record (boxed, each a tag test or an allocation)
+        self.file_written: i64 = os.fstat(self._fd).st_size
         """Bytes of the current file that have reached the OS."""
-        self._synced_file_size = self.file_written
+        self._synced_file_size: i64 = self.file_written
         """Bytes of the current file that the last good fdatasync covered (or that were there)."""
         self._unsynced: list[bytes] | None = None
         """With a sync policy: the chunks written since the last good fdatasync, in order, kept
@@ -355,9 +358,9 @@ class JournalWriter:
         self._marked_again = 0
         """Records at the head of the pending ones that are written again and were marked
         (``_marks``) the first time: their wait runs from that first write."""
-        self.appended = 0
-        self.written = 0
-        self.synced = 0
+        self.appended: i64 = 0
+        self.written: i64 = 0
+        self.synced: i64 = 0
         self.fsyncs = 0
         self.writes = 0
         self.error: OSError | None = None
@@ -387,15 +390,15 @@ class JournalWriter:
         self._gathering: Any = None
         """With ``always``, between rounds: the timer that ends the wait for the last round's
         sessions (:meth:`_next_round`)."""
-        self._records = 0
+        self._records: i64 = 0
         """Records appended, ever (an ADD is one record in two chunks: :meth:`append_record`)."""
-        self._written_records = 0
+        self._written_records: i64 = 0
         """Records written, ever."""
-        self._held_records = 0
+        self._held_records: i64 = 0
         """While holds are active: :attr:`_records` when the first began (at :attr:`_held_at`)."""
-        self._round_records = 0
+        self._round_records: i64 = 0
         """Records covered by the last round an fdatasync handed off from a turn made durable."""
-        self._round_from = 0
+        self._round_from: i64 = 0
         """:attr:`_records` when that round wrote its records."""
         self._last_sync = 0.0
         """How long that round's fdatasync took (seconds)."""
@@ -592,7 +595,7 @@ class JournalWriter:
         # takes the hub longer than an fdatasync, the rounds overlap the hub's work
         sessions = self._round_records + came
         self._overlap = (sessions >= OVERLAP_MIN_RECORDS
-                         and sessions * ROUND_WORK_PER_RECORD > self._last_sync)
+                         and float(sessions) * ROUND_WORK_PER_RECORD > self._last_sync)
         if came and self._overlap:
             # the next round's fdatasync runs while this round's answers go and the sessions'
             # next requests are read (issue 24: the hub idled through every fdatasync)
@@ -871,7 +874,7 @@ class JournalWriter:
                     chunks.append(chunk)
                     position += len(chunk)
                 self._chunks = self._chunks[len(chunks):]
-                records = self._held_records - self._written_records
+                records: int = self._held_records - self._written_records  # int: a mark's count
             else:
                 self._chunks = []
                 records = self._records - self._written_records
