@@ -19,7 +19,7 @@ Sync policies (Kestrel's ``syncJournal``, behaviour §6.7), as positions in the 
 * ``0.0`` — always: callbacks run only after an ``fdatasync`` covering their bytes. While one
   fdatasync runs, new records pile up and the next round writes and syncs them all at once:
   a group commit, one fdatasync for every writer that arrived meanwhile. The turn that asks
-  :meth:`after_durable` writes and hands the fdatasync to the threadpool itself when the
+  :meth:`after_durable` writes and hands the fdatasync to a thread itself (:class:`_SyncThreads`) when the
   file is free, and the fdatasync's end (a hub callback) answers and starts the next round;
   the writer greenlet takes over only when that cannot be done (issue 24);
 * ``P > 0`` — a timer fsyncs every ``P`` seconds while there are unsynced writes; callbacks
@@ -386,7 +386,7 @@ class JournalWriter:
         self._hub_runs = hub_runs()
         """The hub's inline runs, told when a hub callback of this writer answers (:meth:`_sync_returned`)."""
         self._syncing = False
-        """An fdatasync handed to the threadpool from a turn is in flight (it holds ``_io``)."""
+        """An fdatasync handed to a thread from a turn is in flight (it holds ``_io``)."""
         self._gathering: Any = None
         """With ``always``, between rounds: the timer that ends the wait for the last round's
         sessions (:meth:`_next_round`)."""
