@@ -213,16 +213,23 @@ class _SyncThreads:
         self._out = 0
 
     def available(self) -> bool:
-        """Whether :meth:`start` would run its fdatasync at once (an idle thread, or room for one)."""
-        return self._idle > 0 or self._threads < SYNC_THREADS
+        """Whether an idle thread waits for :meth:`start`, started now if need be: ``False``
+        when all are busy (or none could be started), and nothing has been done."""
+        if self._idle:
+            return True
+        if self._threads >= SYNC_THREADS:
+            return False
+        try:
+            threading.Thread(target=self._work, name="kestrel-fdatasync", daemon=True).start()
+        except RuntimeError:  # "can't start new thread": the writer greenlet syncs instead
+            return False
+        self._threads += 1
+        self._idle += 1
+        return True
 
     def start(self, fd: int, on_done: Callable[[Any], None]) -> None:
-        """Run ``fdatasync(fd)`` on a thread, then ``on_done(outcome)`` on the hub. Only when
-        :meth:`available`."""
-        if not self._idle:
-            threading.Thread(target=self._work, name="kestrel-fdatasync", daemon=True).start()
-            self._threads += 1
-            self._idle += 1
+        """Run ``fdatasync(fd)`` on a thread, then ``on_done(outcome)`` on the hub. Only right
+        after :meth:`available` said so, in the same turn."""
         self._idle -= 1
         if not self._out:
             self._watcher.ref = True  # the loop runs until the outcome is handed over

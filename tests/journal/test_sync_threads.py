@@ -54,3 +54,32 @@ def test_a_turns_fdatasync_runs_on_the_hubs_own_threads_and_overflows_to_the_wri
         for journal in journals:
             journal.close()
     assert [len(replay_queue(str(tmp_path), f"q{i}").items) for i in range(len(journals))] == [1] * len(journals)
+
+
+def test_a_thread_that_cannot_start_leaves_the_round_to_the_writer(tmp_path, monkeypatch):
+    """``threading`` refusing a new thread (``can't start new thread``) costs the speed-up, not
+    the answer: the round goes to the writer greenlet, and the callback still waits for it."""
+    import weakref
+
+    from kestrel_actors.journal import _writer
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(_writer, "_sync_threads", weakref.WeakKeyDictionary())  # none started yet
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    journal = FileJournal(str(tmp_path), "q", QueueConfig(sync_journal=0.0))
+    fired: list[bool] = []
+    try:
+        journal.add(Item(b"item", 1))
+        journal.after_durable(lambda: fired.append(bool(synced)))
+        for _ in range(2000):
+            if fired:
+                break
+            gevent.sleep(0.005)
+        assert fired == [True] and journal.writer.synced == journal.writer.appended
+    finally:
+        journal.close()
