@@ -2,7 +2,7 @@
 # needs (`pip install -e '.[build]'`: the server, the client, the CLI and mypyc to compile them) and
 # the compiled build; `make test` installs every extra (spark, load, test) and the Debian packages
 # the tests drive (chromium and chromium-driver, thrift-compiler, libmemcached-tools, netcat-openbsd,
-# systemd, redis-server) when they are
+# systemd, redis-server, valgrind) when they are
 # missing, so a fresh clone with Python 3.11 and Java 17 is enough.
 # The interpreter of .venv (ADR 0017): the distribution's CPython 3.11 when it can make a venv and
 # has its headers (mypyc compiles against them), else python3.11 on PATH. Debian builds its own
@@ -45,7 +45,7 @@ APT_INSTALL = sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	DEBIAN_FRONTEND=noninteractive $$sudo apt-get $(APT_WAIT) install -y -qq
 
 .PHONY: run test test-pure compiled pgo lint bench install clean memcached-tools netcat thrift-compiler browser \
-	node-clients zookeeper systemd-analyze redis
+	node-clients zookeeper systemd-analyze redis valgrind
 
 # The compiled build (ADR 0015; its switches and the fall-back to pure Python: docs/build.md): the
 # request path's modules compiled with mypyc in place (`.so` beside each `.py`). `make run` compiles
@@ -125,6 +125,13 @@ redis:
 		echo "installing redis-server"; \
 		$(APT_INSTALL) redis-server >/dev/null; }
 
+# valgrind, under which kestrel_actors.loadtests.durable_callgrind counts a durable SET's
+# instructions (ADR 0018) and its smoke test runs: Debian's package, installed only when missing.
+valgrind:
+	@command -v valgrind >/dev/null 2>&1 && command -v callgrind_control >/dev/null 2>&1 || { \
+		echo "installing valgrind"; \
+		$(APT_INSTALL) valgrind >/dev/null; }
+
 # node's memcached 2.2.2, whose behaviour docs/protocols.md's clients table states: Debian's nodejs and npm
 # when node is missing, then the package into .venv/node_modules.
 node-clients:
@@ -183,7 +190,7 @@ TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -rfE -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test: $(STAMP) $(FULL_BUILD) memcached-tools netcat thrift-compiler browser node-clients zookeeper systemd-analyze \
-	redis
+	redis valgrind
 	KESTREL_ACTORS_EXPECT_COMPILED=1 KESTREL_ACTORS_EXPECT_PROFILE=$(if $(filter 0,$(PGO)),0,1) KESTREL_ACTORS_EXPECT_PYTHON=$(PYTHON) $(PYTEST)
 
 # the same tests on the pure-Python source, the compiled build left in place (KESTREL_ACTORS_PURE)

@@ -35,6 +35,8 @@ import ctypes.util
 from collections.abc import Callable
 from typing import Any, Final
 
+from mypy_extensions import i64
+
 __all__ = ["HELD", "MMAP_THRESHOLD", "SETTLE", "TRIM_DELAY", "TRIM_STEP", "HeldMemory", "give_back_free_memory",
            "tune_malloc"]
 
@@ -79,12 +81,14 @@ class HeldMemory:
     __slots__ = ("total", "high", "due", "low", "rose", "falling", "trims", "on_fall")
 
     def __init__(self) -> None:
-        self.total = 0
-        self.high = 0
+        # native 64-bit integers: told three times a durable SET (its read, its answer, its
+        # item), where boxed arithmetic cost ~40 instructions each
+        self.total: i64 = 0
+        self.high: i64 = 0
         """The highest ``total`` since the last trim."""
         self.due = False
         """``on_fall`` was called and :meth:`look` has not yet trimmed or given up."""
-        self.low = 0
+        self.low: i64 = 0
         """While ``due``: the lowest ``total`` since the last look, in ``SETTLE`` steps."""
         self.rose = False
         """``total`` came back within ``TRIM_STEP`` of ``high`` since the last look."""
@@ -94,7 +98,7 @@ class HeldMemory:
         """Trims run (``heap_trims`` in the admin port's counters)."""
         self.on_fall: Callable[[], None] | None = None
 
-    def moved(self, change: int) -> None:
+    def moved(self, change: i64) -> None:
         """The server holds ``change`` bytes more (or fewer, if negative) than before."""
         total = self.total = self.total + change
         if change > 0:

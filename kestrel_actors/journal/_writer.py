@@ -8,8 +8,8 @@ the mailbox: the queue actor appends encoded records to it and, at the end of it
 ``always``, a small batch, the file free) or sets an event; the writer greenlet, woken once,
 takes everything that has piled up and writes it with one ``writev``.
 Both run on the hub thread, so no lock guards the list. Only the blocking system calls leave
-the hub: ``fdatasync`` always, and a ``write`` when the batch is large, both on gevent's
-threadpool (:func:`run_blocking`).
+the hub: ``fdatasync`` always, and a ``write`` when the batch is large, on gevent's threadpool
+(:func:`run_blocking`), or a turn's fdatasync on the hub's own threads (:class:`_SyncThreads`).
 
 Sync policies (Kestrel's ``syncJournal``, behaviour §6.7), as positions in the byte stream
 (``appended`` ≥ ``written`` ≥ ``synced``, never reset across files):
@@ -19,7 +19,7 @@ Sync policies (Kestrel's ``syncJournal``, behaviour §6.7), as positions in the 
 * ``0.0`` — always: callbacks run only after an ``fdatasync`` covering their bytes. While one
   fdatasync runs, new records pile up and the next round writes and syncs them all at once:
   a group commit, one fdatasync for every writer that arrived meanwhile. The turn that asks
-  :meth:`after_durable` writes and hands the fdatasync to the threadpool itself when the
+  :meth:`after_durable` writes and hands the fdatasync to a thread itself (:class:`_SyncThreads`) when the
   file is free, and the fdatasync's end (a hub callback) answers and starts the next round;
   the writer greenlet takes over only when that cannot be done (issue 24);
 * ``P > 0`` — a timer fsyncs every ``P`` seconds while there are unsynced writes; callbacks
@@ -58,16 +58,20 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from queue import SimpleQueue
 from typing import Any, Final, Protocol, TypeVar
 
 import gevent
 import gevent.event
 import gevent.lock
 import structlog
+from mypy_extensions import i64
 
 from ..runtime import hub_runs
 from ._failures import FailureLog, error_fields
@@ -110,6 +114,10 @@ MAX_WRITE_MARKS: Final = 1024
 that (an fdatasync stalled for long), later batches are counted with the last one."""
 MARK_GRAIN = 0.0001
 """Batches written closer together than this (or than 1/256 of the period) share one mark."""
+SYNC_THREADS: Final = 10
+"""Threads per hub that run the fdatasyncs handed off from a turn (:class:`_SyncThreads`), as
+many as gevent's threadpool has: a turn that finds them all busy leaves its round to the
+writer greenlet."""
 
 _perf_counter: Final = time.perf_counter
 
@@ -182,6 +190,89 @@ class Started:
         return result
 
 
+class _SyncThreads:
+    """Where a turn's fdatasync runs (:meth:`JournalWriter._sync_from_turn`): native threads
+    that wait on a C queue, and one async watcher of the hub's loop that they wake; its callback
+    hands each outcome (``None``, or :class:`_Raised`) to the turn's callback, on the hub.
+
+    gevent's threadpool did the same through interpreted code a round (a result with an async
+    watcher of its own, a queue guarded by locks, a semaphore, the links' notification): ~200
+    instructions a durable SET with 100 clients (callgrind, ADR 0018). Only the hub counts
+    the idle threads (a thread is idle again once its outcome is handed over), so no lock."""
+
+    def __init__(self, hub: Any) -> None:
+        self._jobs: SimpleQueue[tuple[int, Callable[[Any], None]]] = SimpleQueue()
+        self._done: deque[tuple[Callable[[Any], None], Any]] = deque()
+        self._watcher: Any = hub.loop.async_()
+        self._watcher.start(self._deliver)
+        self._watcher.ref = False  # held only while an fdatasync is out (:meth:`start`)
+        self._threads = 0
+        self._idle = 0
+        self._out = 0
+
+    def available(self) -> bool:
+        """Whether an idle thread waits for :meth:`start`, started now if need be: ``False``
+        when all are busy (or none could be started), and nothing has been done."""
+        if self._idle:
+            return True
+        if self._threads >= SYNC_THREADS:
+            return False
+        try:
+            threading.Thread(target=self._work, name="kestrel-fdatasync", daemon=True).start()
+        except RuntimeError:  # "can't start new thread": the writer greenlet syncs instead
+            return False
+        self._threads += 1
+        self._idle += 1
+        return True
+
+    def start(self, fd: int, on_done: Callable[[Any], None]) -> None:
+        """Run ``fdatasync(fd)`` on a thread, then ``on_done(outcome)`` on the hub. Only right
+        after :meth:`available` said so, in the same turn."""
+        self._idle -= 1
+        if not self._out:
+            self._watcher.ref = True  # the loop runs until the outcome is handed over
+        self._out += 1
+        self._jobs.put((fd, on_done))
+
+    def _work(self) -> None:
+        jobs = self._jobs
+        done = self._done
+        watcher = self._watcher
+        while True:
+            fd, on_done = jobs.get()
+            outcome: Any = None
+            try:
+                os.fdatasync(fd)
+            except Exception as exc:  # noqa: BLE001 - handed to on_done, on the hub
+                outcome = _Raised(exc)
+            done.append((on_done, outcome))
+            watcher.send()
+
+    def _deliver(self) -> None:
+        done = self._done
+        while len(done):
+            on_done, outcome = done.popleft()
+            self._idle += 1
+            self._out -= 1
+            if not self._out:
+                self._watcher.ref = False
+            try:
+                on_done(outcome)
+            except Exception:
+                log.exception("an fdatasync's answer failed")
+
+
+_sync_threads: weakref.WeakKeyDictionary[Any, _SyncThreads] = weakref.WeakKeyDictionary()
+"""Each hub's :class:`_SyncThreads`, made by the first writer on it."""
+
+
+def _sync_threads_of(hub: Any) -> _SyncThreads:
+    threads = _sync_threads.get(hub)
+    if threads is None:
+        threads = _sync_threads[hub] = _SyncThreads(hub)
+    return threads
+
+
 def start_blocking(fn: Callable[..., Any], *args: Any) -> Started:
     """Start ``fn(*args)`` on gevent's threadpool and return at once: :func:`run_blocking` for
     a caller that has something to do meanwhile (read-behind reads the next chunk so)."""
@@ -230,9 +321,11 @@ class JournalWriter:
         else:
             self.mode, self.period = PERIODIC, float(sync_journal)
         self._fd = self._open(path)
-        self.file_written = os.fstat(self._fd).st_size
+        # the byte and record counts in native 64-bit integers: the request path adds to them
+        # and compares them several times a record (boxed, each a tag test or an allocation)
+        self.file_written: i64 = os.fstat(self._fd).st_size
         """Bytes of the current file that have reached the OS."""
-        self._synced_file_size = self.file_written
+        self._synced_file_size: i64 = self.file_written
         """Bytes of the current file that the last good fdatasync covered (or that were there)."""
         self._unsynced: list[bytes] | None = None
         """With a sync policy: the chunks written since the last good fdatasync, in order, kept
@@ -242,9 +335,9 @@ class JournalWriter:
         self._marked_again = 0
         """Records at the head of the pending ones that are written again and were marked
         (``_marks``) the first time: their wait runs from that first write."""
-        self.appended = 0
-        self.written = 0
-        self.synced = 0
+        self.appended: i64 = 0
+        self.written: i64 = 0
+        self.synced: i64 = 0
         self.fsyncs = 0
         self.writes = 0
         self.error: OSError | None = None
@@ -266,22 +359,23 @@ class JournalWriter:
         self._waiters: deque[tuple[int, Callable[[], None], Callable[[OSError], None] | None]] = deque()
         self._wake = gevent.event.Event()
         self._hub = gevent.get_hub()
+        self._sync_threads = _sync_threads_of(self._hub)
         self._hub_runs = hub_runs()
         """The hub's inline runs, told when a hub callback of this writer answers (:meth:`_sync_returned`)."""
         self._syncing = False
-        """An fdatasync handed to the threadpool from a turn is in flight (it holds ``_io``)."""
+        """An fdatasync handed to a thread from a turn is in flight (it holds ``_io``)."""
         self._gathering: Any = None
         """With ``always``, between rounds: the timer that ends the wait for the last round's
         sessions (:meth:`_next_round`)."""
-        self._records = 0
+        self._records: i64 = 0
         """Records appended, ever (an ADD is one record in two chunks: :meth:`append_record`)."""
-        self._written_records = 0
+        self._written_records: i64 = 0
         """Records written, ever."""
-        self._held_records = 0
+        self._held_records: i64 = 0
         """While holds are active: :attr:`_records` when the first began (at :attr:`_held_at`)."""
-        self._round_records = 0
+        self._round_records: i64 = 0
         """Records covered by the last round an fdatasync handed off from a turn made durable."""
-        self._round_from = 0
+        self._round_from: i64 = 0
         """:attr:`_records` when that round wrote its records."""
         self._last_sync = 0.0
         """How long that round's fdatasync took (seconds)."""
@@ -405,18 +499,14 @@ class JournalWriter:
         return done >= target or self.closed
 
     def _sync_from_turn(self) -> None:
-        """With ``always``: write what is pending now and hand its fdatasync to the threadpool,
-        from the caller's turn (the hub's included), its end answered by a hub callback
+        """With ``always``: write what is pending now and hand its fdatasync to a thread
+        (:class:`_SyncThreads`), from the caller's turn (the hub's included), its end answered by a hub callback
         (:meth:`_synced_from_turn`) rather than the writer greenlet: a lone durable request
         costs no greenlet switch. Does nothing when the writer greenlet must do it (a failure,
-        a hold, the file busy, a large batch, no free worker)."""
-        pool = self._hub.threadpool
-        # spawn waits for a free worker, and the hub must never wait: gevent's own count of
-        # them, if this gevent has it; else the writer greenlet does every fdatasync
-        free = getattr(pool, "_available_worker_threads_greenlet_sem", None)
+        a hold, the file busy, a large batch, no free thread)."""
+        threads = self._sync_threads
         if (
-            free is None
-            or free.locked()
+            not threads.available()
             or self.error is not None
             or self._held_at is not None
             or self.closed
@@ -433,8 +523,7 @@ class JournalWriter:
         self._round_records = self._records - self._round_from
         self._round_from = self._records
         started = _perf_counter()
-        done = pool.spawn(_capturing, os.fdatasync, (self._fd,))
-        done.rawlink(lambda result: self._sync_returned(target, started, result.value))
+        threads.start(self._fd, lambda outcome: self._sync_returned(target, started, outcome))
 
     def _sync_returned(self, target: int, started: float, outcome: Any) -> None:
         """:meth:`_synced_from_turn`, a hub callback: the tells its answers make know that the
@@ -483,7 +572,7 @@ class JournalWriter:
         # takes the hub longer than an fdatasync, the rounds overlap the hub's work
         sessions = self._round_records + came
         self._overlap = (sessions >= OVERLAP_MIN_RECORDS
-                         and sessions * ROUND_WORK_PER_RECORD > self._last_sync)
+                         and float(sessions) * ROUND_WORK_PER_RECORD > self._last_sync)
         if came and self._overlap:
             # the next round's fdatasync runs while this round's answers go and the sessions'
             # next requests are read (issue 24: the hub idled through every fdatasync)
@@ -762,7 +851,7 @@ class JournalWriter:
                     chunks.append(chunk)
                     position += len(chunk)
                 self._chunks = self._chunks[len(chunks):]
-                records = self._held_records - self._written_records
+                records: int = self._held_records - self._written_records  # int: a mark's count
             else:
                 self._chunks = []
                 records = self._records - self._written_records

@@ -23,10 +23,11 @@ once what the server holds (these buffers and the queues' items) has fallen far 
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Protocol
+from typing import Final, Protocol
 
 import gevent
 import structlog
+from mypy_extensions import i64
 
 from .._malloc import HELD, HeldMemory
 
@@ -36,11 +37,13 @@ log = structlog.get_logger("kestrel_actors.transport")
 
 _held = attrgetter("held")
 
+_I64_MAX: Final = (1 << 63) - 1
+
 
 class BufferHolder(Protocol):
     """What the budget needs of a transport."""
 
-    held: int
+    held: i64
     """Bytes this connection holds now, as last told to :meth:`BufferBudget.moved`."""
 
     @property
@@ -57,8 +60,10 @@ class BufferBudget:
     __slots__ = ("limit", "total", "members", "shed_connections", "_due", "held")
 
     def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.total = 0
+        # native 64-bit integers: two changes a request (its read, its answer), and the sum's
+        # boxed arithmetic cost more than the rest of a change
+        self.limit: i64 = min(limit, _I64_MAX)
+        self.total: i64 = 0
         self.members: set[BufferHolder] = set()
         """Every open connection: the candidates for shedding. Only a shed looks through them,
         so that what a request changes costs a sum and a comparison, not a set's upkeep."""
@@ -76,7 +81,7 @@ class BufferBudget:
         """``holder`` has closed, and told :meth:`moved` that it holds nothing now."""
         self.members.discard(holder)
 
-    def moved(self, change: int) -> None:
+    def moved(self, change: i64) -> None:
         """A connection holds ``change`` bytes more (or fewer, if negative) than it last said."""
         total = self.total = self.total + change
         self.held.moved(change)
