@@ -25,8 +25,12 @@ Sync policies (Kestrel's ``syncJournal``, behaviour §6.7), as positions in the 
 * ``P > 0`` — a timer fsyncs every ``P`` seconds while there are unsynced writes; callbacks
   do not wait for it (Kestrel 2.4 replies ``STORED`` after the write).
 
-Callbacks always run on the hub thread (in the writer greenlet, the caller's turn, or the
-callback of an fdatasync's end), in the order they were registered; they must not block.
+Callbacks run in the order they were registered, in the turn of the caller of
+:meth:`after_durable` or on the hub itself (a callback of the loop), never on a greenlet of the
+writer's or a caller of :meth:`exclusive`; they must not block. A callback tells actors, and an
+idle actor told from a greenlet runs its handler right there: run on the writer greenlet, a
+checkpoint's greenlet or inside ``_io``, a queue's handler could wait for that very greenlet or
+lock (a rotation's checkpoint joined itself and the queue answered nothing again).
 
 A write or fsync that fails (``ENOSPC``, ``EIO``) never blocks a caller: the writer enters the
 *failing* state (logged once), keeps the unwritten records in order, cuts any half-written
@@ -71,6 +75,7 @@ import gevent
 import gevent.event
 import gevent.lock
 import structlog
+from gevent import getcurrent as _getcurrent
 from mypy_extensions import i64
 
 from ..runtime import hub_runs
@@ -383,6 +388,8 @@ class JournalWriter:
         """With ``always``: the sessions take the hub longer than an fdatasync, so a round starts
         as soon as records wait, before the last round's answers go (:meth:`_synced_from_turn`)."""
         self._io = _FileLock()
+        self._fire_due = False
+        """A loop callback of the hub's will run the callbacks now durable (:meth:`_fire`)."""
         self._timer: gevent.Greenlet[..., Any] | None = None
         self.sync_stats: SyncStats | None = None
         self._marks: list[list[float]] | None = None
@@ -578,9 +585,9 @@ class JournalWriter:
             # next requests are read (issue 24: the hub idled through every fdatasync)
             self._syncing = False
             self._start_round()
-            self._fire()
+            self._fire_on_hub()
             return
-        self._fire()
+        self._fire_on_hub()
         self._syncing = False
         if self._waiters:  # what came during this fdatasync, and more: the next round covers it all
             self._next_round()
@@ -934,12 +941,18 @@ class JournalWriter:
                     told.append(on_error)
             # kept first: a callback may run its queue at once, which waits again
             self._waiters = kept
-            for on_error in told:
-                try:
-                    on_error(exc)
-                except Exception:
-                    log.exception("journal failure callback failed", queue=self.queue)
+            if _getcurrent() is self._hub:
+                self._tell_failure(told, exc)
+            else:  # as :meth:`_fire`: never a queue's handler on this greenlet, inside ``_io``
+                self._hub.loop.run_callback(self._tell_failure, told, exc)
         self._wake.set()  # the writer greenlet retries, with a back-off
+
+    def _tell_failure(self, told: list[Callable[[OSError], None]], exc: OSError) -> None:
+        for on_error in told:
+            try:
+                on_error(exc)
+            except Exception:
+                log.exception("journal failure callback failed", queue=self.queue)
 
     def _recovered(self) -> None:
         self._attempt = 0
@@ -969,6 +982,20 @@ class JournalWriter:
             self._timer = gevent.spawn_later(self.period, self._periodic_sync)
 
     def _fire(self) -> None:
+        """Run the callbacks whose bytes are durable: now, on the hub; called on another greenlet
+        (the writer's, a checkpoint's, a caller of :meth:`exclusive` or :meth:`close`), from the
+        hub's next loop turn (the module's doc says why)."""
+        if _getcurrent() is self._hub:
+            self._fire_on_hub()
+        elif not self._fire_due:
+            self._fire_due = True
+            self._hub.loop.run_callback(self._fire_from_loop)
+
+    def _fire_from_loop(self) -> None:
+        self._fire_due = False
+        self._fire_on_hub()
+
+    def _fire_on_hub(self) -> None:
         done = self.synced if self.mode == ALWAYS else self.written
         waiters = self._waiters
         while waiters and waiters[0][0] <= done:

@@ -19,7 +19,9 @@ from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import FileJournal, Item, RecordReader, open_file_journal, pack_archives, replay_queue
 from kestrel_actors.journal._files import archived_files, journal_files
 from kestrel_actors.journal._format import OP_REMOVE_TENTATIVE_XID
+from kestrel_actors.journal._writer import INLINE_WRITE_MAX
 from kestrel_actors.queue import QueueCore
+from kestrel_actors.runtime import GeventActor
 
 
 class Clock:
@@ -599,3 +601,71 @@ def test_a_monitor_batch_writes_the_bytes_and_replays_to_the_state_of_item_by_it
     assert replayed[1] == replayed[0]
     items, open_items = replayed[1]
     assert items == [b"item%03d" % i for i in range(19, 30)] and len(open_items) == 2 + 6
+
+
+# -- durability callbacks and the greenlets that wait ---------------------------------------------
+
+class RotatingQueue(GeventActor):
+    """A queue actor as its journal meets it: told a durability answer, its handler does file
+    work that waits (a rotation's checkpoint), so it never runs on the hub."""
+
+    inline_dispatch = True
+
+    def __init__(self, journal: FileJournal, queue: MiniQueue, done: gevent.event.Event) -> None:
+        super().__init__()
+        self.journal, self.queue, self.done = journal, queue, done
+
+    def may_run_on_hub(self) -> bool:
+        return False
+
+    def on_receive(self, message) -> None:
+        self.journal.checkpoint(self.queue, wait=True)
+        self.done.set()
+
+
+def test_a_durability_answer_never_runs_a_queue_on_the_checkpoints_own_greenlet(tmp_path):
+    # An idle actor told from a greenlet runs its handler right there. Told by callbacks the
+    # checkpoint's greenlet fired, the queue's rotation joined that very greenlet and the
+    # queue answered nothing again (a server hang under a pipelined stream of 64 KiB SETs).
+    config = QueueConfig()
+    journal, state = open_file_journal(str(tmp_path), "q", config, read_behind=True)
+    queue = MiniQueue(journal, config, state)
+    done = gevent.event.Event()
+    ref = RotatingQueue.start(journal, queue, done)
+    try:
+        queue.add(b"x" * (8 * INLINE_WRITE_MAX))  # the checkpoint writes it, on a thread
+        assert journal.checkpoint(queue, wait=False)
+        gevent.sleep(0)  # the checkpoint's greenlet holds the file, its write under way
+        journal.after_durable(lambda: ref.tell("durable"))  # answered when that write ends
+        assert done.wait(timeout=10), "the queue's handler waits for its own greenlet"
+        assert journal.checkpoints == 2
+    finally:
+        ref.stop()
+        journal.close()
+
+
+def test_durability_callbacks_run_on_the_hub_whoever_writes(tmp_path):
+    config = QueueConfig()
+    journal, state = open_file_journal(str(tmp_path), "q", config, read_behind=True)
+    queue = MiniQueue(journal, config, state)
+    ran_on: list[object] = []
+    try:
+        queue.add(b"x" * (INLINE_WRITE_MAX + 1))  # the writer greenlet writes it
+        journal.after_durable(lambda: ran_on.append(gevent.getcurrent()))
+        durable(journal)
+        queue.add(b"y")
+        token = journal.hold()
+        journal.after_durable(lambda: ran_on.append(gevent.getcurrent()))
+        journal.release(token)
+        gevent.spawn(journal.checkpoint, queue, True).join()  # its exclusive() writes it
+        durable(journal)
+        queue.add(b"z")
+        journal.hold()  # not written in this turn: the close writes it
+        journal.after_durable(lambda: ran_on.append(gevent.getcurrent()))
+        gevent.spawn(journal.close).join()
+        with gevent.Timeout(10):
+            while len(ran_on) < 3:
+                gevent.sleep(0.01)
+        assert ran_on == [gevent.get_hub()] * 3
+    finally:
+        journal.close()
