@@ -251,6 +251,11 @@ class SessionActor(GeventActor):
         self.spare_add: Add | None = None
         """The operation of the last batch of one SET, answered, with its data let go: the next
         SET's, refilled (:meth:`add_op`), not made again."""
+        self.last_queue: str | None = None
+        self.last_ref: GeventRef | None = None
+        """The queue of the last batch, and its actor as ``refs`` had it: a client's next request
+        names it again, mostly as the very same string (a decoder's repeated line), which is
+        then not looked up by its hash. A deleted queue's actor is dead: it is looked up again."""
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
@@ -420,6 +425,7 @@ class SessionActor(GeventActor):
 
     def delete_queue(self, name: str) -> None:
         self.refs.pop(name, None)
+        self.last_ref = None
         self.context.collection.tell(Delete(name, self.reply_to(Answer.DELETE)))
 
     def reload(self) -> None:
@@ -555,9 +561,13 @@ class SessionActor(GeventActor):
         lookup (the caller puts it back at the head)."""
         handler = self.handler
         name = handler.queue_of(first)
-        ref = self.refs.get(name)
-        if ref is None or not ref.is_alive():
-            ref = self._listed_queue(name)
+        ref = self.last_ref
+        if name is not self.last_queue or ref is None or not ref.is_alive():
+            ref = self.refs.get(name)
+            if ref is None or not ref.is_alive():
+                ref = self._listed_queue(name)
+            self.last_queue = name
+            self.last_ref = ref
         if ref is None:
             if not self._resolve(name, handler.creates(first)):
                 return False  # asked: the batch starts once the answer comes
