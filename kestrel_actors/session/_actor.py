@@ -62,7 +62,7 @@ from ..messages import (
 )
 from ..queue import Item
 from ..runtime import GeventActor, GeventRef
-from ..stats import record_batch
+from ..stats import QueueMetrics, record_batch
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Answer, Handler
 from ._opened import OpenXids
@@ -253,9 +253,13 @@ class SessionActor(GeventActor):
         SET's, refilled (:meth:`add_op`), not made again."""
         self.last_queue: str | None = None
         self.last_ref: GeventRef | None = None
-        """The queue of the last batch, and its actor as ``refs`` had it: a client's next request
-        names it again, mostly as the very same string (a decoder's repeated line), which is
-        then not looked up by its hash. A deleted queue's actor is dead: it is looked up again."""
+        self.last_metrics: QueueMetrics | None = None
+        """The queue of the last batch, its actor as ``refs`` had it and its metrics then: a
+        client's next request names it again, mostly as the very same string (a decoder's
+        repeated line), which is then not looked up by its hash. A deleted queue's actor is
+        dead: it is looked up again (its metrics were merged into the retired ones as it was
+        deleted: what is recorded in them after is not counted, as it is not recorded at all
+        when they are looked up by name)."""
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
@@ -568,6 +572,7 @@ class SessionActor(GeventActor):
                 ref = self._listed_queue(name)
             self.last_queue = name
             self.last_ref = ref
+            self.last_metrics = self.context.stats.queues.get(name)
         if ref is None:
             if not self._resolve(name, handler.creates(first)):
                 return False  # asked: the batch starts once the answer comes
@@ -681,7 +686,9 @@ class SessionActor(GeventActor):
         sent = self.sent
         if sent is not None:
             if done.failure is None:  # a batch a journal failed is not timed: it took nothing
-                record_batch(self.context.stats, self.batch_queue, sent, results, sent.sent_at)
+                name = self.batch_queue  # a monitor's may be another queue
+                metrics = self.last_metrics if name is self.last_queue else self.context.stats.queues.get(name)
+                record_batch(metrics, sent, results, sent.sent_at)
             self.sent = None
             sent.ops = _NO_OPS  # its items' bytes go with the answer (issue 53)
             sent.copies = None

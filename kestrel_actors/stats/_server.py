@@ -370,10 +370,11 @@ class ServerStats:
         errors[name] = errors.get(name, 0) + 1
 
 
-def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: list[Any], started: float) -> None:
-    """Record one answered :class:`QueueBatch`: its latency since ``started`` (epoch seconds,
-    when the session sent it: ``_clock.epoch_seconds``), the queue's hits and misses, and
-    delivery times, all from one reading of the clock (a step backwards counts as 0).
+def record_batch(metrics: QueueMetrics | None, batch: QueueBatch, results: list[Any], started: float) -> None:
+    """Record one answered :class:`QueueBatch` in its queue's ``metrics`` (``None``: the queue's
+    metrics have gone, nothing is recorded): its latency since ``started`` (epoch seconds, when
+    the session sent it: ``_clock.epoch_seconds``), the queue's hits and misses, and delivery
+    times, all from one reading of the clock (a step backwards counts as 0).
 
     As in Kestrel, a fetch's hit or miss latency counts only a fetch answered at once; a
     batch that waited in the queue's wait-list (``batch.parked``) adds its misses to
@@ -381,7 +382,6 @@ def record_batch(stats: ServerStats, queue: str, batch: QueueBatch, results: lis
     one SET or one GET (the common case, a GET that waited included) takes a short way;
     otherwise the operations are counted first, and each histogram gets one update per batch.
     """
-    metrics = stats.queues.get(queue)
     if metrics is None:
         return
     now = _time()  # read once: the latency and the delivery times alike
