@@ -556,7 +556,16 @@ class QueueActor(GeventActor):
             else:
                 raise ValueError(f"unknown queue operation {op!r}")
         self._forward_expired()
-        self._replies.insert(first_answer, BatchDone(results, ops, batch.failure, _reply_to(batch)))
+        done = batch.answer
+        if done is None:
+            done = BatchDone(results, ops, batch.failure, _reply_to(batch))
+        else:  # the sender's last answer, refilled: no object made and freed per batch
+            batch.answer = None
+            done.results = results
+            done.ops = ops
+            done.failure = batch.failure
+            done.to = _reply_to(batch)
+        self._replies.insert(first_answer, done)
 
     @staticmethod
     def _refuse(batch: QueueBatch, error: OSError) -> JournalFailure:

@@ -306,7 +306,7 @@ class QueueBatch:
     (behaviour §5.1) and the start of its latency; 0.0: the queue reads the clock.
     """
 
-    __slots__ = ("ops", "session", "reply_to", "copies", "parked", "failure", "sent_at")
+    __slots__ = ("ops", "session", "reply_to", "copies", "parked", "failure", "sent_at", "answer")
 
     def __init__(self, ops: list[Any], session: Session | None, reply_to: Any, copies: Any = None,
                  sent_at: float = 0.0) -> None:
@@ -319,6 +319,10 @@ class QueueBatch:
         """Set by the queue when the batch waited in its wait-list (latency figures)."""
         self.failure: JournalFailure | None = None
         """Set by the queue when it refused an operation that takes items (a failing journal)."""
+        self.answer: BatchDone | None = None
+        """A :class:`BatchDone` the queue may refill as this batch's answer, not make one (it
+        takes it: ``None`` again): the sender's answer to its batch before, which nothing else
+        holds once the sender has read it (a session's, with its batch refilled too)."""
 
 
 class BatchDone:

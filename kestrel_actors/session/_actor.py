@@ -38,6 +38,7 @@ from .. import protocol as p
 from .._clock import epoch_seconds
 from ..messages import (
     IGNORE,
+    Add,
     BatchDone,
     CancelWaits,
     Delete,
@@ -61,7 +62,7 @@ from ..messages import (
 )
 from ..queue import Item
 from ..runtime import GeventActor, GeventRef
-from ..stats import record_batch
+from ..stats import QueueMetrics, record_batch
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Answer, Handler
 from ._opened import OpenXids
@@ -86,6 +87,8 @@ same at 2-4 KiB, 0.1 µs less at 8 KiB; ADR 0020)."""
 _NO_OPS: Final[list[Any]] = []
 """``batch_ops`` between batches (never changed): a session keeps no operation, and so no
 item's bytes, after its batch is answered."""
+_NO_DATA: Final = b""
+"""A spare ``Add``'s data (``SessionActor.spare_add``): its item's bytes are let go."""
 _NO_ENTRIES: Final[list[tuple[Any, int, p.Bad | None, bool]]] = []
 """``batch`` between batches (never changed: each batch gets a list of its own)."""
 
@@ -245,6 +248,18 @@ class SessionActor(GeventActor):
         self.spare: QueueBatch | None = None
         """The last batch, answered: nothing else holds it once it is (a queue lets go of a
         batch before it answers it), and the next one is it, refilled, not made again."""
+        self.spare_add: Add | None = None
+        """The operation of the last batch of one SET, answered, with its data let go: the next
+        SET's, refilled (:meth:`add_op`), not made again."""
+        self.last_queue: str | None = None
+        self.last_ref: GeventRef | None = None
+        self.last_metrics: QueueMetrics | None = None
+        """The queue of the last batch, its actor as ``refs`` had it and its metrics then: a
+        client's next request names it again, mostly as the very same string (a decoder's
+        repeated line), which is then not looked up by its hash. A deleted queue's actor is
+        dead: it is looked up again (its metrics were merged into the retired ones as it was
+        deleted: what is recorded in them after is not counted, as it is not recorded at all
+        when they are looked up by name)."""
         self.missing: str | None = None
         self.monitor: MonitorState | None = None
         self.closing = False
@@ -264,17 +279,29 @@ class SessionActor(GeventActor):
         # type(message) tested on the message itself, not a local: that narrows its type, so
         # the compiled build reads the record's fields natively
         if type(message) is list:  # Received
-            if len(message) == 1:  # one request (the usual case): deque.extend costs an iterator
-                _append(self.pending, message[0])
-            else:
+            if len(message) != 1:
                 _extend(self.pending, message)
-            self._pump()
+                self._pump(None)
+            elif not len(self.pending):  # one request, none before it (the usual case)
+                self._pump(message[0])
+            else:  # (deque.extend costs an iterator)
+                _append(self.pending, message[0])
+                self._pump(None)
         elif type(message) is BatchDone:
             self._batch_done(message)
-            self._pump()
+            ops = message.ops
+            if ops is not None and len(ops) == 1:
+                op = ops[0]
+                if type(op) is Add:  # a lone SET's: nothing else holds it now (see ``add_op``)
+                    op.data = _NO_DATA
+                    self.spare_add = op
+            # read: its items' bytes go (issue 53), and the spare batch's next answer is it
+            message.results = _NO_OPS
+            message.ops = None
+            self._pump(None)
         elif type(message) is _Answered:
             self._answered(message)
-            self._pump()
+            self._pump(None)
         elif type(message) is Disconnected:
             self._hang_up()
         elif type(message) is EndOfInput:
@@ -285,7 +312,10 @@ class SessionActor(GeventActor):
             return super().on_receive(message)
         return None
 
-    def _pump(self) -> None:
+    def _pump(self, first: Any) -> None:
+        """Run the requests not yet run, in order, while nothing is awaited. ``first``: a
+        request just read, with none in ``pending`` before it, or ``None``: a lone request
+        (nearly every one) is run without passing through the deque."""
         pending = self.pending
         transport = self.transport
         if self.waiting is _MORE:
@@ -293,9 +323,17 @@ class SessionActor(GeventActor):
                 self._drop_rest()
             elif not transport.backed_up:
                 self._send_rest()
-        # len(): cheaper than a deque's truth in the compiled build (runtime._Mailbox._run_inline)
-        while len(pending) and self.waiting is None and not self.closing and not transport.backed_up:
-            command = pending[0]
+        while self.waiting is None and not self.closing and not transport.backed_up:
+            # each request is taken off first and put back if it must wait: a deque has no
+            # native index, and a look at ``pending[0]`` was a generic read per request;
+            # len(): cheaper than a deque's truth in the compiled build (runtime._Mailbox._run_inline)
+            if first is not None:
+                command = first
+                first = None
+            elif len(pending):
+                command = _popleft(pending)
+            else:
+                break
             kind = type(command)
             refusal = self._write_refusal(command)
             if refusal is not None:
@@ -307,10 +345,12 @@ class SessionActor(GeventActor):
                 self.queue_kind = kind  # a client's requests are mostly of one kind: no look-up for its next
             if kind is self.queue_kind and self.handler.goes_to_queue(command):
                 if not self._start_batch(command):
+                    _appendleft(pending, command)  # at the head until its queue's lookup answers
                     break
                 continue
-            _popleft(pending)
             self._local(command)
+        if first is not None:  # not run yet (the session waits or is backed up): it waits first
+            _append(pending, first)
         self._flush()
         if self.closing and self.waiting is None:
             self._finish()
@@ -389,6 +429,7 @@ class SessionActor(GeventActor):
 
     def delete_queue(self, name: str) -> None:
         self.refs.pop(name, None)
+        self.last_ref = None
         self.context.collection.tell(Delete(name, self.reply_to(Answer.DELETE)))
 
     def reload(self) -> None:
@@ -418,6 +459,19 @@ class SessionActor(GeventActor):
         # a plain GET's Remove made by a native call; through ``kind`` it parses arguments
         ops.append(Remove(deadline) if kind is Remove else kind(deadline))
         return True
+
+    def add_op(self, data: bytes, expiry: int) -> Add:
+        """An ``Add`` of ``data`` expiring at ``expiry``: the spare one (``spare_add``) if there is
+        one. Answered, an ``Add`` is held by no one else: a queue keeps its data, not the
+        operation, and its batch and answer let go of their operations (``_batch_done``,
+        ``on_receive``)."""
+        op = self.spare_add
+        if op is None:
+            return Add(data, expiry)
+        self.spare_add = None
+        op.data = data
+        op.expiry = expiry
+        return op
 
     def not_implemented(self, _command: Any) -> None:
         """A command this server does not implement: ``CLIENT_ERROR``, and the connection closes."""
@@ -506,23 +560,27 @@ class SessionActor(GeventActor):
     # -- batches ------------------------------------------------------------------------------
 
     def _start_batch(self, first: Any) -> bool:
-        """Compile the requests at the head of ``pending`` (``first``, still in it, and those
-        that join it) into one batch and send it."""
+        """Compile ``first`` (taken off ``pending``) and the requests at the head of ``pending``
+        that join it into one batch and send it; ``False``: ``first`` waits for its queue's
+        lookup (the caller puts it back at the head)."""
         handler = self.handler
         name = handler.queue_of(first)
-        ref = self.refs.get(name)
-        if ref is None or not ref.is_alive():
-            ref = self._listed_queue(name)
+        ref = self.last_ref
+        if name is not self.last_queue or ref is None or not ref.is_alive():
+            ref = self.refs.get(name)
+            if ref is None or not ref.is_alive():
+                ref = self._listed_queue(name)
+            self.last_queue = name
+            self.last_ref = ref
+            self.last_metrics = self.context.stats.queues.get(name)
         if ref is None:
             if not self._resolve(name, handler.creates(first)):
                 return False  # asked: the batch starts once the answer comes
-            _popleft(self.pending)
             self.out.append(handler.missing_queue_reply(first, self.open_reads.get(name)))
             return True
         ops: list[Any] = []
         pending = self.pending
-        preset, last = handler.compile(first, ops)  # _pump checked the head's write refusal
-        _popleft(pending)
+        preset, last = handler.compile(first, ops)  # _pump checked its write refusal
         if preset is None:
             if last or not len(pending) or not handler.joins(pending[0], name):
                 self.lone = first  # a batch of one request: no entries (see ``lone``)
@@ -628,12 +686,15 @@ class SessionActor(GeventActor):
         sent = self.sent
         if sent is not None:
             if done.failure is None:  # a batch a journal failed is not timed: it took nothing
-                record_batch(self.context.stats, self.batch_queue, sent, results, sent.sent_at)
+                name = self.batch_queue  # a monitor's may be another queue
+                metrics = self.last_metrics if name is self.last_queue else self.context.stats.queues.get(name)
+                record_batch(metrics, sent, results, sent.sent_at)
             self.sent = None
             sent.ops = _NO_OPS  # its items' bytes go with the answer (issue 53)
             sent.copies = None
             sent.parked = False
             sent.failure = None
+            sent.answer = done  # emptied once read (on_receive), then refilled by the queue
             self.spare = sent
         if self.monitor is not None:
             self._monitor_step(results[-1] if results else [])
@@ -659,7 +720,14 @@ class SessionActor(GeventActor):
             if total < len(ops):  # the queue stopped before one of its fetches (its output budget)
                 entries = _entries_of(lone, ops)
             else:
-                self._answer(lone, None, bool(ops) and type(ops[-1]) is Open, ops, results, 0, total, failure)
+                opens = bool(ops) and type(ops[-1]) is Open
+                if failure is None and not opens and not self.out:
+                    data = self.handler.lone_reply(lone, results)
+                    if data is not None:  # one part (a SET's, a miss's): sent through no list
+                        if not self._send(data):
+                            self._return_items(ops, results, 0, total, opened=False)
+                        return
+                self._answer(lone, None, opens, ops, results, 0, total, failure)
                 if self.out and not self._flush():
                     self._return_items(ops, results, 0, total, opened=False)
                 return
@@ -838,6 +906,11 @@ class SessionActor(GeventActor):
         out = self.out
         if not out:  # (twice per request: a list's clear costs a call even when it is empty)
             return not self.session.closed
+        parts = len(out)
+        if parts == 1:  # a reply of one part: sent as it is
+            data = out[0]
+            out.clear()
+            return self._send(data)
         if self.session.closed:
             out.clear()
             return False
@@ -845,13 +918,8 @@ class SessionActor(GeventActor):
         for part in out:
             size += len(part)
         self.context.stats.bytes_written += size
-        parts = len(out)
         try:
-            if parts == 1:  # a reply of one part (a SET's, a miss's): sent as it is
-                data = out[0]
-                out.clear()
-                self.transport.sendall(data)
-            elif size >= JOIN_BELOW or (parts <= LONE_PARTS and size >= LONE_WRITEV_FROM):
+            if size >= JOIN_BELOW or (parts <= LONE_PARTS and size >= LONE_WRITEV_FROM):
                 self.transport.send_parts(out, size)
                 out.clear()
             else:
@@ -860,6 +928,19 @@ class SessionActor(GeventActor):
                 self.transport.sendall(data)
         except OSError:
             out.clear()
+            self._hang_up()
+            return False
+        return True
+
+    def _send(self, data: bytes) -> bool:
+        """Send one reply of one part (a SET's, a miss's) as it is; ``False`` if it could not be
+        (the client has gone)."""
+        if self.session.closed:
+            return False
+        self.context.stats.bytes_written += len(data)
+        try:
+            self.transport.sendall(data)
+        except OSError:
             self._hang_up()
             return False
         return True
@@ -907,7 +988,7 @@ class SessionActor(GeventActor):
         self._cancel_wait()
         if final:
             self.input_ended = True
-            self._pump()
+            self._pump(None)
 
     def _wind_down(self) -> None:
         if self.hung_up:
@@ -920,7 +1001,7 @@ class SessionActor(GeventActor):
         self.draining = True
         self.closing = True  # _pump starts nothing more, and finishes once nothing is awaited
         self._cancel_wait()
-        self._pump()
+        self._pump(None)
 
     def _give_back(self, name: str, xids: list[int]) -> None:
         self.tell_queue(name, Unremove(tuple(xids)))

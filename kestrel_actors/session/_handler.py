@@ -19,7 +19,7 @@ from mypy_extensions import mypyc_attr
 from .. import protocol as p
 
 if TYPE_CHECKING:
-    from ..messages import ForAllKind, Session, XidRun
+    from ..messages import Add, ForAllKind, Session, XidRun
     from ..runtime import GeventRef
     from ._context import SessionContext
     from ._opened import OpenXids
@@ -99,6 +99,9 @@ class HandlerSession(Protocol):
 
     def run_next(self, command: Any) -> None:
         """Put ``command`` at the head of the requests not yet run."""
+
+    def add_op(self, data: bytes, expiry: int) -> Add:
+        """An ``Add`` of ``data`` expiring at ``expiry`` for the batch being compiled."""
 
     def reply_to(self, tag: Answer) -> ReplyTarget:
         """Wait for an answer tagged ``tag``: the ``reply_to`` to hand whoever gives it."""
@@ -195,6 +198,12 @@ class Handler:
         # a batch of one command (the usual case) is answered by every result: no copy
         whole = start == 0 and end == len(results)
         out.append(self.reply(command, results if whole else results[start:end]))
+
+    def lone_reply(self, command: Any, results: list[Any]) -> bytes | None:
+        """The reply to ``command``, the one request of its batch (``results`` all its own), when
+        :meth:`add_reply` would make it one ``bytes`` (the session sends it through no list), else
+        ``None``: the session asks :meth:`add_reply`."""
+        return self.reply(command, results)
 
     def repeats(self, command: Any) -> bool:
         """Whether ``command`` (compiled with no preset reply into one operation that neither

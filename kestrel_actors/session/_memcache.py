@@ -16,7 +16,6 @@ from .. import protocol as p
 from ..messages import (
     FLUSH,
     FLUSH_EXPIRED,
-    Add,
     AliasAdd,
     Confirm,
     ForAllKind,
@@ -162,7 +161,7 @@ class MemcacheHandler(Handler):
         s = self.s
         if type(command) is SetCommand:
             self.context.stats.cmd_set += 1
-            ops.append(Add(command.data, expiry_from_exptime(command.exptime)))
+            ops.append(s.add_op(command.data, expiry_from_exptime(command.exptime)))
             return None, False
         if type(command) is GetCommand:
             if command.abort:
@@ -235,6 +234,11 @@ class MemcacheHandler(Handler):
                     self.values.add_parts(out, command.queue, item.data)
                 return
         super().add_reply(command, results, start, end, out)
+
+    def lone_reply(self, command: Any, results: list[Any]) -> bytes | None:
+        if type(command) is GetCommand and results and results[-1] is not None:
+            return None  # a hit, or what an abort or a close answers: add_reply's to tell
+        return self.reply(command, results)
 
     def repeats(self, command: Any) -> bool:
         # a plain GET that does not wait: its compile depends on the connection's open reads of
