@@ -24,7 +24,12 @@ from kestrel_actors.spark_bridge._source import (
     _PlannedBatch,
 )
 from kestrel_actors.spark_bridge._wal import BatchPart, WalCorrupt, WriteAheadLog
-from kestrel_actors.spark_bridge._walstore import SHELF_VARIABLE, spare_shelf
+from kestrel_actors.spark_bridge._walstore import (
+    SHELF_VARIABLE,
+    WalLocation,
+    open_store,
+    spare_shelf,
+)
 
 from ._spark_jobs import load, queue_stats
 
@@ -248,6 +253,24 @@ def test_a_planners_spares_wait_on_the_shelf_for_the_next_planners_first_batches
     assert got == second
     assert shelved <= written[0] | written[1], "the first batches were new files"
     assert len(list(shelf.iterdir())) == 2
+
+
+def test_a_small_batch_takes_no_long_spare_and_the_shelf_keeps_the_two_longest(tmp_path,
+                                                                             monkeypatch):
+    """Writing a small batch over a spare many times its size would truncate away pages a
+    later full batch could have used: it gets a new file. Past two spares the shortest goes."""
+    monkeypatch.setenv(SHELF_VARIABLE, str(tmp_path / "shelf"))
+    store = open_store(WalLocation.parse(str(tmp_path / "wal")))
+    store.ensure()
+    for name, size in (("a", 1000), ("b", 10_000), ("c", 9000), ("d", 100)):
+        (tmp_path / "wal" / name).write_bytes(b"x" * size)
+        store.retire(name)
+    assert sorted(p.stat().st_size for p in (tmp_path / "shelf").iterdir()) == [9000, 10_000]
+    store.stage("small", [b"y" * 3000]).publish()
+    assert len(list((tmp_path / "shelf").iterdir())) == 2
+    store.stage("full", [b"z" * 6000]).publish()
+    assert [p.stat().st_size for p in (tmp_path / "shelf").iterdir()] == [9000]
+    assert (tmp_path / "wal" / "full").read_bytes() == b"z" * 6000
 
 
 def test_no_shelf_when_unset_empty_or_readable_by_others(tmp_path, monkeypatch):
