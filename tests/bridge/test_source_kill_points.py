@@ -6,6 +6,7 @@ before it reads anything new. (tests/bridge/test_kill_points.py does the same th
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,9 +15,11 @@ from collections import Counter
 import pytest
 
 from kestrel_actors.spark_bridge._source import KestrelDataSource
+from kestrel_actors.spark_bridge._wal import WriteAheadLog
+from kestrel_actors.spark_bridge._walstore import SHELF_VARIABLE
 
 from ._spark_jobs import REPO, load, queue_stats, spark_env, wait_for
-from .test_source_planner import rows_of
+from .test_source_planner import _part, rows_of
 
 PER_SERVER = 300
 
@@ -27,7 +30,7 @@ def options(servers, tmp_path) -> dict[str, str]:
             "readAhead": "false"}
 
 
-def plan_until_killed(servers, tmp_path, kill_at: str) -> None:
+def plan_until_killed(servers, tmp_path, kill_at: str, **env: str) -> None:
     """A planner process planning and running batches as Spark would, until its kill point."""
     script = textwrap.dedent(f"""
         from kestrel_actors.spark_bridge._source import KestrelDataSource
@@ -40,7 +43,8 @@ def plan_until_killed(servers, tmp_path, kill_at: str) -> None:
             start = end
     """)
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                          env={**spark_env(), "KESTREL_SPARK_KILL_AT": kill_at}, timeout=300)
+                          env={**spark_env(), "KESTREL_SPARK_KILL_AT": kill_at, **env},
+                          timeout=300)
     assert done.returncode == -9, done.stderr.decode(errors="replace")[-2000:]
     assert b"kill_point" in done.stdout + done.stderr
     for server in servers:
@@ -102,3 +106,33 @@ def test_planner_killed_during_the_take_back_then_restarted_is_exactly_once(make
     got = drain(servers, tmp_path, {"seq": 1, "items": {}})
     assert [v for v, n in Counter(got).items() if n > 1] == []
     assert len(got) == len(items) - 200
+
+
+@pytest.mark.parametrize("kill_at", ["after-wal@2", "planned@2"])
+def test_batches_written_over_another_querys_shelved_files_are_exactly_once(make_server,
+                                                                          tmp_path,
+                                                                          monkeypatch, kill_at):
+    """The shelf (``KESTREL_WAL_SPARES``) holds another query's batch files, whole and with
+    a valid checksum. A planner writes its first batches over them, is killed, and the
+    restart replays or re-plans its batch 2 from that file: every item once, none of the
+    other query's."""
+    shelf = tmp_path / "shelf"
+    monkeypatch.setenv(SHELF_VARIABLE, str(shelf))
+    made = WriteAheadLog(str(tmp_path / "made"))  # a whole batch 2, checksum and all
+    made.write(2, [_part([b"other-%04d" % i for i in range(100)])])
+    other = make_server()
+    load(other, "plan", [b"other-%04d" % i for i in range(400)])
+    assert len(drain([other], tmp_path / "other", {"seq": 0, "items": {}})) == 400
+    shutil.copyfile(made.path(2), shelf / "copied")
+    shelved = {p.stat().st_ino for p in shelf.glob("*")}
+    assert len(shelved) == 2
+    servers = [make_server(), make_server()]
+    items = [f"s{n}-{i:04d}".encode() for n in range(2) for i in range(PER_SERVER)]
+    for n, server in enumerate(servers):
+        load(server, "plan", items[n * PER_SERVER:(n + 1) * PER_SERVER])
+    plan_until_killed(servers, tmp_path, kill_at, **{SHELF_VARIABLE: str(shelf)})
+    assert (tmp_path / "wal" / "batch-000000000002.wal").stat().st_ino in shelved
+    got = drain(servers, tmp_path, {"seq": 1, "items": {}})
+    assert [v for v, n in Counter(got).items() if n > 1] == []
+    assert len(got) == len(items) - 200 and not any(v.startswith(b"other") for v in got)
+    assert all(queue_stats(s, "plan") == (0, 0) for s in servers)

@@ -24,6 +24,12 @@ from kestrel_actors.spark_bridge._source import (
     _PlannedBatch,
 )
 from kestrel_actors.spark_bridge._wal import BatchPart, WalCorrupt, WriteAheadLog
+from kestrel_actors.spark_bridge._walstore import (
+    SHELF_VARIABLE,
+    WalLocation,
+    open_store,
+    spare_shelf,
+)
 
 from ._spark_jobs import load, queue_stats
 
@@ -170,10 +176,13 @@ def test_the_read_ahead_writes_the_next_batch_unpublished_and_a_stop_discards_it
 
 
 def test_committed_files_are_written_over_at_most_two_kept_and_removed_at_stop(server,
-                                                                             tmp_path):
-    """A committed batch's file becomes a spare (``.spare-<pid>-<n>.wal``, at most two) that a
-    later batch, the read-ahead's included, is written over instead of a new file; a stop
-    removes the spares. A task still reading a reused file fails its checksum."""
+                                                                             tmp_path,
+                                                                             monkeypatch):
+    """With no shelf, a committed batch's file becomes a spare (``.spare-<pid>-<n>.wal``, at
+    most two) in the directory that a later batch, the read-ahead's included, is written over
+    instead of a new file; a stop removes the spares. A task still reading a reused file fails
+    its checksum."""
+    monkeypatch.setenv(SHELF_VARIABLE, "")
     directory = tmp_path / "wal"
     load(server, "plan", [b"s%05d" % i for i in range(3500)])
     stream = reader(server, tmp_path, maxItemsPerBatch=500)
@@ -205,6 +214,75 @@ def test_committed_files_are_written_over_at_most_two_kept_and_removed_at_stop(s
         stream.stop()
     assert not list(directory.glob(".spare-*"))
     assert sorted(os.listdir(directory)) == []
+
+
+def test_a_planners_spares_wait_on_the_shelf_for_the_next_planners_first_batches(
+        server, tmp_path, monkeypatch):
+    """A planner's spares are kept on the shelf (``KESTREL_WAL_SPARES``), two at most; the
+    next planner, of another query (walLocation), writes its first two batches over them
+    instead of new files and reads back exactly its own items (each spare longer than the
+    batch written over it)."""
+    shelf = tmp_path / "shelf"
+    monkeypatch.setenv(SHELF_VARIABLE, str(shelf))
+
+    def run(query: str, items: list[bytes]) -> tuple[list[bytes], list[set[int]]]:
+        load(server, "plan", items)
+        directory = tmp_path / query / "wal"
+        stream = reader(server, tmp_path / query, maxItemsPerBatch=500)
+        offset, got, written = stream.initialOffset(), [], []
+        try:
+            while (end := stream.latestOffset(offset)) != offset:
+                if stream.live.prefetch is not None:
+                    stream.live.prefetch.wait()
+                written.append({p.stat().st_ino for p in directory.glob("*batch-*.wal*")
+                                if ".confirmed-" not in p.name})
+                got += rows_of(stream, offset, end)
+                stream.commit(end)
+                offset = end
+        finally:
+            stream.stop()
+        assert sorted(os.listdir(directory)) == []
+        return got, written
+
+    first = [b"A%05d" % i + b"a" * 10 for i in range(2000)]
+    assert run("one", first)[0] == first
+    shelved = {p.stat().st_ino for p in shelf.glob("*")}
+    assert len(shelved) == 2, "a stop removed its spares"
+    second = [b"B%05d" % i for i in range(2000)]
+    got, written = run("two", second)
+    assert got == second
+    assert shelved <= written[0] | written[1], "the first batches were new files"
+    assert len(list(shelf.iterdir())) == 2
+
+
+def test_a_small_batch_takes_no_long_spare_and_the_shelf_keeps_the_two_longest(tmp_path,
+                                                                             monkeypatch):
+    """Writing a small batch over a spare many times its size would truncate away pages a
+    later full batch could have used: it gets a new file. Past two spares the shortest goes."""
+    monkeypatch.setenv(SHELF_VARIABLE, str(tmp_path / "shelf"))
+    store = open_store(WalLocation.parse(str(tmp_path / "wal")))
+    store.ensure()
+    for name, size in (("a", 1000), ("b", 10_000), ("c", 9000), ("d", 100)):
+        (tmp_path / "wal" / name).write_bytes(b"x" * size)
+        store.retire(name)
+    assert sorted(p.stat().st_size for p in (tmp_path / "shelf").iterdir()) == [9000, 10_000]
+    store.stage("small", [b"y" * 3000]).publish()
+    assert len(list((tmp_path / "shelf").iterdir())) == 2
+    store.stage("full", [b"z" * 6000]).publish()
+    assert [p.stat().st_size for p in (tmp_path / "shelf").iterdir()] == [9000]
+    assert (tmp_path / "wal" / "full").read_bytes() == b"z" * 6000
+
+
+def test_no_shelf_when_unset_empty_or_readable_by_others(tmp_path, monkeypatch):
+    monkeypatch.setenv(SHELF_VARIABLE, "")
+    assert spare_shelf() is None
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    monkeypatch.setenv(SHELF_VARIABLE, str(shared))
+    assert spare_shelf() is None  # a spare holds a batch's items
+    monkeypatch.setenv(SHELF_VARIABLE, str(tmp_path / "mine"))
+    assert spare_shelf() == tmp_path / "mine"
 
 
 def test_a_partition_whose_file_changed_fails_its_read(server, tmp_path):
