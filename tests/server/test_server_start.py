@@ -145,7 +145,10 @@ def _syscalls_per_connection(trace: str) -> list[list[str]]:
             continue
         fd = int(third) if name == "epoll_ctl" and third else int(first) if first else -1
         if fd in lives:
-            lives[fd].append(f"{name} {second}" if name in ("ioctl", "fcntl") else name)
+            call = f"{name} {second}" if name in ("ioctl", "fcntl") else name
+            if call == "ioctl FIONREAD" and ", [0])" in line:
+                call += " found nothing"  # asked before the client's bytes came: asked again then
+            lives[fd].append(call)
             if name == "close":
                 done.append(lives.pop(fd))
     return done
@@ -181,5 +184,8 @@ def test_a_connection_costs_the_server_no_system_call_beyond_its_io(make_server)
     for life in lives[1:]:
         assert "getsockname" not in life, life
         assert not any(call.startswith("fcntl") for call in life), life
+        # a connection accepted before its request came (a loaded machine) asks once more
+        early = life.count("ioctl FIONREAD found nothing")
+        assert early <= 1 and life.index("read") > life.index("ioctl FIONREAD"), life
         assert life.count("ioctl FIONBIO") == 1 and life.count("ioctl FIONREAD") == 1, life
-        assert len(life) <= 9, life
+        assert len(life) <= 9 + early, life
