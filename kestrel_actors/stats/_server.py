@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Final
 
 from mypy_extensions import i64
 
+from .._clock import epoch_seconds
 from ..messages import MANY_FETCHES, Add, Open, Peek, QueueBatch, Remove
 from ..queue import Item
 
@@ -226,9 +227,6 @@ class Histogram:
         return result
 
 
-# Final: compiled code reads it from a C static, not from the module's dict, on every batch
-_time: Final = time.time
-
 
 def _bound(index: int) -> int:
     return BOUNDS[index] if index < len(BOUNDS) else 2**31
@@ -384,7 +382,8 @@ def record_batch(metrics: QueueMetrics | None, batch: QueueBatch, results: list[
     """
     if metrics is None:
         return
-    now = _time()  # read once: the latency and the delivery times alike
+    # read once (or the answers' shared reading, ``_HeldReplies.send``): latency and delivery alike
+    now = epoch_seconds()
     usec = int((now - started) * 1e6)
     ops = batch.ops
     if len(ops) == 1 and len(results) == 1:
