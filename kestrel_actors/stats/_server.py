@@ -28,7 +28,6 @@ from typing import Any, ClassVar, Final
 
 from mypy_extensions import i64
 
-from .._clock import epoch_seconds
 from ..messages import MANY_FETCHES, Add, Open, Peek, QueueBatch, Remove
 from ..queue import Item
 
@@ -227,6 +226,9 @@ class Histogram:
         return result
 
 
+# Final: compiled code reads it from a C static, not from the module's dict, on every batch
+_time: Final = time.time
+
 
 def _bound(index: int) -> int:
     return BOUNDS[index] if index < len(BOUNDS) else 2**31
@@ -368,11 +370,13 @@ class ServerStats:
         errors[name] = errors.get(name, 0) + 1
 
 
-def record_batch(metrics: QueueMetrics | None, batch: QueueBatch, results: list[Any], started: float) -> None:
+def record_batch(metrics: QueueMetrics | None, batch: QueueBatch, results: list[Any], started: float,
+                 answered: float = 0.0) -> None:
     """Record one answered :class:`QueueBatch` in its queue's ``metrics`` (``None``: the queue's
     metrics have gone, nothing is recorded): its latency since ``started`` (epoch seconds, when
     the session sent it: ``_clock.epoch_seconds``), the queue's hits and misses, and delivery
-    times, all from one reading of the clock (a step backwards counts as 0).
+    times, all from one reading of the clock (a step backwards counts as 0): ``answered``, the one
+    the answers of an fdatasync share (``BatchDone.answered_at``), else the clock's now.
 
     As in Kestrel, a fetch's hit or miss latency counts only a fetch answered at once; a
     batch that waited in the queue's wait-list (``batch.parked``) adds its misses to
@@ -382,8 +386,7 @@ def record_batch(metrics: QueueMetrics | None, batch: QueueBatch, results: list[
     """
     if metrics is None:
         return
-    # read once (or the answers' shared reading, ``_HeldReplies.send``): latency and delivery alike
-    now = epoch_seconds()
+    now = answered or _time()  # read once: the latency and the delivery times alike
     usec = int((now - started) * 1e6)
     ops = batch.ops
     if len(ops) == 1 and len(results) == 1:

@@ -14,11 +14,11 @@ import gevent
 import gevent.event
 import pytest
 
-from kestrel_actors._clock import TURN
 from kestrel_actors.config import QueueConfig
 from kestrel_actors.journal import FileJournal, MemoryJournal
 from kestrel_actors.messages import (
     Add,
+    BatchDone,
     Confirm,
     Flush,
     JournalFailure,
@@ -191,36 +191,38 @@ def test_answering_batches_leaves_nothing_for_the_cyclic_collector(jobs):
 
 
 class _Answers:
-    """Where a batch's answer goes (a stand-in, as a future is): the shared clock reading
-    (``_clock.TURN``) each answer was told under."""
+    """Where a batch's answer goes (a stand-in, as a future is): the answers told to it."""
 
     def __init__(self) -> None:
-        self.turns: list[float] = []
-        self.told = gevent.event.Event()
+        self.told: list[BatchDone] = []
+        self.came = gevent.event.Event()
 
-    def tell(self, _done) -> None:
-        self.turns.append(TURN.now)
-        self.told.set()
+    def tell(self, done: BatchDone) -> None:
+        self.told.append(done)
+        self.came.set()
 
 
-def test_the_answers_of_one_fdatasync_share_one_clock_reading(tmp_path):
-    """With ``sync_journal`` always, the answers an fdatasync releases are told on the hub under
-    one reading of the clock, which their sessions' latency figures take (``stats.record_batch``)
-    instead of a reading each; the reading is let go of once they are told."""
+def test_an_answer_that_waited_for_an_fdatasync_carries_when_that_ended(tmp_path):
+    """With ``sync_journal`` always, the answers an fdatasync lets go carry one reading of the
+    clock taken when it ended (``answered_at``), which their sessions' latency figures take
+    (``stats.record_batch``) rather than a reading each; an answer told at once carries none."""
     def file_opener(name, config):
         return QueueCore(name, config, FileJournal(str(tmp_path), name, config))
 
-    world = World(tmp_path, opener=file_opener, queue_defaults=QueueConfig(sync_journal=0.0))
+    world = World(tmp_path, opener=file_opener, queues={"durable": QueueConfig(sync_journal=0.0)})
     try:
-        ref = resolve(world.collection, "durable")
-        answers = _Answers()
-        before = time.time()
-        ref.tell(QueueBatch([Add(b"a", 0)], None, answers))
-        assert answers.told.wait(timeout=PATIENCE)
-        (turn,) = answers.turns
-        assert turn >= before  # taken after the batch was sent, not a stale one
-        assert TURN.now == 0.0
-        assert run(ref, Remove(None))[0].data == b"a"
+        durable, plain = resolve(world.collection, "durable"), resolve(world.collection, "plain")
+        for ref, waits in ((durable, True), (plain, False)):
+            answers = _Answers()
+            before = time.time()
+            ref.tell(QueueBatch([Add(b"a", 0)], None, answers))
+            assert answers.came.wait(timeout=PATIENCE)
+            (done,) = answers.told
+            assert done.results == [True]
+            if waits:
+                assert before <= done.answered_at <= time.time()
+            else:
+                assert done.answered_at == 0.0
     finally:
         world.collection.stop()
 
