@@ -73,6 +73,7 @@ log = structlog.get_logger("kestrel_actors.queue")
 
 
 _monotonic: Final = time.monotonic
+_time: Final = time.time
 
 _FLUSH_REPLIES: Final = object()
 """A queue's message to itself: send the answers held for the journal write (one per burst)."""
@@ -148,7 +149,13 @@ class _HeldReplies:
         queue = self.queue
         if queue is not None:
             queue.confirms_durable(self.confirmed_to)
-        _send_all(self.replies)
+        # one reading of the clock for the answers this fdatasync lets go, which their sessions'
+        # latency figures take rather than one each; not a fanout join's: it waits for its copies
+        now = _time()
+        for reply in self.replies:
+            if type(reply) is BatchDone and type(reply.to) is not _CopyJoin:
+                reply.answered_at = now
+            _tell_answer(reply)
 
     def fail(self, error: OSError) -> None:
         # the records stay pending and are written once the journal recovers; the answers
@@ -565,6 +572,7 @@ class QueueActor(GeventActor):
             done.ops = ops
             done.failure = batch.failure
             done.to = _reply_to(batch)
+            done.answered_at = 0.0  # set again if the answer waits for an fdatasync
         self._replies.insert(first_answer, done)
 
     @staticmethod

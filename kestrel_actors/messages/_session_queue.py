@@ -333,9 +333,11 @@ class BatchDone:
     confirm, a removing fetch) is a :class:`JournalFailure`, so that a session looks for one
     only then. ``to`` is whom the queue tells it, once the journal write covering it is done
     (its batch's ``reply_to``, or the join of its fanout copies; let go of as it is told): the
-    queue holds its answers as they are, with no pair around each."""
+    queue holds its answers as they are, with no pair around each. ``answered_at``: when the
+    fdatasync that let it go ended (epoch seconds), one reading for all the answers it let go;
+    0.0: the receiver reads the clock for its latency figures."""
 
-    __slots__ = ("results", "ops", "failure", "to")
+    __slots__ = ("results", "ops", "failure", "to", "answered_at")
 
     def __init__(self, results: list[Any], ops: list[Any] | None = None,
                  failure: JournalFailure | None = None, to: Any = None) -> None:
@@ -343,6 +345,7 @@ class BatchDone:
         self.ops = ops
         self.failure = failure
         self.to = to
+        self.answered_at = 0.0
 
     def removed_items(self) -> list[Any]:
         """The items this answer hands out for good (plain fetches): what must go back to the

@@ -688,7 +688,7 @@ class SessionActor(GeventActor):
             if done.failure is None:  # a batch a journal failed is not timed: it took nothing
                 name = self.batch_queue  # a monitor's may be another queue
                 metrics = self.last_metrics if name is self.last_queue else self.context.stats.queues.get(name)
-                record_batch(metrics, sent, results, sent.sent_at)
+                record_batch(metrics, sent, results, sent.sent_at, done.answered_at)
             self.sent = None
             sent.ops = _NO_OPS  # its items' bytes go with the answer (issue 53)
             sent.copies = None

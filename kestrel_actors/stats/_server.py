@@ -370,11 +370,13 @@ class ServerStats:
         errors[name] = errors.get(name, 0) + 1
 
 
-def record_batch(metrics: QueueMetrics | None, batch: QueueBatch, results: list[Any], started: float) -> None:
+def record_batch(metrics: QueueMetrics | None, batch: QueueBatch, results: list[Any], started: float,
+                 answered: float = 0.0) -> None:
     """Record one answered :class:`QueueBatch` in its queue's ``metrics`` (``None``: the queue's
     metrics have gone, nothing is recorded): its latency since ``started`` (epoch seconds, when
     the session sent it: ``_clock.epoch_seconds``), the queue's hits and misses, and delivery
-    times, all from one reading of the clock (a step backwards counts as 0).
+    times, all from one reading of the clock (a step backwards counts as 0): ``answered``, the one
+    the answers of an fdatasync share (``BatchDone.answered_at``), else the clock's now.
 
     As in Kestrel, a fetch's hit or miss latency counts only a fetch answered at once; a
     batch that waited in the queue's wait-list (``batch.parked``) adds its misses to
@@ -384,7 +386,7 @@ def record_batch(metrics: QueueMetrics | None, batch: QueueBatch, results: list[
     """
     if metrics is None:
         return
-    now = _time()  # read once: the latency and the delivery times alike
+    now = answered or _time()  # read once: the latency and the delivery times alike
     usec = int((now - started) * 1e6)
     ops = batch.ops
     if len(ops) == 1 and len(results) == 1:

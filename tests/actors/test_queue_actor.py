@@ -11,12 +11,14 @@ import gc
 import time
 
 import gevent
+import gevent.event
 import pytest
 
 from kestrel_actors.config import QueueConfig
-from kestrel_actors.journal import MemoryJournal
+from kestrel_actors.journal import FileJournal, MemoryJournal
 from kestrel_actors.messages import (
     Add,
+    BatchDone,
     Confirm,
     Flush,
     JournalFailure,
@@ -186,6 +188,43 @@ def test_answering_batches_leaves_nothing_for_the_cyclic_collector(jobs):
         gc.garbage.clear()
         gc.enable()
     assert ours == []
+
+
+class _Answers:
+    """Where a batch's answer goes (a stand-in, as a future is): the answers told to it."""
+
+    def __init__(self) -> None:
+        self.told: list[BatchDone] = []
+        self.came = gevent.event.Event()
+
+    def tell(self, done: BatchDone) -> None:
+        self.told.append(done)
+        self.came.set()
+
+
+def test_an_answer_that_waited_for_an_fdatasync_carries_when_that_ended(tmp_path):
+    """With ``sync_journal`` always, the answers an fdatasync lets go carry one reading of the
+    clock taken when it ended (``answered_at``), which their sessions' latency figures take
+    (``stats.record_batch``) rather than a reading each; an answer told at once carries none."""
+    def file_opener(name, config):
+        return QueueCore(name, config, FileJournal(str(tmp_path), name, config))
+
+    world = World(tmp_path, opener=file_opener, queues={"durable": QueueConfig(sync_journal=0.0)})
+    try:
+        durable, plain = resolve(world.collection, "durable"), resolve(world.collection, "plain")
+        for ref, waits in ((durable, True), (plain, False)):
+            answers = _Answers()
+            before = time.time()
+            ref.tell(QueueBatch([Add(b"a", 0)], None, answers))
+            assert answers.came.wait(timeout=PATIENCE)
+            (done,) = answers.told
+            assert done.results == [True]
+            if waits:
+                assert before <= done.answered_at <= time.time()
+            else:
+                assert done.answered_at == 0.0
+    finally:
+        world.collection.stop()
 
 
 # -- waiters ----------------------------------------------------------------------------------
