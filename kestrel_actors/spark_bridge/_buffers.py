@@ -8,12 +8,6 @@ reads its buffers again (its slices were cut while the file was written; another
 replay, reads the file), so :class:`BufferPool` takes them back at once and the read-ahead
 receives the next batch into them: the planner holds one batch's worth.
 
-A new buffer is made at the size the items it is taken for need, from the bytes per item of
-the last ones received, not grown from empty by the scan: growing takes a zeroed ``bytes`` of
-each step and a bigger block (4 of 10 MiB's 2,500 pages faulted in twice, ~0.02 faults per row
-more in the planner, ADR 0022). A kept buffer under half that size is outgrown: it makes room
-for the new one rather than growing to it.
-
 A buffer is reused only when nothing can read it any more: :class:`~kestrel_actors.client.ValueScan`
 hands out views of a pooled buffer, never the buffer, and a ``bytearray`` with a view alive
 refuses to be resized, which :meth:`BufferPool.give_back` tries. A buffer some view still
@@ -46,26 +40,12 @@ class BufferPool:
         self.keep = keep
         self._free: list[bytearray] = []
         self._lock = threading.Lock()
-        self._item_bytes = 0  # of the last items received; 0 until some are
 
-    def take(self, items: int = 0) -> bytearray:
-        """A buffer to write ``items`` items into: the largest kept (its pages are the
-        process's already) unless it holds under half their expected bytes, else a new one of
-        that size (the outgrown smallest kept makes room for it)."""
-        # room for the items and the scan's padding of the last one (up to twice its size)
-        size = (items + 2) * self._item_bytes if items and self._item_bytes else 0
+    def take(self) -> bytearray:
+        """A buffer to write a connection's items into: the largest kept (its pages are the
+        process's already), or a new one."""
         with self._lock:
-            if self._free and 2 * len(self._free[-1]) >= size:
-                return self._free.pop()
-            if self._free:
-                del self._free[0]
-        return bytearray(size)
-
-    def received(self, items: int, size: int) -> None:
-        """A connection's ``items`` took ``size`` bytes: the next new buffers are made for as
-        many bytes per item."""
-        if items:
-            self._item_bytes = -(-size // items)
+            return self._free.pop() if self._free else bytearray()
 
     def give_back(self, buffers: Iterable[bytearray]) -> None:
         """The buffers of a batch whose file is written. Kept only if nothing views them any

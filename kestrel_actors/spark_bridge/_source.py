@@ -961,12 +961,12 @@ class KestrelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for connection in connections:
                     if left <= 0:
                         break
-                    asked = min(self.options.items_per_connection, left)
-                    buffer = live.buffers.take(asked)
-                    got = connection.open_waiting(queue, asked, stamped=True, into=buffer)
+                    buffer = live.buffers.take()
+                    got = connection.open_waiting(
+                        queue, min(self.options.items_per_connection, left), stamped=True,
+                        into=buffer)
                     if not got.count:
                         break  # another reader took them first
-                    live.buffers.received(got.count, len(got.data))
                     read_at = time.time()
                     held.append(_Held(name, queue, connection, read_at,
                                       got.stamps_or(int(read_at * 1000)), buffer))

@@ -46,33 +46,6 @@ def test_the_pool_keeps_at_most_what_it_was_told_the_largest_first():
     assert len(pool.take()) == 0  # empty: a new one
 
 
-def test_a_new_buffer_is_made_for_its_items_not_grown_to_them():
-    """After items of 100 bytes, a buffer taken for 50 more holds them as made: the scan
-    never grows it (a fresh zeroed block per step, pages faulted in twice)."""
-    pool = BufferPool(keep=4)
-    pool.received(10, 1000)
-    into = pool.take(50)
-    made = len(into)
-    assert made >= 50 * 100
-    scan = ValueScan("monitor", b"q", 100, into=into)
-    reply = b"".join(b"VALUE q 0 100\r\n%s\r\nEND\r\n" % (b"%03d" % i * 34)[:100]
-                     for i in range(50)) + b"END\r\n"
-    assert scan.feed(reply) == len(reply) and scan.done
-    assert len(into) == made and scan.values().count == 50
-
-
-def test_an_outgrown_buffer_makes_room_for_a_new_one():
-    """Kept buffers under half what the items need are not grown: the smallest goes, so the
-    pool still keeps at most what it was told, and a kept one big enough is taken."""
-    pool = BufferPool(keep=2)
-    pool.give_back([bytearray(10), bytearray(30)])
-    pool.received(1, 100)
-    assert len(pool.take(10)) == 12 * 100
-    assert len(pool) == 1
-    pool.give_back([bytearray(700)])
-    assert len(pool.take(10)) == 700  # at least half: taken, the scan grows it if it must
-
-
 def test_values_of_every_size_class_in_odd_pieces_over_a_used_buffer():
     """Each value is packed at its offset with zero padding up to its size class, which the
     next value writes over: values of sizes in and across classes, cut anywhere by the pieces

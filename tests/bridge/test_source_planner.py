@@ -404,8 +404,8 @@ class _WhoTook(BufferPool):
         super().__init__(keep)
         self.taken: list[tuple[str, bytearray]] = []
 
-    def take(self, items: int = 0) -> bytearray:
-        buffer = super().take(items)
+    def take(self) -> bytearray:
+        buffer = super().take()
         self.taken.append((threading.current_thread().name, buffer))
         return buffer
 
