@@ -10,8 +10,8 @@ so does ``python-ceiling`` (:mod:`._ceiling_source`), a Python streaming source 
 nothing: the bound Spark's Python data source path sets for any Python source. The three run
 twice, all the same size, and only the second round is reported: in the first, the JVM's JIT
 compiler works on Spark's row path (several CPU seconds on this 2-core machine), and whichever
-query ran first would pay for it. In the second round ``python-ceiling`` runs just before
-``kestrel`` and again just after, and its figures are the two runs' means. Each query's figures
+query ran first would pay for it. The second round opens with an unreported ``python-ceiling``
+run, then ``kestrel``, ``python-ceiling`` and ``rate-micro-batch``. Each query's figures
 come from its progress: the time from its start to the end of its last micro-batch with rows,
 to the end of its first one, the steady rows/s after that first one, and CPU µs per row of
 each process taking part (the server, the Spark JVM, the source's planner process, the
@@ -23,10 +23,11 @@ columns and types) in the same micro-batches (``--max-items-per-batch``) and par
 (``--items-per-partition``), so Spark plans, generates and runs the same code for both; the
 ``kestrel`` query has one micro-batch more (its first is small, ADR 0013 decision 7). The JVM's
 JIT compiler (``spark-jvm-jit``) is still compiling Spark's own code (Java serialization, its
-scheduler, JSON, sockets) in the second round, less with each query: CPU seconds per second of
-the round's first query ~0.43, of its third ~0.25, whichever source runs there (ADR 0022). So
-its CPU per row grows with a query's duration and with how early it runs; it is also shown
-per second of each query (``jit_cpu_per_second``), and the ceiling runs on both sides.
+scheduler, JSON, sockets) in the second round, most in its first query, whichever source runs
+there, and then at about the same CPU per second of the next ones (ADR 0022 point 4): so the
+round opens with a ``python-ceiling`` run that takes that work (``python_ceiling_settling_round``)
+and is not compared. The JIT's CPU per row grows with a query's duration; it is also shown per
+second of each query (``jit_cpu_per_second``).
 
 By default a server is started on a free loopback port with a temporary data directory;
 ``--server host:port`` uses a running one instead (its queue ``bench_source`` is flushed).
@@ -411,32 +412,6 @@ def _python_ceiling(spark, rows_per_batch: int, rows_per_partition: int, count: 
         count)
 
 
-def _either_side(before: QueryFigures, after: QueryFigures) -> QueryFigures:
-    """A query run just before and just after another, as one: each figure the mean of the
-    two runs' (both have the same rows). The JIT compiler works less with each query of the
-    reported round (0.43 CPU s per s of the round's first, 0.23 of its last), so a query
-    compared with one run of another on one side gains or loses that."""
-    steady = [run.steady for run in (before, after) if run.steady is not None]
-    return QueryFigures(before.rows, (before.seconds + after.seconds) / 2,
-                        (before.first_rows + after.first_rows) / 2,
-                        sum(steady) / len(steady) if steady else None,
-                        _mean_counters(before.cpu_us, after.cpu_us), before.progress,
-                        before.server, _mean_counters(before.planner, after.planner))
-
-
-def _mean_counters(one: dict, other: dict) -> dict:
-    """The mean of two runs' counters, key by key (nested ones too)."""
-    mean: dict = {}
-    for key, value in one.items():
-        if isinstance(value, dict):
-            mean[key] = _mean_counters(value, other.get(key, {}))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            mean[key] = round((value + other.get(key, value)) / 2, 4)
-        else:
-            mean[key] = value
-    return mean
-
-
 def _jit_per_second(query: QueryFigures) -> float:
     """The JIT compiler threads' CPU seconds per second of the query (start to last rows)."""
     return round(query.cpu_us.get("spark-jvm-jit", 0.0) * query.rows / 1e6 / query.seconds, 3)
@@ -527,16 +502,16 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                 _python_ceiling(spark, max_items_per_batch, items_per_partition, items,
                                 item_bytes, f"{tmp}/ceiling-warm")
                 load_average = os.getloadavg()[0]
-                before = _python_ceiling(spark, max_items_per_batch, items_per_partition,
-                                         items, item_bytes, f"{tmp}/ceiling")
+                # the round's first query takes the JIT's leftover work (module docstring)
+                settling = _python_ceiling(spark, max_items_per_batch, items_per_partition,
+                                           items, item_bytes, f"{tmp}/ceiling-settling")
                 ours = _drain(spark, where, QUEUE, max_items_per_batch, items_per_partition,
                               items, f"{tmp}/run", client, read_ahead, syscalls, profile,
                               PlannerWatch(planner_syscalls, planner_profile, planner_spy))
-                after = _python_ceiling(spark, max_items_per_batch, items_per_partition,
-                                        items, item_bytes, f"{tmp}/ceiling-after")
+                ceiling = _python_ceiling(spark, max_items_per_batch, items_per_partition,
+                                          items, item_bytes, f"{tmp}/ceiling")
                 rate = _rate_micro_batch(spark, max_items_per_batch, items, item_bytes,
                                          f"{tmp}/rate")
-                ceiling = _either_side(before, after)
             finally:
                 spark.stop()
 
@@ -588,9 +563,9 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
     figures["jit_cpu_per_second"] = {name: _jit_per_second(query) for name, query in
                                      (("kestrel", ours), ("python-ceiling", ceiling),
                                       ("rate-micro-batch", rate))}
-    figures["python_ceiling_before_and_after"] = {
-        "steady_rows_per_second": [rounded(before.steady), rounded(after.steady)],
-        "jit_cpu_per_second": [_jit_per_second(before), _jit_per_second(after)]}
+    figures["python_ceiling_settling_round"] = {
+        "steady_rows_per_second": rounded(settling.steady),
+        "jit_cpu_per_second": _jit_per_second(settling)}
     click.echo(f"source: {items:,} items drained and confirmed in {ours.seconds:.2f}s "
                f"({figures['items_per_second']:,} items/s), first rows after "
                f"{figures['first_rows_seconds']}s; rate-micro-batch through the same query: "
