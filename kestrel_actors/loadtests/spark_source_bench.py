@@ -10,11 +10,13 @@ so does ``python-ceiling`` (:mod:`._ceiling_source`), a Python streaming source 
 nothing: the bound Spark's Python data source path sets for any Python source. The three run
 twice, all the same size, and only the second round is reported: in the first, the JVM's JIT
 compiler works on Spark's row path (several CPU seconds on this 2-core machine), and whichever
-query ran first would pay for it. Each query's figures come from its progress: the time from
-its start to the end of its last micro-batch with rows, to the end of its first one, the
-steady rows/s after that first one, and CPU µs per row of each process taking part (the
-server, the Spark JVM, the source's planner process, the executors' Python workers). Prints
-report lines, then one JSON line.
+query ran first would pay for it. The second round opens with an unreported ``python-ceiling``
+run, then ``python-ceiling``, ``kestrel``, ``python-ceiling`` again (the ceiling's figures are
+the two runs' means) and ``rate-micro-batch``. Each query's figures
+come from its progress: the time from its start to the end of its last micro-batch with rows,
+to the end of its first one, the steady rows/s after that first one, and CPU µs per row of
+each process taking part (the server, the Spark JVM, the source's planner process, the
+executors' Python workers). Prints report lines, then one JSON line.
 
 The comparison is like for like: ``python-ceiling`` yields the ``kestrel`` source's schema
 (``value`` binary of ``--item-bytes``, ``queue``, ``server``, ``timestamp``: the same four
@@ -22,9 +24,11 @@ columns and types) in the same micro-batches (``--max-items-per-batch``) and par
 (``--items-per-partition``), so Spark plans, generates and runs the same code for both; the
 ``kestrel`` query has one micro-batch more (its first is small, ADR 0013 decision 7). The JVM's
 JIT compiler (``spark-jvm-jit``) is still compiling Spark's own code (Java serialization, its
-scheduler, JSON, sockets) in the second round; it spends about the same CPU per second of
-either query, so its CPU per row grows with a query's duration rather than with its rows, and
-is also shown per second of each query (``jit_cpu_per_second``).
+scheduler, JSON, sockets) in the second round, less with each query, whichever source runs
+there, most in the first (ADR 0022 point 4): so the round opens with a ``python-ceiling`` run
+that takes that work and is not compared, and the ceiling is measured on both sides of
+``kestrel`` (``python_ceiling_runs``). The JIT's CPU per row grows with a query's duration; it is
+also shown per second of each query (``jit_cpu_per_second``).
 
 By default a server is started on a free loopback port with a temporary data directory;
 ``--server host:port`` uses a running one instead (its queue ``bench_source`` is flushed).
@@ -409,6 +413,31 @@ def _python_ceiling(spark, rows_per_batch: int, rows_per_partition: int, count: 
         count)
 
 
+def _either_side(before: QueryFigures, after: QueryFigures) -> QueryFigures:
+    """A query run just before and just after another, as one: each figure the mean of the
+    two runs' (both have the same rows). The JIT compiler works less with each query of the
+    reported round, so one run on one side would gain or lose that against the other query."""
+    steady = [run.steady for run in (before, after) if run.steady is not None]
+    return QueryFigures(before.rows, (before.seconds + after.seconds) / 2,
+                        (before.first_rows + after.first_rows) / 2,
+                        sum(steady) / len(steady) if steady else None,
+                        _mean_counters(before.cpu_us, after.cpu_us), before.progress,
+                        before.server, _mean_counters(before.planner, after.planner))
+
+
+def _mean_counters(one: dict, other: dict) -> dict:
+    """The mean of two runs' counters, key by key (nested ones too)."""
+    mean: dict = {}
+    for key, value in one.items():
+        if isinstance(value, dict):
+            mean[key] = _mean_counters(value, other.get(key, {}))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            mean[key] = round((value + other.get(key, value)) / 2, 4)
+        else:
+            mean[key] = value
+    return mean
+
+
 def _jit_per_second(query: QueryFigures) -> float:
     """The JIT compiler threads' CPU seconds per second of the query (start to last rows)."""
     return round(query.cpu_us.get("spark-jvm-jit", 0.0) * query.rows / 1e6 / query.seconds, 3)
@@ -499,13 +528,19 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
                 _python_ceiling(spark, max_items_per_batch, items_per_partition, items,
                                 item_bytes, f"{tmp}/ceiling-warm")
                 load_average = os.getloadavg()[0]
+                # the round's first query takes the JIT's leftover work (module docstring)
+                settling = _python_ceiling(spark, max_items_per_batch, items_per_partition,
+                                           items, item_bytes, f"{tmp}/ceiling-settling")
+                before = _python_ceiling(spark, max_items_per_batch, items_per_partition,
+                                         items, item_bytes, f"{tmp}/ceiling-before")
                 ours = _drain(spark, where, QUEUE, max_items_per_batch, items_per_partition,
                               items, f"{tmp}/run", client, read_ahead, syscalls, profile,
                               PlannerWatch(planner_syscalls, planner_profile, planner_spy))
+                after = _python_ceiling(spark, max_items_per_batch, items_per_partition,
+                                        items, item_bytes, f"{tmp}/ceiling-after")
+                ceiling = _either_side(before, after)
                 rate = _rate_micro_batch(spark, max_items_per_batch, items, item_bytes,
                                          f"{tmp}/rate")
-                ceiling = _python_ceiling(spark, max_items_per_batch, items_per_partition,
-                                          items, item_bytes, f"{tmp}/ceiling")
             finally:
                 spark.stop()
 
@@ -557,6 +592,9 @@ def main(items, item_bytes, max_items_per_batch, items_per_partition, master, ad
     figures["jit_cpu_per_second"] = {name: _jit_per_second(query) for name, query in
                                      (("kestrel", ours), ("python-ceiling", ceiling),
                                       ("rate-micro-batch", rate))}
+    figures["python_ceiling_runs"] = {  # the settling run's, then the two compared
+        "steady_rows_per_second": [rounded(run.steady) for run in (settling, before, after)],
+        "jit_cpu_per_second": [_jit_per_second(run) for run in (settling, before, after)]}
     click.echo(f"source: {items:,} items drained and confirmed in {ours.seconds:.2f}s "
                f"({figures['items_per_second']:,} items/s), first rows after "
                f"{figures['first_rows_seconds']}s; rate-micro-batch through the same query: "

@@ -55,3 +55,18 @@ def test_python_ceiling_plans_no_rows_past_its_total():
     assert reader.latestOffset(second) == second  # 14 rows planned: nothing more
     endless = CeilingSource({"rowsPerBatch": "7"}).streamReader(None)
     assert endless.latestOffset({"seq": 1000}) == {"seq": 1001}
+
+
+def test_the_ceiling_run_on_both_sides_of_ours_counts_as_the_mean_of_its_runs():
+    """The JIT works less with each query of the reported round, so the ceiling runs just
+    before and just after ``kestrel`` and each of its figures is the mean of the two."""
+    from kestrel_actors.loadtests.spark_source_bench import QueryFigures, _either_side
+
+    before = QueryFigures(100, 2.0, 0.5, 80.0, {"spark-jvm-jit": 4.0, "all": 10.0}, [],
+                          planner={"minor_faults": 0.1, "threads_us": {"main": 2.0}})
+    after = QueryFigures(100, 1.0, 0.25, 120.0, {"spark-jvm-jit": 2.0, "all": 8.0}, [],
+                         planner={"minor_faults": 0.3, "threads_us": {"main": 1.0}})
+    both = _either_side(before, after)
+    assert (both.rows, both.seconds, both.first_rows, both.steady) == (100, 1.5, 0.375, 100.0)
+    assert both.cpu_us == {"spark-jvm-jit": 3.0, "all": 9.0}
+    assert both.planner == {"minor_faults": 0.2, "threads_us": {"main": 1.5}}
