@@ -40,6 +40,11 @@ class Decoder:
         self._buffer = bytearray()
         self.closed = True
 
+    def reuse(self, command: object) -> None:
+        """``command``, which this decoder made, has been answered and nobody holds it any longer:
+        a codec may refill it as its next request of that kind (``MemcacheDecoder``), not make
+        another. By default it is let go."""
+
     def _decode(self, source: bytes | bytearray, commands: list[object]) -> int:
         """Append to ``commands`` what ``source`` holds complete, stopping after one that
         closes; return where the unparsed rest of ``source`` starts."""

@@ -764,6 +764,9 @@ class SessionActor(GeventActor):
                 if failure is None and not opens and not self.out:
                     data = self.handler.lone_reply(lone, results)
                     if data is not None:  # one part (a SET's, a miss's): sent through no list
+                        # answered: nothing reads the request again (``lone`` and its batch have
+                        # let go of it, the read's list was read once), so its decoder may refill it
+                        self.transport.reuse(lone)
                         if not self._send(data):
                             self._return_items(ops, results, 0, total, opened=False)
                         return

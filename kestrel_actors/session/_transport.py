@@ -415,6 +415,10 @@ class Transport:
         """The session has answered everything it was handed: read on."""
         raise NotImplementedError
 
+    def reuse(self, command: Any) -> None:
+        """``command`` has been answered and nobody holds it any longer: its decoder may refill
+        it (``Decoder.reuse``). A transport without one lets it go."""
+
     def close(self) -> None:
         """Close once what is kept has been sent."""
         raise NotImplementedError
@@ -690,6 +694,9 @@ class SocketTransport(Transport):
                 self._account()
         if not self._reading and self._may_read():
             self._read_again()
+
+    def reuse(self, command: Any) -> None:
+        self.decoder.reuse(command)
 
     def sendall(self, data: bytes) -> None:
         """Send ``data`` after anything still unsent; never waits. Raises ``OSError`` if the
