@@ -289,6 +289,9 @@ class SessionActor(GeventActor):
         self.spare: QueueBatch | None = None
         """The last batch, answered: nothing else holds it once it is (a queue lets go of a
         batch before it answers it), and the next one is it, refilled, not made again."""
+        self.spare_ops: list[Any] | None = None
+        """The operations' list of the last batch of one SET, answered and emptied: the next
+        batch's, not made again (held by nobody as its ``Add`` is: ``spare_add``)."""
         self.spare_add: Add | None = None
         """The operation of the last batch of one SET, answered, with its data let go: the next
         SET's, refilled (:meth:`add_op`), not made again."""
@@ -336,6 +339,8 @@ class SessionActor(GeventActor):
                 if type(op) is Add:  # a lone SET's: nothing else holds it now (see ``add_op``)
                     op.data = _NO_DATA
                     self.spare_add = op
+                    ops.clear()  # nor its list, held as the Add is: the next batch's (``spare_ops``)
+                    self.spare_ops = ops
             # read: its items' bytes go (issue 53), and the spare batch's next answer is it
             message.results = _NO_OPS
             message.ops = None
@@ -618,7 +623,11 @@ class SessionActor(GeventActor):
                 return False  # asked: the batch starts once the answer comes
             self.out.append(handler.missing_queue_reply(first, self.open_reads.get(name)))
             return True
-        ops: list[Any] = []
+        ops = self.spare_ops
+        if ops is None:
+            ops = []
+        else:
+            self.spare_ops = None
         pending = self.pending
         preset, last = handler.compile(first, ops)  # _pump checked its write refusal
         if preset is None:
