@@ -310,13 +310,15 @@ class MemcacheDecoder(Decoder):
                 continue
             if pos >= size:
                 break
+            # the lines' lengths, not their truth: compiled, a bytes' length is native and its truth
+            # a generic call (~25 instructions a read)
             repeated = self._set_line
-            if repeated and line_at(source, pos, repeated):
+            if len(repeated) and line_at(source, pos, repeated):
                 self._storage = self._set_parsed
                 pos += len(repeated)
                 continue
             repeated = self._get_line
-            if repeated:
+            if len(repeated):
                 run = self._get_run
                 if size - pos >= len(run) and line_at(source, pos, run):
                     commands.extend(self._get_runs)

@@ -595,7 +595,7 @@ class SocketTransport(Transport):
 
     def _readable(self) -> None:
         try:
-            data: bytes = _read(self.fd, READ_SIZE)  # typed: its truth and length are native
+            data: bytes = _read(self.fd, READ_SIZE)  # typed: its length is native
         except BlockingIOError:
             return
         except OSError:  # a reset: the client has gone
@@ -607,7 +607,7 @@ class SocketTransport(Transport):
             self._stop_reading()
             self.on_hang_up()
             return
-        if not data:
+        if not len(data):  # (compiled, a bytes' truth is a generic call, its length native)
             self._stop_reading()
             self.input_ended = self._fin_seen = True
             self.on_input_end(True)
