@@ -396,7 +396,8 @@ class SessionActor(GeventActor):
             self._local(command)
         if first is not None:  # not run yet (the session waits or is backed up): it waits first
             pending.append(first)
-        self._flush()
+        if self.out:  # asked here: twice per lone request, nothing is out (its reply went alone)
+            self._flush()
         if self.closing and self.waiting is None:
             self._finish()
         elif not pending.count:
