@@ -219,7 +219,7 @@ class TextDecoder(Decoder):
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer) + self._block_bytes
+        return self._kept + self._block_bytes
 
     def release(self) -> None:
         super().release()

@@ -415,6 +415,10 @@ class Transport:
         """The session has answered everything it was handed: read on."""
         raise NotImplementedError
 
+    def reuse(self, command: Any) -> None:
+        """``command`` has been answered and nobody holds it any longer: its decoder may refill
+        it (``Decoder.reuse``). A transport without one lets it go."""
+
     def close(self) -> None:
         """Close once what is kept has been sent."""
         raise NotImplementedError
@@ -591,7 +595,7 @@ class SocketTransport(Transport):
 
     def _readable(self) -> None:
         try:
-            data: bytes = _read(self.fd, READ_SIZE)  # typed: its truth and length are native
+            data: bytes = _read(self.fd, READ_SIZE)  # typed: its length is native
         except BlockingIOError:
             return
         except OSError:  # a reset: the client has gone
@@ -603,7 +607,7 @@ class SocketTransport(Transport):
             self._stop_reading()
             self.on_hang_up()
             return
-        if not data:
+        if not len(data):  # (compiled, a bytes' truth is a generic call, its length native)
             self._stop_reading()
             self.input_ended = self._fin_seen = True
             self.on_input_end(True)
@@ -690,6 +694,9 @@ class SocketTransport(Transport):
                 self._account()
         if not self._reading and self._may_read():
             self._read_again()
+
+    def reuse(self, command: Any) -> None:
+        self.decoder.reuse(command)
 
     def sendall(self, data: bytes) -> None:
         """Send ``data`` after anything still unsent; never waits. Raises ``OSError`` if the

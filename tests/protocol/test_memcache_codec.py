@@ -23,6 +23,18 @@ def test_set_with_crlf_and_bare_lf_and_unchecked_terminator():
     assert decode(b"set q 0 0 5\r\nhello!!") == [p.Set("q", 0, b"hello")]
 
 
+def test_an_answered_set_given_back_is_refilled_as_the_next_set_and_a_get_never_is():
+    decoder = MemcacheDecoder()
+    first, get = decoder.feed(b"set q 0 0 5\r\nhello\r\nget q\r\n")
+    decoder.reuse(get)  # a line's Get is shared by its repeats: never refilled
+    decoder.reuse(first)
+    assert first.data == b""  # its item's bytes go as it is given back
+    again, second, get_again = decoder.feed(b"set r 7 0 2\r\nhi\r\nset q 0 0 3\r\nabc\r\nget q\r\n")
+    assert again is first and again == p.Set("r", 0, b"hi")
+    assert second is not first and second == p.Set("q", 0, b"abc")
+    assert get_again is get and get == p.Get("q")
+
+
 def test_binary_data_block_may_hold_crlf_and_nul():
     data = b"a\r\nb\x00c\r\n"
     assert decode(b"set q 7 0 %d\r\n%s\r\n" % (len(data), data)) == [p.Set("q", 0, data)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gevent
 import structlog.testing
 
+from kestrel_actors.protocol import MemcacheDecoder
 from kestrel_actors.runtime import Dispatcher
 from kestrel_actors.session import MemcacheHandler, Received, Reload, Shutdown, TextHandler
 from kestrel_actors.status import Status
@@ -48,6 +49,41 @@ def test_a_hit_reaches_the_transport_as_its_parts_the_data_not_joined(world):
     assert transport.parts == [[b"VALUE big 0 102400\r\n", data, b"\r\nEND\r\n"]]
     assert client.send(b"set big 0 0 5\r\nhello\r\nget big/t=10\r\nget big\r\n") == (
         b"STORED\r\nVALUE big 0 5\r\nhello\r\nEND\r\nEND\r\n")
+
+
+class DecodingTransport(BufferTransport):
+    """A buffer that gives answered requests back to its client's decoder, as the socket
+    transport does (``SocketTransport.reuse``), and keeps them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decoder = MemcacheDecoder()
+        self.given_back: list[object] = []
+
+    def reuse(self, command) -> None:
+        self.given_back.append(command)
+        self.decoder.reuse(command)
+
+
+def test_an_answered_set_is_its_connections_next_refilled_and_every_item_keeps_its_bytes(world):
+    # two connections interleaved, each with its own decoder: a lone SET's command, answered, is
+    # refilled as that connection's next SET (never the other's), a pipelined pair is not given
+    # back (nor refilled while in flight), and every item reads back as it was sent
+    one, two = DecodingTransport(), DecodingTransport()
+    a, b = world.connect(transport=one), world.connect(transport=two)
+    a.decoder, b.decoder = one.decoder, two.decoder
+    assert a.send(b"set q 0 0 2\r\na1\r\n") == b"STORED\r\n"
+    assert b.send(b"set q 0 0 2\r\nb1\r\n") == b"STORED\r\n"
+    (first,), (other,) = one.given_back, two.given_back
+    assert first is not other and first.data == other.data == b""
+    assert a.send(b"set r 0 0 2\r\na2\r\n") == b"STORED\r\n"
+    assert one.given_back == [first, first]
+    assert a.send(b"set q 0 0 2\r\na3\r\nset q 0 0 2\r\na4\r\n") == b"STORED\r\nSTORED\r\n"
+    assert b.send(b"set q 0 0 2\r\nb2\r\n") == b"STORED\r\n"
+    assert len(one.given_back) == 2 and two.given_back == [other, other]
+    reads = [a.send(b"get q\r\n") for _ in range(6)] + [b.send(b"get r\r\n")]
+    assert reads == [b"VALUE q 0 2\r\n%s\r\nEND\r\n" % data for data in (b"a1", b"b1", b"a3", b"a4", b"b2")] + [
+        b"END\r\n", b"VALUE r 0 2\r\na2\r\nEND\r\n"]
 
 
 def test_pipelined_requests_answered_in_order_in_one_write(world):
