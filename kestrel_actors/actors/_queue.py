@@ -574,7 +574,11 @@ class QueueActor(GeventActor):
             done.failure = batch.failure
             done.to = _reply_to(batch)
             done.answered_at = 0.0  # set again if the answer waits for an fdatasync
-        self._replies.insert(first_answer, done)
+        replies = self._replies
+        if first_answer == len(replies):  # no waiter's answer went before it (nearly always)
+            replies.append(done)  # (CPython's insert at the end costs ~40 instructions more than append)
+        else:
+            replies.insert(first_answer, done)
 
     @staticmethod
     def _refuse(batch: QueueBatch, error: OSError) -> JournalFailure:
