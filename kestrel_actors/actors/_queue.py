@@ -562,7 +562,8 @@ class QueueActor(GeventActor):
                 results.append(core.stats(now_ms, len(self.waiters)))
             else:
                 raise ValueError(f"unknown queue operation {op!r}")
-        self._forward_expired()
+        if core.expired_out:  # tested here: a call that finds nothing cost ~35 instructions a batch
+            self._forward_expired()
         done = batch.answer
         if done is None:
             done = BatchDone(results, ops, batch.failure, _reply_to(batch))
@@ -573,7 +574,11 @@ class QueueActor(GeventActor):
             done.failure = batch.failure
             done.to = _reply_to(batch)
             done.answered_at = 0.0  # set again if the answer waits for an fdatasync
-        self._replies.insert(first_answer, done)
+        replies = self._replies
+        if first_answer == len(replies):  # no waiter's answer went before it (nearly always)
+            replies.append(done)  # (CPython's insert at the end costs ~40 instructions more than append)
+        else:
+            replies.insert(first_answer, done)
 
     @staticmethod
     def _refuse(batch: QueueBatch, error: OSError) -> JournalFailure:

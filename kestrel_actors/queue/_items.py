@@ -52,7 +52,7 @@ class PackedItems:
     call (a pipelined drain's GET cost less so). The slots taken at the head are let go
     :data:`COMPACT_AT` at a time at least, once they are half the list or more."""
 
-    __slots__ = ("_entries", "_first", "_offset", "_run", "_run_bytes", "count")
+    __slots__ = ("_entries", "_first", "_offset", "_run", "_run_bytes", "count", "expiring")
 
     def __init__(self) -> None:
         self._entries: list[Item | bytes | None] = []
@@ -68,6 +68,9 @@ class PackedItems:
         self._run_bytes = 0
         self.count = 0
         """The items held (``len``)."""
+        self.expiring = 0
+        """The items held that have an expiry (not 0): while none has, no head in memory expires
+        and a queue needs no look at it (``QueueCore.discard_expired``, for every add)."""
 
     def __len__(self) -> int:
         return self.count
@@ -96,6 +99,8 @@ class PackedItems:
         """Add ``item`` (``xid`` 0) at the tail."""
         size = len(item.data)
         self.count += 1
+        if item.expiry:
+            self.expiring += 1
         if size >= LONE_ITEM_BYTES:
             if self._run:
                 self._pack_run()
@@ -111,6 +116,8 @@ class PackedItems:
         """Put ``item`` back at the head."""
         self._put_first(item)
         self.count += 1
+        if item.expiry:
+            self.expiring += 1
 
     def head(self) -> Item | None:
         """The head item (``None`` when empty), taken out of its chunk if packed: the next
@@ -138,14 +145,18 @@ class PackedItems:
                 self._run -= 1
                 self._run_bytes -= len(entry.data)
             self._drop_first(entries, first)
-            return entry
-        assert entry is not None
-        return self._take_packed(entry)
+            item = entry
+        else:
+            assert entry is not None
+            item = self._take_packed(entry)
+        if item.expiry:
+            self.expiring -= 1
+        return item
 
     def pop_run(self, count: int, budget: int, taken: list[Item]) -> int:
         """:meth:`popleft` up to ``count`` times while the items taken hold less than
         ``budget`` bytes, each appended to ``taken``, stopping before an item that may expire
-        (``expiry`` not 0) -> the bytes taken.
+        (``expiry`` not 0: :attr:`expiring` counts none of those taken) -> the bytes taken.
 
         A pipelined burst's run of heads in one call: the head index, the unpacked run's
         count and the taken slots' letting go are settled once for the run, not per item."""

@@ -7,10 +7,12 @@ the calls ``QueueCore`` is expected to make.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 
 import gevent
 import gevent.event
@@ -225,6 +227,50 @@ def test_open_reads_filling_an_empty_queues_file_are_not_rewritten_at_every_chan
     durable(journal)
     items, open_items = on_disk(data_dir)
     assert items == [b"after"] and sorted(open_items.values()) == sorted(item.data for item in held[30:])
+    journal.close()
+
+
+def test_a_live_queue_is_told_a_rule_is_due_whenever_the_rule_says_so(tmp_path):
+    """``rotation_due`` on a live queue (a ``QueueCore``) first compares the current file with
+    the sizes the rules fire at, worked out once per limits and archived bytes. It answers as
+    the rules read whole do (for any other queue object) after every change: as the file grows
+    (c), as rotations add archived bytes (b), with a checkpoint due, after a reload that lowers
+    a limit, as the queue empties (a)."""
+    config = QueueConfig(default_journal_size=10**9, max_memory_size=1000, max_journal_size=3000,
+                         min_journal_compact_delay=None)
+    journal = FileJournal(str(tmp_path), "q", config, checkpoint_due=4300)
+    core = QueueCore("q", config, journal)
+    now = 1_700_000_000_000
+    seen = []
+
+    def check() -> None:
+        rules = SimpleNamespace(items=core.items, open_reads=core.open_reads, bytes=core.bytes,
+                                length=core.length, config=core.config)  # not a QueueCore: read whole
+        due = journal.rotation_due(core)
+        assert due == journal.rotation_due(rules), (journal.size(), journal.archived_size, core.length)
+        seen.append(due)
+
+    for i in range(60):  # a small queue's file: rotated at 1,000 bytes, rewritten past 3,000 in all
+        assert core.add(b"%03d" % i + b"." * 97, 0, now)
+        check()
+        if core.length > 2:
+            core.remove(now)
+            check()
+    assert journal.rotations >= 2 and journal.rewrites >= 2 and journal.checkpoints == 0
+    core.config = dataclasses.replace(config, max_memory_size=100)  # a reload: new limits
+    check()
+    assert seen[-1] and journal.size() > 100
+    core.config = QueueConfig(default_journal_size=500, max_memory_size=10**6, max_journal_size=10**7)
+    check()
+    while core.length:
+        core.remove(now)
+        check()
+    for _ in range(10):  # rule (a) at every add that finds the queue empty past 500 bytes
+        assert core.add(b"a" * 100, 0, now)
+        check()
+        core.remove(now)
+        check()
+    assert journal.rewrites >= 4 and seen.count(True) >= 8
     journal.close()
 
 

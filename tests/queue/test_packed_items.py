@@ -80,6 +80,8 @@ def test_a_mixed_workload_matches_a_deque():
             assert back == expected[0]
             items.appendleft(back)
         assert len(items) == len(expected)
+        if len(expected) % 16 == 0:
+            assert items.expiring == sum(1 for one in expected if one.expiry)
     assert list(items) == expected
 
 
@@ -132,6 +134,7 @@ def test_a_run_of_heads_popped_at_once_is_what_popleft_answers_up_to_one_that_ma
             expected.append(ones.popleft())
         assert taken == expected and size == sum(len(i.data) for i in taken)
         assert len(runs) == len(ones) and runs._run == ones._run and runs._run_bytes == ones._run_bytes
+        assert runs.expiring == ones.expiring
         if runs and not taken:  # the head may expire: popleft's to take
             assert runs.popleft() == ones.popleft()
     assert list(runs) == list(ones)

@@ -93,6 +93,27 @@ def test_an_expired_item_behind_a_live_one_waits_for_the_head():
     assert queue.expired_items == 1
 
 
+def test_an_item_that_expires_is_discarded_at_the_head_wherever_it_was_kept():
+    """A queue looks at its head for expiry only while some item in memory has an expiry
+    (``PackedItems.expiring``): one packed in a chunk behind items that never expire, and one
+    opened and put back at the head, are still discarded by the first add after they expired."""
+    queue = make()
+    for i in range(1000):  # about 1.5 chunks of 100 B items: the one with an expiry packed
+        assert queue.add(b"%04d" % i + b"." * 96, NOW + 10 if i == 500 else 0, NOW)
+    for i in range(500):
+        assert queue.remove(NOW).data[:4] == b"%04d" % i
+    assert queue.add(b"later", 0, NOW + 20)
+    assert queue.expired_items == 1 and queue.remove(NOW + 20).data[:4] == b"0501"
+    drain(queue, NOW + 20)
+    queue.add(b"opened", NOW + 30, NOW + 20)
+    queue.add(b"live", 0, NOW + 20)
+    opened = queue.remove(NOW + 20, transactional=True)
+    assert opened is not None and queue.items.expiring == 0
+    assert queue.unremove(opened.xid)  # back at the head, with its expiry
+    assert queue.add(b"last", 0, NOW + 40)
+    assert queue.expired_items == 2 and drain(queue, NOW + 40) == [b"live", b"last"]
+
+
 def test_max_age_caps_expiry_and_is_recomputed_at_sweep():
     queue = make(max_age=10.0)
     queue.add(b"a", 0, NOW)

@@ -163,6 +163,7 @@ class Inline(GeventActor):
 
     def on_receive(self, message):
         assert not self.running, "a handler ran re-entrantly"
+        _counted(self.mailbox)
         self.running = True
         try:
             kind = message[0]
@@ -181,10 +182,17 @@ class Inline(GeventActor):
             self.running = False
 
     def on_inbox_empty(self) -> None:
+        _counted(self.mailbox)
         self.log.append((self.name, "idle"))
 
     def on_dead_letter(self, message):
         self.log.append((self.name, "dead", message[1]))
+
+
+def _counted(mailbox) -> None:
+    """The count of a mailbox's entries that the runtime reads is its deque's length, whichever
+    way each entry came (a busy actor's tell, a put back, an ask, a failure, a stop)."""
+    assert mailbox.length == len(mailbox.items), (mailbox.length, list(mailbox.items))
 
 
 @pytest.fixture
@@ -198,6 +206,7 @@ def inline_pair():
     log.clear()
     yield log, a, b
     for ref in (a, b):
+        _counted(ref.mailbox)
         if ref.is_alive():
             ref.stop()
 
@@ -276,6 +285,33 @@ def test_a_stop_inside_an_inline_handler_turns_what_is_queued_into_dead_letters(
     assert ("a", "start", 1, False) in log  # the stop ran inline, on this greenlet
     assert ("a", "dead", 2) in log
     assert not any(e[:3] == ("a", "start", 2) for e in log)
+
+
+def test_an_ask_that_reaches_a_busy_inline_actor_goes_to_its_greenlet_with_what_follows(inline_pair):
+    """An ask and a tell queued while ``a`` runs inline: its run takes the ask out, puts it back
+    for ``a``'s greenlet, which answers it and then handles the tell (the mailbox's count of its
+    entries checked at every step: ``_counted``)."""
+    log, a, _b = inline_pair
+    asked = []
+
+    class Relay(GeventActor):
+        inline_dispatch = True
+
+        def on_receive(self, message):
+            asked.append(a.ask(("note", 5), block=False))  # a is busy (it is telling us): queued
+            a.tell(("note", 6))
+
+    relay = Relay.start()
+    gevent.sleep(0.01)
+    a.proxy().peer = relay
+    gevent.sleep(0.01)
+    log.clear()
+    a.tell(("ping", 0))  # a runs inline here, relay inline inside it
+    assert asked[0].get(timeout=1) is None
+    gevent.sleep(0.01)
+    relay.stop()
+    starts = [(e[2], e[3]) for e in log if e[:2] == ("a", "start")]
+    assert starts == [(0, False), (5, True), (6, True)]  # the ask and the tell on a's own greenlet
 
 
 def test_the_dispatcher_tells_in_order_from_a_greenlet_not_the_hub(inline_pair):
