@@ -3,12 +3,15 @@
 The server (``serve --sync-journal always``, the package this interpreter imports: build it
 compiled first) runs under ``valgrind --tool=callgrind``; ``put-many -c 100`` warms it up, then
 callgrind's counters are zeroed and dumped around a short and a long run. The difference of the
-two dumps per SET is what one more durable SET costs: the connections' setup and the final flush
-are in both runs and cancel out. Deterministic to about 0.5%, so two builds compare in one run
-each where timed rounds swing more than the change.
+two dumps per SET is what one more durable SET costs: the connections' setup is in both runs and
+cancels out. The measured runs do not flush the queue first (``-F``): a flush in them removed the
+run before's items, 3,000 in the short one and 1,000 in the long one, and so took 0.4 of a
+REMOVE off each SET's figure. Deterministic to about 0.5%, so two builds compare in one run each
+where timed rounds swing more than the change. ``--redis BINARY`` runs the same recipe against
+Redis with ``appendfsync always`` (the bench's durable row's peer), through ``--resp``.
 
     python -m kestrel_actors.loadtests.durable_callgrind [--warm-up 3000] [--small 1000] \
-        [--big 6000] [--clients 100] [--top 30] [--keep DIR]
+        [--big 6000] [--clients 100] [--top 30] [--keep DIR] [--redis /usr/bin/redis-server]
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .bench import REDIS_DURABLE
 
 _NAMED = re.compile(r"\((\d+)\)(?: (.*))?")
 
@@ -112,10 +117,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _put_many(port: int, sets: int, clients: int) -> None:
+def _put_many(port: int, sets: int, clients: int, options: tuple[str, ...]) -> None:
     subprocess.run([sys.executable, "-m", "kestrel_actors.loadtests", "put-many", "-c", str(clients),
-                    "-n", str(sets), "-p", str(port), "--no-progress"],
+                    "-n", str(sets), "-p", str(port), "--no-progress", *options],
                    check=True, stdout=subprocess.DEVNULL, timeout=900)
+
+
+def _server_command(out: Path, port: int, redis: str | None) -> list[str]:
+    if redis is not None:
+        return [redis, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(out / "data"),
+                *REDIS_DURABLE]
+    return [sys.executable, "-m", "kestrel_actors.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--text-port", "0", "--admin-port", "0", "--thrift-port", "0", "--data-dir", str(out / "data"),
+            "--log-level", "warning", "--sync-journal", "always"]
 
 
 def _callgrind_control(*args: str) -> None:
@@ -124,8 +138,8 @@ def _callgrind_control(*args: str) -> None:
         raise SystemExit(f"callgrind_control {' '.join(args)} failed: {done.stdout}{done.stderr}")
 
 
-def measure(out: Path, warm_up: int, small: int, big: int, clients: int) -> Result:
-    """Run the recipe with its files in ``out`` (emptied first)."""
+def measure(out: Path, warm_up: int, small: int, big: int, clients: int, redis: str | None = None) -> Result:
+    """Run the recipe with its files in ``out`` (emptied first); against ``redis`` if given."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed (Debian's valgrind package; make test installs it)")
     shutil.rmtree(out, ignore_errors=True)
@@ -135,9 +149,7 @@ def measure(out: Path, warm_up: int, small: int, big: int, clients: int) -> Resu
     with open(out / "server.log", "wb") as log:
         server = subprocess.Popen(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/callgrind.out.%p", "--dump-instr=no",
-             sys.executable, "-m", "kestrel_actors.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--text-port", "0", "--admin-port", "0", "--thrift-port", "0", "--data-dir", str(out / "data"),
-             "--log-level", "warning", "--sync-journal", "always"],
+             *_server_command(out, port, redis)],
             cwd=root, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
@@ -145,12 +157,13 @@ def measure(out: Path, warm_up: int, small: int, big: int, clients: int) -> Resu
             if server.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the server under valgrind did not listen; see {out}/server.log")
             time.sleep(0.5)
-        pid = str(server.pid)  # valgrind runs python in its own process: the same pid
-        _put_many(port, warm_up, clients)
+        pid = str(server.pid)  # valgrind runs the server in its own process: the same pid
+        protocol = ("--resp",) if redis is not None else ()
+        _put_many(port, warm_up, clients, protocol)
         dumps: list[Dump] = []
         for name, sets in (("small", small), ("big", big)):
             _callgrind_control("-z", pid)
-            _put_many(port, sets, clients)
+            _put_many(port, sets, clients, ("-F", *protocol))
             _callgrind_control("-d", name, pid)
             dumps.append(read_dump(next(out.glob(f"callgrind.out.{pid}.{len(dumps) + 1}*"))))
     finally:
@@ -168,12 +181,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=30, help="functions listed")
     parser.add_argument("--keep", type=Path, default=None,
                         help="directory for the dumps and the server's data (kept; default: a temporary one)")
+    parser.add_argument("--redis", default=None, metavar="BINARY",
+                        help="measure this redis-server (appendfsync always) instead of ours")
     args = parser.parse_args(argv)
     if args.big <= args.small:
         parser.error("--big must exceed --small")
     out = args.keep or Path(tempfile.mkdtemp(prefix="durable-callgrind-"))
     try:
-        result = measure(out.resolve(), args.warm_up, args.small, args.big, args.clients)
+        result = measure(out.resolve(), args.warm_up, args.small, args.big, args.clients, args.redis)
     finally:
         if args.keep is None:
             shutil.rmtree(out, ignore_errors=True)
