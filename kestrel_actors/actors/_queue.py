@@ -105,6 +105,13 @@ def _reply_to(batch: QueueBatch) -> Any:
     return batch.reply_to if batch.copies is None else batch.copies
 
 
+def _batch_time_ms(batch: QueueBatch) -> int:
+    """The time of ``batch``'s requests: their session's reading when it sent them
+    (behaviour §5.1), not a reading more; a batch resumed from the wait-list reads the clock."""
+    sent_at = batch.sent_at
+    return int(sent_at * 1000) if sent_at and not batch.parked else epoch_ms()
+
+
 def _tell_answer(reply: BatchDone | CopyDone) -> None:
     """Tell ``reply`` to its ``to``, which it lets go of first: a receiver that keeps the
     answer (a future, a fanout join) would otherwise form a cycle with it, which only the
@@ -303,7 +310,8 @@ class QueueActor(GeventActor):
         if type(message) is QueueBatch:
             results: list[Any] = []
             try:
-                self._run(message, 0, results)
+                if not self._run_lone_add(message, results):
+                    self._run(message, 0, results)
             except Exception:
                 # answered as a closed queue would, so the client is not left waiting
                 results += [closed_result(op) for op in message.ops[len(results):]]
@@ -474,10 +482,7 @@ class QueueActor(GeventActor):
         core = self.core
         stats = self.stats
         ops = batch.ops
-        sent_at = batch.sent_at
-        # the requests' time: their session's reading when it sent them (behaviour §5.1), not
-        # a reading more; a batch resumed from the wait-list reads the clock
-        now_ms = int(sent_at * 1000) if sent_at and not batch.parked else epoch_ms()
+        now_ms = _batch_time_ms(batch)
         fetched = 0
         count = len(ops)
         run_end = start  # where the last run of one shared plain fetch ends
@@ -562,8 +567,40 @@ class QueueActor(GeventActor):
                 results.append(core.stats(now_ms, len(self.waiters)))
             else:
                 raise ValueError(f"unknown queue operation {op!r}")
-        if core.expired_out:  # tested here: a call that finds nothing cost ~35 instructions a batch
+        self._hold_answer(batch, results, first_answer)
+
+    def _run_lone_add(self, batch: QueueBatch, results: list[Any]) -> bool:
+        """Run a batch of one add (a SET's) into the one-result list of its sender's last
+        answer, which the sender kept (``SessionActor.on_receive``): no list made, nor its
+        array grown by an append, per SET. ``False``: not such a batch, nothing run."""
+        done = batch.answer
+        if done is None or self.has_children:
+            return False
+        ops = batch.ops
+        if len(ops) != 1:
+            return False
+        op = ops[0]
+        kept = done.results
+        if type(op) is not Add or len(kept) != 1:
+            return False
+        first_answer = len(self._replies)
+        result = self._add(op.data, op.expiry, _batch_time_ms(batch))
+        if self.core.expired_out:
+            # expired items to forward first (rare): in ``results``, as _run puts it, the
+            # result is what on_receive answers should the forwarding fail
+            results.append(result)
+            kept = results
+        else:
+            kept[0] = result
+        self._hold_answer(batch, kept, first_answer)
+        return True
+
+    def _hold_answer(self, batch: QueueBatch, results: list[Any], first_answer: int) -> None:
+        """Hold ``batch``'s answer for the journal write, before any answer its run put at
+        ``first_answer`` or after (the waiters its adds woke)."""
+        if self.core.expired_out:  # tested here: a call that finds nothing cost ~35 instructions a batch
             self._forward_expired()
+        ops = batch.ops
         done = batch.answer
         if done is None:
             done = BatchDone(results, ops, batch.failure, _reply_to(batch))

@@ -333,17 +333,20 @@ class SessionActor(GeventActor):
                 self._pump(None)
         elif type(message) is BatchDone:
             self._batch_done(message)
-            ops = message.ops
-            if ops is not None and len(ops) == 1:
-                op = ops[0]
-                if type(op) is Add:  # a lone SET's: nothing else holds it now (see ``add_op``)
-                    op.data = _NO_DATA
-                    self.spare_add = op
-                    ops.clear()  # nor its list, held as the Add is: the next batch's (``spare_ops``)
-                    self.spare_ops = ops
             # read: its items' bytes go (issue 53), and the spare batch's next answer is it
-            message.results = _NO_OPS
+            ops = message.ops
             message.ops = None
+            if ops is not None and len(ops) == 1 and type(ops[0]) is Add:
+                # a lone SET's: nothing else holds its Add now (see ``add_op``)
+                op: Add = ops[0]
+                op.data = _NO_DATA
+                self.spare_add = op
+                ops.clear()  # nor its list, held as the Add is: the next batch's (``spare_ops``)
+                self.spare_ops = ops
+                # its one result (no item) stays: the queue puts the next SET's in its place
+                # (QueueActor._run_lone_add)
+            else:
+                message.results = _NO_OPS
             self._pump(None)
         elif type(message) is _Answered:
             self._answered(message)

@@ -422,6 +422,28 @@ def test_expired_items_move_to_the_expire_to_queue(tmp_path):
         world.collection.stop()
 
 
+def test_a_lone_set_that_expires_the_head_moves_it_and_is_answered_stored(tmp_path):
+    # the SET's add discards the expired head: forwarded to expire_to before the answer, which
+    # goes in a fresh list (QueueActor._run_lone_add), and the next SETs are answered as ever
+    world = World(tmp_path, queues={"short": QueueConfig(expire_to_queue="graveyard")})
+    try:
+        client = world.connect()
+        client.send(b"get graveyard\r\n")
+        now = int(time.time())
+        assert client.send(b"set short 0 %d 4\r\ngone\r\n" % (now + 1)) == b"STORED\r\n"
+        assert client.send(b"set short 0 0 4\r\nkept\r\n") == b"STORED\r\n"
+        gevent.sleep(2.1)  # past the first item's expiry (whole seconds)
+        assert client.send(b"set short 0 0 4\r\nnext\r\n") == b"STORED\r\n"
+        assert client.send(b"set short 0 0 4\r\nlast\r\n") == b"STORED\r\n"
+        settle()
+        assert client.send(b"get graveyard\r\n") == b"VALUE graveyard 0 4\r\ngone\r\nEND\r\n"
+        reads = [client.send(b"get short\r\n") for _ in range(4)]
+        assert reads == [b"VALUE short 0 4\r\n%s\r\nEND\r\n" % data for data in (b"kept", b"next", b"last")] + [
+            b"END\r\n"]
+    finally:
+        world.collection.stop()
+
+
 def test_an_item_older_than_max_age_expires_without_a_move(tmp_path):
     world = World(tmp_path, queues={"fresh": QueueConfig(max_age=0.2)})
     try:

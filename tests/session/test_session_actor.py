@@ -11,12 +11,13 @@ from __future__ import annotations
 import gevent
 import structlog.testing
 
+from kestrel_actors.config import QueueConfig
 from kestrel_actors.protocol import MemcacheDecoder
 from kestrel_actors.runtime import Dispatcher
 from kestrel_actors.session import MemcacheHandler, Received, Reload, Shutdown, TextHandler
 from kestrel_actors.status import Status
 
-from ..helpers import LONG_WAIT_MS, BufferTransport, settle
+from ..helpers import LONG_WAIT_MS, BufferTransport, World, settle
 
 
 def test_set_then_get_exact_bytes(world):
@@ -84,6 +85,35 @@ def test_an_answered_set_is_its_connections_next_refilled_and_every_item_keeps_i
     reads = [a.send(b"get q\r\n") for _ in range(6)] + [b.send(b"get r\r\n")]
     assert reads == [b"VALUE q 0 2\r\n%s\r\nEND\r\n" % data for data in (b"a1", b"b1", b"a3", b"a4", b"b2")] + [
         b"END\r\n", b"VALUE r 0 2\r\na2\r\nEND\r\n"]
+
+
+def test_a_lone_sets_result_is_put_in_the_list_its_connections_last_answer_kept(tmp_path):
+    # two connections interleaved, their SETs stored and refused in turn: each connection's
+    # answer keeps its one-result list, which the queue fills with that connection's next SET's
+    # result (never the other's); a GET's answer keeps no list (its item goes with it)
+    world = World(tmp_path, queues={"q": QueueConfig(max_item_size=2)})
+    try:
+        a, b = world.connect(), world.connect()
+
+        def kept(client):
+            return client.ref.weak_actor().spare.answer.results
+
+        assert a.send(b"set q 0 0 2\r\na1\r\n") == b"STORED\r\n"
+        assert b.send(b"set q 0 0 3\r\nbig\r\n") == b"NOT_STORED\r\n"
+        first, other = kept(a), kept(b)
+        assert (first, other) == ([True], [False]) and first is not other
+        assert a.send(b"set q 0 0 3\r\nbig\r\n") == b"NOT_STORED\r\n"
+        assert b.send(b"set q 0 0 2\r\nb1\r\n") == b"STORED\r\n"
+        assert kept(a) is first and kept(b) is other and (first, other) == ([False], [True])
+        assert a.send(b"get q\r\n") == b"VALUE q 0 2\r\na1\r\nEND\r\n"
+        assert kept(a) == []
+        assert a.send(b"set q 0 0 2\r\na2\r\nset q 0 0 3\r\nbig\r\n") == b"STORED\r\nNOT_STORED\r\n"
+        assert a.send(b"set q 0 0 2\r\na3\r\n") == b"STORED\r\n"
+        assert kept(a) == [True]
+        reads = [b.send(b"get q\r\n") for _ in range(4)]
+        assert reads == [b"VALUE q 0 2\r\n%s\r\nEND\r\n" % data for data in (b"b1", b"a2", b"a3")] + [b"END\r\n"]
+    finally:
+        world.collection.stop()
 
 
 def test_pipelined_requests_answered_in_order_in_one_write(world):
@@ -255,7 +285,6 @@ def test_a_finished_session_is_freed_without_the_cyclic_collector(world):
     import gc
 
     from kestrel_actors.messages import Session
-    from kestrel_actors.protocol import MemcacheDecoder
     from kestrel_actors.session import Disconnected, SessionActor
 
     from ..helpers import BufferTransport
