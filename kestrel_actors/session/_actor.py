@@ -27,7 +27,6 @@ commands into queue operations and results into bytes through ``protocol/``.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, cast
 
@@ -61,7 +60,7 @@ from ..messages import (
     failed_result,
 )
 from ..queue import Item
-from ..runtime import GeventActor, GeventRef
+from ..runtime import CountedDeque, GeventActor, GeventRef
 from ..stats import QueueMetrics, record_batch
 from ._context import Reload, SessionContext, Shutdown
 from ._handler import Answer, Handler
@@ -97,54 +96,6 @@ _OPEN_NOW: Final = Open(None)
 _PEEK_NOW: Final = Peek(None)
 
 _monotonic: Final = time.monotonic  # read through a C static, not the module (ADR 0015)
-# deque's methods through C statics too (``_Requests``): ``items.popleft()`` looks the name up on each call
-_append: Final = deque.append
-_new_deque: Final = deque
-_appendleft: Final = deque.appendleft
-_clear: Final = deque.clear
-_extend: Final = deque.extend
-_popleft: Final = deque.popleft
-
-
-class _Requests:
-    """The requests not yet run, oldest first: a deque with its length kept as a native count.
-
-    ``len`` of a deque is a generic call from compiled code (``PyObject_Size``, about 45
-    instructions), asked four times per request where a lone request never enters it (a
-    durable SET: ~190 of ~11,800, ADR 0018); ``count`` is a field read. Every change goes
-    through these methods, so the count cannot drift from the deque."""
-
-    __slots__ = ("items", "count")
-
-    def __init__(self) -> None:
-        self.items: deque[Any] = _new_deque()  # through a C static, not the module's dict
-        self.count = 0
-
-    def head(self) -> Any:
-        """The oldest request (there is one: ``count`` is positive)."""
-        return self.items[0]
-
-    def append(self, command: Any) -> None:
-        _append(self.items, command)
-        self.count += 1
-
-    def appendleft(self, command: Any) -> None:
-        _appendleft(self.items, command)
-        self.count += 1
-
-    def extend(self, commands: list[Any]) -> None:
-        _extend(self.items, commands)
-        self.count += len(commands)
-
-    def popleft(self) -> Any:
-        command = _popleft(self.items)  # raises on an empty deque before the count moves
-        self.count -= 1
-        return command
-
-    def clear(self) -> None:
-        if self.count:  # (nearly always empty: a deque's clear costs a call even then)
-            _clear(self.items)
-            self.count = 0
 
 
 Received = list
@@ -266,7 +217,7 @@ class SessionActor(GeventActor):
         self.write_refusals = handler.WRITE_REFUSALS
         self.open_reads: dict[str, OpenXids] = {}
         self.refs: dict[str, GeventRef] = {}
-        self.pending = _Requests()
+        self.pending = CountedDeque()
         self.out: list[bytes] = []
         self.waiting: Answer | None = None
         self.batch: list[tuple[Any, int, p.Bad | None, bool]] = _NO_ENTRIES

@@ -192,7 +192,7 @@ class Inline(GeventActor):
 def _counted(mailbox) -> None:
     """The count of a mailbox's entries that the runtime reads is its deque's length, whichever
     way each entry came (a busy actor's tell, a put back, an ask, a failure, a stop)."""
-    assert mailbox.length == len(mailbox.items), (mailbox.length, list(mailbox.items))
+    assert mailbox.items.count == len(mailbox.items.items), (mailbox.items.count, list(mailbox.items.items))
 
 
 @pytest.fixture
@@ -797,13 +797,13 @@ def test_an_actor_that_never_ran_on_its_greenlet_ends_at_its_stop_as_pykkas_loop
     ref.tell("hello")
     ref.tell("bye")
     assert seen == ["on_start", "on_stop"]
-    assert not ref.is_alive() and ref.mailbox.greenlet is None and not ref.mailbox.items
+    assert not ref.is_alive() and ref.mailbox.greenlet is None and not ref.mailbox.items.count
     seen.clear()
     Ends.fail = True
     ref = Ends.start_unlisted()
     ref.tell("bye")
     assert seen == ["on_start"]
-    assert not ref.is_alive() and not ref.mailbox.items
+    assert not ref.is_alive() and not ref.mailbox.items.count
 
 
 def _started_on_the_hub() -> pykka.ActorRef:
